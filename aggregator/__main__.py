@@ -1,0 +1,3 @@
+from aggregator.cli import main
+
+raise SystemExit(main())

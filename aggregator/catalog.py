@@ -1,0 +1,316 @@
+"""The catalog: an immutable snapshot of what a manifest lists and which templates it answers.
+
+Entries are kept sorted by URI. A cursor names the last URI a page returned, so listing costs O(page)
+and a cursor keeps working after the catalog is rebuilt (it resumes at the next URI in the new order).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+import time
+from urllib.parse import quote
+
+import anyio
+
+from aggregator.content import guess_mime_type
+from aggregator.errors import InvalidCursor, ResourceNotFound
+from aggregator.manifest.model import (
+    CollectionSpec,
+    Display,
+    Location,
+    Manifest,
+    ManifestError,
+    ManifestIssue,
+    ResourceSpec,
+    TemplateSpec,
+)
+from aggregator.paths import UnsafePath, safe_relpath
+from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
+from aggregator.templates import UriTemplate
+
+__all__ = ["Catalog", "Entry", "Page", "Target", "TemplateEntry", "compile_catalog"]
+
+logger = logging.getLogger("aggregator.catalog")
+
+_CURSOR_PREFIX = b"c1:"
+_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.]+)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One listed resource. `display` is shared by every entry of a collection; per-file facts sit beside it."""
+
+    uri: str
+    name: str
+    display: Display
+    title: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+    source: str | None = None
+    path: str | None = None
+    text: str | None = None
+
+    @property
+    def last_modified(self) -> str | None:
+        """The manifest's `lastModified`, else the file's modification time (ISO 8601, UTC)."""
+        annotations = self.display.annotations
+        if annotations is not None and annotations.last_modified is not None:
+            return annotations.last_modified
+        return iso_time(self.mtime)
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateEntry:
+    template: UriTemplate
+    spec: TemplateSpec
+
+    @property
+    def uri_template(self) -> str:
+        return self.template.text
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a URI resolves to: a file of a source, or inline text."""
+
+    uri: str
+    mime_type: str | None
+    source: str | None = None
+    path: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: Sequence[Entry] | Sequence[TemplateEntry]
+    next_cursor: str | None
+
+
+class Catalog:
+    """Listed entries in URI order, templates in match order, and lookup of both."""
+
+    def __init__(self, entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int = 1) -> None:
+        self.generation = generation
+        self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
+        self._uris = [e.uri for e in self.entries]
+        self._index = {e.uri: e for e in self.entries}
+        self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
+        # The most literal template wins; ties go to the one with fewer variables, then manifest order.
+        self._match_order = tuple(
+            sorted(self.templates, key=lambda t: (-t.template.literal_length, len(t.template.variables)))
+        )
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, uri: str) -> Entry | None:
+        return self._index.get(uri)
+
+    def page(self, cursor: str | None, limit: int) -> Page:
+        """Up to `limit` entries after `cursor`; InvalidCursor if it was not made by a catalog."""
+        return _paginate(self.entries, self._uris, cursor, limit)
+
+    def template_page(self, cursor: str | None, limit: int) -> Page:
+        return _paginate(self.templates, [t.uri_template for t in self.templates], cursor, limit)
+
+    def resolve(self, uri: str) -> Target:
+        """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
+        entry = self._index.get(uri)
+        if entry is not None:
+            return Target(uri, entry.mime_type, entry.source, entry.path, entry.text)
+        for candidate in self._match_order:
+            values = candidate.template.match(uri)
+            if values is None:
+                continue
+            # A match refused for safety never falls through to a looser template.
+            path = expand_path(candidate, values)
+            if path is None:
+                raise ResourceNotFound(uri)
+            mime = candidate.spec.display.mime_type or guess_mime_type(path)
+            return Target(uri, mime, candidate.spec.source, path)
+        raise ResourceNotFound(uri)
+
+
+def expand_path(entry: TemplateEntry, values: Mapping[str, str]) -> str | None:
+    """Fill a template's source path from matched values; None if any value is unsafe."""
+    template = entry.template
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(1)
+        value = values.get(name)
+        if not value:
+            raise UnsafePath(f"missing value for {name}")
+        if name not in template.multi_segment and "/" in value:
+            raise UnsafePath(f"'/' in single-segment variable {name}")
+        return value
+
+    try:
+        return safe_relpath(_PLACEHOLDER.sub(fill, entry.spec.path))
+    except UnsafePath:
+        return None
+
+
+def encode_cursor(key: str) -> str:
+    return base64.urlsafe_b64encode(_CURSOR_PREFIX + key.encode("utf-8")).decode("ascii")
+
+
+def decode_cursor(cursor: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(cursor.encode("ascii"))
+        if not raw.startswith(_CURSOR_PREFIX):
+            raise ValueError("foreign cursor")
+        return raw[len(_CURSOR_PREFIX) :].decode("utf-8")
+    except (ValueError, UnicodeError, binascii.Error):
+        raise InvalidCursor() from None
+
+
+def _paginate(items: Sequence, keys: list[str], cursor: str | None, limit: int) -> Page:
+    start = bisect.bisect_right(keys, decode_cursor(cursor)) if cursor else 0
+    chunk = items[start : start + limit]
+    more = start + limit < len(items)
+    return Page(chunk, encode_cursor(keys[start + limit - 1]) if more else None)
+
+
+# --- compiling a manifest ----------------------------------------------------------------------------
+
+
+def iso_time(mtime: float | None) -> str | None:
+    if mtime is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime))
+
+
+async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> Entry:
+    display = spec.display
+    if spec.text is not None:
+        size = spec.size if spec.size is not None else len(spec.text.encode("utf-8"))
+        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or "text/plain", size,
+                     text=spec.text)
+    assert spec.source is not None and spec.path is not None
+    info: FileInfo | None = None
+    try:
+        info = await sources[spec.source].stat(spec.path)
+    except SourceNotFound:
+        logger.warning("%s: %s: file %r not found in source %r; listed without size", spec.where, spec.key,
+                       spec.path, spec.source)
+    except SourceError as exc:
+        logger.warning("%s: %s: cannot stat %r: %s", spec.where, spec.key, spec.path, exc)
+    size = spec.size if spec.size is not None else (info.size if info else None)
+    return Entry(spec.uri, spec.name, display, display.title, display.mime_type or guess_mime_type(spec.path), size,
+                 info.mtime if info else None, source=spec.source, path=spec.path)
+
+
+_URI_SAFE = re.compile(r"[A-Za-z0-9._~/-]*")
+
+
+def _uri_quote(value: str, safe: str) -> str:
+    return value if _URI_SAFE.fullmatch(value) and (safe or "/" not in value) else quote(value, safe=safe)
+
+
+class _Pattern:
+    """A collection pattern over {path}, {name}, {stem} and {ext}, compiled once for all of its files."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, text: str) -> None:
+        # split() alternates literal text and placeholder names: even indexes literal, odd names.
+        self.parts = _PLACEHOLDER.split(text)
+
+    def fill(self, values: Mapping[str, str]) -> str:
+        parts = self.parts
+        if len(parts) == 1:
+            return parts[0]
+        return "".join(p if i % 2 == 0 else values.get(p, "{" + p + "}") for i, p in enumerate(parts))
+
+
+def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list[Entry]:
+    entries: list[Entry] = []
+    uri_pattern, name_pattern = _Pattern(spec.uri), _Pattern(spec.name)
+    title_pattern = _Pattern(spec.display.title) if spec.display.title else None
+    display, fixed_mime = spec.display, spec.display.mime_type
+    mime_by_ext: dict[str, str | None] = {}
+    for info in files:
+        path = info.path
+        name = path.rsplit("/", 1)[-1]
+        stem, dot, ext = name.rpartition(".")
+        if not dot or not stem:
+            stem, ext = name, ""
+        raw = {"path": path, "name": name, "stem": stem, "ext": ext}
+        encoded = {"path": _uri_quote(path, "/"), "name": _uri_quote(name, ""),
+                   "stem": _uri_quote(stem, ""), "ext": _uri_quote(ext, "")}
+        mime = fixed_mime
+        if mime is None:
+            mime = mime_by_ext.get(ext)
+            if mime is None and ext not in mime_by_ext:
+                mime = mime_by_ext[ext] = guess_mime_type(name)
+        title = title_pattern.fill(raw) if title_pattern else None
+        entries.append(Entry(uri_pattern.fill(encoded), name_pattern.fill(raw), display, title, mime, info.size,
+                             info.mtime, spec.source, path))
+    return entries
+
+
+async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1) -> Catalog:
+    """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources."""
+    issues: list[ManifestIssue] = []
+    resource_entries: list[Entry] = [None] * len(manifest.resources)  # type: ignore[list-item]
+    listings: list[Sequence[FileInfo]] = [()] * len(manifest.collections)
+
+    async def build_resource(i: int, spec: ResourceSpec) -> None:
+        resource_entries[i] = await _resource_entry(spec, sources)
+
+    async def list_collection(i: int, spec: CollectionSpec) -> None:
+        try:
+            listings[i] = await sources[spec.source].list(spec.glob, spec.exclude)
+        except SourceError as exc:
+            issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
+
+    async with anyio.create_task_group() as tg:
+        for i, rspec in enumerate(manifest.resources):
+            tg.start_soon(build_resource, i, rspec)
+        for i, cspec in enumerate(manifest.collections):
+            tg.start_soon(list_collection, i, cspec)
+
+    owners: dict[str, tuple[str, Location]] = {}
+    entries: list[Entry] = []
+
+    def claim(uri: str, key: str, where: Location) -> bool:
+        previous = owners.get(uri)
+        if previous is not None:
+            issues.append(_issue(where, key, f"URI {uri!r} is also produced by {previous[0]} ({previous[1]})"))
+            return False
+        owners[uri] = (key, where)
+        return True
+
+    for rspec, entry in zip(manifest.resources, resource_entries):
+        if claim(entry.uri, rspec.key, rspec.where):
+            entries.append(entry)
+    for cspec, files in zip(manifest.collections, listings):
+        for entry in _collection_entries(cspec, files):
+            if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
+                entries.append(entry)
+
+    templates: list[TemplateEntry] = []
+    seen_templates: dict[str, TemplateSpec] = {}
+    for tspec in manifest.templates:
+        if tspec.uri_template in seen_templates:
+            first = seen_templates[tspec.uri_template]
+            issues.append(_issue(tspec.where, tspec.key,
+                                 f"uriTemplate {tspec.uri_template!r} is also declared by {first.key} ({first.where})"))
+            continue
+        seen_templates[tspec.uri_template] = tspec
+        templates.append(TemplateEntry(UriTemplate.parse(tspec.uri_template), tspec))
+
+    if issues:
+        raise ManifestError(issues)
+    return Catalog(entries, templates, generation)
+
+
+def _issue(where: Location, key: str, message: str) -> ManifestIssue:
+    return ManifestIssue(where.file, where.line, where.col, key, message)

@@ -1,0 +1,192 @@
+"""Command line: serve | list | read | validate | schema.
+
+Logs and diagnostics go to stderr; stdout carries only the command's output (the protocol, for `serve`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from aggregator import __version__
+from aggregator.manifest.model import ManifestError
+
+__all__ = ["main"]
+
+logger = logging.getLogger("aggregator")
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _report(error: ManifestError, fmt: str = "text") -> None:
+    if fmt == "json":
+        print(json.dumps({"valid": False, "errors": [i.to_dict() for i in error.issues]}, indent=2))
+    else:
+        for issue in error.issues:
+            print(issue, file=sys.stderr)
+
+
+async def _open(path: str):  # -> Aggregator; imported lazily so `schema` stays instant
+    from aggregator.core import Aggregator
+
+    return await Aggregator.open(path)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from mcp.server.stdio import stdio_server
+
+    from aggregator.server import build_server, initialization_options, wire_summary
+
+    async def run() -> int:
+        started = time.perf_counter()
+        try:
+            aggregator = await _open(args.manifest)
+        except ManifestError as exc:
+            _report(exc)
+            return EXIT_INVALID
+        server = build_server(aggregator)
+        catalog = aggregator.catalog
+        logger.info(
+            "serving %r from %s: %d sources, %d resources, %d templates; %s; stdio; ready in %.0f ms",
+            aggregator.manifest.server.name, args.manifest, len(aggregator.sources), len(catalog),
+            len(catalog.templates), wire_summary(), (time.perf_counter() - started) * 1000,
+        )
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, initialization_options(server))
+        return EXIT_OK
+
+    return anyio.run(run)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from aggregator.server import to_resource, to_template
+
+    async def run() -> int:
+        try:
+            aggregator = await _open(args.manifest)
+        except ManifestError as exc:
+            _report(exc)
+            return EXIT_INVALID
+        catalog = aggregator.catalog
+        if args.json:
+            out: dict[str, Any] = {
+                "resources": [to_resource(e).model_dump(by_alias=True, exclude_none=True) for e in catalog.entries],
+                "resourceTemplates": [to_template(t).model_dump(by_alias=True, exclude_none=True)
+                                      for t in catalog.templates],
+            }
+            print(json.dumps(out, indent=2))
+        else:
+            for entry in catalog.entries:
+                size = "-" if entry.size is None else str(entry.size)
+                print(f"{entry.uri}\t{entry.mime_type or '-'}\t{size}\t{entry.name}")
+            for template in catalog.templates:
+                print(f"{template.uri_template}\t{template.spec.display.mime_type or '-'}\ttemplate\t{template.spec.name}")
+        return EXIT_OK
+
+    return anyio.run(run)
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from aggregator.errors import RequestError
+
+    async def run() -> int:
+        try:
+            aggregator = await _open(args.manifest)
+        except ManifestError as exc:
+            _report(exc)
+            return EXIT_INVALID
+        try:
+            content = await aggregator.read(args.uri)
+        except RequestError as exc:
+            print(f"aggregator: {exc.message}", file=sys.stderr)
+            return EXIT_INVALID
+        if content.text is not None:
+            sys.stdout.write(content.text)
+        else:
+            sys.stdout.buffer.write(content.blob or b"")
+        sys.stdout.flush()
+        return EXIT_OK
+
+    return anyio.run(run)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    async def run() -> int:
+        try:
+            aggregator = await _open(args.manifest)
+        except ManifestError as exc:
+            _report(exc, args.format)
+            return EXIT_INVALID
+        summary = {"valid": True, "resources": len(aggregator.catalog),
+                   "templates": len(aggregator.catalog.templates), "sources": len(aggregator.sources)}
+        if args.format == "json":
+            print(json.dumps(summary, indent=2))
+        else:
+            print(f"{args.manifest}: valid ({summary['sources']} sources, {summary['resources']} resources, "
+                  f"{summary['templates']} templates)")
+        return EXIT_OK
+
+    return anyio.run(run)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from aggregator.manifest import schema_text
+
+    sys.stdout.write(schema_text())
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aggregator", description="Serve a YAML manifest as an MCP resources server.")
+    parser.add_argument("--version", action="version", version=f"aggregator {__version__}")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="serve a manifest over stdio")
+    p.add_argument("manifest")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("list", help="print every listed resource and template")
+    p.add_argument("manifest")
+    p.add_argument("--json", action="store_true", help="print MCP Resource and ResourceTemplate objects as JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("read", help="print one resource's content (binary bodies as raw bytes)")
+    p.add_argument("manifest")
+    p.add_argument("uri")
+    p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("validate", help="check a manifest; exit 0 when valid, 1 otherwise")
+    p.add_argument("manifest")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("schema", help="print the manifest JSON Schema")
+    p.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        return int(args.func(args))
+    except FileNotFoundError as exc:
+        print(f"aggregator: {exc.filename or exc}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

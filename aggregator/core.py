@@ -1,0 +1,119 @@
+"""The running aggregator: a manifest's sources, its current catalog and the content cache.
+
+This is what protocol handlers call; it knows nothing of MCP. Reads go catalog -> cache -> source.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from aggregator.cache import DEFAULT_BUDGET, ContentCache
+from aggregator.catalog import Catalog, Page, Target, compile_catalog
+from aggregator.content import Content, decode_body
+from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
+
+from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue
+from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source
+
+__all__ = ["Aggregator", "open_sources"]
+
+logger = logging.getLogger("aggregator")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLimits:
+    ttl: float
+    max_bytes: int
+
+
+def open_sources(manifest: Manifest) -> dict[str, Source]:
+    """Open every declared source; ManifestError locating each one that cannot be opened."""
+    sources: dict[str, Source] = {}
+    issues: list[ManifestIssue] = []
+    for spec in manifest.sources.values():
+        try:
+            sources[spec.id] = open_source(spec)
+        except SourceError as exc:
+            issues.append(ManifestIssue(spec.where.file, spec.where.line, spec.where.col, f"{spec.key}.url", str(exc)))
+    if issues:
+        raise ManifestError(issues)
+    return sources
+
+
+class Aggregator:
+    """Serves one manifest: listing pages, template pages and reads."""
+
+    def __init__(self, manifest: Manifest, sources: Mapping[str, Source], catalog: Catalog,
+                 cache: ContentCache[Content] | None = None) -> None:
+        self.manifest = manifest
+        self.sources = dict(sources)
+        self.catalog = catalog
+        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(DEFAULT_BUDGET)
+        defaults = manifest.defaults
+        self._limits = {
+            sid: SourceLimits(spec.ttl if spec.ttl is not None else defaults.ttl,
+                              spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes)
+            for sid, spec in manifest.sources.items()
+        }
+
+    @classmethod
+    async def open(cls, manifest_path: str | Path) -> Aggregator:
+        """Load, validate and compile a manifest; ManifestError with every located problem."""
+        from aggregator.manifest import load_manifest
+
+        manifest = load_manifest(manifest_path)
+        sources = open_sources(manifest)
+        catalog = await compile_catalog(manifest, sources)
+        return cls(manifest, sources, catalog)
+
+    @property
+    def page_size(self) -> int:
+        return self.manifest.server.page_size
+
+    @property
+    def default_ttl(self) -> float:
+        return self.manifest.defaults.ttl
+
+    def ttl_for(self, uri: str) -> float:
+        """Seconds a client may keep this URI's content (the source's TTL, else the default)."""
+        try:
+            target = self.catalog.resolve(uri)
+        except ResourceNotFound:
+            return self.default_ttl
+        return self._limits[target.source].ttl if target.source else self.default_ttl
+
+    def list_page(self, cursor: str | None) -> Page:
+        return self.catalog.page(cursor, self.page_size)
+
+    def template_page(self, cursor: str | None) -> Page:
+        return self.catalog.template_page(cursor, self.page_size)
+
+    async def read(self, uri: str) -> Content:
+        """The content of `uri`; ResourceNotFound, ResourceTooLarge or ResourceUnavailable otherwise."""
+        catalog = self.catalog  # a read finishes on the snapshot it started with
+        target = catalog.resolve(uri)
+        if target.text is not None:
+            return Content(target.mime_type or "text/plain", text=target.text)
+        assert target.source is not None and target.path is not None
+        limits = self._limits[target.source]
+        return await self.cache.get_or_load(
+            (target.source, target.path, target.mime_type), limits.ttl, lambda: self._load(target, limits)
+        )
+
+    async def _load(self, target: Target, limits: SourceLimits) -> Content:
+        source = self.sources[target.source]  # type: ignore[index]
+        try:
+            data = await source.read(target.path, limits.max_bytes)  # type: ignore[arg-type]
+        except SourceNotFound as exc:
+            logger.info("read %s: not found (%s)", target.uri, exc)
+            raise ResourceNotFound(target.uri) from None
+        except SourceTooLarge as exc:
+            logger.warning("read %s: %s", target.uri, exc)
+            raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
+        except SourceError as exc:
+            logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
+            raise ResourceUnavailable(target.uri) from None
+        return decode_body(data, target.mime_type)

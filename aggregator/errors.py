@@ -1,0 +1,43 @@
+"""Errors the catalog raises for a request; the server turns each into the right MCP error for the wire.
+
+Messages here are safe for clients: they name the URI, never a server path, secret or upstream body.
+"""
+
+from __future__ import annotations
+
+__all__ = ["InvalidCursor", "RequestError", "ResourceNotFound", "ResourceTooLarge", "ResourceUnavailable"]
+
+
+class RequestError(Exception):
+    """A request the catalog cannot serve. `uri` is None for errors not about one resource."""
+
+    def __init__(self, message: str, uri: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.uri = uri
+
+
+class ResourceNotFound(RequestError):
+    """Unknown URI, or one refused for safety (indistinguishable on purpose)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"Resource not found: {uri}", uri)
+
+
+class ResourceTooLarge(RequestError):
+    def __init__(self, uri: str, size: int, limit: int) -> None:
+        super().__init__(f"Resource {uri} is too large to serve ({size} bytes; the limit is {limit} bytes)", uri)
+        self.size = size
+        self.limit = limit
+
+
+class ResourceUnavailable(RequestError):
+    """The backend failed; details went to the server log."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"Resource {uri} could not be read right now", uri)
+
+
+class InvalidCursor(RequestError):
+    def __init__(self) -> None:
+        super().__init__("Invalid pagination cursor")

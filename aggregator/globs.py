@@ -1,0 +1,79 @@
+"""Glob patterns over '/'-separated relative paths, with the same meaning for every source kind.
+
+`*` and `?` stay within one path segment, `**` spans any number of segments (including none),
+`[abc]`/`[!abc]` are character classes and `{md,txt}` alternatives. As in a shell, a wildcard at the start of a
+segment does not match a leading dot: hidden files and folders (`.git/`) are matched only by patterns that spell the dot.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+__all__ = ["compile_glob", "glob_prefix"]
+
+
+@lru_cache(maxsize=256)
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """Compile a glob into a regex matching whole relative paths."""
+    return re.compile(_translate(pattern), re.DOTALL)
+
+
+def glob_prefix(pattern: str) -> str:
+    """The literal folder prefix of a glob (`reports/2024/*.md` -> `reports/2024`), to narrow listing."""
+    literal: list[str] = []
+    for segment in pattern.split("/")[:-1]:
+        if any(c in segment for c in "*?[{"):
+            break
+        literal.append(segment)
+    return "/".join(literal)
+
+
+def _translate(pattern: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    depth = 0  # inside {...}
+    while i < n:
+        c = pattern[i]
+        segment_start = i == 0 or pattern[i - 1] == "/"
+        if c in "*?" and segment_start:
+            out.append(r"(?!\.)")
+        if c == "*":
+            if pattern.startswith("**", i):
+                at_start = i == 0 or pattern[i - 1] == "/"
+                after = i + 2
+                if at_start and pattern.startswith("/", after):
+                    out.append(r"(?:(?!\.)[^/]*/)*")  # '**/' : zero or more whole, visible folders
+                    i = after + 1
+                    continue
+                # A bare '**' spans segments but, like '**/', never enters hidden ones.
+                out.append(r"[^/]*(?:/(?!\.)[^/]*)*" if at_start else r".*")
+                i = after
+                continue
+            out.append(r"[^/]*")
+        elif c == "?":
+            out.append(r"[^/]")
+        elif c == "[":
+            end = pattern.find("]", i + 2 if pattern.startswith("[!", i) or pattern.startswith("[^", i) else i + 1)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : end]
+                if body[:1] in "!^":
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\").replace("/", "") + "]")
+                i = end
+        elif c == "{":
+            depth += 1
+            out.append("(?:")
+        elif c == "}" and depth:
+            depth -= 1
+            out.append(")")
+        elif c == "," and depth:
+            out.append("|")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    if depth:
+        raise ValueError(f"unclosed '{{' in glob {pattern!r}")
+    return "".join(out)

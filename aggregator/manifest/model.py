@@ -1,0 +1,167 @@
+"""The typed manifest: what the loader produces and the catalog compiles.
+
+Every entry keeps where it was written (`where`) and its key path (`key`), so later stages
+(URI collisions, unreadable sources) can report `file:line:col: key: message` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A 1-based line and column in a manifest file."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True, slots=True)
+class Icon:
+    src: str
+    mime_type: str | None = None
+    sizes: tuple[str, ...] | None = None
+    theme: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Annotations:
+    audience: tuple[str, ...] | None = None
+    priority: float | None = None
+    last_modified: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Display:
+    """What a client is shown of an entry, in MCP's own field names."""
+
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    icons: tuple[Icon, ...] | None = None
+    annotations: Annotations | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    name: str
+    title: str | None = None
+    version: str | None = None
+    instructions: str | None = None
+    page_size: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    ttl: float = 300.0
+    """Seconds content stays cached (and the `ttlMs` hint given to modern clients)."""
+    max_bytes: int = 10 * 1024 * 1024
+    """Largest resource body served; bigger ones are refused with a clear error."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    id: str
+    url: str
+    """For local folders an absolute path (resolved against the manifest's folder); otherwise the URL as written."""
+    protocol: str
+    """fsspec protocol name: `file` for local folders."""
+    where: Location
+    key: str
+    ttl: float | None = None
+    max_bytes: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    """One listed resource: a file of a source (`source` + `path`) or inline `text`."""
+
+    uri: str
+    name: str
+    display: Display
+    where: Location
+    key: str
+    source: str | None = None
+    path: str | None = None
+    text: str | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionSpec:
+    """Every file of `source` matching `glob` becomes a listed resource.
+
+    `uri`, `name` and `title` are patterns over {path}, {name}, {stem} and {ext}.
+    """
+
+    source: str
+    glob: str
+    uri: str
+    name: str
+    display: Display
+    where: Location
+    key: str
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateSpec:
+    """An RFC 6570 `uriTemplate` whose variables fill `path` (same {var} names) inside `source`."""
+
+    uri_template: str
+    name: str
+    source: str
+    path: str
+    display: Display
+    where: Location
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    path: Path
+    server: ServerSettings
+    defaults: Defaults
+    sources: Mapping[str, SourceSpec]
+    resources: tuple[ResourceSpec, ...] = ()
+    collections: tuple[CollectionSpec, ...] = ()
+    templates: tuple[TemplateSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestIssue:
+    """One located problem in a manifest."""
+
+    file: str
+    line: int
+    col: int
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.key or '<root>'}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "col": self.col, "key": self.key, "message": self.message}
+
+
+class ManifestError(Exception):
+    """A manifest could not be loaded; `issues` lists every problem found, in file order."""
+
+    def __init__(self, issues: list[ManifestIssue]) -> None:
+        self.issues = sorted(issues, key=lambda i: (i.file, i.line, i.col, i.key))
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+    @classmethod
+    def at(cls, where: Location, key: str, message: str) -> ManifestError:
+        return cls([ManifestIssue(where.file, where.line, where.col, key, message)])

@@ -1,0 +1,90 @@
+"""Shared fixtures: a docs folder with text, binary, nested and hostile files, and a real stdio client."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256))
+MODES = ("legacy", "auto")
+
+
+def write_manifest(folder: Path, text: str, name: str = "manifest.yaml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def docs_tree(tmp_path: Path) -> Path:
+    """tmp/docs with 12 markdown files in folders, a PNG, a JSON file, a secret beside the root and links."""
+    docs = tmp_path / "docs"
+    for i in range(12):
+        folder = docs / ("guides" if i % 2 else "ref")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"page{i:02}.md").write_text(f"# Page {i}\n\nBody {i}.\n", encoding="utf-8")
+    (docs / "README.md").write_text("# Readme\n", encoding="utf-8")
+    (docs / "logo.png").write_bytes(PNG_BYTES)
+    (docs / "data.json").write_text('{"a": 1}', encoding="utf-8")
+    (docs / "notes with space.txt").write_text("spaced", encoding="utf-8")
+    (docs / ".hidden.md").write_text("hidden", encoding="utf-8")
+    (docs / "big.bin").write_bytes(b"x" * 4096)
+    (tmp_path / "secret.txt").write_text("TOP SECRET", encoding="utf-8")
+    (tmp_path / "docs_old").mkdir()
+    (tmp_path / "docs_old" / "old.md").write_text("OLD SIBLING", encoding="utf-8")
+    os.symlink(tmp_path / "secret.txt", docs / "escape.txt")
+    os.symlink(tmp_path / "docs_old", docs / "oldlink")
+    os.symlink(docs / "README.md", docs / "inner-link.md")
+    return docs
+
+
+@pytest.fixture
+def docs_manifest(docs_tree: Path) -> Path:
+    return write_manifest(docs_tree.parent, """
+        version: 1
+        server: {name: test-docs, title: Test docs, version: "9.9.9", instructions: Read the README first., pageSize: 5}
+        defaults: {ttl: 90s, maxBytes: 2KiB}
+        sources:
+          docs: {url: ./docs}
+        resources:
+          - {uri: "docs://readme", name: readme, source: docs, path: README.md, mimeType: text/markdown}
+          - {uri: "note://inline", name: inline, text: "Inline content"}
+          - {uri: "img://logo", name: logo, source: docs, path: logo.png}
+        collections:
+          - {source: docs, glob: "**/*.md", uri: "docs://{path}", name: "{stem}"}
+        templates:
+          - {uriTemplate: "file://docs/{+path}", name: file, source: docs, path: "{path}"}
+          - {uriTemplate: "page://{name}", name: page, source: docs, path: "guides/{name}.md"}
+        """)
+
+
+def server_params(manifest: Path, *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "aggregator", "serve", str(manifest), *extra],
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": os.environ.get("PATH", "")},
+    )
+
+
+@asynccontextmanager
+async def connect(manifest: Path, mode: str) -> AsyncIterator[Client]:
+    """An official MCP client talking to `aggregator serve manifest` over stdio, without client-side caching."""
+    async with Client(server_params(manifest), mode=mode, cache=None) as client:  # type: ignore[arg-type]
+        yield client
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """In CI (AGGREGATOR_FAIL_ON_SKIP=1) a skipped test is a failure: a missing service must not pass silently."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if os.environ.get("AGGREGATOR_FAIL_ON_SKIP") == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped, which CI treats as a failure: {report.longrepr}"

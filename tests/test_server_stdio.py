@@ -1,0 +1,161 @@
+"""End to end: the official MCP client drives `aggregator serve` over stdio on both protocol wires."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import MODES, PNG_BYTES, connect
+
+LEGACY_NOT_FOUND = -32002
+INVALID_PARAMS = -32602
+
+
+def expected_not_found(mode: str) -> int:
+    return LEGACY_NOT_FOUND if mode == "legacy" else INVALID_PARAMS
+
+
+async def list_all(client) -> tuple[list, int]:
+    resources, pages, cursor = [], 0, None
+    while True:
+        page = await client.list_resources(cursor=cursor)
+        resources.extend(page.resources)
+        pages += 1
+        cursor = page.next_cursor
+        if not cursor:
+            return resources, pages
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_handshake_listing_and_pagination(docs_manifest: Path, mode: str) -> None:
+    async def main() -> None:
+        async with connect(docs_manifest, mode) as client:
+            assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+            assert client.server_info.name == "test-docs"
+            assert client.server_info.version == "9.9.9"
+            assert client.server_info.title == "Test docs"
+            assert client.instructions == "Read the README first."
+            assert client.server_capabilities.resources is not None
+            assert not client.server_capabilities.resources.subscribe
+
+            resources, pages = await list_all(client)
+            uris = [r.uri for r in resources]
+            # 3 resources + 12 pages + README.md + inner-link.md (hidden file, outside links excluded)
+            assert len(uris) == 17, uris
+            assert pages == 4  # pageSize 5
+            assert uris == sorted(uris) and len(set(uris)) == len(uris)
+            assert "docs://.hidden.md" not in uris
+            assert not any("oldlink" in u or "escape" in u for u in uris)
+            by_uri = {r.uri: r for r in resources}
+            page = by_uri["docs://guides/page01.md"]
+            assert page.name == "page01" and page.mime_type == "text/markdown"
+            assert page.size == len("# Page 1\n\nBody 1.\n")
+            assert page.annotations and page.annotations.last_modified.endswith("Z")
+            assert by_uri["img://logo"].mime_type == "image/png"
+            assert by_uri["note://inline"].size == len("Inline content")
+
+            first = await client.list_resources()
+            if mode == "auto":
+                assert first.ttl_ms == 90_000 and first.cache_scope == "public"
+            with pytest.raises(MCPError) as err:
+                await client.list_resources(cursor="not-a-cursor!")
+            assert err.value.code == INVALID_PARAMS
+
+            templates = await client.list_resource_templates()
+            assert sorted(t.uri_template for t in templates.resource_templates) == ["file://docs/{+path}", "page://{name}"]
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reads_text_binary_inline_and_templates(docs_manifest: Path, mode: str) -> None:
+    async def main() -> None:
+        async with connect(docs_manifest, mode) as client:
+            readme = await client.read_resource("docs://readme")
+            (content,) = readme.contents
+            assert content.text == "# Readme\n" and content.mime_type == "text/markdown"
+            if mode == "auto":
+                assert readme.ttl_ms == 90_000 and readme.cache_scope == "public"
+
+            logo = (await client.read_resource("img://logo")).contents[0]
+            assert logo.mime_type == "image/png" and base64.b64decode(logo.blob) == PNG_BYTES
+
+            inline = (await client.read_resource("note://inline")).contents[0]
+            assert inline.text == "Inline content"
+
+            data = (await client.read_resource("file://docs/data.json")).contents[0]
+            assert data.mime_type == "application/json" and json.loads(data.text) == {"a": 1}
+            spaced = (await client.read_resource("file://docs/notes%20with%20space.txt")).contents[0]
+            assert spaced.text == "spaced"
+            nested = (await client.read_resource("file://docs/guides/page03.md")).contents[0]
+            assert nested.text.startswith("# Page 3")
+            assert (await client.read_resource("page://page05")).contents[0].text.startswith("# Page 5")
+            # A symlink that stays inside the root is served.
+            assert (await client.read_resource("docs://inner-link.md")).contents[0].text == "# Readme\n"
+            # Second read is served from the cache and is identical.
+            again = (await client.read_resource("docs://readme")).contents[0]
+            assert again.text == content.text
+
+    anyio.run(main)
+
+
+HOSTILE = [
+    "file://docs/../secret.txt",
+    "file://docs/guides/../../secret.txt",
+    "file://docs/%2e%2e/secret.txt",
+    "file://docs/%2E%2E%2Fsecret.txt",
+    "file://docs/..%2fsecret.txt",
+    "file://docs/..%5csecret.txt",
+    "file://docs/%252e%252e/secret.txt",
+    "file://docs/README.md%00.png",
+    "file://docs//etc/passwd",
+    "file://docs/%2Fetc%2Fpasswd",
+    "file://docs/..\\secret.txt",
+    "file://docs/escape.txt",
+    "file://docs/oldlink/old.md",
+    "file://docs/../docs_old/old.md",
+    "file://docs/./README.md",
+    "file://docs/guides",
+    "page://..%2fsecret",
+    "page://%2e%2e",
+    "page://a%2fb",
+    "docs://nope.md",
+    "unknown://x",
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_not_found_and_hostile_paths(docs_manifest: Path, tmp_path: Path, mode: str) -> None:
+    async def main() -> None:
+        async with connect(docs_manifest, mode) as client:
+            for uri in HOSTILE:
+                with pytest.raises(MCPError) as err:
+                    await client.read_resource(uri)
+                error = err.value
+                assert error.code == expected_not_found(mode), (uri, error.code, error.message)
+                assert error.data == {"uri": uri}, uri
+                assert error.message == "Resource not found"
+                assert str(tmp_path) not in json.dumps(error.error.model_dump()), uri
+            # The server keeps serving after hostile input.
+            assert (await client.read_resource("docs://readme")).contents[0].text == "# Readme\n"
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_bytes_error_names_uri_not_path(docs_manifest: Path, docs_tree: Path, mode: str) -> None:
+    async def main() -> None:
+        async with connect(docs_manifest, mode) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource("file://docs/big.bin")
+            assert err.value.code == -32603
+            assert err.value.data == {"uri": "file://docs/big.bin"}
+            assert "4096 bytes" in err.value.message and "2048" in err.value.message
+            assert str(docs_tree) not in err.value.message
+
+    anyio.run(main)
