@@ -14,6 +14,7 @@ from aggregator.cache import DEFAULT_BUDGET, ContentCache
 from aggregator.catalog import Catalog, Page, Target, compile_catalog
 from aggregator.content import Content, decode_body
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
+from aggregator.manifest import load_manifest
 
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source
@@ -62,8 +63,6 @@ class Aggregator:
     @classmethod
     async def open(cls, manifest_path: str | Path) -> Aggregator:
         """Load, validate and compile a manifest; ManifestError with every located problem."""
-        from aggregator.manifest import load_manifest
-
         manifest = load_manifest(manifest_path)
         sources = open_sources(manifest)
         catalog = await compile_catalog(manifest, sources)

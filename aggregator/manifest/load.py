@@ -1,0 +1,173 @@
+"""Load a manifest file: YAML with marks -> ${ENV} -> JSON Schema -> cross-references -> typed Manifest."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from aggregator.manifest.interpolate import interpolate
+from aggregator.manifest.model import (
+    Annotations,
+    CollectionSpec,
+    Defaults,
+    Display,
+    Icon,
+    Location,
+    Manifest,
+    ManifestError,
+    ManifestIssue,
+    ResourceSpec,
+    ServerSettings,
+    SourceSpec,
+    TemplateSpec,
+)
+from aggregator.manifest.units import parse_duration, parse_size
+from aggregator.manifest.validate import validate
+from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
+
+__all__ = ["load_manifest", "parse_manifest"]
+
+COLLECTION_PLACEHOLDERS = ("path", "name", "stem", "ext")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Manifest:
+    """Read and check the manifest at `path`; ManifestError listing every located problem.
+
+    FileNotFoundError if the file does not exist.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    return parse_manifest(text, str(path), base=Path(path).resolve().parent, env=env)
+
+
+def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None) -> Manifest:
+    """Check manifest `text` (named `file` in errors); relative local source paths resolve against `base`."""
+    marked, issues = load_marked(text, file)
+    if marked is None or issues:
+        raise ManifestError(issues)
+    issues = interpolate(marked, os.environ if env is None else env)
+    if issues:
+        raise ManifestError(issues)
+    issues = validate(marked)
+    if issues:
+        raise ManifestError(issues)
+    builder = _Builder(marked, Path(file), base)
+    manifest = builder.build()
+    if builder.issues:
+        raise ManifestError(builder.issues)
+    return manifest
+
+
+class _Builder:
+    """Turns a schema-valid tree into the typed model, checking what a schema cannot (references, paths)."""
+
+    def __init__(self, marked: Marked, file: Path, base: Path) -> None:
+        self.marked = marked
+        self.file = file
+        self.base = base
+        self.issues: list[ManifestIssue] = []
+
+    def fail(self, path: KeyPath, message: str) -> None:
+        self.issues.append(self.marked.issue(path, message))
+
+    def at(self, path: KeyPath) -> Location:
+        line, col = self.marked.where(path)
+        return Location(self.marked.file, line, col)
+
+    def build(self) -> Manifest:
+        data = self.marked.data
+        server = data["server"]
+        defaults = data.get("defaults", {})
+        sources = {sid: self.source(sid, spec) for sid, spec in data.get("sources", {}).items()}
+        return Manifest(
+            path=self.file,
+            server=ServerSettings(server["name"], server.get("title"), server.get("version"),
+                                  server.get("instructions"), server.get("pageSize", 100)),
+            defaults=Defaults(parse_duration(defaults.get("ttl", "5m")), parse_size(defaults.get("maxBytes", "10MiB"))),
+            sources=sources,
+            resources=tuple(self.resource(i, r, sources) for i, r in enumerate(data.get("resources", []))),
+            collections=tuple(self.collection(i, c, sources) for i, c in enumerate(data.get("collections", []))),
+            templates=tuple(self.template(i, t, sources) for i, t in enumerate(data.get("templates", []))),
+        )
+
+    def source(self, sid: str, spec: dict[str, Any]) -> SourceSpec:
+        path: KeyPath = ("sources", sid)
+        url = spec["url"]
+        match = _SCHEME.match(url)
+        if match is None or match.group(1).lower() == "file":
+            local = unquote(urlsplit(url).path) if match else url
+            protocol, url = "file", str((self.base / os.path.expanduser(local)).resolve())
+        else:
+            protocol = match.group(1).lower()
+        return SourceSpec(
+            id=sid, url=url, protocol=protocol, where=self.at(path), key=format_path(path),
+            ttl=parse_duration(spec["ttl"]) if "ttl" in spec else None,
+            max_bytes=parse_size(spec["maxBytes"]) if "maxBytes" in spec else None,
+            options=spec.get("options", {}), description=spec.get("description"),
+        )
+
+    def check_source(self, path: KeyPath, sid: str | None, sources: Mapping[str, SourceSpec]) -> None:
+        if sid is not None and sid not in sources:
+            known = ", ".join(sorted(sources)) or "none declared"
+            self.fail(path + ("source",), f"unknown source {sid!r} (sources: {known})")
+
+    def check_relative(self, path: KeyPath, value: str, what: str) -> None:
+        segments = value.replace("\\", "/").split("/")
+        if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value) or ".." in segments:
+            self.fail(path, f"{what} {value!r} must stay inside its source: no absolute paths or '..' segments")
+
+    def display(self, spec: dict[str, Any]) -> Display:
+        icons = tuple(Icon(i["src"], i.get("mimeType"), tuple(i["sizes"]) if "sizes" in i else None, i.get("theme"))
+                      for i in spec.get("icons", ())) or None
+        a = spec.get("annotations")
+        annotations = None
+        if a is not None:
+            annotations = Annotations(tuple(a["audience"]) if "audience" in a else None, a.get("priority"),
+                                      a.get("lastModified"))
+        return Display(spec.get("title"), spec.get("description"), spec.get("mimeType"), icons, annotations)
+
+    def resource(self, i: int, spec: dict[str, Any], sources: Mapping[str, SourceSpec]) -> ResourceSpec:
+        path: KeyPath = ("resources", i)
+        self.check_source(path, spec.get("source"), sources)
+        if "path" in spec:
+            self.check_relative(path + ("path",), spec["path"], "path")
+        return ResourceSpec(spec["uri"], spec["name"], self.display(spec), self.at(path), format_path(path),
+                            spec.get("source"), spec.get("path"), spec.get("text"), spec.get("size"))
+
+    def collection(self, i: int, spec: dict[str, Any], sources: Mapping[str, SourceSpec]) -> CollectionSpec:
+        path: KeyPath = ("collections", i)
+        self.check_source(path, spec["source"], sources)
+        self.check_relative(path + ("glob",), spec["glob"], "glob")
+        for j, pattern in enumerate(spec.get("exclude", [])):
+            self.check_relative(path + ("exclude", j), pattern, "exclude glob")
+        for key in ("uri", "name", "title"):
+            if key in spec:
+                for placeholder in _PLACEHOLDER.findall(spec[key]):
+                    if placeholder not in COLLECTION_PLACEHOLDERS:
+                        self.fail(path + (key,), f"unknown placeholder {{{placeholder}}}; a collection pattern may "
+                                                 f"use {{path}}, {{name}}, {{stem}} and {{ext}}")
+        return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"),
+                              self.display(spec), self.at(path), format_path(path), tuple(spec.get("exclude", ())))
+
+    def template(self, i: int, spec: dict[str, Any], sources: Mapping[str, SourceSpec]) -> TemplateSpec:
+        from aggregator.templates import TemplateSyntaxError, UriTemplate
+
+        path: KeyPath = ("templates", i)
+        self.check_source(path, spec["source"], sources)
+        self.check_relative(path + ("path",), spec["path"], "path")
+        try:
+            variables = UriTemplate.parse(spec["uriTemplate"]).variables
+        except TemplateSyntaxError:
+            variables = ()  # already reported by the schema's uri-template format
+        for placeholder in _PLACEHOLDER.findall(spec["path"]):
+            if placeholder not in variables:
+                known = ", ".join(variables) or "none"
+                self.fail(path + ("path",), f"placeholder {{{placeholder}}} is not a variable of the uriTemplate "
+                                            f"(variables: {known})")
+        return TemplateSpec(spec["uriTemplate"], spec["name"], spec["source"], spec["path"], self.display(spec),
+                            self.at(path), format_path(path))
