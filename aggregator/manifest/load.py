@@ -48,19 +48,24 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Man
 def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None) -> Manifest:
     """Check manifest `text` (named `file` in errors); relative local source paths resolve against `base`."""
     marked, issues = load_marked(text, file)
-    if marked is None or issues:
+    if marked is None:
         raise ManifestError(issues)
-    issues = interpolate(marked, os.environ if env is None else env)
-    if issues:
-        raise ManifestError(issues)
-    issues = validate(marked)
-    if issues:
-        raise ManifestError(issues)
+    # Duplicate keys and unset variables do not stop the later checks: report everything at once.
+    issues += interpolate(marked, os.environ if env is None else env)
+    # A value already reported (bad tag, unset variable) would only echo as a schema error: leave those out.
+    reported = {i.key for i in issues}
+    schema_issues = [i for i in validate(marked) if not _within_reported(i.key, reported)]
+    if issues or schema_issues:
+        raise ManifestError(issues + schema_issues)
     builder = _Builder(marked, Path(file), base)
     manifest = builder.build()
     if builder.issues:
         raise ManifestError(builder.issues)
     return manifest
+
+
+def _within_reported(key: str, reported: set[str]) -> bool:
+    return any(key == r or key.startswith((r + ".", r + "[")) for r in reported)
 
 
 class _Builder:

@@ -100,7 +100,7 @@ def _explain(error: ValidationError, marked: Marked) -> list[ManifestIssue]:
         expected = " or ".join(expected) if isinstance(expected, list) else expected
         expected = {"object": "mapping", "array": "list"}.get(expected, expected)
         return [marked.issue(path, f"expected {expected}, got {_type_name(value)}")]
-    if kind == "propertyNames":
+    if kind == "propertyNames" or "propertyNames" in error.schema_path:
         return [marked.issue(path + (str(value),), f"{value!r} is not a valid id (letters, digits, _ . -; "
                                                    "starting with a letter or _)", key=True)]
     if kind == "format":

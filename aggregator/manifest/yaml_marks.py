@@ -19,6 +19,8 @@ KeyPath = tuple[str | int, ...]
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _MERGE = "tag:yaml.org,2002:merge"
+_STANDARD_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in
+                           ("map", "seq", "str", "int", "float", "bool", "null", "timestamp", "binary"))
 
 
 @dataclass
@@ -80,6 +82,9 @@ def load_marked(text: str, file: str) -> tuple[Marked | None, list[ManifestIssue
 def _build(node: yaml.Node, path: KeyPath, marked: Marked, issues: list[ManifestIssue],
            constructor: yaml.constructor.SafeConstructor) -> Any:
     marked.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if node.tag not in _STANDARD_TAGS:
+        issues.append(marked.issue(path, f"unsupported YAML value: tag {node.tag!r} is not allowed"))
+        return None
     if isinstance(node, yaml.MappingNode):
         return _build_mapping(node, path, marked, issues, constructor)
     if isinstance(node, yaml.SequenceNode):
