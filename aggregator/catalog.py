@@ -217,42 +217,55 @@ def _uri_quote(value: str, safe: str) -> str:
 class _Pattern:
     """A collection pattern over {path}, {name}, {stem} and {ext}, compiled once for all of its files."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("template", "keys")
 
     def __init__(self, text: str) -> None:
-        # split() alternates literal text and placeholder names: even indexes literal, odd names.
-        self.parts = _PLACEHOLDER.split(text)
+        keys = [k for k in _PLACEHOLDER.findall(text) if k in _FILE_KEYS]
+        # Any brace that is not a known placeholder is literal text: double it for str.format.
+        escaped = re.sub(r"\{(?:path|name|stem|ext)\}|[{}]", lambda m: m.group(0) if len(m.group(0)) > 1 else m.group(0) * 2, text)
+        self.template = escaped
+        self.keys = frozenset(keys)
 
     def fill(self, values: Mapping[str, str]) -> str:
-        parts = self.parts
-        if len(parts) == 1:
-            return parts[0]
-        return "".join(p if i % 2 == 0 else values.get(p, "{" + p + "}") for i, p in enumerate(parts))
+        return self.template.format_map(values)
+
+
+_FILE_KEYS = ("path", "name", "stem", "ext")
+
+
+def _file_values(path: str, keys: frozenset[str], encode: bool) -> dict[str, str]:
+    """The placeholder values of one file, percent-encoded for URIs when `encode` (only the keys needed)."""
+    name = path.rsplit("/", 1)[-1]
+    values = {"path": path, "name": name}
+    if "stem" in keys or "ext" in keys:
+        stem, dot, ext = name.rpartition(".")
+        values["stem"], values["ext"] = (stem, ext) if dot and stem else (name, "")
+    if encode:
+        return {k: _uri_quote(v, "/" if k == "path" else "") for k, v in values.items() if k in keys}
+    return values
 
 
 def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list[Entry]:
     entries: list[Entry] = []
     uri_pattern, name_pattern = _Pattern(spec.uri), _Pattern(spec.name)
     title_pattern = _Pattern(spec.display.title) if spec.display.title else None
+    raw_keys = name_pattern.keys | (title_pattern.keys if title_pattern else frozenset())
     display, fixed_mime = spec.display, spec.display.mime_type
     mime_by_ext: dict[str, str | None] = {}
+    append = entries.append
     for info in files:
         path = info.path
-        name = path.rsplit("/", 1)[-1]
-        stem, dot, ext = name.rpartition(".")
-        if not dot or not stem:
-            stem, ext = name, ""
-        raw = {"path": path, "name": name, "stem": stem, "ext": ext}
-        encoded = {"path": _uri_quote(path, "/"), "name": _uri_quote(name, ""),
-                   "stem": _uri_quote(stem, ""), "ext": _uri_quote(ext, "")}
+        raw = _file_values(path, raw_keys, encode=False)
         mime = fixed_mime
         if mime is None:
-            mime = mime_by_ext.get(ext)
-            if mime is None and ext not in mime_by_ext:
-                mime = mime_by_ext[ext] = guess_mime_type(name)
-        title = title_pattern.fill(raw) if title_pattern else None
-        entries.append(Entry(uri_pattern.fill(encoded), name_pattern.fill(raw), display, title, mime, info.size,
-                             info.mtime, spec.source, path))
+            ext = path[path.rfind("."):] if "." in path.rsplit("/", 1)[-1] else ""
+            if ext in mime_by_ext:
+                mime = mime_by_ext[ext]
+            else:
+                mime = mime_by_ext[ext] = guess_mime_type(path)
+        append(Entry(uri_pattern.fill(_file_values(path, uri_pattern.keys, encode=True)), name_pattern.fill(raw),
+                     display, title_pattern.fill(raw) if title_pattern else None, mime, info.size, info.mtime,
+                     spec.source, path))
     return entries
 
 

@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from aggregator.server import to_resource, to_template
+    from aggregator.server import resource_dict, template_dict
 
     async def run() -> int:
         try:
@@ -84,9 +84,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         catalog = aggregator.catalog
         if args.json:
             out: dict[str, Any] = {
-                "resources": [to_resource(e).model_dump(by_alias=True, exclude_none=True) for e in catalog.entries],
-                "resourceTemplates": [to_template(t).model_dump(by_alias=True, exclude_none=True)
-                                      for t in catalog.templates],
+                "resources": [resource_dict(e) for e in catalog.entries],
+                "resourceTemplates": [template_dict(t) for t in catalog.templates],
             }
             print(json.dumps(out, indent=2))
         else:

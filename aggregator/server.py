@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from functools import lru_cache
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ from aggregator.core import Aggregator
 from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.manifest.model import Annotations, Display, Icon
 
-__all__ = ["build_server", "initialization_options", "wire_summary"]
+__all__ = ["build_server", "contents_dict", "initialization_options", "resource_dict", "template_dict", "wire_summary"]
 
 logger = logging.getLogger("aggregator.server")
 
@@ -33,6 +34,8 @@ LEGACY_NOT_FOUND = -32002
 INVALID_PARAMS = types.INVALID_PARAMS
 INTERNAL_ERROR = types.INTERNAL_ERROR
 CACHE_SCOPE = "public"  # nothing served depends on who asks (until auth scopes exist)
+# The modern wire requires `resultType`; the legacy wire's result schema drops it.
+COMPLETE = {"resultType": "complete"}
 
 R = TypeVar("R")
 
@@ -64,40 +67,70 @@ async def _guarded(ctx: ServerRequestContext[Any], uri: str | None, call: Callab
         raise MCPError(INTERNAL_ERROR, "Internal error", data={"uri": uri} if uri else None) from None
 
 
-def _icons(icons: tuple[Icon, ...] | None) -> list[types.Icon] | None:
+# Handlers return wire-shaped dicts: the SDK validates and sieves every result against the negotiated
+# protocol version anyway, so building pydantic models first would only do that work twice.
+
+
+@lru_cache(maxsize=1024)
+def _icons(icons: tuple[Icon, ...] | None) -> list[dict[str, Any]] | None:
     if not icons:
         return None
-    return [types.Icon(src=i.src, mime_type=i.mime_type, sizes=list(i.sizes) if i.sizes else None,
-                       theme=i.theme) for i in icons]  # type: ignore[arg-type]
+    return [_compact({"src": i.src, "mimeType": i.mime_type, "sizes": list(i.sizes) if i.sizes else None,
+                      "theme": i.theme}) for i in icons]
 
 
-def _annotations(a: Annotations | None, last_modified: str | None = None) -> types.Annotations | None:
-    if a is None and last_modified is None:
-        return None
-    a = a or Annotations()
-    return types.Annotations(audience=list(a.audience) if a.audience else None, priority=a.priority,
-                             last_modified=last_modified or a.last_modified)  # type: ignore[arg-type]
+@lru_cache(maxsize=1024)
+def _static_annotations(a: Annotations | None) -> dict[str, Any]:
+    if a is None:
+        return {}
+    return _compact({"audience": list(a.audience) if a.audience else None, "priority": a.priority,
+                     "lastModified": a.last_modified})
 
 
-def to_resource(entry: Entry) -> types.Resource:
+def _annotations(a: Annotations | None, last_modified: str | None = None) -> dict[str, Any] | None:
+    fields = _static_annotations(a)
+    if last_modified is not None and "lastModified" not in fields:
+        return {**fields, "lastModified": last_modified}
+    return dict(fields) if fields else None
+
+
+def _compact(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def resource_dict(entry: Entry) -> dict[str, Any]:
+    """An MCP `Resource` as it goes on the wire. Called for every listed entry of a page: kept lean."""
     d: Display = entry.display
-    return types.Resource(uri=entry.uri, name=entry.name, title=entry.title, description=d.description,
-                          mime_type=entry.mime_type, size=entry.size, icons=_icons(d.icons),
-                          annotations=_annotations(d.annotations, entry.last_modified))
+    out: dict[str, Any] = {"uri": entry.uri, "name": entry.name}
+    if entry.title is not None:
+        out["title"] = entry.title
+    if d.description is not None:
+        out["description"] = d.description
+    if entry.mime_type is not None:
+        out["mimeType"] = entry.mime_type
+    if entry.size is not None:
+        out["size"] = entry.size
+    if d.icons:
+        out["icons"] = _icons(d.icons)
+    annotations = _annotations(d.annotations, entry.last_modified)
+    if annotations:
+        out["annotations"] = annotations
+    return out
 
 
-def to_template(entry: TemplateEntry) -> types.ResourceTemplate:
+def template_dict(entry: TemplateEntry) -> dict[str, Any]:
+    """An MCP `ResourceTemplate` as it goes on the wire."""
     d = entry.spec.display
-    return types.ResourceTemplate(uri_template=entry.uri_template, name=entry.spec.name, title=d.title,
-                                  description=d.description, mime_type=d.mime_type, icons=_icons(d.icons),
-                                  annotations=_annotations(d.annotations))
+    return _compact({"uriTemplate": entry.uri_template, "name": entry.spec.name, "title": d.title,
+                     "description": d.description, "mimeType": d.mime_type, "icons": _icons(d.icons),
+                     "annotations": _annotations(d.annotations)})
 
 
-def to_contents(uri: str, content: Content) -> types.TextResourceContents | types.BlobResourceContents:
+def contents_dict(uri: str, content: Content) -> dict[str, Any]:
+    """MCP `TextResourceContents` or `BlobResourceContents` as they go on the wire."""
     if content.text is not None:
-        return types.TextResourceContents(uri=uri, mime_type=content.mime_type, text=content.text)
-    blob = base64.b64encode(content.blob or b"").decode("ascii")
-    return types.BlobResourceContents(uri=uri, mime_type=content.mime_type, blob=blob)
+        return {"uri": uri, "mimeType": content.mime_type, "text": content.text}
+    return {"uri": uri, "mimeType": content.mime_type, "blob": base64.b64encode(content.blob or b"").decode("ascii")}
 
 
 def _ttl_ms(seconds: float) -> int:
@@ -107,38 +140,40 @@ def _ttl_ms(seconds: float) -> int:
 def build_server(aggregator: Aggregator) -> Server[Any]:
     """A low-level MCP server answering resources/list, resources/templates/list and resources/read."""
 
+    def listing(items: list[dict[str, Any]], key: str, next_cursor: str | None) -> dict[str, Any]:
+        result = {key: items, "ttlMs": _ttl_ms(aggregator.default_ttl), "cacheScope": CACHE_SCOPE, **COMPLETE}
+        if next_cursor is not None:
+            result["nextCursor"] = next_cursor
+        return result
+
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-                             ) -> types.ListResourcesResult:
+                             ) -> dict[str, Any]:
         cursor = params.cursor if params else None
 
-        async def body() -> types.ListResourcesResult:
+        async def body() -> dict[str, Any]:
             page = aggregator.list_page(cursor)
-            return types.ListResourcesResult(resources=[to_resource(e) for e in page.items],  # type: ignore[arg-type]
-                                             next_cursor=page.next_cursor,
-                                             ttl_ms=_ttl_ms(aggregator.default_ttl), cache_scope=CACHE_SCOPE)
+            return listing([resource_dict(e) for e in page.items], "resources", page.next_cursor)  # type: ignore[arg-type]
 
         return await _guarded(ctx, None, body)
 
     async def list_templates(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-                             ) -> types.ListResourceTemplatesResult:
+                             ) -> dict[str, Any]:
         cursor = params.cursor if params else None
 
-        async def body() -> types.ListResourceTemplatesResult:
+        async def body() -> dict[str, Any]:
             page = aggregator.template_page(cursor)
-            return types.ListResourceTemplatesResult(
-                resource_templates=[to_template(t) for t in page.items],  # type: ignore[arg-type]
-                next_cursor=page.next_cursor, ttl_ms=_ttl_ms(aggregator.default_ttl), cache_scope=CACHE_SCOPE)
+            return listing([template_dict(t) for t in page.items], "resourceTemplates", page.next_cursor)  # type: ignore[arg-type]
 
         return await _guarded(ctx, None, body)
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
-                            ) -> types.ReadResourceResult:
+                            ) -> dict[str, Any]:
         uri = str(params.uri)
 
-        async def body() -> types.ReadResourceResult:
+        async def body() -> dict[str, Any]:
             content = await aggregator.read(uri)
-            return types.ReadResourceResult(contents=[to_contents(uri, content)],
-                                            ttl_ms=_ttl_ms(aggregator.ttl_for(uri)), cache_scope=CACHE_SCOPE)
+            return {"contents": [contents_dict(uri, content)], "ttlMs": _ttl_ms(aggregator.ttl_for(uri)),
+                    "cacheScope": CACHE_SCOPE, **COMPLETE}
 
         return await _guarded(ctx, uri, body)
 
@@ -148,9 +183,9 @@ def build_server(aggregator: Aggregator) -> Server[Any]:
         version=settings.version or __version__,
         title=settings.title,
         instructions=settings.instructions,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_templates,
-        on_read_resource=read_resource,
+        on_list_resources=list_resources,  # type: ignore[arg-type]  # dict results are part of HandlerResult
+        on_list_resource_templates=list_templates,  # type: ignore[arg-type]
+        on_read_resource=read_resource,  # type: ignore[arg-type]
     )
 
 

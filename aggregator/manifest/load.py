@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
+    DEFAULT_PAGE_SIZE,
     Annotations,
     CollectionSpec,
     Defaults,
@@ -92,7 +93,7 @@ class _Builder:
         return Manifest(
             path=self.file,
             server=ServerSettings(server["name"], server.get("title"), server.get("version"),
-                                  server.get("instructions"), server.get("pageSize", 100)),
+                                  server.get("instructions"), server.get("pageSize", DEFAULT_PAGE_SIZE)),
             defaults=Defaults(parse_duration(defaults.get("ttl", "5m")), parse_size(defaults.get("maxBytes", "10MiB"))),
             sources=sources,
             resources=tuple(self.resource(i, r, sources) for i, r in enumerate(data.get("resources", []))),

@@ -50,13 +50,17 @@ class Display:
     annotations: Annotations | None = None
 
 
+DEFAULT_PAGE_SIZE = 500
+"""Resources per resources/list page unless the manifest says otherwise: ~75 KB of JSON, few round trips."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     name: str
     title: str | None = None
     version: str | None = None
     instructions: str | None = None
-    page_size: int = 100
+    page_size: int = DEFAULT_PAGE_SIZE
 
 
 @dataclass(frozen=True, slots=True)
