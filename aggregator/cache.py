@@ -1,33 +1,52 @@
-"""The content cache: per-entry TTL, one byte budget, and one load per key at a time (single-flight)."""
+"""The content cache: one byte budget, per-entry freshness, revalidation, stale-if-error and single-flight.
+
+An expired entry is not thrown away: while it stays within the byte budget it can be revalidated (a cheap
+metadata call comparing versions) instead of downloaded again, and served stale for a bounded time when the
+backend fails. Errors are never cached, and concurrent misses of one key share one backend call.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
-from cachetools import TLRUCache
+from cachetools import LRUCache
 
-__all__ = ["ContentCache", "Sized"]
+__all__ = ["CachePolicy", "ContentCache", "Sized"]
+
+logger = logging.getLogger("aggregator.cache")
 
 DEFAULT_BUDGET = 256 * 1024 * 1024
 
 
-class Sized:
+class Sized(Protocol):
     """What the cache stores: anything that reports the bytes it holds."""
 
-    nbytes: int
+    @property
+    def nbytes(self) -> int: ...
 
 
 V = TypeVar("V", bound=Sized)
 
 
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    ttl: float
+    """Seconds an entry is fresh; 0 means never kept."""
+    stale_if_error: float = 0.0
+    """Seconds past expiry an entry may still be served when reloading it fails."""
+
+
 @dataclass(slots=True)
 class _Slot(Generic[V]):
     value: V
-    expires: float
+    version: str | None
+    fresh_until: float
+    stale_until: float
 
 
 class _Flight:
@@ -42,23 +61,24 @@ class _Flight:
         self.error: BaseException | None = None
 
 
-class ContentCache(Generic[V]):
-    """Maps keys to values for a TTL each, evicting least recently used entries past `max_bytes`.
+Load = Callable[[], Awaitable[tuple[V, str | None]]]
+"""Fetch the value and its version (ETag, object id, mtime+size) from the backend."""
+Revalidate = Callable[[str], Awaitable[bool]]
+"""True if the backend still holds this version (a metadata call, not a download)."""
 
-    Errors are never cached; an entry bigger than the whole budget is served but not kept.
-    """
+
+class ContentCache(Generic[V]):
+    """Least recently used entries go first once `max_bytes` is reached; an entry bigger than the budget is not kept."""
 
     def __init__(self, max_bytes: int = DEFAULT_BUDGET, timer: Callable[[], float] = time.monotonic) -> None:
-        self._entries: TLRUCache[Hashable, _Slot[V]] = TLRUCache(
-            maxsize=max_bytes,
-            ttu=lambda _key, slot, _now: slot.expires,
-            timer=timer,
-            getsizeof=lambda slot: slot.value.nbytes,
-        )
+        self._entries: LRUCache[Hashable, _Slot[V]] = LRUCache(maxsize=max_bytes,
+                                                               getsizeof=lambda slot: slot.value.nbytes)
         self._timer = timer
         self._flights: dict[Hashable, _Flight] = {}
         self.hits = 0
         self.misses = 0
+        self.revalidated = 0
+        self.stale_served = 0
 
     @property
     def current_bytes(self) -> int:
@@ -68,19 +88,22 @@ class ContentCache(Generic[V]):
         return len(self._entries)
 
     def get(self, key: Hashable) -> V | None:
+        """The fresh value for `key`, or None."""
         slot = self._entries.get(key)
-        return None if slot is None else slot.value
+        return slot.value if slot is not None and self._timer() < slot.fresh_until else None
 
-    async def get_or_load(self, key: Hashable, ttl: float, load: Callable[[], Awaitable[V]]) -> V:
-        """The cached value for `key`, or the result of `load()`, shared by every concurrent caller."""
+    async def get_or_load(self, key: Hashable, policy: CachePolicy, load: Load[V],
+                          revalidate: Revalidate | None = None,
+                          stale_on: tuple[type[BaseException], ...] = ()) -> V:
+        """The value for `key`: fresh from the cache, revalidated, loaded, or (on a `stale_on` error) stale."""
         while True:
             slot = self._entries.get(key)
-            if slot is not None:
+            if slot is not None and self._timer() < slot.fresh_until:
                 self.hits += 1
                 return slot.value
             flight = self._flights.get(key)
             if flight is None:
-                return await self._lead(key, ttl, load)
+                return await self._lead(key, policy, load, revalidate, stale_on)
             await flight.done.wait()
             if flight.loaded:
                 self.hits += 1
@@ -89,31 +112,62 @@ class ContentCache(Generic[V]):
                 raise flight.error
             # The leader was cancelled: its followers try again rather than inherit the cancellation.
 
-    async def _lead(self, key: Hashable, ttl: float, load: Callable[[], Awaitable[V]]) -> V:
-        self.misses += 1
+    async def _lead(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
+                    stale_on: tuple[type[BaseException], ...]) -> V:
         flight = self._flights[key] = _Flight()
         try:
-            value = await load()
+            value = await self._refresh(key, policy, load, revalidate, stale_on)
         except Exception as exc:
             flight.error = exc
             raise
         else:
             flight.value, flight.loaded = value, True
-            if ttl > 0:
-                self._store(key, value, ttl)
             return value
         finally:
             del self._flights[key]
             flight.done.set()
 
-    def _store(self, key: Hashable, value: V, ttl: float) -> None:
+    async def _refresh(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
+                       stale_on: tuple[type[BaseException], ...]) -> V:
+        old = self._entries.get(key)
         try:
-            self._entries[key] = _Slot(value, self._timer() + ttl)
+            if old is not None and old.version is not None and revalidate is not None:
+                if await revalidate(old.version):
+                    self.revalidated += 1
+                    self._store(key, old.value, old.version, policy)
+                    return old.value
+            self.misses += 1
+            value, version = await load()
+        except stale_on:
+            if old is not None and self._timer() < old.stale_until:
+                self.stale_served += 1
+                logger.warning("serving a stale copy of %s after a backend error", _label(key))
+                return old.value
+            self._entries.pop(key, None)
+            raise
+        except Exception:
+            self._entries.pop(key, None)
+            raise
+        self._store(key, value, version, policy)
+        return value
+
+    def _store(self, key: Hashable, value: V, version: str | None, policy: CachePolicy) -> None:
+        if policy.ttl <= 0:
+            self._entries.pop(key, None)
+            return
+        now = self._timer()
+        fresh_until = now + policy.ttl
+        try:
+            self._entries[key] = _Slot(value, version, fresh_until, fresh_until + policy.stale_if_error)
         except ValueError:
-            pass  # larger than the whole budget: serve it, do not keep it
+            self._entries.pop(key, None)  # larger than the whole budget: serve it, do not keep it
 
     def invalidate(self, key: Hashable) -> None:
         self._entries.pop(key, None)
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _label(key: Hashable) -> str:
+    return "/".join(str(part) for part in key[:2]) if isinstance(key, tuple) else str(key)

@@ -85,6 +85,8 @@ class Target:
     source: str | None = None
     path: str | None = None
     text: str | None = None
+    mime_declared: bool = False
+    """True when the manifest names the type; otherwise it was guessed and a backend's Content-Type wins."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +98,11 @@ class Page:
 class Catalog:
     """Listed entries in URI order, templates in match order, and lookup of both."""
 
-    def __init__(self, entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int = 1) -> None:
+    def __init__(self, entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int = 1,
+                 url_sources: Mapping[str, bool] | None = None) -> None:
         self.generation = generation
+        # Sources whose paths are URL paths: template values get percent-encoded into them.
+        self._url_sources = dict(url_sources or {})
         self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
         self._uris = [e.uri for e in self.entries]
         self._index = {e.uri: e for e in self.entries}
@@ -124,22 +129,28 @@ class Catalog:
         """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
         entry = self._index.get(uri)
         if entry is not None:
-            return Target(uri, entry.mime_type, entry.source, entry.path, entry.text)
+            return Target(uri, entry.mime_type, entry.source, entry.path, entry.text,
+                          entry.display.mime_type is not None)
         for candidate in self._match_order:
             values = candidate.template.match(uri)
             if values is None:
                 continue
             # A match refused for safety never falls through to a looser template.
-            path = expand_path(candidate, values)
+            path = expand_path(candidate, values, self._url_sources.get(candidate.spec.source, False))
             if path is None:
                 raise ResourceNotFound(uri)
-            mime = candidate.spec.display.mime_type or guess_mime_type(path)
-            return Target(uri, mime, candidate.spec.source, path)
+            declared = candidate.spec.display.mime_type
+            return Target(uri, declared or guess_mime_type(path.split("?", 1)[0]), candidate.spec.source, path,
+                          mime_declared=declared is not None)
         raise ResourceNotFound(uri)
 
 
-def expand_path(entry: TemplateEntry, values: Mapping[str, str]) -> str | None:
-    """Fill a template's source path from matched values; None if any value is unsafe."""
+def expand_path(entry: TemplateEntry, values: Mapping[str, str], url_path: bool = False) -> str | None:
+    """Fill a template's source path from matched values; None if any value is unsafe.
+
+    For URL sources each value is checked as a path, then percent-encoded, so it can never add a query
+    parameter, a fragment or another host.
+    """
     template = entry.template
 
     def fill(m: re.Match[str]) -> str:
@@ -147,12 +158,20 @@ def expand_path(entry: TemplateEntry, values: Mapping[str, str]) -> str | None:
         value = values.get(name)
         if not value:
             raise UnsafePath(f"missing value for {name}")
-        if name not in template.multi_segment and "/" in value:
+        multi = name in template.multi_segment
+        if not multi and "/" in value:
             raise UnsafePath(f"'/' in single-segment variable {name}")
+        if url_path:
+            safe_relpath(value)
+            return quote(value, safe="/" if multi else "")
         return value
 
     try:
-        return safe_relpath(_PLACEHOLDER.sub(fill, entry.spec.path))
+        filled = _PLACEHOLDER.sub(fill, entry.spec.path)
+        if url_path:
+            path, _, query = filled.partition("?")
+            return safe_relpath(path) + ("?" + query if query else "")
+        return safe_relpath(filled)
     except UnsafePath:
         return None
 
@@ -322,7 +341,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
     if issues:
         raise ManifestError(issues)
-    return Catalog(entries, templates, generation)
+    return Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()})
 
 
 def _issue(where: Location, key: str, message: str) -> ManifestIssue:

@@ -6,17 +6,17 @@ This is what protocol handlers call; it knows nothing of MCP. Reads go catalog -
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from aggregator.cache import DEFAULT_BUDGET, ContentCache
+from aggregator.cache import CachePolicy, ContentCache
 from aggregator.catalog import Catalog, Page, Target, compile_catalog
 from aggregator.content import Content, decode_body
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
 from aggregator.manifest import load_manifest
-
-from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue
+from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source
 
 __all__ = ["Aggregator", "open_sources"]
@@ -28,6 +28,7 @@ logger = logging.getLogger("aggregator")
 class SourceLimits:
     ttl: float
     max_bytes: int
+    policy: CachePolicy
 
 
 def open_sources(manifest: Manifest) -> dict[str, Source]:
@@ -52,13 +53,9 @@ class Aggregator:
         self.manifest = manifest
         self.sources = dict(sources)
         self.catalog = catalog
-        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(DEFAULT_BUDGET)
         defaults = manifest.defaults
-        self._limits = {
-            sid: SourceLimits(spec.ttl if spec.ttl is not None else defaults.ttl,
-                              spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes)
-            for sid, spec in manifest.sources.items()
-        }
+        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(defaults.cache_bytes)
+        self._limits = {sid: _limits(spec, defaults) for sid, spec in manifest.sources.items()}
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> Aggregator:
@@ -97,22 +94,40 @@ class Aggregator:
         if target.text is not None:
             return Content(target.mime_type or "text/plain", text=target.text)
         assert target.source is not None and target.path is not None
-        limits = self._limits[target.source]
-        return await self.cache.get_or_load(
-            (target.source, target.path, target.mime_type), limits.ttl, lambda: self._load(target, limits)
-        )
+        source, limits, path = self.sources[target.source], self._limits[target.source], target.path
 
-    async def _load(self, target: Target, limits: SourceLimits) -> Content:
-        source = self.sources[target.source]  # type: ignore[index]
-        try:
-            data = await source.read(target.path, limits.max_bytes)  # type: ignore[arg-type]
-        except SourceNotFound as exc:
-            logger.info("read %s: not found (%s)", target.uri, exc)
-            raise ResourceNotFound(target.uri) from None
-        except SourceTooLarge as exc:
-            logger.warning("read %s: %s", target.uri, exc)
-            raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
-        except SourceError as exc:
-            logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
-            raise ResourceUnavailable(target.uri) from None
-        return decode_body(data, target.mime_type)
+        async def load() -> tuple[Content, str | None]:
+            blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes))
+            declared = target.mime_type if target.mime_declared or not blob.mime_type else blob.mime_type
+            return decode_body(blob.data, declared), blob.version
+
+        async def revalidate(version: str) -> bool:
+            info = await _backend_call(target, source, lambda: source.stat(path))
+            return info.version == version
+
+        key = (target.source, path, target.mime_type)
+        return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
+
+
+T = TypeVar("T")
+
+
+def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
+    ttl = spec.ttl if spec.ttl is not None else defaults.ttl
+    return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
+                        CachePolicy(ttl, spec.stale_if_error))
+
+
+async def _backend_call(target: Target, source: Source, call: Callable[[], Awaitable[T]]) -> T:
+    """Run one backend call; its failures become client-safe errors naming the URI, details go to the log."""
+    try:
+        return await call()
+    except SourceNotFound as exc:
+        logger.info("read %s: not found (%s)", target.uri, exc)
+        raise ResourceNotFound(target.uri) from None
+    except SourceTooLarge as exc:
+        logger.warning("read %s: %s", target.uri, exc)
+        raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
+    except SourceError as exc:
+        logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
+        raise ResourceUnavailable(target.uri) from None

@@ -30,8 +30,8 @@ def safe_relpath(path: str) -> str:
         raise UnsafePath("empty or overlong path")
     if any(ord(c) < 0x20 or c == "\x7f" for c in path):
         raise UnsafePath("control character in path")
-    if "\\" in path or path.startswith("/") or _DRIVE.match(path) or "://" in path:
-        raise UnsafePath("absolute path or foreign separator")
+    if "\\" in path or path.startswith("/") or _DRIVE.match(path) or "://" in path or "::" in path:
+        raise UnsafePath("absolute path, URL or foreign separator")
     if _ENCODED_SEPARATOR.search(path):
         raise UnsafePath("encoded separator in path")
     segments = path.split("/")

@@ -5,12 +5,13 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
-from aggregator.cache import ContentCache
+from aggregator.cache import CachePolicy, ContentCache
 
 
 @dataclass
 class Blob:
     nbytes: int
+    tag: str = ""
 
 
 class Clock:
@@ -21,23 +22,39 @@ class Clock:
         return self.now
 
 
-def test_ttl_expiry_and_hits() -> None:
-    clock = Clock()
-    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
-    loads = 0
+class Backend:
+    """Counts what the cache asked of it."""
 
-    async def load() -> Blob:
-        nonlocal loads
-        loads += 1
-        return Blob(10)
+    def __init__(self, size: int = 10, version: str | None = "v1", delay: float = 0.0) -> None:
+        self.size, self.version, self.delay = size, version, delay
+        self.loads = self.stats = 0
+        self.failing = False
+
+    async def load(self) -> tuple[Blob, str | None]:
+        self.loads += 1
+        await anyio.sleep(self.delay)
+        if self.failing:
+            raise OSError("backend down")
+        return Blob(self.size, f"body@{self.version}"), self.version
+
+    async def revalidate(self, version: str) -> bool:
+        self.stats += 1
+        if self.failing:
+            raise OSError("backend down")
+        return version == self.version
+
+
+def test_ttl_expiry_and_hits() -> None:
+    clock, backend = Clock(), Backend(version=None)
+    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
 
     async def main() -> None:
-        await cache.get_or_load("k", 5, load)
-        await cache.get_or_load("k", 5, load)
-        assert loads == 1 and cache.hits == 1
+        await cache.get_or_load("k", CachePolicy(5), backend.load)
+        await cache.get_or_load("k", CachePolicy(5), backend.load)
+        assert backend.loads == 1 and cache.hits == 1
         clock.now = 6
-        await cache.get_or_load("k", 5, load)
-        assert loads == 2
+        await cache.get_or_load("k", CachePolicy(5), backend.load)
+        assert backend.loads == 2
 
     anyio.run(main)
 
@@ -47,56 +64,86 @@ def test_byte_budget_evicts_by_size_not_count() -> None:
 
     async def main() -> None:
         for i in range(5):
-            await cache.get_or_load(i, 60, lambda: _value(Blob(30)))
+            await cache.get_or_load(i, CachePolicy(60), Backend(size=30).load)
         assert cache.current_bytes <= 100 and len(cache) == 3
-        # Bigger than the budget: served, never kept.
-        big = await cache.get_or_load("big", 60, lambda: _value(Blob(500)))
-        assert big.nbytes == 500 and cache.get("big") is None
+        assert cache.get(0) is None and cache.get(4) is not None  # least recently used went first
+        big = await cache.get_or_load("big", CachePolicy(60), Backend(size=500).load)
+        assert big.nbytes == 500 and cache.get("big") is None  # bigger than the budget: served, not kept
 
     anyio.run(main)
 
 
-async def _value(v: Blob) -> Blob:
-    return v
-
-
 def test_single_flight_and_errors_not_cached() -> None:
     cache: ContentCache[Blob] = ContentCache(1000)
-    calls = 0
-
-    async def slow() -> Blob:
-        nonlocal calls
-        calls += 1
-        await anyio.sleep(0.05)
-        return Blob(1)
-
-    async def failing() -> Blob:
-        nonlocal calls
-        calls += 1
-        await anyio.sleep(0.01)
-        raise OSError("backend down")
+    backend = Backend(delay=0.05)
 
     async def main() -> None:
-        nonlocal calls
         async with anyio.create_task_group() as tg:
             for _ in range(50):
-                tg.start_soon(cache.get_or_load, "cold", 60, slow)
-        assert calls == 1
-        calls = 0
-        results = []
+                tg.start_soon(cache.get_or_load, "cold", CachePolicy(60), backend.load)
+        assert backend.loads == 1
+        failing = Backend(delay=0.01)
+        failing.failing = True
+        errors = []
 
         async def attempt() -> None:
             try:
-                await cache.get_or_load("bad", 60, failing)
+                await cache.get_or_load("bad", CachePolicy(60), failing.load)
             except OSError as exc:
-                results.append(exc)
+                errors.append(exc)
 
         async with anyio.create_task_group() as tg:
             for _ in range(10):
                 tg.start_soon(attempt)
-        assert calls == 1 and len(results) == 10
+        assert failing.loads == 1 and len(errors) == 10
         with pytest.raises(OSError):
-            await cache.get_or_load("bad", 60, failing)
-        assert calls == 2  # the error was not cached
+            await cache.get_or_load("bad", CachePolicy(60), failing.load)
+        assert failing.loads == 2  # the error was not cached
+
+    anyio.run(main)
+
+
+def test_revalidation_costs_a_metadata_call_not_a_download() -> None:
+    clock, backend = Clock(), Backend()
+    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
+    policy = CachePolicy(10)
+
+    async def get() -> Blob:
+        return await cache.get_or_load("k", policy, backend.load, backend.revalidate)
+
+    async def main() -> None:
+        await get()
+        clock.now = 11
+        assert (await get()).tag == "body@v1"
+        assert (backend.loads, backend.stats, cache.revalidated) == (1, 1, 1)
+        clock.now = 15  # fresh again after revalidation
+        await get()
+        assert backend.stats == 1
+        backend.version = "v2"
+        clock.now = 30
+        assert (await get()).tag == "body@v2"
+        assert (backend.loads, backend.stats) == (2, 2)
+
+    anyio.run(main)
+
+
+def test_stale_if_error_is_bounded() -> None:
+    clock, backend = Clock(), Backend()
+    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
+    policy = CachePolicy(10, stale_if_error=20)
+
+    async def get() -> Blob:
+        return await cache.get_or_load("k", policy, backend.load, backend.revalidate, stale_on=(OSError,))
+
+    async def main() -> None:
+        await get()
+        backend.failing = True
+        clock.now = 15
+        assert (await get()).tag == "body@v1" and cache.stale_served == 1
+        clock.now = 31  # past expiry + staleIfError
+        with pytest.raises(OSError):
+            await get()
+        backend.failing = False
+        assert (await get()).tag == "body@v1" and backend.loads == 2  # the stale copy was dropped
 
     anyio.run(main)

@@ -88,33 +88,55 @@ class _Builder:
     def build(self) -> Manifest:
         data = self.marked.data
         server = data["server"]
-        defaults = data.get("defaults", {})
+        defaults = self.base_defaults = self.defaults(data.get("defaults", {}))
         sources = {sid: self.source(sid, spec) for sid, spec in data.get("sources", {}).items()}
         return Manifest(
             path=self.file,
             server=ServerSettings(server["name"], server.get("title"), server.get("version"),
                                   server.get("instructions"), server.get("pageSize", DEFAULT_PAGE_SIZE)),
-            defaults=Defaults(parse_duration(defaults.get("ttl", "5m")), parse_size(defaults.get("maxBytes", "10MiB"))),
+            defaults=defaults,
             sources=sources,
             resources=tuple(self.resource(i, r, sources) for i, r in enumerate(data.get("resources", []))),
             collections=tuple(self.collection(i, c, sources) for i, c in enumerate(data.get("collections", []))),
             templates=tuple(self.template(i, t, sources) for i, t in enumerate(data.get("templates", []))),
         )
 
+    def defaults(self, spec: dict[str, Any]) -> Defaults:
+        base = Defaults()
+        return Defaults(
+            ttl=parse_duration(spec.get("ttl", base.ttl)),
+            max_bytes=parse_size(spec.get("maxBytes", base.max_bytes)),
+            cache_bytes=parse_size(spec.get("cacheBytes", base.cache_bytes)),
+            timeout=parse_duration(spec.get("timeout", base.timeout)),
+            max_concurrency=spec.get("maxConcurrency", base.max_concurrency),
+            stale_if_error=parse_duration(spec.get("staleIfError", base.stale_if_error)),
+        )
+
     def source(self, sid: str, spec: dict[str, Any]) -> SourceSpec:
         path: KeyPath = ("sources", sid)
         url = spec["url"]
         match = _SCHEME.match(url)
-        if match is None or match.group(1).lower() == "file":
+        scheme = match.group(1).lower() if match else None
+        if scheme is None or scheme == "file":
             local = unquote(urlsplit(url).path) if match else url
             protocol, url = "file", str((self.base / os.path.expanduser(local)).resolve())
+        elif scheme.startswith("git+"):
+            # git+file://./repo, git+https://host/repo.git: the repository; `ref` picks the tree.
+            protocol, url = "git", url[len("git+"):]
+            if url.startswith("file://"):
+                url = str((self.base / os.path.expanduser(unquote(url[len("file://"):]))).resolve())
         else:
-            protocol = match.group(1).lower()
+            protocol = scheme
         return SourceSpec(
             id=sid, url=url, protocol=protocol, where=self.at(path), key=format_path(path),
             ttl=parse_duration(spec["ttl"]) if "ttl" in spec else None,
             max_bytes=parse_size(spec["maxBytes"]) if "maxBytes" in spec else None,
             options=spec.get("options", {}), description=spec.get("description"),
+            headers=spec.get("headers", {}), ref=spec.get("ref"),
+            timeout=parse_duration(spec.get("timeout", self.base_defaults.timeout)),
+            max_concurrency=spec.get("maxConcurrency", self.base_defaults.max_concurrency),
+            stale_if_error=parse_duration(spec.get("staleIfError", self.base_defaults.stale_if_error)),
+            allow_private_network=spec.get("allowPrivateNetwork", False),
         )
 
     def check_source(self, path: KeyPath, sid: str | None, sources: Mapping[str, SourceSpec]) -> None:

@@ -69,6 +69,11 @@ class Defaults:
     """Seconds content stays cached (and the `ttlMs` hint given to modern clients)."""
     max_bytes: int = 10 * 1024 * 1024
     """Largest resource body served; bigger ones are refused with a clear error."""
+    cache_bytes: int = 256 * 1024 * 1024
+    """Memory budget of the whole content cache, shared by every source."""
+    timeout: float = 30.0
+    max_concurrency: int = 8
+    stale_if_error: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,18 @@ class SourceSpec:
     max_bytes: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """HTTP sources: request headers (secrets come from ${ENV})."""
+    ref: str | None = None
+    """git sources: branch, tag or commit."""
+    timeout: float = 30.0
+    """Seconds one backend call may take."""
+    max_concurrency: int = 8
+    """Backend calls in flight at once for this source."""
+    stale_if_error: float = 0.0
+    """Seconds past expiry a cached copy may still be served when the backend fails."""
+    allow_private_network: bool = False
+    """HTTP sources: allow loopback, link-local and private addresses (off: such hosts are refused)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,18 @@ class FileInfo:
     size: int | None = None
     mtime: float | None = None
     """Seconds since the epoch, UTC."""
+    version: str | None = None
+    """ETag, object id or mtime+size: equal versions mean equal bytes (None when the backend gives none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """A file's bytes as read, with what the backend said about them."""
+
+    data: bytes
+    mime_type: str | None = None
+    """The type the backend declared (an HTTP Content-Type), if any."""
+    version: str | None = None
 
 
 class SourceError(Exception):
@@ -42,6 +54,8 @@ class Source(Protocol):
     """A place files come from: list them, stat one, read one."""
 
     id: str
+    url_paths: bool
+    """True when paths become URL paths and queries (HTTP): template values are percent-encoded into them."""
 
     async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
         """Every file whose relative path matches the glob `pattern` and none of `exclude`."""
@@ -51,7 +65,7 @@ class Source(Protocol):
         """Size and modification time of one file; SourceNotFound if absent."""
         ...
 
-    async def read(self, path: str, max_bytes: int) -> bytes:
+    async def read(self, path: str, max_bytes: int) -> Blob:
         """The whole file; SourceTooLarge if it holds more than `max_bytes`."""
         ...
 

@@ -16,13 +16,15 @@ import fsspec
 
 from aggregator.globs import compile_glob, glob_prefix
 from aggregator.paths import UnsafePath, is_within, safe_relpath
-from aggregator.sources.base import FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["LocalSource"]
 
 
 class LocalSource:
     """Files under one folder on this machine."""
+
+    url_paths = False
 
     def __init__(self, id: str, root: str) -> None:
         self.id = id
@@ -58,17 +60,19 @@ class LocalSource:
             raise SourceError(f"stat failed: {exc.strerror or exc}") from None
         if info.get("type") != "file":
             raise SourceNotFound("not a file")
-        return FileInfo(path, int(info["size"]), float(info["mtime"]))
+        size, mtime = int(info["size"]), float(info["mtime"])
+        return FileInfo(path, size, mtime, _version(mtime, size))
 
-    async def read(self, path: str, max_bytes: int) -> bytes:
+    async def read(self, path: str, max_bytes: int) -> Blob:
         real = self.resolve(path)
         return await anyio.to_thread.run_sync(self._read_file, real, max_bytes)
 
-    def _read_file(self, real: str, max_bytes: int) -> bytes:
+    def _read_file(self, real: str, max_bytes: int) -> Blob:
         try:
             with self._fs.open(real, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if not stat_mode.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                st = os.fstat(handle.fileno())
+                size = st.st_size
+                if not stat_mode.S_ISREG(st.st_mode):
                     raise SourceNotFound("not a file")
                 if size > max_bytes:
                     raise SourceTooLarge(size, max_bytes)
@@ -80,7 +84,7 @@ class LocalSource:
             raise SourceError(f"read failed: {exc.strerror or exc}") from None
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
-        return data
+        return Blob(data, version=_version(st.st_mtime, size))
 
     async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
         return await anyio.to_thread.run_sync(self._list, pattern, tuple(exclude))
@@ -92,7 +96,7 @@ class LocalSource:
         files: list[FileInfo] = []
         for rel, st in self._walk(prefix):
             if match(rel) and not any(x(rel) for x in excluded):
-                files.append(FileInfo(rel, st.st_size, st.st_mtime))
+                files.append(FileInfo(rel, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size)))
         return files
 
     def _walk(self, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
@@ -128,3 +132,7 @@ class LocalSource:
                         yield rel, entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+
+
+def _version(mtime: float, size: int) -> str:
+    return f"{mtime!r}:{size}"
