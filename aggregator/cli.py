@@ -10,7 +10,8 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -40,10 +41,16 @@ def _report(error: ManifestError, fmt: str = "text") -> None:
             print(issue, file=sys.stderr)
 
 
-async def _open(path: str):  # -> Aggregator; imported lazily so `schema` stays instant
+@asynccontextmanager
+async def _opened(path: str) -> AsyncIterator[Any]:
+    """The Aggregator for a manifest (imported lazily so `schema` stays instant), closed on the way out."""
     from aggregator.core import Aggregator
 
-    return await Aggregator.open(path)
+    aggregator = await Aggregator.open(path)
+    try:
+        yield aggregator
+    finally:
+        await aggregator.aclose()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -54,19 +61,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def run() -> int:
         started = time.perf_counter()
         try:
-            aggregator = await _open(args.manifest)
+            async with _opened(args.manifest) as aggregator:
+                server = build_server(aggregator)
+                catalog = aggregator.catalog
+                logger.info(
+                    "serving %r from %s: %d sources, %d resources, %d templates; %s; stdio; ready in %.0f ms",
+                    aggregator.manifest.server.name, args.manifest, len(aggregator.sources), len(catalog),
+                    len(catalog.templates), wire_summary(), (time.perf_counter() - started) * 1000,
+                )
+                async with stdio_server() as (read_stream, write_stream):
+                    await server.run(read_stream, write_stream, initialization_options(server))
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
-        server = build_server(aggregator)
-        catalog = aggregator.catalog
-        logger.info(
-            "serving %r from %s: %d sources, %d resources, %d templates; %s; stdio; ready in %.0f ms",
-            aggregator.manifest.server.name, args.manifest, len(aggregator.sources), len(catalog),
-            len(catalog.templates), wire_summary(), (time.perf_counter() - started) * 1000,
-        )
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, initialization_options(server))
         return EXIT_OK
 
     return anyio.run(run)
@@ -77,11 +84,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         try:
-            aggregator = await _open(args.manifest)
+            async with _opened(args.manifest) as aggregator:
+                catalog = aggregator.catalog
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
-        catalog = aggregator.catalog
         if args.json:
             out: dict[str, Any] = {
                 "resources": [resource_dict(e) for e in catalog.entries],
@@ -104,12 +111,11 @@ def cmd_read(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         try:
-            aggregator = await _open(args.manifest)
+            async with _opened(args.manifest) as aggregator:
+                content = await aggregator.read(args.uri)
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
-        try:
-            content = await aggregator.read(args.uri)
         except RequestError as exc:
             print(f"aggregator: {exc.message}", file=sys.stderr)
             return EXIT_INVALID
@@ -126,7 +132,8 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     async def run() -> int:
         try:
-            aggregator = await _open(args.manifest)
+            async with _opened(args.manifest) as aggregator:
+                pass
         except ManifestError as exc:
             _report(exc, args.format)
             return EXIT_INVALID

@@ -65,6 +65,13 @@ class Aggregator:
         catalog = await compile_catalog(manifest, sources)
         return cls(manifest, sources, catalog)
 
+    async def aclose(self) -> None:
+        """Release what sources hold open (HTTP connection pools)."""
+        for source in self.sources.values():
+            close = getattr(source, "aclose", None)
+            if close is not None:
+                await close()
+
     @property
     def page_size(self) -> int:
         return self.manifest.server.page_size

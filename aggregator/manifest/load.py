@@ -65,6 +65,10 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     return manifest
 
 
+def _network_allowance(value: bool | list[str]) -> bool | tuple[str, ...]:
+    return tuple(value) if isinstance(value, list) else bool(value)
+
+
 def _within_reported(key: str, reported: set[str]) -> bool:
     return any(key == r or key.startswith((r + ".", r + "[")) for r in reported)
 
@@ -136,7 +140,7 @@ class _Builder:
             timeout=parse_duration(spec.get("timeout", self.base_defaults.timeout)),
             max_concurrency=spec.get("maxConcurrency", self.base_defaults.max_concurrency),
             stale_if_error=parse_duration(spec.get("staleIfError", self.base_defaults.stale_if_error)),
-            allow_private_network=spec.get("allowPrivateNetwork", False),
+            allow_private_network=_network_allowance(spec.get("allowPrivateNetwork", False)),
         )
 
     def check_source(self, path: KeyPath, sid: str | None, sources: Mapping[str, SourceSpec]) -> None:

@@ -99,8 +99,8 @@ class SourceSpec:
     """Backend calls in flight at once for this source."""
     stale_if_error: float = 0.0
     """Seconds past expiry a cached copy may still be served when the backend fails."""
-    allow_private_network: bool = False
-    """HTTP sources: allow loopback, link-local and private addresses (off: such hosts are refused)."""
+    allow_private_network: bool | tuple[str, ...] = False
+    """HTTP sources: allow loopback, link-local and private addresses (True) or only these networks."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,190 @@
+"""Any fsspec filesystem as a source: S3 (s3fs), git (pygit2), memory, gcs, azure ... chosen by URL protocol.
+
+The bucket or repository and root prefix come from the manifest; a request only ever adds a relative path that
+passed `safe_relpath`, so it cannot change protocol, bucket or host. Calls run in worker threads, bounded
+by the source's `maxConcurrency` and `timeout`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import fsspec
+
+from aggregator.globs import compile_glob, glob_prefix
+from aggregator.paths import UnsafePath, safe_relpath
+from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+
+__all__ = ["FsspecSource", "info_version"]
+
+T = TypeVar("T")
+_READ_CHUNK = 1024 * 1024
+
+
+def info_version(info: Mapping[str, Any]) -> str | None:
+    """A version string from an fsspec info dict: ETag, object id, or modification time with size."""
+    for key in ("ETag", "etag", "hex", "md5Hash", "generation", "VersionId"):
+        value = info.get(key)
+        if value:
+            return f"{key}:{str(value).strip(chr(34))}"
+    mtime = _mtime(info)
+    return f"mtime:{mtime!r}:{info.get('size')}" if mtime is not None else None
+
+
+def _mtime(info: Mapping[str, Any]) -> float | None:
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)):
+            return float(value)
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+    return None
+
+
+class FsspecSource:
+    """Files under `root` of an fsspec filesystem."""
+
+    url_paths = False
+
+    def __init__(self, id: str, fs: fsspec.AbstractFileSystem, root: str, *, label: str,
+                 timeout: float = 30.0, max_concurrency: int = 8) -> None:
+        self.id = id
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self._label = label
+        self._timeout = timeout
+        self._limiter = anyio.CapacityLimiter(max_concurrency)
+
+    @classmethod
+    def from_url(cls, id: str, protocol: str, url: str, options: Mapping[str, Any], **limits: Any) -> FsspecSource:
+        """Open `url` with fsspec's `protocol` implementation; SourceError if the protocol is unknown or fails."""
+        try:
+            fs_class = fsspec.get_filesystem_class(protocol)
+        except (ValueError, ImportError) as exc:
+            raise SourceError(f"no filesystem for protocol {protocol!r}: {exc}") from None
+        try:
+            fs = fs_class(**dict(options))
+        except Exception as exc:  # backend constructors raise anything; never echo options (credentials)
+            raise SourceError(f"cannot open a {protocol} filesystem: {type(exc).__name__}") from None
+        root = fs_class._strip_protocol(url)
+        return cls(id, fs, root, label=f"{protocol}://{root}", **limits)
+
+    def describe(self) -> str:
+        return self._label
+
+    def full_path(self, path: str) -> str:
+        try:
+            safe_relpath(path)
+        except UnsafePath as exc:
+            raise SourceNotFound(f"refused path: {exc}") from None
+        return f"{self.root}/{path}" if self.root else path
+
+    async def _call(self, func: Callable[..., T], *args: Any) -> T:
+        async with self._limiter:
+            try:
+                with anyio.fail_after(self._timeout):
+                    return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
+            except TimeoutError:
+                raise SourceError(f"{self._label}: no answer within {self._timeout:g}s") from None
+
+    async def stat(self, path: str) -> FileInfo:
+        full = self.full_path(path)
+        info = await self._call(self._info, full)
+        if info.get("type") not in ("file", None):
+            raise SourceNotFound("not a file")
+        return FileInfo(path, _int_or_none(info.get("size")), _mtime(info), info_version(info))
+
+    def _info(self, full: str) -> dict[str, Any]:
+        try:
+            return self.fs.info(full)
+        except FileNotFoundError:
+            raise SourceNotFound("no such file") from None
+        except (IsADirectoryError, NotADirectoryError):
+            raise SourceNotFound("not a file") from None
+        except Exception as exc:
+            raise SourceError(f"stat failed: {type(exc).__name__}: {_short(exc)}") from None
+
+    async def read(self, path: str, max_bytes: int) -> Blob:
+        full = self.full_path(path)
+        return await self._call(self._read, full, max_bytes)
+
+    def _read(self, full: str, max_bytes: int) -> Blob:
+        info = self._info(full)
+        if info.get("type") not in ("file", None):
+            raise SourceNotFound("not a file")
+        size = _int_or_none(info.get("size"))
+        if size is not None and size > max_bytes:
+            raise SourceTooLarge(size, max_bytes)
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            with self.fs.open(full, "rb") as handle:
+                # Count while reading: the object may be bigger than its listing said.
+                while chunk := handle.read(min(_READ_CHUNK, max_bytes + 1 - total)):
+                    chunks.append(chunk)
+                    total += len(chunk)
+                    if total > max_bytes:
+                        raise SourceTooLarge(total, max_bytes)
+        except FileNotFoundError:
+            raise SourceNotFound("no such file") from None
+        except (SourceTooLarge, SourceNotFound):
+            raise
+        except Exception as exc:
+            raise SourceError(f"read failed: {type(exc).__name__}: {_short(exc)}") from None
+        return Blob(b"".join(chunks), version=info_version(info))
+
+    async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
+        return await self._call(self._list, pattern, tuple(exclude))
+
+    def _list(self, pattern: str, exclude: tuple[str, ...]) -> list[FileInfo]:
+        match = compile_glob(pattern).fullmatch
+        excluded = [compile_glob(e).fullmatch for e in exclude]
+        prefix = glob_prefix(pattern)
+        start = f"{self.root}/{prefix}" if prefix else self.root
+        try:
+            found = self.fs.find(start, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise SourceError(f"listing failed: {type(exc).__name__}: {_short(exc)}") from None
+        files: list[FileInfo] = []
+        cut = len(self.fs._strip_protocol(self.root).rstrip("/")) + 1 if self.root else 0
+        for name, info in found.items():
+            if info.get("type", "file") != "file":
+                continue
+            rel = self.fs._strip_protocol(name)[cut:]
+            if not rel or not match(rel) or any(x(rel) for x in excluded):
+                continue
+            try:
+                safe_relpath(rel)
+            except UnsafePath:
+                continue  # a key no request could name safely is not listed either
+            files.append(FileInfo(rel, _int_or_none(info.get("size")), _mtime(info), info_version(info)))
+        return files
+
+
+def _int_or_none(value: object) -> int | None:
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _short(exc: BaseException) -> str:
+    # Backend messages may quote request URLs with signatures: keep the first line, bounded.
+    return str(exc).splitlines()[0][:200] if str(exc) else ""
+
+
+def cache_dir(kind: str, key: str) -> str:
+    """A per-user cache folder for `kind` (clones and the like), unique per `key`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "aggregator", kind, hashlib.sha256(key.encode()).hexdigest()[:16])
+    os.makedirs(folder, exist_ok=True)
+    return folder
