@@ -6,7 +6,7 @@ This is what protocol handlers call; it knows nothing of MCP. Reads go catalog -
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -45,6 +45,13 @@ def open_sources(manifest: Manifest) -> dict[str, Source]:
     return sources
 
 
+async def close_sources(sources: Iterable[Source]) -> None:
+    for source in sources:
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            await close()
+
+
 class Aggregator:
     """Serves one manifest: listing pages, template pages and reads."""
 
@@ -62,15 +69,16 @@ class Aggregator:
         """Load, validate and compile a manifest; ManifestError with every located problem."""
         manifest = load_manifest(manifest_path)
         sources = open_sources(manifest)
-        catalog = await compile_catalog(manifest, sources)
+        try:
+            catalog = await compile_catalog(manifest, sources)
+        except BaseException:
+            await close_sources(sources.values())
+            raise
         return cls(manifest, sources, catalog)
 
     async def aclose(self) -> None:
         """Release what sources hold open (HTTP connection pools)."""
-        for source in self.sources.values():
-            close = getattr(source, "aclose", None)
-            if close is not None:
-                await close()
+        await close_sources(self.sources.values())
 
     @property
     def page_size(self) -> int:

@@ -86,8 +86,10 @@ class HttpSource:
             raise SourceNotFound("refused path")
         path_part, _, query = path.partition("?")
         prefix = self.base.raw_path.rstrip("/")
-        url = yarl.URL.build(scheme=self.base.scheme, host=self.base.raw_host or "", port=self.base.explicit_port,
-                             path=f"{prefix}/{path_part}", query_string=query, encoded=True)
+        try:
+            url = yarl.URL(f"{self.base.origin()}{prefix}/{path_part}" + (f"?{query}" if query else ""), encoded=True)
+        except ValueError:
+            raise SourceNotFound("refused path") from None
         if url.origin() != self.base.origin() or not url.raw_path.startswith(prefix + "/"):
             raise SourceNotFound("refused path")
         return url

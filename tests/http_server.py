@@ -1,0 +1,101 @@
+"""A real HTTP server on loopback for HTTP-source tests: counts requests, serves slow, endless, redirecting,
+compressed and failing responses."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aiohttp import web
+
+BINARY = bytes(range(256)) * 4
+
+
+class Upstream:
+    def __init__(self) -> None:
+        self.hits: Counter[str] = Counter()
+        self.etag = '"v1"'
+        self.body = "# A\n\nfirst version\n"
+        self.failing = False
+        self.seen_headers: list[dict[str, str]] = []
+        self.queries: list[dict[str, str]] = []
+        self.port = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/base/{tail:.*}", self.handle)
+        app.router.add_route("*", "/{tail:.*}", self.outside)
+        return app
+
+    async def outside(self, request: web.Request) -> web.Response:
+        self.hits["OUTSIDE " + request.path] += 1
+        return web.Response(text="outside the base folder")
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        tail = request.match_info["tail"]
+        self.hits[f"{request.method} {tail}"] += 1
+        self.seen_headers.append(dict(request.headers))
+        if self.failing:
+            return web.Response(status=500, text="SECRET-UPSTREAM-BODY")
+        if tail == "docs/a.md":
+            await asyncio.sleep(0.05)  # long enough for concurrent misses to overlap
+            if request.headers.get("If-None-Match") == self.etag:
+                return web.Response(status=304)
+            return web.Response(text=self.body, content_type="text/markdown", headers={"ETag": self.etag})
+        if tail == "data":  # no extension: the Content-Type decides
+            return web.json_response({"ok": True})
+        if tail == "blob":
+            return web.Response(body=BINARY, content_type="application/octet-stream")
+        if tail == "weather":
+            self.queries.append(dict(request.query))
+            return web.json_response({"city": request.query.get("city"), "params": sorted(request.query)})
+        if tail == "slow":
+            await asyncio.sleep(10)
+            return web.Response(text="late")
+        if tail == "endless":
+            response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            await response.prepare(request)
+            try:
+                while True:
+                    await response.write(b"x" * 65536)
+                    await asyncio.sleep(0)
+            except (ConnectionResetError, asyncio.CancelledError):
+                return response
+        if tail == "bomb":
+            return web.Response(body=gzip.compress(b"\0" * 5_000_000), headers={
+                "Content-Encoding": "gzip", "Content-Type": "application/octet-stream"})
+        if tail == "redirect":
+            raise web.HTTPFound(location=request.query["to"])
+        if tail == "missing":
+            return web.Response(status=404, text="SECRET-404-BODY")
+        return web.Response(status=404)
+
+
+@contextmanager
+def serve() -> Iterator[Upstream]:
+    """Run an Upstream on 127.0.0.1 in a background thread for the duration of the block."""
+    upstream = Upstream()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    runner = web.AppRunner(upstream.app())
+
+    async def start() -> None:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        upstream.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+
+    thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield upstream
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
