@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -95,5 +97,37 @@ def test_schema_command_prints_the_schema() -> None:
 
 @pytest.mark.parametrize("sample", sorted((ROOT / "sample-configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_sample_validates(sample: Path) -> None:
-    result = run("validate", str(sample))
+    """Each sample validates fully, its sources opened: S3 and HTTP ones against local servers started here."""
+    offline = run("validate", "--offline", str(sample))
+    assert offline.returncode == 0 and b"offline" in offline.stdout, offline.stderr.decode()
+    with sample_services() as env:
+        result = run("validate", str(sample), env=env)
     assert result.returncode == 0, result.stderr.decode()
+    assert b"offline" not in result.stdout
+
+
+@contextmanager
+def sample_services() -> Iterator[dict[str, str]]:
+    """moto S3 with the bucket local_s3.py makes, and an HTTP server over sample-configs/docs."""
+    import functools
+    import http.server
+    import threading
+
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    s3 = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    s3.start()
+    host, port = s3.get_host_and_port()
+    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}", aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    client.create_bucket(Bucket="reports")
+    client.put_object(Bucket="reports", Key="latest/2026/q1.md", Body=b"# Q1\n")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(ROOT / "sample-configs" / "docs"))
+    handler.log_message = lambda *args: None  # type: ignore[method-assign]
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        yield {"S3_ENDPOINT": f"http://{host}:{port}", "SITE_URL": f"http://127.0.0.1:{web.server_address[1]}"}
+    finally:
+        web.shutdown()
+        s3.stop()
