@@ -29,9 +29,9 @@ def s3() -> Iterator[str]:
     endpoint = f"http://{host}:{port}"
     client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test-key",
                           aws_secret_access_key="test-secret-value", region_name="us-east-1")
-    client.create_bucket(Bucket="reports")
+    client.create_bucket(Bucket="source-tests")
     for key, body in KEYS.items():
-        client.put_object(Bucket="reports", Key=key, Body=body)
+        client.put_object(Bucket="source-tests", Key=key, Body=body)
     yield endpoint
     server.stop()
 
@@ -42,7 +42,7 @@ def manifest(tmp_path: Path, endpoint: str, extra: str = "") -> Path:
         server: {{name: s3-test}}
         sources:
           reports:
-            url: "s3://reports/latest"
+            url: "s3://source-tests/latest"
             options: {{key: "${{S3_KEY:-test-key}}", secret: "${{S3_SECRET:-test-secret-value}}", endpoint_url: "{endpoint}"}}
             ttl: 1m
         collections:
@@ -101,7 +101,7 @@ def test_s3_single_flight_and_cache(tmp_path: Path, s3: str) -> None:
 def test_s3_bad_credentials_give_a_generic_error(tmp_path: Path, s3: str, caplog: pytest.LogCaptureFixture,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("S3_SECRET", "wrong-secret-value")
-    # moto accepts any credentials; an unknown bucket stands in for a backend refusal.
+    # moto accepts any credentials (and its buckets are shared process-wide): an unknown bucket stands in for a refusal.
     path_file = write_manifest(tmp_path, f"""
         version: 1
         server: {{name: s3-test}}
