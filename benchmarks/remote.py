@@ -1,0 +1,141 @@
+"""Remote sources next to local ones, same run: cached reads from S3 (moto), HTTP and a local folder over stdio,
+one cold URI read 50 times at once, and a collection over many S3 objects (listing time, server peak RSS).
+
+`python -m benchmarks.remote [--objects 100000]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import os
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import anyio
+import boto3
+import psutil
+from mcp import Client, StdioServerParameters
+from moto.server import ThreadedMotoServer
+
+REPO = Path(__file__).resolve().parents[1]
+BODY = b"# Report\n\n" + b"x" * 500 + b"\n"
+
+
+def fill_bucket(endpoint: str, objects: int) -> None:
+    s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
+                      region_name="us-east-1")
+    s3.create_bucket(Bucket="bench")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket="bench", Key=f"docs/d{i // 1000:03}/f{i % 1000:03}.md", Body=BODY),
+                      range(objects)))
+
+
+def manifest(folder: Path, endpoint: str, web_port: int, local: Path, collection: bool) -> Path:
+    listed = '  - {source: s3, glob: "**/*.md", uri: "s3c://{path}"}\n' if collection else ""
+    path = folder / ("remote-collection.yaml" if collection else "remote.yaml")
+    path.write_text(f"""version: 1
+server: {{name: remote-bench}}
+sources:
+  s3: {{url: "s3://bench/docs", options: {{key: k, secret: s, endpoint_url: "{endpoint}"}}, maxConcurrency: 32}}
+  web: {{url: "http://127.0.0.1:{web_port}", allowPrivateNetwork: ["127.0.0.1/32"], maxConcurrency: 32}}
+  local: {{url: "{local}"}}
+templates:
+  - {{uriTemplate: "s3://{{+path}}", name: s3, source: s3, path: "{{path}}"}}
+  - {{uriTemplate: "web://{{+path}}", name: web, source: web, path: "{{path}}"}}
+  - {{uriTemplate: "local://{{+path}}", name: local, source: local, path: "{{path}}"}}
+collections:
+{listed or "  []"}
+""".replace("collections:\n  []\n", "collections: []\n"))
+    return path
+
+
+async def drive(path: Path, objects: int) -> dict[str, float]:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "--log-level", "WARNING",
+                                                                  "serve", str(path)],
+                                   env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)})
+    figures: dict[str, float] = {}
+    async with Client(params, mode="auto", cache=None) as client:
+        for kind in ("local", "s3", "web"):
+            uris = [f"{kind}://d000/f{i:03}.md" for i in range(20)]
+            for uri in uris:
+                await client.read_resource(uri)
+            started = time.perf_counter()
+            for i in range(1000):
+                await client.read_resource(uris[i % 20])
+            figures[f"{kind} cached reads/s"] = 1000 / (time.perf_counter() - started)
+        cold = "s3://d001/f001.md"
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(client.read_resource, cold)
+        figures["50 concurrent cold reads (s)"] = time.perf_counter() - started
+    return figures
+
+
+async def listing(path: Path) -> dict[str, float]:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "--log-level", "WARNING",
+                                                                  "serve", str(path)],
+                                   env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)})
+    started = time.perf_counter()
+    async with Client(params, mode="auto", cache=None) as client:
+        await client.list_resources()
+        ready = time.perf_counter() - started
+        started = time.perf_counter()
+        count, cursor = 0, None
+        while True:
+            page = await client.list_resources(cursor=cursor)
+            count += len(page.resources)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        full = time.perf_counter() - started
+        peak = max(_hwm(c.pid) for c in psutil.Process().children(recursive=True))
+    return {"listed": count, "ready (s)": ready, "full listing (s)": full, "server peak RSS (MB)": peak}
+
+
+def _hwm(pid: int) -> float:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--objects", type=int, default=100_000)
+    args = parser.parse_args()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    started = time.perf_counter()
+    fill_bucket(endpoint, args.objects)
+    print(f"filled {args.objects} objects in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "local"
+        for i in range(20):
+            (local / "d000").mkdir(parents=True, exist_ok=True)
+            (local / "d000" / f"f{i:03}.md").write_bytes(BODY)
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(local))
+        handler.log_message = lambda *a: None  # type: ignore[method-assign]
+        web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        reads = anyio.run(drive, manifest(Path(tmp), endpoint, web.server_address[1], local, False), args.objects)
+        lists = anyio.run(listing, manifest(Path(tmp), endpoint, web.server_address[1], local, True))
+        web.shutdown()
+    server.stop()
+    for name, value in {**reads, **lists}.items():
+        print(f"{name}: {value:,.3f}")
+
+
+if __name__ == "__main__":
+    main()
