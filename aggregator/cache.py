@@ -165,6 +165,13 @@ class ContentCache(Generic[V]):
     def invalidate(self, key: Hashable) -> None:
         self._entries.pop(key, None)
 
+    def invalidate_where(self, predicate: Callable[[Hashable], bool]) -> int:
+        """Drop every entry whose key satisfies `predicate`; returns how many went."""
+        doomed = [key for key in list(self._entries.keys()) if predicate(key)]
+        for key in doomed:
+            self._entries.pop(key, None)
+        return len(doomed)
+
     def clear(self) -> None:
         self._entries.clear()
 

@@ -115,6 +115,18 @@ class Catalog:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def targets(self) -> set[tuple[str, str]]:
+        """(source, path) of every listed file."""
+        return {(e.source, e.path) for e in self.entries if e.source is not None and e.path is not None}
+
+    def entries_for(self, source: str, paths: set[str]) -> list[Entry]:
+        return [e for e in self.entries if e.source == source and e.path in paths]
+
+    def listing_signature(self) -> tuple[object, ...]:
+        """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
+        return (tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.last_modified) for e in self.entries),
+                tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
+
     def get(self, uri: str) -> Entry | None:
         return self._index.get(uri)
 

@@ -56,21 +56,29 @@ async def _opened(path: str) -> AsyncIterator[Any]:
 def cmd_serve(args: argparse.Namespace) -> int:
     from mcp.server.stdio import stdio_server
 
+    from aggregator.live import LiveCatalog
+    from aggregator.notify import Notifier
     from aggregator.server import build_server, initialization_options, wire_summary
 
     async def run() -> int:
         started = time.perf_counter()
         try:
             async with _opened(args.manifest) as aggregator:
-                server = build_server(aggregator)
+                notifier = Notifier(max_subscriptions=args.max_subscriptions)
+                live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
+                server = build_server(aggregator, notifier)
                 catalog = aggregator.catalog
                 logger.info(
-                    "serving %r from %s: %d sources, %d resources, %d templates; %s; stdio; ready in %.0f ms",
-                    aggregator.manifest.server.name, args.manifest, len(aggregator.sources), len(catalog),
-                    len(catalog.templates), wire_summary(), (time.perf_counter() - started) * 1000,
+                    "serving %r from %s: %d sources, %d resources, %d templates; %s; stdio; hot reload %s; "
+                    "ready in %.0f ms", aggregator.manifest.server.name, args.manifest, len(aggregator.sources),
+                    len(catalog), len(catalog.templates), wire_summary(), "off" if args.no_reload else "on",
+                    (time.perf_counter() - started) * 1000,
                 )
-                async with stdio_server() as (read_stream, write_stream):
-                    await server.run(read_stream, write_stream, initialization_options(server))
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(live.run)
+                    async with stdio_server() as (read_stream, write_stream):
+                        await server.run(read_stream, write_stream, initialization_options(server))
+                    live.stop()
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
@@ -172,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="serve a manifest over stdio")
     p.add_argument("manifest")
+    p.add_argument("--no-reload", action="store_true", help="do not reload the manifest when it is saved")
+    p.add_argument("--max-subscriptions", type=int, default=1000, metavar="N",
+                   help="resource subscriptions one connection may hold (default 1000)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("list", help="print every listed resource and template")

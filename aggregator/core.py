@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -31,11 +31,18 @@ class SourceLimits:
     policy: CachePolicy
 
 
-def open_sources(manifest: Manifest) -> dict[str, Source]:
-    """Open every declared source; ManifestError locating each one that cannot be opened."""
+def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
+    """Equal but for where the manifest wrote them."""
+    return replace(a, where=b.where, key=b.key) == b
+
+
+def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[str, Source]:
+    """Open every declared source but those in `skip`; ManifestError locating each one that cannot be opened."""
     sources: dict[str, Source] = {}
     issues: list[ManifestIssue] = []
     for spec in manifest.sources.values():
+        if spec.id in skip:
+            continue
         try:
             sources[spec.id] = open_source(spec)
         except SourceError as exc:
@@ -79,6 +86,60 @@ class Aggregator:
     async def aclose(self) -> None:
         """Release what sources hold open (HTTP connection pools)."""
         await close_sources(self.sources.values())
+
+    async def reload(self) -> bool:
+        """Load the manifest again and swap in its catalog; True if the listing changed.
+
+        ManifestError (located) if the new manifest is bad: the current catalog keeps serving. Unchanged sources
+        are kept (their connections and cached content with them).
+        """
+        manifest = load_manifest(self.manifest.path)
+        kept = {sid: src for sid, src in self.sources.items()
+                if sid in manifest.sources and _same_source(self.manifest.sources[sid], manifest.sources[sid])}
+        fresh = open_sources(manifest, skip=kept)
+        sources = {**kept, **fresh}
+        try:
+            catalog = await compile_catalog(manifest, sources, self.catalog.generation + 1)
+        except BaseException:
+            await close_sources(fresh.values())
+            raise
+        dropped = [src for sid, src in self.sources.items() if sid not in kept]
+        changed = self._swap(manifest, sources, catalog, replaced=set(self.sources) - set(kept))
+        await close_sources(dropped)
+        return changed
+
+    async def refresh_listing(self) -> bool:
+        """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
+        catalog = await compile_catalog(self.manifest, self.sources, self.catalog.generation + 1)
+        return self._swap(self.manifest, self.sources, catalog, replaced=set())
+
+    def _swap(self, manifest: Manifest, sources: dict[str, Source], catalog: Catalog, replaced: set[str]) -> bool:
+        old = self.catalog
+        self.manifest, self.sources = manifest, sources
+        self._limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
+        self.catalog = catalog  # one reference: a read in flight keeps the snapshot it took
+        gone = old.targets() - catalog.targets()
+        # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
+        self.cache.invalidate_where(lambda key: key[0] in replaced or (key[0], key[1]) in gone)
+        return old.listing_signature() != catalog.listing_signature()
+
+    def invalidate(self, source: str, paths: Iterable[str]) -> None:
+        """Forget cached content of these files (they changed)."""
+        wanted = {(source, p) for p in paths}
+        self.cache.invalidate_where(lambda key: (key[0], key[1]) in wanted)
+
+    def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
+        """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
+        catalog = self.catalog
+        uris = {e.uri for e in catalog.entries_for(source, paths)}
+        for uri in candidates:
+            try:
+                target = catalog.resolve(uri)
+            except ResourceNotFound:
+                continue
+            if target.source == source and target.path in paths:
+                uris.add(uri)
+        return uris
 
     @property
     def page_size(self) -> int:

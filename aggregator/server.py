@@ -25,6 +25,7 @@ from aggregator.content import Content
 from aggregator.core import Aggregator
 from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.manifest.model import Annotations, Display, Icon
+from aggregator.notify import Notifier, TooManySubscriptions
 
 __all__ = ["build_server", "contents_dict", "initialization_options", "resource_dict", "template_dict", "wire_summary"]
 
@@ -137,8 +138,9 @@ def _ttl_ms(seconds: float) -> int:
     return max(0, int(seconds * 1000))
 
 
-def build_server(aggregator: Aggregator) -> Server[Any]:
-    """A low-level MCP server answering resources/list, resources/templates/list and resources/read."""
+def build_server(aggregator: Aggregator, notifier: Notifier | None = None) -> Server[Any]:
+    """A low-level MCP server answering resources/list, resources/templates/list and resources/read, and with a
+    notifier, resources/subscribe and unsubscribe (legacy wire) and subscriptions/listen (modern wire)."""
 
     def listing(items: list[dict[str, Any]], key: str, next_cursor: str | None) -> dict[str, Any]:
         result = {key: items, "ttlMs": _ttl_ms(aggregator.default_ttl), "cacheScope": CACHE_SCOPE, **COMPLETE}
@@ -178,7 +180,7 @@ def build_server(aggregator: Aggregator) -> Server[Any]:
         return await _guarded(ctx, uri, body)
 
     settings = aggregator.manifest.server
-    return Server(
+    server: Server[Any] = Server(
         settings.name,
         version=settings.version or __version__,
         title=settings.title,
@@ -187,11 +189,48 @@ def build_server(aggregator: Aggregator) -> Server[Any]:
         on_list_resource_templates=list_templates,  # type: ignore[arg-type]
         on_read_resource=read_resource,  # type: ignore[arg-type]
     )
+    if notifier is not None:
+        _add_subscriptions(server, aggregator, notifier)
+    return server
+
+
+def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: Notifier) -> None:
+    async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
+        uri = str(params.uri)
+
+        async def body() -> types.EmptyResult:
+            aggregator.catalog.resolve(uri)  # unknown URIs get the not-found error, not a silent subscription
+            try:
+                notifier.subscribe(ctx.session, uri)
+            except TooManySubscriptions as exc:
+                raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
+            return types.EmptyResult()
+
+        return await _guarded(ctx, uri, body)
+
+    async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        notifier.unsubscribe(ctx.session, str(params.uri))
+        return types.EmptyResult()
+
+    async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
+        try:
+            return await notifier.listen(ctx, params)
+        except TooManySubscriptions as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from None
+
+    async def initialized(ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
+        notifier.register(ctx.session)  # a legacy session: it hears list_changed from now on
+
+    server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+    server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
+    server.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listen)
+    server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
 
 
 def initialization_options(server: Server[Any]) -> InitializationOptions:
-    # Truthful capabilities: nothing here sends list_changed or accepts subscriptions yet.
-    return server.create_initialization_options(NotificationOptions(resources_changed=False))
+    # listChanged is true only when the server can send it (a notifier is wired); subscribe follows the handler.
+    live = server.get_request_handler("resources/subscribe") is not None
+    return server.create_initialization_options(NotificationOptions(resources_changed=live))
 
 
 def wire_summary() -> str:

@@ -41,7 +41,9 @@ def test_handshake_listing_and_pagination(docs_manifest: Path, mode: str) -> Non
             assert client.server_info.title == "Test docs"
             assert client.instructions == "Read the README first."
             assert client.server_capabilities.resources is not None
-            assert not client.server_capabilities.resources.subscribe
+            # Truthful on both wires: the server sends list_changed and takes subscriptions.
+            assert client.server_capabilities.resources.subscribe
+            assert client.server_capabilities.resources.list_changed
 
             resources, pages = await list_all(client)
             uris = [r.uri for r in resources]

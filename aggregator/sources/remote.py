@@ -86,13 +86,15 @@ class FsspecSource:
             raise SourceNotFound(f"refused path: {exc}") from None
         return f"{self.root}/{path}" if self.root else path
 
-    async def _call(self, func: Callable[..., T], *args: Any) -> T:
+    async def _call(self, func: Callable[..., T], *args: Any, timeout: float | None = -1) -> T:
+        """Run a blocking backend call in a thread, under the source's concurrency limit and timeout."""
+        limit = self._timeout if timeout == -1 else timeout
         async with self._limiter:
             try:
-                with anyio.fail_after(self._timeout):
+                with anyio.fail_after(limit):
                     return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
             except TimeoutError:
-                raise SourceError(f"{self._label}: no answer within {self._timeout:g}s") from None
+                raise SourceError(f"{self._label}: no answer within {limit:g}s") from None
 
     async def stat(self, path: str) -> FileInfo:
         full = self.full_path(path)
@@ -141,7 +143,8 @@ class FsspecSource:
         return Blob(b"".join(chunks), version=info_version(info))
 
     async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
-        return await self._call(self._list, pattern, tuple(exclude))
+        # A listing is many paged requests: `timeout` bounds each read, the backend's own timeouts each page.
+        return await self._call(self._list, pattern, tuple(exclude), timeout=None)
 
     def _list(self, pattern: str, exclude: tuple[str, ...]) -> list[FileInfo]:
         match = compile_glob(pattern).fullmatch

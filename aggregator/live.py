@@ -1,0 +1,137 @@
+"""The live catalog: reload the manifest when it is saved, notice changed files, and tell clients.
+
+Reloads run off the request path, one at a time; saves that arrive during a reload fold into one more. A save
+that does not change the file's bytes, or does not change what is listed, sends nothing; a broken save keeps
+the last good catalog serving and logs the located error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import anyio
+
+from aggregator.core import Aggregator
+from aggregator.manifest.model import ManifestError
+from aggregator.notify import Notifier
+from aggregator.sources import LocalSource
+from aggregator.watch import Change, watch_folders, watch_manifest
+
+__all__ = ["LiveCatalog"]
+
+logger = logging.getLogger("aggregator.live")
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class LiveCatalog:
+    """Keeps an Aggregator in step with its manifest and its local folders, and notifies through a Notifier."""
+
+    def __init__(self, aggregator: Aggregator, notifier: Notifier, *, reload: bool = True) -> None:
+        self.aggregator = aggregator
+        self.notifier = notifier
+        self.reload_enabled = reload
+        self.reloads = 0
+        self.reload_errors = 0
+        self.last_error: str | None = None
+        self._manifest_path = Path(aggregator.manifest.path)
+        self._digest = _digest(self._manifest_path)
+        self._dirty = anyio.Event()
+        self._sources_changed = anyio.Event()
+        self._stop = anyio.Event()
+
+    async def run(self) -> None:
+        """Watch until `stop()`; run it in a task group beside the server."""
+        async with anyio.create_task_group() as tg:
+            if self.reload_enabled:
+                tg.start_soon(watch_manifest, [str(self._manifest_path)], self._manifest_touched, self._stop)
+                tg.start_soon(self._reload_loop)
+            tg.start_soon(self._watch_sources)
+            await self._stop.wait()
+            tg.cancel_scope.cancel()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.notifier.close()
+
+    # --- the manifest --------------------------------------------------------------------------------
+
+    async def _manifest_touched(self) -> None:
+        self._dirty.set()
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty = anyio.Event()  # saves from now on ask for one more reload
+            await self.reload_if_changed()
+
+    async def reload_if_changed(self) -> bool:
+        """Reload if the manifest's bytes changed since the last load; True if clients were told."""
+        digest = _digest(self._manifest_path)
+        if digest is None or digest == self._digest:
+            return False  # deleted (keep serving) or untouched
+        try:
+            changed = await self.aggregator.reload()
+        except ManifestError as exc:
+            self.reload_errors += 1
+            self.last_error = str(exc)
+            logger.error("manifest reload failed; still serving generation %d:\n%s",
+                         self.aggregator.catalog.generation, exc)
+            return False
+        except Exception:
+            self.reload_errors += 1
+            logger.exception("manifest reload failed; still serving the last good catalog")
+            return False
+        self._digest = digest
+        self.reloads += 1
+        self.last_error = None
+        self._sources_changed.set()
+        logger.info("reloaded %s: generation %d, %d resources, %d templates%s", self._manifest_path,
+                    self.aggregator.catalog.generation, len(self.aggregator.catalog),
+                    len(self.aggregator.catalog.templates), "; listing changed" if changed else "")
+        if changed:
+            await self.notifier.list_changed()
+        return changed
+
+    # --- local folders -------------------------------------------------------------------------------
+
+    async def _watch_sources(self) -> None:
+        """Watch the local folders of the current manifest; start again when a reload changes them."""
+        while True:
+            roots = {sid: src.root for sid, src in self.aggregator.sources.items() if isinstance(src, LocalSource)}
+            self._sources_changed = anyio.Event()
+            stop = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_folders, roots, self.files_changed, stop)
+
+                async def restart() -> None:
+                    await self._sources_changed.wait()
+                    stop.set()
+
+                tg.start_soon(restart)
+                if not roots:
+                    await self._sources_changed.wait()
+                    tg.cancel_scope.cancel()
+
+    async def files_changed(self, source: str, changes: set[tuple[Change, str]]) -> None:
+        """Invalidate, send `updated` to subscribers, and relist collections when files came or went."""
+        paths = {path for _, path in changes}
+        self.aggregator.invalidate(source, paths)
+        subscribed = self.notifier.subscribed_uris()
+        if subscribed:
+            uris = self.aggregator.uris_for(source, paths, subscribed) & subscribed
+            if uris:
+                await self.notifier.updated(sorted(uris))
+        if any(change != Change.modified for change, _ in changes) and self._has_collection(source):
+            if await self.aggregator.refresh_listing():
+                await self.notifier.list_changed()
+
+    def _has_collection(self, source: str) -> bool:
+        return any(c.source == source for c in self.aggregator.manifest.collections)
