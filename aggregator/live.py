@@ -23,6 +23,8 @@ __all__ = ["LiveCatalog"]
 
 logger = logging.getLogger("aggregator.live")
 
+FALLBACK_CHECK_SECONDS = 2.0
+
 
 def _digest(path: Path) -> str | None:
     try:
@@ -68,7 +70,10 @@ class LiveCatalog:
 
     async def _reload_loop(self) -> None:
         while True:
-            await self._dirty.wait()
+            # Events drive reloads; the periodic digest check catches what no event reported (a save before the
+            # watcher started, network filesystems).
+            with anyio.move_on_after(FALLBACK_CHECK_SECONDS):
+                await self._dirty.wait()
             self._dirty = anyio.Event()  # saves from now on ask for one more reload
             await self.reload_if_changed()
 

@@ -1,12 +1,13 @@
 """Change fan-out to both wires: legacy sessions (`resources/subscribe`) and modern listen streams (the bus).
 
-Sessions are held weakly, so a connection that closes takes its subscriptions with it and nothing piles up.
+The SDK builds a session object per message, so a legacy connection is remembered by its `Connection` with
+the session of its `notifications/initialized` (not tied to any request), and forgotten through the
+connection's exit stack when it closes: nothing piles up.
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,8 +33,8 @@ class Notifier:
     def __init__(self, bus: SubscriptionBus | None = None, max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
         self.bus: SubscriptionBus = bus or InMemorySubscriptionBus()
         self.max_subscriptions = max_subscriptions
-        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._subscriptions: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self._sessions: dict[Any, Any] = {}
+        self._subscriptions: dict[Any, set[str]] = {}
         self._listens: dict[object, frozenset[str]] = {}
         self.sent_list_changed = 0
         self.sent_updated = 0
@@ -41,19 +42,26 @@ class Notifier:
 
     # --- legacy wire ---------------------------------------------------------------------------------
 
-    def register(self, session: Any) -> None:
-        """A legacy session that should hear list_changed."""
-        self._sessions.add(session)
+    def register(self, connection: Any, session: Any) -> None:
+        """A legacy connection that should hear list_changed, and the session to send through."""
+        if connection in self._sessions:
+            return
+        self._sessions[connection] = session
+        connection.exit_stack.callback(self._forget, connection)
 
-    def subscribe(self, session: Any, uri: str) -> None:
-        self.register(session)
-        uris = self._subscriptions.setdefault(session, set())
+    def _forget(self, connection: Any) -> None:
+        self._sessions.pop(connection, None)
+        self._subscriptions.pop(connection, None)
+
+    def subscribe(self, connection: Any, session: Any, uri: str) -> None:
+        self.register(connection, session)
+        uris = self._subscriptions.setdefault(connection, set())
         if uri not in uris and len(uris) >= self.max_subscriptions:
             raise TooManySubscriptions(self.max_subscriptions)
         uris.add(uri)
 
-    def unsubscribe(self, session: Any, uri: str) -> None:
-        self._subscriptions.get(session, set()).discard(uri)
+    def unsubscribe(self, connection: Any, uri: str) -> None:
+        self._subscriptions.get(connection, set()).discard(uri)
 
     # --- modern wire ---------------------------------------------------------------------------------
 
@@ -89,15 +97,16 @@ class Notifier:
 
     async def list_changed(self) -> None:
         self.sent_list_changed += 1
-        for session in list(self._sessions):
+        for session in list(self._sessions.values()):
             await _send(session.send_resource_list_changed())
         await self.bus.publish(ResourcesListChanged())
 
     async def updated(self, uris: Iterable[str]) -> None:
         for uri in uris:
             self.sent_updated += 1
-            for session, subscribed in list(self._subscriptions.items()):
-                if uri in subscribed:
+            for connection, subscribed in list(self._subscriptions.items()):
+                session = self._sessions.get(connection)
+                if session is not None and uri in subscribed:
                     await _send(session.send_resource_updated(uri))
             await self.bus.publish(ResourceUpdated(uri=uri))
 

@@ -194,6 +194,12 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None) -> Se
     return server
 
 
+def _connection(ctx: ServerRequestContext[Any]) -> Any:
+    """The connection a message came on. The SDK makes a session per message; the connection is what lasts
+    (and its exit stack is where cleanup goes). Not public in mcp 2.3, hence the attribute lookup."""
+    return getattr(ctx.session, "_connection")
+
+
 def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: Notifier) -> None:
     async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
         uri = str(params.uri)
@@ -201,7 +207,7 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
         async def body() -> types.EmptyResult:
             aggregator.catalog.resolve(uri)  # unknown URIs get the not-found error, not a silent subscription
             try:
-                notifier.subscribe(ctx.session, uri)
+                notifier.subscribe(_connection(ctx), ctx.session, uri)
             except TooManySubscriptions as exc:
                 raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
             return types.EmptyResult()
@@ -209,7 +215,7 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
         return await _guarded(ctx, uri, body)
 
     async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        notifier.unsubscribe(ctx.session, str(params.uri))
+        notifier.unsubscribe(_connection(ctx), str(params.uri))
         return types.EmptyResult()
 
     async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
@@ -219,7 +225,7 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
     async def initialized(ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
-        notifier.register(ctx.session)  # a legacy session: it hears list_changed from now on
+        notifier.register(_connection(ctx), ctx.session)  # a legacy connection: it hears list_changed from now on
 
     server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
     server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)

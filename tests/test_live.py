@@ -1,0 +1,161 @@
+"""Hot reload and subscriptions end to end: the official client over stdio on both wires."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
+
+from tests.conftest import server_params, write_manifest
+
+QUIET = 0.8  # seconds to wait for a notification that must not come
+SOON = 5.0   # seconds a notification that must come may take
+
+BASE = """
+version: 1
+server: {name: live}
+sources:
+  docs: {url: ./docs}
+collections:
+  - {source: docs, glob: "*.md", uri: "docs://{path}"}
+"""
+
+
+@pytest.fixture
+def live_dir(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    (docs / "b.md").write_text("# B\n")
+    write_manifest(tmp_path, BASE)
+    return tmp_path
+
+
+def save(path: Path, text: str) -> None:
+    """Save as editors do: write a temporary file, then rename it over the original."""
+    tmp = path.with_suffix(".tmp~")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class Inbox:
+    """Notifications a legacy client received, by kind."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str | None]] = []
+        self.arrived = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        kind = type(message).__name__
+        if kind == "ResourceListChangedNotification":
+            self.events.append(("list_changed", None))
+        elif kind == "ResourceUpdatedNotification":
+            self.events.append(("updated", str(message.params.uri)))
+        else:
+            return
+        self.arrived.set()
+
+    async def next(self, timeout: float = SOON) -> tuple[str, str | None] | None:
+        with anyio.move_on_after(timeout):
+            while not self.events:
+                self.arrived = anyio.Event()
+                await self.arrived.wait()
+            return self.events.pop(0)
+        return None
+
+
+async def uris(client: Client) -> list[str]:
+    return [r.uri for r in (await client.list_resources()).resources]
+
+
+def test_legacy_reload_broken_save_subscribe_delete_unsubscribe(live_dir: Path) -> None:
+    manifest = live_dir / "manifest.yaml"
+    inbox = Inbox()
+
+    async def main() -> None:
+        async with Client(server_params(manifest), mode="legacy", cache=None, message_handler=inbox) as client:
+            assert await uris(client) == ["docs://a.md", "docs://b.md"]
+
+            save(manifest, BASE + 'resources:\n  - {uri: "note://n", name: n, text: hello}\n')
+            assert await inbox.next() == ("list_changed", None)
+            assert await inbox.next(QUIET) is None  # exactly one
+            assert "note://n" in await uris(client)
+
+            save(manifest, BASE + "resources: [ {uri: broken\n")  # invalid YAML: keep serving, send nothing
+            assert await inbox.next(QUIET) is None
+            assert "note://n" in await uris(client)
+            save(manifest, BASE.replace("name: live", "name: live") + "# only a comment changed\n" +
+                 'resources:\n  - {uri: "note://n", name: n, text: hello}\n')
+            assert await inbox.next(QUIET) is None  # same listing: nothing to tell
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await client.subscribe_resource("docs://a.md")
+                (live_dir / "docs" / "a.md").write_text("# A, edited\n")
+                assert await inbox.next() == ("updated", "docs://a.md")
+                assert (await client.read_resource("docs://a.md")).contents[0].text == "# A, edited\n"
+
+                (live_dir / "docs" / "b.md").unlink()
+                assert await inbox.next() == ("list_changed", None)
+                assert "docs://b.md" not in await uris(client)
+
+                await client.unsubscribe_resource("docs://a.md")
+                (live_dir / "docs" / "a.md").write_text("# A, again\n")
+                assert await inbox.next(QUIET) is None
+
+    anyio.run(main)
+
+
+def test_modern_listen_gets_list_changed_and_updated(live_dir: Path) -> None:
+    manifest = live_dir / "manifest.yaml"
+
+    async def main() -> None:
+        async with Client(server_params(manifest), mode="auto", cache=None) as client:
+            assert client.server_capabilities.resources.subscribe
+            async with client.listen(resources_list_changed=True, resource_subscriptions=["docs://a.md"]) as sub:
+                events: list[Any] = []
+
+                async def collect() -> None:
+                    async for event in sub:
+                        events.append(event)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    await anyio.sleep(0.3)  # let the watchers start
+                    save(manifest, BASE + 'resources:\n  - {uri: "note://m", name: m, text: hi}\n')
+                    await _until(lambda: events)
+                    (live_dir / "docs" / "a.md").write_text("# A2\n")
+                    await _until(lambda: len(events) >= 2)
+                    (live_dir / "docs" / "b.md").write_text("# B2\n")  # not subscribed: no event
+                    await anyio.sleep(QUIET)
+                    tg.cancel_scope.cancel()
+                assert events == [ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
+                assert (await client.read_resource("docs://a.md")).contents[0].text == "# A2\n"
+
+    anyio.run(main)
+
+
+def test_no_reload_flag(live_dir: Path) -> None:
+    manifest = live_dir / "manifest.yaml"
+    inbox = Inbox()
+
+    async def main() -> None:
+        async with Client(server_params(manifest, "--no-reload"), mode="legacy", cache=None,
+                          message_handler=inbox) as client:
+            save(manifest, BASE + 'resources:\n  - {uri: "note://n", name: n, text: hello}\n')
+            assert await inbox.next(QUIET * 2) is None
+            assert "note://n" not in await uris(client)
+
+    anyio.run(main)
+
+
+async def _until(condition: Any, timeout: float = SOON) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.02)
