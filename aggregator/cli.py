@@ -64,7 +64,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         try:
             async with _opened(args.manifest) as aggregator:
-                notifier = Notifier(max_subscriptions=args.max_subscriptions)
+                notifier = Notifier(max_subscriptions=args.max_subscriptions or
+                                    aggregator.manifest.server.max_subscriptions)
                 live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
                 server = build_server(aggregator, notifier)
                 catalog = aggregator.catalog
@@ -181,8 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve a manifest over stdio")
     p.add_argument("manifest")
     p.add_argument("--no-reload", action="store_true", help="do not reload the manifest when it is saved")
-    p.add_argument("--max-subscriptions", type=int, default=1000, metavar="N",
-                   help="resource subscriptions one connection may hold (default 1000)")
+    p.add_argument("--max-subscriptions", type=int, default=None, metavar="N",
+                   help="resource subscriptions one connection may hold (default: server.maxSubscriptions, 1000)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("list", help="print every listed resource and template")

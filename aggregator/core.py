@@ -128,6 +128,24 @@ class Aggregator:
         wanted = {(source, p) for p in paths}
         self.cache.invalidate_where(lambda key: (key[0], key[1]) in wanted)
 
+    async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
+        """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""
+        catalog, backend = self.catalog, self.sources[source]
+        found: dict[str, str | None] = {}
+        for uri in uris:
+            try:
+                target = catalog.resolve(uri)
+            except ResourceNotFound:
+                continue
+            if target.source != source or target.path is None:
+                continue
+            try:
+                info = await backend.stat(target.path)
+                found[uri] = info.version or f"{info.mtime}:{info.size}"
+            except SourceNotFound:
+                found[uri] = None
+        return found
+
     def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
         catalog = self.catalog

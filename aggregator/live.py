@@ -56,6 +56,7 @@ class LiveCatalog:
                 tg.start_soon(watch_manifest, [str(self._manifest_path)], self._manifest_touched, self._stop)
                 tg.start_soon(self._reload_loop)
             tg.start_soon(self._watch_sources)
+            tg.start_soon(self._poll_sources)
             await self._stop.wait()
             tg.cancel_scope.cancel()
 
@@ -137,6 +138,42 @@ class LiveCatalog:
         if any(change != Change.modified for change, _ in changes) and self._has_collection(source):
             if await self.aggregator.refresh_listing():
                 await self.notifier.list_changed()
+
+    # --- remote sources --------------------------------------------------------------------------------
+
+    async def _poll_sources(self) -> None:
+        """Poll every remote source that sets `poll:`; start again when a reload changes them."""
+        while True:
+            polled = {sid: spec.poll for sid, spec in self.aggregator.manifest.sources.items()
+                      if spec.poll and not isinstance(self.aggregator.sources.get(sid), LocalSource)}
+            changed = self._sources_changed
+            async with anyio.create_task_group() as tg:
+                for sid, interval in polled.items():
+                    tg.start_soon(self._poll_source, sid, interval)
+                await changed.wait()
+                tg.cancel_scope.cancel()
+            await anyio.sleep(0)
+
+    async def _poll_source(self, source: str, interval: float) -> None:
+        seen: dict[str, str | None] = {}
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await self.poll_once(source, seen)
+            except Exception:
+                logger.exception("polling source %r failed; trying again in %gs", source, interval)
+
+    async def poll_once(self, source: str, seen: dict[str, str | None]) -> None:
+        """Compare versions of the subscribed URIs of `source` with the last poll; relist its collections."""
+        versions = await self.aggregator.versions(source, self.notifier.subscribed_uris())
+        changed = [uri for uri, version in versions.items() if uri in seen and seen[uri] != version]
+        seen.clear()
+        seen.update(versions)
+        if changed:
+            self.aggregator.invalidate(source, {self.aggregator.catalog.resolve(u).path for u in changed})  # type: ignore[misc]
+            await self.notifier.updated(sorted(changed))
+        if self._has_collection(source) and await self.aggregator.refresh_listing():
+            await self.notifier.list_changed()
 
     def _has_collection(self, source: str) -> bool:
         return any(c.source == source for c in self.aggregator.manifest.collections)

@@ -97,7 +97,8 @@ class _Builder:
         return Manifest(
             path=self.file,
             server=ServerSettings(server["name"], server.get("title"), server.get("version"),
-                                  server.get("instructions"), server.get("pageSize", DEFAULT_PAGE_SIZE)),
+                                  server.get("instructions"), server.get("pageSize", DEFAULT_PAGE_SIZE),
+                                  server.get("maxSubscriptions", 1000)),
             defaults=defaults,
             sources=sources,
             resources=tuple(self.resource(i, r, sources) for i, r in enumerate(data.get("resources", []))),
@@ -141,6 +142,7 @@ class _Builder:
             max_concurrency=spec.get("maxConcurrency", self.base_defaults.max_concurrency),
             stale_if_error=parse_duration(spec.get("staleIfError", self.base_defaults.stale_if_error)),
             allow_private_network=_network_allowance(spec.get("allowPrivateNetwork", False)),
+            poll=parse_duration(spec["poll"]) if "poll" in spec else None,
         )
 
     def check_source(self, path: KeyPath, sid: str | None, sources: Mapping[str, SourceSpec]) -> None:

@@ -61,6 +61,7 @@ class ServerSettings:
     version: str | None = None
     instructions: str | None = None
     page_size: int = DEFAULT_PAGE_SIZE
+    max_subscriptions: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,8 @@ class SourceSpec:
     """Backend calls in flight at once for this source."""
     stale_if_error: float = 0.0
     """Seconds past expiry a cached copy may still be served when the backend fails."""
+    poll: float | None = None
+    """Remote sources: seconds between change checks of subscribed resources and collections."""
     allow_private_network: bool | tuple[str, ...] = False
     """HTTP sources: allow loopback, link-local and private addresses (True) or only these networks."""
 

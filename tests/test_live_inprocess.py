@@ -1,0 +1,165 @@
+"""The live catalog in one process: polling remote sources, subscription caps, cleanup, ConfigMap swaps, a soak."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import tracemalloc
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
+
+from aggregator.core import Aggregator
+from aggregator.live import LiveCatalog
+from aggregator.notify import Notifier
+from aggregator.server import build_server
+from tests.conftest import write_manifest
+from tests.http_server import serve
+from tests.test_live import BASE, save
+
+
+@asynccontextmanager
+async def running(manifest: Path, max_subscriptions: int = 1000) -> AsyncIterator[tuple[Any, LiveCatalog]]:
+    """An Aggregator with its LiveCatalog watching, and the MCP server for in-process clients."""
+    aggregator = await Aggregator.open(manifest)
+    notifier = Notifier(max_subscriptions=max_subscriptions)
+    live = LiveCatalog(aggregator, notifier)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(live.run)
+        await anyio.sleep(0.2)  # watchers up
+        try:
+            yield build_server(aggregator, notifier), live
+        finally:
+            live.stop()
+            tg.cancel_scope.cancel()
+    await aggregator.aclose()
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    (tmp_path / "docs").mkdir()
+    for name in ("a.md", "b.md"):
+        (tmp_path / "docs" / name).write_text(f"# {name}\n")
+    return write_manifest(tmp_path, BASE)
+
+
+def test_remote_poll_sends_updated_for_subscribed_uris(tmp_path: Path) -> None:
+    with serve() as upstream:
+        manifest = write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: poll}}
+            sources:
+              api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, poll: 200ms}}
+            resources:
+              - {{uri: "api://a", name: a, source: api, path: docs/a.md}}
+            """)
+
+        async def main() -> None:
+            async with running(manifest) as (server, live):
+                async with Client(server, mode="auto", cache=None) as client:
+                    assert (await client.read_resource("api://a")).contents[0].text == upstream.body
+                    async with client.listen(resource_subscriptions=["api://a"]) as sub:
+                        await anyio.sleep(0.5)  # one poll records the version
+                        upstream.etag, upstream.body = '"v2"', "# A\n\nchanged upstream\n"
+                        with anyio.fail_after(5):
+                            event = await sub.__anext__()
+                        assert event == ResourceUpdated(uri="api://a")
+                    assert (await client.read_resource("api://a")).contents[0].text == upstream.body
+
+        anyio.run(main)
+
+
+def test_subscription_cap_and_cleanup_on_close(docs: Path) -> None:
+    async def main() -> None:
+        async with running(docs, max_subscriptions=2) as (server, live):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                async with Client(server, mode="legacy", cache=None) as client:
+                    await client.subscribe_resource("docs://a.md")
+                    await client.subscribe_resource("docs://b.md")
+                    await client.subscribe_resource("docs://a.md")  # again: still two
+                    with pytest.raises(MCPError) as err:
+                        await client.subscribe_resource("docs://c.md")
+                    assert err.value.code in (-32002, -32602)  # unknown URI: not found
+                    (docs.parent / "docs" / "c.md").write_text("c")
+                    await anyio.sleep(0.5)
+                    with pytest.raises(MCPError) as err:
+                        await client.subscribe_resource("docs://c.md")
+                    assert "limit" in err.value.message
+                    assert live.notifier.legacy_sessions == 1 and live.notifier.subscribed_uris()
+            await anyio.sleep(0.1)
+            assert live.notifier.legacy_sessions == 0 and not live.notifier.subscribed_uris()
+            async with Client(server, mode="auto", cache=None) as client:
+                with pytest.raises(MCPError):
+                    async with client.listen(resource_subscriptions=["docs://a.md", "docs://b.md", "docs://c.md"]):
+                        pass
+                async with client.listen(resource_subscriptions=["docs://a.md"]):
+                    assert live.notifier.subscribed_uris() == {"docs://a.md"}
+            await anyio.sleep(0.1)
+            assert not live.notifier.subscribed_uris()
+
+    anyio.run(main)
+
+
+def test_configmap_symlink_swap_reloads(tmp_path: Path) -> None:
+    """Kubernetes mounts a ConfigMap as m.yaml -> ..data/m.yaml, ..data -> ..<timestamp>; updates swap ..data."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("a")
+    mount = tmp_path / "config"
+    first = mount / "..2026_01"
+    first.mkdir(parents=True)
+    (first / "m.yaml").write_text(BASE.replace("./docs", str(tmp_path / "docs")))
+    os.symlink("..2026_01", mount / "..data")
+    os.symlink("..data/m.yaml", mount / "m.yaml")
+
+    async def main() -> None:
+        async with running(mount / "m.yaml") as (server, live):
+            second = mount / "..2026_02"
+            second.mkdir()
+            (second / "m.yaml").write_text(BASE.replace("./docs", str(tmp_path / "docs")) +
+                                           'resources:\n  - {uri: "note://cm", name: cm, text: swapped}\n')
+            os.symlink("..2026_02", mount / "..data_tmp")
+            os.replace(mount / "..data_tmp", mount / "..data")
+            with anyio.fail_after(5):
+                while live.aggregator.catalog.get("note://cm") is None:
+                    await anyio.sleep(0.02)
+            assert live.reloads == 1
+
+    anyio.run(main)
+
+
+def test_soak_200_saves_bounded_notifications_no_leaks(docs: Path) -> None:
+    async def main() -> None:
+        async with running(docs) as (server, live):
+            async with Client(server, mode="legacy", cache=None) as client:
+                await client.list_resources()
+                gc.collect()
+                tasks_before = len(asyncio.all_tasks())
+                tracemalloc.start()
+                base_memory = tracemalloc.get_traced_memory()[0]
+                for i in range(200):
+                    save(docs, BASE + f'resources:\n  - {{uri: "note://n{i % 7}", name: n, text: "{i}"}}\n')
+                    await anyio.sleep(0.002)
+                await anyio.sleep(1.0)
+                gc.collect()
+                grown = tracemalloc.get_traced_memory()[0] - base_memory
+                tracemalloc.stop()
+                sent = live.notifier.sent_list_changed
+                print(f"200 saves -> {sent} list_changed, {live.reloads} reloads, {grown} bytes grown")
+                assert 1 <= sent <= 60, sent  # debounced and folded: far fewer than 200
+                assert live.reload_errors == 0
+                assert len(asyncio.all_tasks()) <= tasks_before
+                assert grown < 5_000_000, grown
+                final = [r.uri for r in (await client.list_resources()).resources]
+                assert "note://n3" in final  # the last save (199 % 7 == 3) is what serves
+
+    anyio.run(main)
