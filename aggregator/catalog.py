@@ -12,7 +12,8 @@ import bisect
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 import time
 from urllib.parse import quote
 
@@ -103,6 +104,8 @@ class Catalog:
         self.generation = generation
         # Sources whose paths are URL paths: template values get percent-encoded into them.
         self._url_sources = dict(url_sources or {})
+        # Entries each collection produced (by collection_key), for reloads that can reuse them.
+        self.collections: dict[CollectionSpec, list[Entry]] = {}
         self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
         self._uris = [e.uri for e in self.entries]
         self._index = {e.uri: e for e in self.entries}
@@ -122,6 +125,7 @@ class Catalog:
     def entries_for(self, source: str, paths: set[str]) -> list[Entry]:
         return [e for e in self.entries if e.source == source and e.path in paths]
 
+    @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
         return (tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.last_modified) for e in self.entries),
@@ -300,20 +304,40 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
     return entries
 
 
-async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1) -> Catalog:
-    """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources."""
+def collection_key(spec: CollectionSpec) -> CollectionSpec:
+    """What makes two collections list the same entries: everything but where the manifest wrote them."""
+    return replace(spec, where=_NOWHERE, key="")
+
+
+_NOWHERE = Location("", 0, 0)
+
+
+async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1,
+                          reuse: Mapping[CollectionSpec, Sequence[Entry]] | None = None) -> Catalog:
+    """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources.
+
+    `reuse` maps collections (by `collection_key`) to entries still known to be current (their folder is
+    watched), so a reload does not list and build them again.
+    """
     issues: list[ManifestIssue] = []
     resource_entries: list[Entry] = [None] * len(manifest.resources)  # type: ignore[list-item]
-    listings: list[Sequence[FileInfo]] = [()] * len(manifest.collections)
+    built: list[Sequence[Entry]] = [()] * len(manifest.collections)
+    reuse = reuse or {}
 
     async def build_resource(i: int, spec: ResourceSpec) -> None:
         resource_entries[i] = await _resource_entry(spec, sources)
 
     async def list_collection(i: int, spec: CollectionSpec) -> None:
+        known = reuse.get(collection_key(spec))
+        if known is not None:
+            built[i] = known
+            return
         try:
-            listings[i] = await sources[spec.source].list(spec.glob, spec.exclude)
+            files = await sources[spec.source].list(spec.glob, spec.exclude)
         except SourceError as exc:
             issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
+            return
+        built[i] = _collection_entries(spec, files)
 
     async with anyio.create_task_group() as tg:
         for i, rspec in enumerate(manifest.resources):
@@ -335,8 +359,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     for rspec, entry in zip(manifest.resources, resource_entries):
         if claim(entry.uri, rspec.key, rspec.where):
             entries.append(entry)
-    for cspec, files in zip(manifest.collections, listings):
-        for entry in _collection_entries(cspec, files):
+    for cspec, collection_entries in zip(manifest.collections, built):
+        for entry in collection_entries:
             if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
                 entries.append(entry)
 
@@ -353,7 +377,9 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
     if issues:
         raise ManifestError(issues)
-    return Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()})
+    catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()})
+    catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built)}
+    return catalog
 
 
 def _issue(where: Location, key: str, message: str) -> ManifestIssue:

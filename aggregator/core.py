@@ -31,6 +31,17 @@ class SourceLimits:
     policy: CachePolicy
 
 
+def _content_changed(old: Catalog, new: Catalog, replaced: set[str]) -> set[str]:
+    """Listed URIs in both catalogs whose content now comes from elsewhere (other text, file or source)."""
+    changed = set()
+    for entry in new.entries:
+        before = old.get(entry.uri)
+        if before is not None and ((before.source, before.path, before.text) != (entry.source, entry.path, entry.text)
+                                   or entry.source in replaced):
+            changed.add(entry.uri)
+    return changed
+
+
 def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
     """Equal but for where the manifest wrote them."""
     return replace(a, where=b.where, key=b.key) == b
@@ -87,26 +98,31 @@ class Aggregator:
         """Release what sources hold open (HTTP connection pools)."""
         await close_sources(self.sources.values())
 
-    async def reload(self) -> bool:
-        """Load the manifest again and swap in its catalog; True if the listing changed.
+    async def reload(self, watched: Iterable[str] = ()) -> tuple[bool, set[str]]:
+        """Load the manifest again and swap in its catalog; returns (listing changed, URIs whose content changed).
 
         ManifestError (located) if the new manifest is bad: the current catalog keeps serving. Unchanged sources
-        are kept (their connections and cached content with them).
+        are kept (their connections and cached content with them); collections over `watched` sources that did not
+        change are reused rather than listed again (a watcher keeps them current).
         """
         manifest = load_manifest(self.manifest.path)
         kept = {sid: src for sid, src in self.sources.items()
                 if sid in manifest.sources and _same_source(self.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)
         sources = {**kept, **fresh}
+        still = set(watched) & set(kept)
+        reuse = {key: entries for key, entries in self.catalog.collections.items() if key.source in still}
         try:
-            catalog = await compile_catalog(manifest, sources, self.catalog.generation + 1)
+            catalog = await compile_catalog(manifest, sources, self.catalog.generation + 1, reuse)
         except BaseException:
             await close_sources(fresh.values())
             raise
         dropped = [src for sid, src in self.sources.items() if sid not in kept]
-        changed = self._swap(manifest, sources, catalog, replaced=set(self.sources) - set(kept))
+        replaced = set(self.sources) - set(kept)
+        old = self.catalog
+        changed = self._swap(manifest, sources, catalog, replaced=replaced)
         await close_sources(dropped)
-        return changed
+        return changed, _content_changed(old, catalog, replaced)
 
     async def refresh_listing(self) -> bool:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
@@ -121,7 +137,7 @@ class Aggregator:
         gone = old.targets() - catalog.targets()
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(lambda key: key[0] in replaced or (key[0], key[1]) in gone)
-        return old.listing_signature() != catalog.listing_signature()
+        return old.listing_signature != catalog.listing_signature
 
     def invalidate(self, source: str, paths: Iterable[str]) -> None:
         """Forget cached content of these files (they changed)."""

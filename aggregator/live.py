@@ -47,6 +47,7 @@ class LiveCatalog:
         self._digest = _digest(self._manifest_path)
         self._dirty = anyio.Event()
         self._sources_changed = anyio.Event()
+        self._watched: set[str] = set()  # local sources whose watcher is running
         self._stop = anyio.Event()
 
     async def run(self) -> None:
@@ -83,8 +84,9 @@ class LiveCatalog:
         digest = _digest(self._manifest_path)
         if digest is None or digest == self._digest:
             return False  # deleted (keep serving) or untouched
+        watch_plan = self._watch_plan()
         try:
-            changed = await self.aggregator.reload()
+            changed, content_changed = await self.aggregator.reload(watched=self._watched)
         except ManifestError as exc:
             self.reload_errors += 1
             self.last_error = str(exc)
@@ -98,13 +100,23 @@ class LiveCatalog:
         self._digest = digest
         self.reloads += 1
         self.last_error = None
-        self._sources_changed.set()
+        if self._watch_plan() != watch_plan:
+            self._sources_changed.set()  # restart watchers and pollers only when what they watch changed
         logger.info("reloaded %s: generation %d, %d resources, %d templates%s", self._manifest_path,
                     self.aggregator.catalog.generation, len(self.aggregator.catalog),
                     len(self.aggregator.catalog.templates), "; listing changed" if changed else "")
         if changed:
             await self.notifier.list_changed()
+        subscribed = content_changed & self.notifier.subscribed_uris()
+        if subscribed:
+            await self.notifier.updated(sorted(subscribed))
         return changed
+
+    def _watch_plan(self) -> tuple[object, ...]:
+        """What the watchers and pollers cover: local roots (by source object) and poll intervals."""
+        sources = self.aggregator.sources
+        return (tuple(sorted((sid, id(src)) for sid, src in sources.items() if isinstance(src, LocalSource))),
+                tuple(sorted((sid, spec.poll) for sid, spec in self.aggregator.manifest.sources.items() if spec.poll)))
 
     # --- local folders -------------------------------------------------------------------------------
 
@@ -112,6 +124,7 @@ class LiveCatalog:
         """Watch the local folders of the current manifest; start again when a reload changes them."""
         while True:
             roots = {sid: src.root for sid, src in self.aggregator.sources.items() if isinstance(src, LocalSource)}
+            self._watched = set(roots)
             self._sources_changed = anyio.Event()
             stop = anyio.Event()
             async with anyio.create_task_group() as tg:
