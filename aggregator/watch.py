@@ -16,6 +16,8 @@ logger = logging.getLogger("aggregator.watch")
 
 DEBOUNCE_MS = 50
 STEP_MS = 20
+# How often the watcher thread looks at its stop flag: bounds how long shutting a watcher down takes.
+RUST_TIMEOUT_MS = 200
 
 
 async def watch_manifest(paths: Iterable[str], on_change: Callable[[], Awaitable[None]],
@@ -26,7 +28,7 @@ async def watch_manifest(paths: Iterable[str], on_change: Callable[[], Awaitable
     """
     folders = sorted({os.path.dirname(os.path.abspath(p)) for p in paths})
     async for _ in awatch(*folders, debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=stop, recursive=False,
-                          ignore_permission_denied=True):
+                          rust_timeout=RUST_TIMEOUT_MS, ignore_permission_denied=True):
         await on_change()
 
 
@@ -37,7 +39,7 @@ async def watch_folders(roots: dict[str, str], on_change: Callable[[str, set[tup
         return
     by_root = {os.path.realpath(root): sid for sid, root in roots.items()}
     async for batch in awatch(*by_root, debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=stop,
-                              ignore_permission_denied=True):
+                              rust_timeout=RUST_TIMEOUT_MS, ignore_permission_denied=True):
         grouped: dict[str, set[tuple[Change, str]]] = {}
         for change, path in batch:
             for root, sid in by_root.items():

@@ -81,7 +81,7 @@ def serve() -> Iterator[Upstream]:
     upstream = Upstream()
     loop = asyncio.new_event_loop()
     ready = threading.Event()
-    runner = web.AppRunner(upstream.app())
+    runner = web.AppRunner(upstream.app(), shutdown_timeout=0.5)
 
     async def start() -> None:
         await runner.setup()
