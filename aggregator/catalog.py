@@ -104,8 +104,10 @@ class Catalog:
         self.generation = generation
         # Sources whose paths are URL paths: template values get percent-encoded into them.
         self._url_sources = dict(url_sources or {})
-        # Entries each collection produced (by collection_key), for reloads that can reuse them.
+        # Entries each collection produced (by collection_key) and when they were listed (time.monotonic()),
+        # for reloads that can reuse them.
         self.collections: dict[CollectionSpec, list[Entry]] = {}
+        self.listed_at: dict[CollectionSpec, float] = {}
         self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
         self._uris = [e.uri for e in self.entries]
         self._index = {e.uri: e for e in self.entries}
@@ -313,7 +315,8 @@ _NOWHERE = Location("", 0, 0)
 
 
 async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1,
-                          reuse: Mapping[CollectionSpec, Sequence[Entry]] | None = None) -> Catalog:
+                          reuse: Mapping[CollectionSpec, Sequence[Entry]] | None = None,
+                          reused_at: Mapping[CollectionSpec, float] | None = None) -> Catalog:
     """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources.
 
     `reuse` maps collections (by `collection_key`) to entries still known to be current (their folder is
@@ -378,7 +381,9 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     if issues:
         raise ManifestError(issues)
     catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()})
+    now = time.monotonic()
     catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built)}
+    catalog.listed_at = {key: (reused_at or {}).get(key, now) if key in reuse else now for key in catalog.collections}
     return catalog
 
 

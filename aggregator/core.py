@@ -6,6 +6,7 @@ This is what protocol handlers call; it knows nothing of MCP. Reads go catalog -
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -103,17 +104,19 @@ class Aggregator:
 
         ManifestError (located) if the new manifest is bad: the current catalog keeps serving. Unchanged sources
         are kept (their connections and cached content with them); collections over `watched` sources that did not
-        change are reused rather than listed again (a watcher keeps them current).
+        change are reused rather than listed again (a watcher keeps them current), and so are collections over other
+        kept sources listed less than the source's `ttl` ago (source listings are cached with the source's ttl).
         """
         manifest = load_manifest(self.manifest.path)
         kept = {sid: src for sid, src in self.sources.items()
                 if sid in manifest.sources and _same_source(self.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)
         sources = {**kept, **fresh}
-        still = set(watched) & set(kept)
-        reuse = {key: entries for key, entries in self.catalog.collections.items() if key.source in still}
+        still, now, old = set(watched) & set(kept), time.monotonic(), self.catalog
+        reuse = {key: entries for key, entries in old.collections.items() if key.source in kept and (
+            key.source in still or now - old.listed_at.get(key, 0.0) < self._limits[key.source].ttl)}
         try:
-            catalog = await compile_catalog(manifest, sources, self.catalog.generation + 1, reuse)
+            catalog = await compile_catalog(manifest, sources, old.generation + 1, reuse, old.listed_at)
         except BaseException:
             await close_sources(fresh.values())
             raise

@@ -163,3 +163,34 @@ def test_soak_200_saves_bounded_notifications_no_leaks(docs: Path) -> None:
                 assert "note://n3" in final  # the last save (199 % 7 == 3) is what serves
 
     anyio.run(main)
+
+
+def test_reload_reuses_remote_listing_within_its_ttl(tmp_path: Path) -> None:
+    """Source listings are cached with the source's ttl: a reload inside it lists nothing again."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/ttl-test/a.md": b"a"})
+    text = """
+        version: 1
+        server: {name: ttl}
+        sources:
+          mem: {url: "memory://ttl-test", ttl: %s}
+        collections:
+          - {source: mem, glob: "*.md", uri: "mem://{path}"}
+        resources:
+          - {uri: "note://v", name: v, text: "%s"}
+        """
+
+    async def main() -> None:
+        manifest = write_manifest(tmp_path, text % ("1h", "one"))
+        agg = await Aggregator.open(manifest)
+        fs.pipe({"/ttl-test/b.md": b"b"})
+        write_manifest(tmp_path, text % ("1h", "two"))
+        await agg.reload()
+        assert [e.uri for e in agg.catalog.entries if e.uri.startswith("mem")] == ["mem://a.md"]  # cached listing
+        write_manifest(tmp_path, text % ("0s", "three"))  # the source changed: listed again
+        await agg.reload()
+        assert [e.uri for e in agg.catalog.entries if e.uri.startswith("mem")] == ["mem://a.md", "mem://b.md"]
+
+    anyio.run(main)
