@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import anyio
@@ -69,16 +70,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
                 server = build_server(aggregator, notifier)
                 catalog = aggregator.catalog
+                transport = f"HTTP on http://{args.http}/mcp" if args.http else "stdio"
                 logger.info(
-                    "serving %r from %s: %d sources, %d resources, %d templates; %s; stdio; hot reload %s; "
+                    "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
                     "ready in %.0f ms", aggregator.manifest.server.name, args.manifest, len(aggregator.sources),
-                    len(catalog), len(catalog.templates), wire_summary(), "off" if args.no_reload else "on",
-                    (time.perf_counter() - started) * 1000,
+                    len(catalog), len(catalog.templates), wire_summary(), transport,
+                    "off" if args.no_reload else "on", (time.perf_counter() - started) * 1000,
                 )
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
-                    async with stdio_server() as (read_stream, write_stream):
-                        await server.run(read_stream, write_stream, initialization_options(server))
+                    if args.http:
+                        await _serve_http(server, args)
+                    else:
+                        async with stdio_server() as (read_stream, write_stream):
+                            await server.run(read_stream, write_stream, initialization_options(server))
                     live.stop()
         except ManifestError as exc:
             _report(exc)
@@ -86,6 +91,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return anyio.run(run)
+
+
+async def _serve_http(server: Any, args: argparse.Namespace) -> None:
+    """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C."""
+    import uvicorn
+
+    host, _, port = args.http.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    app = server.streamable_http_app(streamable_http_path="/mcp", json_response=args.json_response,
+                                     stateless_http=args.stateless, host=host)
+    config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=5)
+
+    class Quiet(uvicorn.Server):
+        # The signals are ours (below): uvicorn would re-raise them after shutting down, ending with -SIGTERM.
+        def capture_signals(self) -> Any:
+            return nullcontext()
+
+    http = Quiet(config)
+
+    async def stop_on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for received in signals:
+                logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
+                http.should_exit = True
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_on_signal)
+        await http.serve()
+        tg.cancel_scope.cancel()
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -182,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve a manifest over stdio")
     p.add_argument("manifest")
     p.add_argument("--no-reload", action="store_true", help="do not reload the manifest when it is saved")
+    p.add_argument("--http", metavar="[HOST:]PORT", help="serve Streamable HTTP at /mcp instead of stdio "
+                                                        "(host 127.0.0.1 unless given)")
+    p.add_argument("--stateless", action="store_true", help="HTTP: no sessions (legacy notifications are off)")
+    p.add_argument("--json-response", action="store_true", help="HTTP: answer with JSON instead of SSE streams")
     p.add_argument("--max-subscriptions", type=int, default=None, metavar="N",
                    help="resource subscriptions one connection may hold (default: server.maxSubscriptions, 1000)")
     p.set_defaults(func=cmd_serve)

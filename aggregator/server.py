@@ -180,7 +180,7 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None) -> Se
         return await _guarded(ctx, uri, body)
 
     settings = aggregator.manifest.server
-    server: Server[Any] = Server(
+    server: Server[Any] = _Server(
         settings.name,
         version=settings.version or __version__,
         title=settings.title,
@@ -192,6 +192,20 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None) -> Se
     if notifier is not None:
         _add_subscriptions(server, aggregator, notifier)
     return server
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level Server, whose default initialization options advertise listChanged truthfully.
+
+    `streamable_http_app()` builds its options with a bare `NotificationOptions()`; this default makes HTTP
+    sessions advertise what stdio ones do.
+    """
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> InitializationOptions:
+        live = self.get_request_handler("resources/subscribe") is not None
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(resources_changed=live), *args, **kwargs)
 
 
 def _connection(ctx: ServerRequestContext[Any]) -> Any:
@@ -235,8 +249,7 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
 
 def initialization_options(server: Server[Any]) -> InitializationOptions:
     # listChanged is true only when the server can send it (a notifier is wired); subscribe follows the handler.
-    live = server.get_request_handler("resources/subscribe") is not None
-    return server.create_initialization_options(NotificationOptions(resources_changed=live))
+    return server.create_initialization_options()
 
 
 def wire_summary() -> str:

@@ -1,0 +1,105 @@
+"""Streamable HTTP: a real uvicorn server on a free loopback port, driven by the official client on both wires."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
+
+from tests.test_live import BASE, Inbox, save
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(BASE)
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    time.sleep(0.3)  # watchers up
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", tmp_path
+    finally:
+        process.terminate()  # SIGTERM: graceful shutdown
+        assert process.wait(15) == 0
+        process.stderr.close()  # type: ignore[union-attr]
+
+
+def test_http_legacy_capabilities_reads_and_notifications(http_server: tuple[str, Path]) -> None:
+    url, folder = http_server
+    inbox = Inbox()
+
+    async def main() -> None:
+        async with Client(url, mode="legacy", cache=None, message_handler=inbox) as client:
+            caps = client.server_capabilities.resources
+            assert caps.subscribe and caps.list_changed
+            assert (await client.read_resource("docs://a.md")).contents[0].text == "# A\n"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await client.subscribe_resource("docs://a.md")
+            await anyio.sleep(0.3)
+            save(folder / "manifest.yaml", BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n')
+            assert await inbox.next() == ("list_changed", None)
+            (folder / "docs" / "a.md").write_text("# A over HTTP\n")
+            assert await inbox.next() == ("updated", "docs://a.md")
+
+    anyio.run(main)
+
+
+def test_http_modern_capabilities_and_listen(http_server: tuple[str, Path]) -> None:
+    url, folder = http_server
+
+    async def main() -> None:
+        async with Client(url, mode="auto", cache=None) as client:
+            assert client.protocol_version == "2026-07-28"
+            caps = client.server_capabilities.resources
+            assert caps.subscribe and caps.list_changed
+            events: list[Any] = []
+            async with client.listen(resources_list_changed=True, resource_subscriptions=["docs://a.md"]) as sub:
+                async def collect() -> None:
+                    async for event in sub:
+                        events.append(event)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    await anyio.sleep(0.3)
+                    save(folder / "manifest.yaml", BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n')
+                    with anyio.fail_after(5):
+                        while not events:
+                            await anyio.sleep(0.02)
+                    (folder / "docs" / "a.md").write_text("# A2\n")
+                    with anyio.fail_after(5):
+                        while len(events) < 2:
+                            await anyio.sleep(0.02)
+                    tg.cancel_scope.cancel()
+            assert events == [ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
+            assert (await client.read_resource("docs://a.md")).contents[0].text == "# A2\n"
+
+    anyio.run(main)
