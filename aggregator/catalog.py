@@ -359,10 +359,10 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
         owners[uri] = (key, where)
         return True
 
-    for rspec, entry in zip(manifest.resources, resource_entries):
+    for rspec, entry in zip(manifest.resources, resource_entries, strict=True):
         if claim(entry.uri, rspec.key, rspec.where):
             entries.append(entry)
-    for cspec, collection_entries in zip(manifest.collections, built):
+    for cspec, collection_entries in zip(manifest.collections, built, strict=True):
         for entry in collection_entries:
             if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
                 entries.append(entry)
@@ -382,7 +382,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
         raise ManifestError(issues)
     catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()})
     now = time.monotonic()
-    catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built)}
+    catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: (reused_at or {}).get(key, now) if key in reuse else now for key in catalog.collections}
     return catalog
 

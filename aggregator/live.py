@@ -130,11 +130,11 @@ class LiveCatalog:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(watch_folders, roots, self.files_changed, stop)
 
-                async def restart() -> None:
+                async def restart(stop: anyio.Event) -> None:
                     await self._sources_changed.wait()
                     stop.set()
 
-                tg.start_soon(restart)
+                tg.start_soon(restart, stop)
                 if not roots:
                     await self._sources_changed.wait()
                     tg.cancel_scope.cancel()

@@ -210,8 +210,8 @@ class _Server(Server[Any]):
 
 def _connection(ctx: ServerRequestContext[Any]) -> Any:
     """The connection a message came on. The SDK makes a session per message; the connection is what lasts
-    (and its exit stack is where cleanup goes). Not public in mcp 2.3, hence the attribute lookup."""
-    return getattr(ctx.session, "_connection")
+    (and its exit stack is where cleanup goes). Not public in mcp 2.3."""
+    return ctx.session._connection  # noqa: SLF001
 
 
 def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: Notifier) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp.shared.exceptions import MCPError
 
 from aggregator.core import Aggregator
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
