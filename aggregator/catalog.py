@@ -40,6 +40,7 @@ __all__ = ["Catalog", "Entry", "Page", "Target", "TemplateEntry", "compile_catal
 logger = logging.getLogger("aggregator.catalog")
 
 _CURSOR_PREFIX = b"c1:"
+_QUERY_TYPES = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.]+)\}")
 
 
@@ -88,6 +89,10 @@ class Target:
     text: str | None = None
     mime_declared: bool = False
     """True when the manifest names the type; otherwise it was guessed and a backend's Content-Type wins."""
+    query: str | None = None
+    """SQL sources: the template's query, run with `params` bound."""
+    params: tuple[tuple[str, str | None], ...] = ()
+    format: str = "json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +158,12 @@ class Catalog:
             values = candidate.template.match(uri)
             if values is None:
                 continue
+            spec = candidate.spec
+            if spec.query is not None:
+                # Values are bound as query parameters, never spliced into SQL or paths.
+                params = tuple((name, values.get(name)) for name in candidate.template.variables)
+                return Target(uri, spec.display.mime_type or _QUERY_TYPES[spec.format], spec.source, None,
+                              mime_declared=True, query=spec.query, params=params, format=spec.format)
             # A match refused for safety never falls through to a looser template.
             path = expand_path(candidate, values, self._url_sources.get(candidate.spec.source, False))
             if path is None:
@@ -293,7 +304,7 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
     for info in files:
         path = info.path
         raw = _file_values(path, raw_keys, encode=False)
-        mime = fixed_mime
+        mime = fixed_mime or info.mime_type
         if mime is None:
             ext = path[path.rfind("."):] if "." in path.rsplit("/", 1)[-1] else ""
             if ext in mime_by_ext:

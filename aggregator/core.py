@@ -142,6 +142,21 @@ class Aggregator:
         self.cache.invalidate_where(lambda key: key[0] in replaced or (key[0], key[1]) in gone)
         return old.listing_signature != catalog.listing_signature
 
+    def invalidate_uris(self, uris: Iterable[str]) -> None:
+        """Forget cached content of these URIs (files they read, or query results of their source)."""
+        catalog, files, query_sources = self.catalog, set(), set()
+        for uri in uris:
+            try:
+                target = catalog.resolve(uri)
+            except ResourceNotFound:
+                continue
+            if target.query is not None:
+                query_sources.add(target.source)
+            else:
+                files.add((target.source, target.path))
+        self.cache.invalidate_where(lambda key: (key[0], key[1]) in files or (key[0] in query_sources
+                                                                              and key[1] == "?query"))
+
     def invalidate(self, source: str, paths: Iterable[str]) -> None:
         """Forget cached content of these files (they changed)."""
         wanted = {(source, p) for p in paths}
@@ -156,7 +171,14 @@ class Aggregator:
                 target = catalog.resolve(uri)
             except ResourceNotFound:
                 continue
-            if target.source != source or target.path is None:
+            if target.source != source:
+                continue
+            if target.query is not None:
+                version_of = getattr(backend, "data_version", None)
+                if version_of is not None:
+                    found[uri] = await version_of()
+                continue
+            if target.path is None:
                 continue
             try:
                 info = await backend.stat(target.path)
@@ -206,6 +228,8 @@ class Aggregator:
         target = catalog.resolve(uri)
         if target.text is not None:
             return Content(target.mime_type or "text/plain", text=target.text)
+        if target.query is not None:
+            return await self._query(target)
         assert target.source is not None and target.path is not None
         source, limits, path = self.sources[target.source], self._limits[target.source], target.path
 
@@ -220,6 +244,21 @@ class Aggregator:
 
         key = (target.source, path, target.mime_type)
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
+
+    async def _query(self, target: Target) -> Content:
+        assert target.source is not None and target.query is not None
+        source, limits = self.sources[target.source], self._limits[target.source]
+        run = getattr(source, "query", None)
+        if run is None:
+            raise ResourceNotFound(target.uri)
+        sql, params, fmt = target.query, dict(target.params), target.format
+
+        async def load() -> tuple[Content, str | None]:
+            blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes))
+            return decode_body(blob.data, target.mime_type), None
+
+        key = (target.source, "?query", sql, target.params, fmt)
+        return await self.cache.get_or_load(key, limits.policy, load, stale_on=(ResourceUnavailable,))
 
 
 T = TypeVar("T")

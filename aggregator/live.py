@@ -183,7 +183,7 @@ class LiveCatalog:
         seen.clear()
         seen.update(versions)
         if changed:
-            self.aggregator.invalidate(source, {self.aggregator.catalog.resolve(u).path for u in changed})  # type: ignore[misc]
+            self.aggregator.invalidate_uris(changed)
             await self.notifier.updated(sorted(changed))
         if self._has_collection(source) and await self.aggregator.refresh_listing():
             await self.notifier.list_changed()

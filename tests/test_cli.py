@@ -108,11 +108,13 @@ def test_every_sample_validates(sample: Path) -> None:
 
 @contextmanager
 def sample_services() -> Iterator[dict[str, str]]:
-    """moto S3 with the bucket local_s3.py makes, and an HTTP server over sample-configs/docs."""
+    """moto S3 with the bucket local_s3.py makes, an HTTP server over sample-configs/docs, the sample SQLite db."""
     import functools
     import http.server
     import threading
 
+    subprocess.run([sys.executable, str(ROOT / "sample-configs" / "sql" / "make_db.py")], check=True,
+                   capture_output=True)
     boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
     moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
     s3 = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

@@ -35,6 +35,7 @@ __all__ = ["load_manifest", "parse_manifest"]
 COLLECTION_PLACEHOLDERS = ("path", "name", "stem", "ext")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SQL_SCHEMES = {"sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle"}
 
 
 def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Manifest:
@@ -125,6 +126,10 @@ class _Builder:
         if scheme is None or scheme == "file":
             local = unquote(urlsplit(url).path) if match else url
             protocol, url = "file", str((self.base / os.path.expanduser(local)).resolve())
+        elif scheme.split("+", 1)[0] in _SQL_SCHEMES:
+            protocol = "sql"
+            if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
+                url = "sqlite:///" + str((self.base / url[len("sqlite:///"):]).resolve())
         elif scheme.startswith("git+"):
             # git+file://./repo, git+https://host/repo.git: the repository; `ref` picks the tree.
             protocol, url = "git", url[len("git+"):]
@@ -143,6 +148,8 @@ class _Builder:
             stale_if_error=parse_duration(spec.get("staleIfError", self.base_defaults.stale_if_error)),
             allow_private_network=_network_allowance(spec.get("allowPrivateNetwork", False)),
             poll=parse_duration(spec["poll"]) if "poll" in spec else None,
+            tables=tuple(spec.get("tables", ())), sample_rows=spec.get("sampleRows", 0),
+            row_limit=spec.get("rowLimit", 1000), checksum=spec.get("checksum"),
         )
 
     def check_source(self, path: KeyPath, sid: str | None, sources: Mapping[str, SourceSpec]) -> None:
@@ -193,15 +200,24 @@ class _Builder:
 
         path: KeyPath = ("templates", i)
         self.check_source(path, spec["source"], sources)
-        self.check_relative(path + ("path",), spec["path"], "path")
+        source = sources.get(spec["source"])
+        if "query" in spec and source is not None and source.protocol != "sql":
+            self.fail(path + ("query",), f"query: needs a SQL source; {spec['source']!r} is {source.protocol}")
+        if "path" in spec:
+            self.check_relative(path + ("path",), spec["path"], "path")
         try:
             variables = UriTemplate.parse(spec["uriTemplate"]).variables
         except TemplateSyntaxError:
             variables = ()  # already reported by the schema's uri-template format
-        for placeholder in _PLACEHOLDER.findall(spec["path"]):
+        for placeholder in _PLACEHOLDER.findall(spec.get("path", "")):
             if placeholder not in variables:
                 known = ", ".join(variables) or "none"
                 self.fail(path + ("path",), f"placeholder {{{placeholder}}} is not a variable of the uriTemplate "
                                             f"(variables: {known})")
-        return TemplateSpec(spec["uriTemplate"], spec["name"], spec["source"], spec["path"], self.display(spec),
-                            self.at(path), format_path(path))
+        if "query" in spec:
+            for parameter in re.findall(r"(?<![:\w]):([A-Za-z_]\w*)", spec["query"]):
+                if parameter not in variables:
+                    self.fail(path + ("query",), f"parameter :{parameter} is not a variable of the uriTemplate "
+                                                 f"(variables: {', '.join(variables) or 'none'})")
+        return TemplateSpec(spec["uriTemplate"], spec["name"], spec["source"], spec.get("path"), self.display(spec),
+                            self.at(path), format_path(path), spec.get("query"), spec.get("format", "json"))

@@ -102,6 +102,10 @@ class SourceSpec:
     """Seconds past expiry a cached copy may still be served when the backend fails."""
     poll: float | None = None
     """Remote sources: seconds between change checks of subscribed resources and collections."""
+    tables: tuple[str, ...] = ()
+    sample_rows: int = 0
+    row_limit: int = 1000
+    checksum: str | None = None
     allow_private_network: bool | tuple[str, ...] = False
     """HTTP sources: allow loopback, link-local and private addresses (True) or only these networks."""
 
@@ -145,10 +149,13 @@ class TemplateSpec:
     uri_template: str
     name: str
     source: str
-    path: str
+    path: str | None
     display: Display
     where: Location
     key: str
+    query: str | None = None
+    """SQL sources: a query whose :name parameters are bound from the template's variables."""
+    format: str = "json"
 
 
 @dataclass(frozen=True, slots=True)

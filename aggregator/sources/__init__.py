@@ -53,7 +53,14 @@ def _fsspec(spec: SourceSpec) -> Source:
                                  max_concurrency=spec.max_concurrency)
 
 
-_KINDS: dict[str, SourceFactory] = {"file": _local, "http": _http, "https": _http, "git": _git}
+def _sql(spec: SourceSpec) -> Source:
+    from aggregator.sources.sql import SqlSource
+
+    return SqlSource(spec.id, spec.url, tables=spec.tables, sample_rows=spec.sample_rows, row_limit=spec.row_limit,
+                     timeout=spec.timeout, max_concurrency=spec.max_concurrency, checksum=spec.checksum)
+
+
+_KINDS: dict[str, SourceFactory] = {"file": _local, "http": _http, "https": _http, "git": _git, "sql": _sql}
 
 
 def register_source_kind(protocol: str, factory: SourceFactory) -> None:

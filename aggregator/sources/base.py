@@ -20,6 +20,8 @@ class FileInfo:
     """Seconds since the epoch, UTC."""
     version: str | None = None
     """ETag, object id or mtime+size: equal versions mean equal bytes (None when the backend gives none)."""
+    mime_type: str | None = None
+    """The type the backend knows the file to have (a SQL table's schema document is JSON), if any."""
 
 
 @dataclass(frozen=True, slots=True)

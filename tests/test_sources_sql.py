@@ -1,0 +1,235 @@
+"""SQL sources: SQLite always; PostgreSQL and MariaDB on their standard local ports (skipped with a reason when
+absent, which CI turns into a failure)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aggregator.core import Aggregator
+from aggregator.errors import ResourceNotFound, ResourceUnavailable
+from tests.conftest import MODES, connect, write_manifest
+
+sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
+
+ROOT = Path(__file__).resolve().parents[1]
+SETUP = [
+    "DROP VIEW IF EXISTS customer_totals", "DROP TABLE IF EXISTS orders", "DROP TABLE IF EXISTS customers",
+    "DROP TABLE IF EXISTS internal_audit",
+    "CREATE TABLE customers (id INTEGER PRIMARY KEY, name VARCHAR(100) NOT NULL, country VARCHAR(2) NOT NULL)",
+    "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), "
+    "total_cents INTEGER NOT NULL)",
+    "CREATE TABLE internal_audit (id INTEGER PRIMARY KEY, note VARCHAR(100))",
+    "CREATE VIEW customer_totals AS SELECT c.id, c.name, count(o.id) AS orders FROM customers c "
+    "LEFT JOIN orders o ON o.customer_id = c.id GROUP BY c.id, c.name",
+    "INSERT INTO customers VALUES (1, 'Ada', 'GB'), (2, 'Grace', 'US'), (3, 'Katherine', 'US')",
+    "INSERT INTO orders VALUES (1, 1, 1999), (2, 1, 4500), (3, 2, 1250)",
+]
+
+
+def database(url: str) -> str:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in SETUP:
+                conn.execute(sqlalchemy.text(statement))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.skip(f"database at {url.split('@')[-1]} is not reachable: {type(exc.orig).__name__}")
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return database(f"sqlite:///{tmp_path / 'crm.db'}")
+    if request.param == "postgresql":
+        pytest.importorskip("psycopg", reason="psycopg is not installed")
+        return database("postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    pytest.importorskip("pymysql", reason="PyMySQL is not installed")
+    return database("mysql+pymysql://root@127.0.0.1:3306/test")
+
+
+def manifest(folder: Path, url: str, extra: str = "") -> Path:
+    return write_manifest(folder, f"""
+        version: 1
+        server: {{name: sql-test}}
+        sources:
+          crm: {{url: "{url}", tables: ["customers", "orders", "customer_*"], rowLimit: 2, timeout: 2s, sampleRows: 1}}
+        collections:
+          - {{source: crm, glob: "*", uri: "db://crm/{{path}}/schema"}}
+        templates:
+          - {{uriTemplate: "db://crm/customers/{{id}}", name: customer, source: crm,
+             query: "SELECT id, name FROM customers WHERE id = :id"}}
+          - {{uriTemplate: "db://crm/by-name/{{name}}", name: by-name, source: crm,
+             query: "SELECT id, name FROM customers WHERE name = :name"}}
+          - {{uriTemplate: "db://crm/all.csv", name: all-csv, source: crm, format: csv,
+             query: "SELECT id, name FROM customers ORDER BY id"}}
+          - {{uriTemplate: "db://crm/all.md", name: all-md, source: crm, format: markdown,
+             query: "SELECT id, name FROM customers ORDER BY id"}}
+          - {{uriTemplate: "db://crm/delete/{{id}}", name: delete, source: crm,
+             query: "DELETE FROM customers WHERE id = :id"}}
+          - {{uriTemplate: "db://crm/slow", name: slow, source: crm, query: "{{slow}}"}}
+        {extra}
+        """)
+
+
+SLOW = {
+    "sqlite": "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r",
+    "postgresql": "SELECT pg_sleep(10)",
+    "mysql": "SELECT SLEEP(10)",
+}
+
+
+def test_schemas_queries_formats_injection_and_read_only(db_url: str, tmp_path: Path) -> None:
+    dialect = db_url.split(":")[0].split("+")[0]
+    path = manifest(tmp_path, db_url)
+    path.write_text(path.read_text().replace("{slow}", SLOW[dialect]))
+
+    async def main() -> None:
+        agg = await Aggregator.open(path)
+        uris = [e.uri for e in agg.catalog.entries]
+        assert uris == ["db://crm/customer_totals/schema", "db://crm/customers/schema", "db://crm/orders/schema"]
+        assert agg.catalog.get("db://crm/orders/schema").mime_type == "application/json"
+        schema = json.loads((await agg.read("db://crm/orders/schema")).text)
+        assert [c["name"] for c in schema["columns"]] == ["id", "customer_id", "total_cents"]
+        assert schema["primaryKey"] == ["id"] and schema["foreignKeys"][0]["references"] == "customers"
+        assert len(schema["sampleRows"]) == 1
+        assert json.loads((await agg.read("db://crm/customer_totals/schema")).text)["kind"] == "view"
+        with pytest.raises(ResourceNotFound):
+            await agg.read("db://crm/internal_audit/schema")  # not in `tables`
+
+        one = json.loads((await agg.read("db://crm/customers/2")).text)
+        assert one["rows"] == [{"id": 2, "name": "Grace"}] and one["truncated"] is False
+        async def rows(uri: str) -> list | str:
+            try:
+                return json.loads((await agg.read(uri)).text)["rows"]
+            except ResourceUnavailable as exc:  # PostgreSQL refuses text where an integer goes
+                assert "SELECT" not in exc.message and "InvalidText" not in exc.message
+                return "refused"
+
+        # Bound, never spliced: at most the row a lenient database's own cast of the value names
+        # (MariaDB reads '1; DROP ...' as 1), never every row, and no statement after the value runs.
+        for hostile in ["1%3B%20DROP%20TABLE%20customers", "1%20OR%201%3D1"]:
+            assert await rows(f"db://crm/customers/{hostile}") in ([], [{"id": 1, "name": "Ada"}], "refused")
+        assert await rows("db://crm/customers/%27%20OR%201%3D1%20--") in ([], "refused")
+        assert await rows("db://crm/by-name/%27%20OR%20%27%27%3D%27") == []
+
+        csv_text = (await agg.read("db://crm/all.csv")).text
+        assert csv_text.splitlines() == ["id,name", "1,Ada", "2,Grace"]  # rowLimit 2
+        md = (await agg.read("db://crm/all.md")).text
+        assert md.startswith("| id | name |\n|---|---|\n| 1 | Ada |") and "first 2 rows" in md
+
+        with pytest.raises(ResourceUnavailable) as err:
+            await agg.read("db://crm/delete/1")
+        assert "DELETE" not in err.value.message and "customers" not in err.value.message
+        with pytest.raises(ResourceUnavailable):
+            await agg.read("db://crm/slow")
+        # Nothing changed: the injection attempts and the DELETE left every row in place.
+        assert json.loads((await agg.read("db://crm/customers/1")).text)["rows"] == [{"id": 1, "name": "Ada"}]
+        await agg.aclose()
+
+    anyio.run(main)
+    engine = sqlalchemy.create_engine(db_url)
+    with engine.connect() as conn:
+        assert conn.execute(sqlalchemy.text("SELECT count(*) FROM customers")).scalar() == 3
+    engine.dispose()
+
+
+def test_errors_hide_sql_and_credentials(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write_manifest(tmp_path, """
+        version: 1
+        server: {name: sql-bad}
+        sources:
+          crm: {url: "postgresql+psycopg://app:hunter2@127.0.0.1:1/none", timeout: 2s}
+        templates:
+          - {uriTemplate: "db://x/{id}", name: x, source: crm, query: "SELECT secret_column FROM t WHERE id = :id"}
+        """)
+
+    async def main() -> None:
+        agg = await Aggregator.open(path)
+        with pytest.raises(ResourceUnavailable) as err:
+            await agg.read("db://x/1")
+        assert "hunter2" not in err.value.message and "secret_column" not in err.value.message
+        assert "hunter2" not in agg.sources["crm"].describe()
+        await agg.aclose()
+
+    anyio.run(main)
+    assert "hunter2" not in caplog.text and "secret_column" not in caplog.text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sample_manifest_over_stdio(mode: str, tmp_path: Path) -> None:
+    """The bundled sample, its database built by its script, read through the official client."""
+    subprocess.run([sys.executable, str(ROOT / "sample-configs" / "sql" / "make_db.py")], check=True,
+                   capture_output=True)
+
+    async def main() -> None:
+        async with connect(ROOT / "sample-configs" / "sql.yaml", mode) as client:
+            listed = [r.uri for r in (await client.list_resources()).resources]
+            assert "db://crm/customers/schema" in listed and not any("internal_audit" in u for u in listed)
+            one = (await client.read_resource("db://crm/customers/4")).contents[0]
+            assert one.mime_type == "application/json" and json.loads(one.text)["rows"][0]["name"] == "Hedy Lamarr"
+            table = (await client.read_resource("db://crm/totals.md")).contents[0]
+            assert table.mime_type == "text/markdown" and "| Hedy Lamarr | 1 | 99900 |" in table.text
+
+    anyio.run(main)
+
+
+def test_checksum_poll_sends_updated_and_new_tables_change_the_listing(tmp_path: Path) -> None:
+    from mcp import Client
+    from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
+
+    from aggregator.live import LiveCatalog
+    from aggregator.notify import Notifier
+    from aggregator.server import build_server
+
+    url = database(f"sqlite:///{tmp_path / 'live.db'}")
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: sql-live}}
+        sources:
+          crm: {{url: "{url}", poll: 200ms, checksum: "SELECT count(*), max(id) FROM customers"}}
+        collections:
+          - {{source: crm, glob: "*", uri: "db://crm/{{path}}/schema"}}
+        templates:
+          - {{uriTemplate: "db://crm/customers/{{id}}", name: c, source: crm, query: "SELECT * FROM customers WHERE id = :id"}}
+        """)
+
+    async def main() -> None:
+        agg = await Aggregator.open(path)
+        notifier = Notifier()
+        live = LiveCatalog(agg, notifier)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live.run)
+            async with Client(build_server(agg, notifier), mode="auto", cache=None) as client:
+                async with client.listen(resources_list_changed=True,
+                                         resource_subscriptions=["db://crm/customers/4"]) as sub:
+                    await anyio.sleep(0.5)  # the first poll records the checksum
+                    engine = sqlalchemy.create_engine(url)
+                    with engine.begin() as conn:
+                        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (4, 'Hedy', 'AT')"))
+                        conn.execute(sqlalchemy.text("CREATE TABLE notes (id INTEGER PRIMARY KEY)"))
+                    engine.dispose()
+                    seen = []
+                    with anyio.fail_after(5):
+                        async for event in sub:
+                            seen.append(event)
+                            if len(seen) == 2:
+                                break
+                    assert ResourceUpdated(uri="db://crm/customers/4") in seen and ResourcesListChanged() in seen
+                assert json.loads((await client.read_resource("db://crm/customers/4")).contents[0].text)["rows"]
+                assert "db://crm/notes/schema" in [r.uri for r in (await client.list_resources()).resources]
+            live.stop()
+            tg.cancel_scope.cancel()
+        await agg.aclose()
+
+    anyio.run(main)
