@@ -4,10 +4,8 @@ absent, which CI turns into a failure)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
