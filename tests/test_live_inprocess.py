@@ -194,3 +194,20 @@ def test_reload_reuses_remote_listing_within_its_ttl(tmp_path: Path) -> None:
         assert [e.uri for e in agg.catalog.entries if e.uri.startswith("mem")] == ["mem://a.md", "mem://b.md"]
 
     anyio.run(main)
+
+
+def test_template_uris_get_updated_too(docs: Path) -> None:
+    write_manifest(docs.parent, BASE + 'templates:\n  - {uriTemplate: "raw://{+path}", name: raw, source: docs, path: "{path}"}\n')
+
+    async def main() -> None:
+        async with running(docs) as (server, live):
+            async with Client(server, mode="auto", cache=None) as client:
+                assert (await client.read_resource("raw://a.md")).contents[0].text == "# a.md\n"
+                async with client.listen(resource_subscriptions=["raw://a.md"]) as sub:
+                    await anyio.sleep(0.2)
+                    (docs.parent / "docs" / "a.md").write_text("# a, changed\n")
+                    with anyio.fail_after(5):
+                        assert await sub.__anext__() == ResourceUpdated(uri="raw://a.md")
+                assert (await client.read_resource("raw://a.md")).contents[0].text == "# a, changed\n"
+
+    anyio.run(main)
