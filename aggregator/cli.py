@@ -80,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     if args.http:
-                        await _serve_http(server, args)
+                        await _serve_http(server, live, args)
                     else:
                         async with stdio_server() as (read_stream, write_stream):
                             await server.run(read_stream, write_stream, initialization_options(server))
@@ -93,14 +93,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return anyio.run(run)
 
 
-async def _serve_http(server: Any, args: argparse.Namespace) -> None:
+async def _serve_http(server: Any, live: Any, args: argparse.Namespace) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C."""
     import uvicorn
 
+    from aggregator.http import health_route, transport_security
+
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
-    app = server.streamable_http_app(streamable_http_path="/mcp", json_response=args.json_response,
-                                     stateless_http=args.stateless, host=host)
+    settings = live.aggregator.manifest.server.http
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp", json_response=args.json_response, stateless_http=args.stateless, host=host,
+        transport_security=transport_security(host, int(port), settings),
+        max_request_body_size=settings.max_body_bytes, custom_starlette_routes=[health_route(live)])
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=5)
 

@@ -103,3 +103,42 @@ def test_http_modern_capabilities_and_listen(http_server: tuple[str, Path]) -> N
             assert (await client.read_resource("docs://a.md")).contents[0].text == "# A2\n"
 
     anyio.run(main)
+
+
+def test_transport_security_body_limit_and_health(tmp_path: Path) -> None:
+    import httpx2 as httpx
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(BASE.replace("server: {name: live}", "server:\n  name: live\n  http: {allowedHosts: "
+                                     "[docs.example.com], allowedOrigins: [https://app.example.com], maxBodyBytes: 2KiB}"))
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", f"0.0.0.0:{port}"],
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(base + "/healthz", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        health = httpx.get(base + "/healthz").json()
+        assert health["status"] == "ok" and health["generation"] == 1 and health["lastReloadError"] is None
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        assert httpx.post(base + "/mcp", json=body, headers={**headers, "Host": "evil.example"}).status_code == 421
+        assert httpx.post(base + "/mcp", json=body,
+                          headers={**headers, "Origin": "https://evil.example"}).status_code == 403
+        big = {**body, "params": {**body["params"], "clientInfo": {"name": "x" * 5000, "version": "1"}}}
+        assert httpx.post(base + "/mcp", json=big, headers=headers).status_code == 413
+        assert httpx.post(base + "/mcp", content=b"{not json", headers=headers).status_code == 400
+        ok = httpx.post(base + "/mcp", json=body, headers={**headers, "Host": "docs.example.com",
+                                                           "Origin": "https://app.example.com"})
+        assert ok.status_code == 200  # still serving after the bad requests
+    finally:
+        process.terminate()
+        assert process.wait(15) == 0

@@ -16,6 +16,7 @@ from aggregator.manifest.model import (
     CollectionSpec,
     Defaults,
     Display,
+    HttpSettings,
     Icon,
     Location,
     Manifest,
@@ -99,13 +100,17 @@ class _Builder:
             path=self.file,
             server=ServerSettings(server["name"], server.get("title"), server.get("version"),
                                   server.get("instructions"), server.get("pageSize", DEFAULT_PAGE_SIZE),
-                                  server.get("maxSubscriptions", 1000)),
+                                  server.get("maxSubscriptions", 1000), self.http(server.get("http", {}))),
             defaults=defaults,
             sources=sources,
             resources=tuple(self.resource(i, r, sources) for i, r in enumerate(data.get("resources", []))),
             collections=tuple(self.collection(i, c, sources) for i, c in enumerate(data.get("collections", []))),
             templates=tuple(self.template(i, t, sources) for i, t in enumerate(data.get("templates", []))),
         )
+
+    def http(self, spec: dict[str, Any]) -> HttpSettings:
+        return HttpSettings(tuple(spec.get("allowedHosts", ())), tuple(spec.get("allowedOrigins", ())),
+                            parse_size(spec.get("maxBodyBytes", HttpSettings().max_body_bytes)))
 
     def defaults(self, spec: dict[str, Any]) -> Defaults:
         base = Defaults()

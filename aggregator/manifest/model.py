@@ -55,6 +55,13 @@ DEFAULT_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True, slots=True)
+class HttpSettings:
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     name: str
     title: str | None = None
@@ -62,6 +69,7 @@ class ServerSettings:
     instructions: str | None = None
     page_size: int = DEFAULT_PAGE_SIZE
     max_subscriptions: int = 1000
+    http: HttpSettings = field(default_factory=HttpSettings)
 
 
 @dataclass(frozen=True, slots=True)
