@@ -1,1 +1,1 @@
-"""Reproducible measurements of aggregator against named peers, on the same generated files, in the same run."""
+"""Reproducible benchmarks: our server against named peers on the same generated files (`python -m benchmarks.run`)."""

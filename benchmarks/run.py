@@ -29,6 +29,7 @@ def commands(root: Path) -> dict[str, list[str]]:
         "aggregator": ["-m", "aggregator", "--log-level", "WARNING", "serve", str(manifest_for(root))],
         "floor": ["-m", "benchmarks.peers.floor", str(root), str(DEFAULT_PAGE_SIZE)],
         "floor-annotated": ["-m", "benchmarks.peers.floor", str(root), str(DEFAULT_PAGE_SIZE), "--annotated"],
+        "sdk-mcpserver": ["-m", "benchmarks.peers.sdk_mcpserver", str(root)],
     }
 
 
@@ -69,7 +70,8 @@ def report(results: list[Figures]) -> str:
         "", "Peers: **aggregator** (this project, a manifest with one collection) and **floor** (a bare low-level "
         "SDK server returning preloaded `Resource` objects and strings: the protocol's own cost) and "
         "**floor-annotated** (the floor listing the same fields aggregator lists, `annotations.lastModified` included, "
-        "so listing costs compare like for like).", "",
+        "so listing costs compare like for like) and **sdk-mcpserver** (the SDK's high-level `MCPServer` with one "
+        "`FileResource` per file, as a user would write it).", "",
         *lines, "", "Targets at 10,000 files:", *verdicts(results), "",
         "Each figure is the median of interleaved runs (`--repeat`); peak RSS is the largest VmHWM seen. Timings on "
         "this shared VM wander between runs, so compare ratios within one run rather than absolute figures across runs.", "",
@@ -109,9 +111,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 files (the default)")
     parser.add_argument("--full", action="store_true", help="also 100,000 files")
     parser.add_argument("--sizes", help="comma-separated file counts")
-    parser.add_argument("--only", default="aggregator,floor,floor-annotated", help="comma-separated peers")
+    parser.add_argument("--only", default="aggregator,floor,floor-annotated,sdk-mcpserver", help="comma-separated peers")
     parser.add_argument("--modes", default="legacy,auto")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per peer; each figure is the median")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per peer; each figure is the median")
     parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [1_000, 10_000] + ([100_000] if args.full else [])

@@ -1,39 +1,47 @@
-"""Generated workloads: N small Markdown files spread over folders, and the manifest that serves them."""
+"""Generated workloads: N small Markdown files spread over subfolders, and the URIs every peer serves them at.
+
+Layout: `<base>/files-<N>/dNNNN/fNNN.md`, 100 files per folder; file i is served at `uri_of(i)` by every peer.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 FILES_PER_FOLDER = 100
+URI_SCHEME = "bench://"
+
+
+def relative_path(i: int) -> str:
+    """The path of file i relative to the workload's root, with `/` separators."""
+    return f"d{i // FILES_PER_FOLDER:04}/f{i % FILES_PER_FOLDER:03}.md"
+
+
+def uri_of(i: int) -> str:
+    """The URI every peer serves file i at."""
+    return URI_SCHEME + relative_path(i)
+
+
+def body_of(i: int) -> str:
+    """The Markdown text of file i (about 40 bytes: a heading and a line; kept stable so generated data is reused)."""
+    return f"# Document {i}\n\nBody of document {i}.\n"
 
 
 def generate(base: Path, count: int) -> Path:
-    """Create (once) `count` files under base/files-<count>; return that folder."""
+    """Create `count` files under `base/files-<count>` once (a `.complete` marker records it); return that folder."""
     root = base / f"files-{count}"
     marker = root / ".complete"
     if marker.exists():
         return root
     for i in range(count):
-        folder = root / f"d{i // FILES_PER_FOLDER:04}"
+        path = root / relative_path(i)
         if i % FILES_PER_FOLDER == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"f{i % FILES_PER_FOLDER:03}.md").write_text(f"# Document {i}\n\nBody of document {i}.\n")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body_of(i))
     marker.write_text("")
     return root
 
 
-def uri_of(i: int) -> str:
-    return f"bench://d{i // FILES_PER_FOLDER:04}/f{i % FILES_PER_FOLDER:03}.md"
-
-
-def manifest_for(root: Path) -> Path:
-    """A manifest with one collection over `root`, using aggregator's default page size."""
-    path = root.parent / f"{root.name}.yaml"
-    path.write_text(
-        "version: 1\n"
-        "server: {name: bench}\n"
-        f"sources:\n  files: {{url: {root}}}\n"
-        "collections:\n"
-        '  - {source: files, glob: "**/*.md", uri: "bench://{path}", name: "{path}"}\n'
-    )
-    return path
+def sample_indices(count: int, n: int = 20) -> list[int]:
+    """`n` distinct file indices spread over a catalog of `count` files (the small warm set the read figures use)."""
+    step = 7919  # a prime: the picks scatter over folders and, for these sizes, never repeat
+    return [i * step % count for i in range(min(n, count))]

@@ -1,4 +1,8 @@
-"""`${VAR}` and `${VAR:-default}` in string values, from the environment; `$${` is a literal `${`."""
+"""`${VAR}` and `${VAR:-default}` in string values, from the environment; `$${` is a literal `${`.
+
+As in a shell, the default also applies when the variable is set but empty. Keys are never interpolated,
+and no message ever quotes a variable's value: manifests carry credentials this way.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +15,46 @@ import yaml
 from aggregator.manifest.model import ManifestIssue
 from aggregator.manifest.yaml_marks import KeyPath, Marked
 
-__all__ = ["interpolate"]
+__all__ = ["interpolate", "substitute"]
 
-_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{[^}]*\}?")
+# One alternation so a single left-to-right scan decides what each `$` starts: an escape, a well-formed
+# reference, or the start of a malformed one (reported rather than left as confusing literal text).
+_REFERENCE = re.compile(
+    r"\$\$\{"
+    r"|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>(?:[^}$]|\$(?!\{))*))?\}"
+    r"|(?P<bad>\$\{[^}]*\}?)"
+)
+
+
+class UnresolvedReference(ValueError):
+    """A reference that cannot be replaced; the message names the variable, never a value."""
+
+
+def substitute(text: str, env: Mapping[str, str]) -> str:
+    """`text` with every reference replaced; UnresolvedReference for the first unset or malformed one."""
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        if match.group("bad") is not None:
+            raise UnresolvedReference(
+                f"malformed variable reference {_shorten(match.group('bad'))}; write ${{NAME}} or "
+                "${NAME:-default} (NAME: letters, digits and _), or $${ for a literal ${")
+        name, default = match.group("name"), match.group("default")
+        value = env.get(name)
+        if value:
+            return value
+        if default is not None:
+            return default
+        if value is not None:
+            return value  # set but empty, and no default: empty is what was asked for
+        raise UnresolvedReference(f"environment variable {name} is not set "
+                                  f"(set it, or give a default: ${{{name}:-default}})")
+
+    return _REFERENCE.sub(replace, text) if "$" in text else text
 
 
 def interpolate(marked: Marked, env: Mapping[str, str]) -> list[ManifestIssue]:
-    """Replace references in every string value of `marked.data` in place; return problems found.
-
-    Error messages name the variable and the key, never a value.
-    """
+    """Replace references in every string value of `marked.data` in place; return the problems found."""
     issues: list[ManifestIssue] = []
     marked.data = _walk(marked.data, (), marked, env, issues)
     return issues
@@ -31,39 +65,29 @@ def _walk(value: Any, path: KeyPath, marked: Marked, env: Mapping[str, str], iss
         return {k: _walk(v, path + (k,), marked, env, issues) for k, v in value.items()}
     if isinstance(value, list):
         return [_walk(v, path + (i,), marked, env, issues) for i, v in enumerate(value)]
-    if isinstance(value, str) and "$" in value:
-        result = _substitute(value, path, marked, env, issues)
-        if path in marked.plain and result != value:
-            return _reread(result)
-        return result
-    return value
-
-
-def _substitute(text: str, path: KeyPath, marked: Marked, env: Mapping[str, str],
-                issues: list[ManifestIssue]) -> str:
-    def replace(match: re.Match[str]) -> str:
-        whole = match.group(0)
-        if whole == "$${":
-            return "${"
-        name, default = match.group(1), match.group(2)
-        if name is None:
-            issues.append(marked.issue(path, f"malformed variable reference {whole!r}; write ${{NAME}} or ${{NAME:-default}}"))
-            return whole
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        issues.append(marked.issue(path, f"environment variable {name} is not set and has no default "
-                                         f"(write ${{{name}:-default}} to give one)"))
-        return ""
-
-    return _REFERENCE.sub(replace, text)
+    if not isinstance(value, str) or "$" not in value:
+        return value
+    try:
+        result = substitute(value, env)
+    except UnresolvedReference as exc:
+        issues.append(marked.issue(path, str(exc)))
+        return value
+    if "${" in value.replace("$${", ""):
+        marked.interpolated.add(path)
+    if path in marked.plain and result != value:
+        return _reread(result)
+    return result
 
 
 def _reread(text: str) -> Any:
-    """An unquoted `${PORT}` that became `8080` is the number 8080, as if written so."""
+    """An unquoted `${PORT}` that became `8080` is the number 8080, as if it had been written so."""
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
     return value if isinstance(value, (int, float, bool)) else text
+
+
+def _shorten(reference: str) -> str:
+    # The text after `${` was written in the manifest, not taken from the environment: safe to quote.
+    return repr(reference if len(reference) <= 40 else reference[:37] + "...")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from functools import lru_cache
 from importlib import resources
@@ -11,111 +13,219 @@ from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import ValidationError
+from jsonschema.exceptions import ValidationError, best_match
 
 from aggregator.manifest.model import ManifestIssue
-from aggregator.manifest.yaml_marks import Marked
+from aggregator.manifest.yaml_marks import KeyPath, Marked
 
-__all__ = ["load_schema", "schema_text", "validate"]
+__all__ = ["FORMAT_CHECKER", "load_schema", "schema_text", "validate"]
 
-_JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
+SCHEMA_FILE = "manifest.schema.json"
+_REPO_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / SCHEMA_FILE
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_TYPE_NAMES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
                type(None): "null"}
-_FORMATS = FormatChecker(formats=())
+_SCHEMA_TYPE_NAMES = {"object": "mapping", "array": "list"}
+
+FORMAT_CHECKER = FormatChecker(formats=())
+"""Only our own checkers: jsonschema's optional ones depend on which extra packages happen to be installed."""
 
 
-@_FORMATS.checks("date-time", raises=ValueError)
-def _is_datetime(value: object) -> bool:
+@FORMAT_CHECKER.checks("date-time", raises=ValueError)
+def _is_date_time(value: object) -> bool:
     if isinstance(value, str):
-        if "T" not in value and " " not in value:
-            raise ValueError("a date-time needs a time, e.g. 2026-01-15T09:00:00Z")
+        if "T" not in value.upper() and " " not in value:
+            raise ValueError("a date-time needs a date and a time, e.g. 2026-01-15T09:00:00Z")
         datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
     return True
 
 
-@_FORMATS.checks("uri", raises=ValueError)
+@FORMAT_CHECKER.checks("uri", raises=ValueError)
 def _is_uri(value: object) -> bool:
     if isinstance(value, str):
-        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value):
-            raise ValueError("a URI starts with a scheme such as docs: or https:")
+        if not _SCHEME.match(value):
+            raise ValueError("a URI starts with a scheme, such as docs: or https:")
         if any(c in value for c in " \t\r\n\"<>\\^`{|}"):
             raise ValueError("a URI cannot hold spaces, quotes, braces or backslashes (percent-encode them)")
     return True
 
 
-@_FORMATS.checks("uri-template", raises=ValueError)
+@FORMAT_CHECKER.checks("uri-template", raises=ValueError)
 def _is_uri_template(value: object) -> bool:
+    # Imported here: the manifest layer must not need the template engine just to be imported.
     from aggregator.templates import UriTemplate
 
     if isinstance(value, str):
         UriTemplate.parse(value)
-        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value):
-            raise ValueError("a URI template starts with a scheme such as docs:")
+        if not _SCHEME.match(value):
+            raise ValueError("a URI template starts with a scheme, such as docs:")
     return True
 
 
 def schema_text() -> str:
-    """The manifest JSON Schema as shipped."""
+    """The manifest JSON Schema as shipped in the package (or, in a source checkout, from `schemas/`)."""
     try:
-        return resources.files("aggregator").joinpath("manifest.schema.json").read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
-        return (Path(__file__).resolve().parents[2] / "schemas" / "manifest.schema.json").read_text(encoding="utf-8")
+        return resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return _REPO_SCHEMA.read_text(encoding="utf-8")
 
 
-@lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
+    """The manifest JSON Schema as a fresh dict (callers may change it)."""
     return json.loads(schema_text())
-
-
-@lru_cache(maxsize=1)
-def _validator() -> Draft202012Validator:
-    return Draft202012Validator(load_schema(), format_checker=_FORMATS)
 
 
 def validate(marked: Marked) -> list[ManifestIssue]:
     """Every schema violation in `marked.data`, each located at the key or value at fault."""
-    issues: list[ManifestIssue] = []
-    for error in _validator().iter_errors(marked.data):
-        issues.extend(_explain(error, marked))
-    return issues
+    return [issue for error in _validator().iter_errors(marked.data) for issue in _explain(error, marked)]
 
 
-def _type_name(value: object) -> str:
-    return _JSON_TYPES.get(type(value), type(value).__name__)
+@lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    schema = load_schema()
+    Draft202012Validator.check_schema(schema)
+    # Resolving a $ref costs more than checking most keywords; the schema has no cycles, so inline them all.
+    return Draft202012Validator(_inline_refs(schema, schema.get("$defs", {})), format_checker=FORMAT_CHECKER)
+
+
+@lru_cache(maxsize=1)
+def _pattern_hints() -> dict[str, str]:
+    """pattern -> the description of the schema node that declares it, to explain a mismatch in words."""
+    return {node["pattern"]: node["description"] for node in _walk(load_schema())
+            if isinstance(node.get("pattern"), str) and isinstance(node.get("description"), str)}
+
+
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        out = {k: _inline_refs(v, defs) for k, v in node.items() if k not in ("$ref", "$defs")}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            # The referring node's own keywords (its description) win over the definition's.
+            return {**_inline_refs(defs[ref.removeprefix("#/$defs/")], defs), **out}
+        return out
+    if isinstance(node, list):
+        return [_inline_refs(v, defs) for v in node]
+    return node
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
 
 
 def _explain(error: ValidationError, marked: Marked) -> list[ManifestIssue]:
-    path = tuple(error.absolute_path)
-    kind, schema, value = error.validator, error.schema, error.instance
+    """One or more issues, in words a manifest author can act on, for one jsonschema error."""
+    path: KeyPath = tuple(error.absolute_path)
+    kind, value, expected = error.validator, error.instance, error.validator_value
+    shown = _shown(marked, path, value)
     if kind == "additionalProperties" and isinstance(value, dict):
-        allowed = sorted(schema.get("properties", {}))
-        extra = [k for k in value if k not in allowed]
-        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
-        return [marked.issue(path + (k,), f"unknown key {k!r}{hint}", key=True) for k in extra]
-    if kind == "required":
-        missing = error.validator_value
-        names = [k for k in missing if isinstance(value, dict) and k not in value]
-        return [marked.issue(path, f"required key {k!r} is missing") for k in names]
+        return [marked.issue(path + (k,), _unknown_key(k, error.schema), key=True)
+                for k in value if k not in error.schema.get("properties", {})]
+    if kind == "required" and isinstance(value, dict):
+        return [marked.issue(path, f"required key {k!r} is missing") for k in expected if k not in value]
+    if "propertyNames" in error.schema_path:
+        return [marked.issue(path + (value,), f"{value!r} is not a valid id: use letters, digits, '_', '.' and '-', "
+                                              "starting with a letter or '_'", key=True)]
+    if kind == "oneOf":
+        return _explain_choice(error, marked, path)
+    return [marked.issue(path, _message(kind, expected, value, shown, error, path in marked.interpolated))]
+
+
+def _message(kind: str, expected: Any, value: Any, shown: str, error: ValidationError, from_env: bool) -> str:
+    after = " (after substituting environment variables)" if from_env else ""
     if kind == "type":
-        expected = error.validator_value
-        expected = " or ".join(expected) if isinstance(expected, list) else expected
-        expected = {"object": "mapping", "array": "list"}.get(expected, expected)
-        return [marked.issue(path, f"expected {expected}, got {_type_name(value)}")]
-    if kind == "propertyNames" or "propertyNames" in error.schema_path:
-        return [marked.issue(path + (str(value),), f"{value!r} is not a valid id (letters, digits, _ . -; "
-                                                   "starting with a letter or _)", key=True)]
+        names = [_SCHEMA_TYPE_NAMES.get(t, t) for t in ([expected] if isinstance(expected, str) else expected)]
+        quote = ("; put it in quotes to keep it as text" if "string" in names and not from_env
+                 and isinstance(value, (bool, int, float, type(None))) else "")
+        return f"expected {' or '.join(names)}, got {_type_name(value)}{after}{quote}"
     if kind == "format":
-        cause = f": {error.cause}" if error.cause else ""
-        return [marked.issue(path, f"{value!r} is not a valid {error.validator_value}{cause}")]
-    if kind == "oneOf" and path and path[0] == "resources":
-        return [marked.issue(path, "a resource needs either 'text' or both 'source' and 'path' (not both kinds)")]
-    if kind == "oneOf" and "description" in schema:
-        return [marked.issue(path, f"{value!r} is not valid here: expected {schema['description'][0].lower()}"
-                                   f"{schema['description'][1:]}")]
+        cause = str(error.cause) if error.cause else ""
+        if from_env and isinstance(value, str) and value and value in cause:
+            cause = ""
+        return f"{shown} is not a valid {expected}" + (f": {cause}" if cause else "")
+    if kind == "pattern":
+        hint = _pattern_hints().get(expected)
+        return f"{shown} is not valid here" + (f": expected {_lower_first(hint)}" if hint else
+                                               f": it must match {expected}")
     if kind == "const":
-        return [marked.issue(path, f"must be {error.validator_value!r}, got {value!r}")]
+        return f"must be {expected!r}, got {shown}"
     if kind == "enum":
-        options = ", ".join(repr(v) for v in error.validator_value)
-        return [marked.issue(path, f"{value!r} is not one of {options}")]
-    if kind in ("minimum", "maximum", "minLength", "uniqueItems", "pattern"):
-        return [marked.issue(path, error.message)]
-    return [marked.issue(path, error.message)]
+        return f"{shown} is not one of: {', '.join(repr(v) for v in expected)}"
+    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        bound = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most",
+                 "exclusiveMaximum": "less than"}[kind]
+        return f"must be {bound} {expected}, got {shown}"
+    if kind == "minLength" and expected == 1:
+        return "must not be empty"
+    if kind == "uniqueItems":
+        return f"lists the same value more than once{after}"
+    if from_env:
+        return f"the value is not valid here ({kind}: {expected!r}){after}"
+    return error.message
+
+
+def _explain_choice(error: ValidationError, marked: Marked, path: KeyPath) -> list[ManifestIssue]:
+    """A `oneOf` failure: the entry kinds get a sentence of their own, value choices their closest miss."""
+    value = error.instance
+    if isinstance(value, dict) and path[:1] == ("resources",):
+        return [marked.issue(path, _resource_kind_message(value))]
+    if isinstance(value, dict) and path[:1] == ("templates",):
+        both = "path" in value and "query" in value
+        return [marked.issue(path, "give either 'path' or 'query' (SQL sources), not both" if both else
+                             "required key 'path' is missing (or 'query' for a SQL source)")]
+    here = [e for e in error.context if not e.relative_path]
+    if here and all(e.validator == "type" for e in here):
+        # Wrong kind of value for every choice: name the kinds it may be (true/false or a list, ...).
+        kinds = [t for e in here for t in ([e.validator_value] if isinstance(e.validator_value, str)
+                                          else e.validator_value)]
+        return _explain(_with(here[0], validator_value=list(dict.fromkeys(kinds))), marked)
+    closest = best_match(error.context) if error.context else None
+    return [marked.issue(path, error.message)] if closest is None else _explain(closest, marked)
+
+
+def _with(error: ValidationError, **changes: Any) -> ValidationError:
+    for name, value in changes.items():
+        setattr(error, name, value)
+    return error
+
+
+def _resource_kind_message(value: dict[str, Any]) -> str:
+    has = {k for k in ("text", "source", "path") if k in value}
+    if "text" in has and has & {"source", "path"}:
+        return "a resource has either 'text' or both 'source' and 'path', not both kinds"
+    if has == {"source"}:
+        return "required key 'path' is missing: a resource with 'source' names a file in it with 'path'"
+    if has == {"path"}:
+        return "required key 'source' is missing: 'path' names a file inside a source"
+    return "a resource needs either 'text' (inline content) or both 'source' and 'path'"
+
+
+def _unknown_key(key: str, schema: dict[str, Any]) -> str:
+    allowed = list(schema.get("properties", {}))
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown key {key!r}{guess}; expected one of: {', '.join(allowed)}" if allowed else \
+        f"unknown key {key!r}; no keys are allowed here"
+
+
+def _shown(marked: Marked, path: KeyPath, value: Any) -> str:
+    if path in marked.interpolated:
+        return "the value taken from the environment"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(value: object) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _lower_first(text: str) -> str:
+    """"A duration such as 5m." -> "a duration such as 5m", to follow "expected"."""
+    text = text.rstrip(".")
+    first, _, rest = text.partition(" ")
+    return f"{first.lower()} {rest}" if first in ("A", "An") else text

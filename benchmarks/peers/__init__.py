@@ -1,0 +1,106 @@
+"""The named peers: how to launch each one over stdio on a workload folder, its size cap, and whether it can run.
+
+A peer's server answers `bench://<relative path>` for every file of the folder it is given.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from benchmarks.manifest import write_manifest
+
+BENCH = Path(__file__).resolve().parents[1]
+FASTMCP_VENV = BENCH / ".venv-fastmcp"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A server command: the interpreter and its arguments (run from the repository root)."""
+
+    python: str
+    args: list[str]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A named server under test.
+
+    `launch(root, page_size)` gives its command for a workload folder; `max_size` caps the catalog sizes it is run
+    at (None: no cap); `unavailable()` returns None when it can run, else the reason it cannot.
+    """
+
+    name: str
+    summary: str
+    launch: Callable[[Path, int], Launch]
+    max_size: int | None = None
+    unavailable: Callable[[], str | None] = lambda: None
+
+
+def _aggregator(root: Path, page_size: int) -> Launch:
+    return Launch(sys.executable, ["-m", "aggregator", "--log-level", "WARNING", "serve",
+                                   str(write_manifest(root, page_size))])
+
+
+def _floor(root: Path, page_size: int) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size)])
+
+
+def _floor_annotated(root: Path, page_size: int) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size), "--annotated"])
+
+
+def _sdk_mcpserver(root: Path, page_size: int) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.sdk_mcpserver", str(root)])
+
+
+def fastmcp_python() -> Path:
+    """The interpreter of the separate fastmcp virtualenv (fastmcp is kept out of the project's venv)."""
+    return FASTMCP_VENV / "bin" / "python"
+
+
+def _fastmcp(root: Path, page_size: int) -> Launch:
+    return Launch(str(fastmcp_python()), ["-m", "benchmarks.peers.fastmcp_files", str(root), str(page_size)])
+
+
+@cache
+def _fastmcp_unavailable() -> str | None:
+    """None when the fastmcp venv imports fastmcp, else why not (with the command that would set it up)."""
+    python = fastmcp_python()
+    if not python.exists():
+        return (f"no {FASTMCP_VENV.relative_to(BENCH.parent)} (create it: python -m venv {FASTMCP_VENV.name} "
+                "&& .venv-fastmcp/bin/pip install fastmcp, in benchmarks/)")
+    probe = subprocess.run([str(python), "-c", "import fastmcp, mcp, importlib.metadata as m; "
+                            "print(m.version('fastmcp'), m.version('mcp'))"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        return "fastmcp does not import: " + (probe.stderr.strip().splitlines() or ["?"])[-1]
+    return None
+
+
+@cache
+def fastmcp_versions() -> str:
+    """`fastmcp X, mcp Y` as installed in the fastmcp venv, or '' when it is not there."""
+    if _fastmcp_unavailable():
+        return ""
+    out = subprocess.run([str(fastmcp_python()), "-c", "import importlib.metadata as m; "
+                          "print(f\"fastmcp {m.version('fastmcp')}, mcp {m.version('mcp')}\")"],
+                         capture_output=True, text=True, timeout=120)
+    return out.stdout.strip()
+
+
+SDK_MCPSERVER_CAP = 10_000
+
+PEERS: dict[str, Peer] = {peer.name: peer for peer in [
+    Peer("aggregator", "this project: `aggregator serve` on a manifest with one collection", _aggregator),
+    Peer("floor", "bare low-level SDK `Server`, preloaded `Resource` objects and strings: the protocol floor", _floor),
+    Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator does", _floor_annotated),
+    Peer("sdk_mcpserver", "the SDK's high-level `MCPServer`, one `FileResource` per file, unpaginated",
+         _sdk_mcpserver, max_size=SDK_MCPSERVER_CAP),
+    Peer("fastmcp", "the `fastmcp` package, one `FileResource` per file (own venv)", _fastmcp,
+         unavailable=_fastmcp_unavailable),
+]}

@@ -1,0 +1,147 @@
+"""What a JSON Schema cannot say: references between entries, placeholders, paths kept inside their source,
+and entries that would shadow each other.
+
+The checks read the raw tree defensively, so they run (and report) even where the schema found problems.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from aggregator.manifest.model import ManifestIssue
+from aggregator.manifest.source_urls import source_protocol
+from aggregator.manifest.yaml_marks import KeyPath, Marked
+
+__all__ = ["COLLECTION_PLACEHOLDERS", "check_references"]
+
+COLLECTION_PLACEHOLDERS = ("path", "name", "stem", "ext")
+"""{path}: path inside the source; {name}: file name; {stem}: name without extension; {ext}: extension, no dot."""
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_SQL_PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+def check_references(marked: Marked) -> list[ManifestIssue]:
+    """Every cross-reference, placeholder, path and duplicate problem in `marked.data`, located."""
+    data = marked.data if isinstance(marked.data, dict) else {}
+    return list(_Checker(marked, data).run())
+
+
+class _Checker:
+    def __init__(self, marked: Marked, data: dict[str, Any]) -> None:
+        self.marked = marked
+        self.data = data
+        sources = data.get("sources")
+        self.sources: dict[str, Any] = sources if isinstance(sources, dict) else {}
+
+    def issue(self, path: KeyPath, message: str) -> ManifestIssue:
+        return self.marked.issue(path, message)
+
+    def run(self) -> Iterator[ManifestIssue]:
+        for i, entry in self.entries("resources"):
+            yield from self.source_ref(("resources", i), entry)
+            yield from self.inside_source(("resources", i, "path"), entry.get("path"), "path")
+        yield from self.duplicates("resources", "uri")
+        for i, entry in self.entries("collections"):
+            yield from self.source_ref(("collections", i), entry)
+            yield from self.inside_source(("collections", i, "glob"), entry.get("glob"), "glob")
+            excludes = entry.get("exclude")
+            for j, pattern in enumerate(excludes if isinstance(excludes, list) else []):
+                yield from self.inside_source(("collections", i, "exclude", j), pattern, "exclude glob")
+            yield from self.collection_patterns(("collections", i), entry)
+        for i, entry in self.entries("templates"):
+            yield from self.source_ref(("templates", i), entry)
+            yield from self.inside_source(("templates", i, "path"), entry.get("path"), "path")
+            yield from self.template_variables(("templates", i), entry)
+        yield from self.duplicates("templates", "uriTemplate")
+
+    def entries(self, section: str) -> Iterator[tuple[int, dict[str, Any]]]:
+        items = self.data.get(section)
+        for i, entry in enumerate(items if isinstance(items, list) else []):
+            if isinstance(entry, dict):
+                yield i, entry
+
+    def source_ref(self, path: KeyPath, entry: dict[str, Any]) -> Iterator[ManifestIssue]:
+        sid = entry.get("source")
+        if isinstance(sid, str) and sid not in self.sources:
+            known = ", ".join(sorted(self.sources)) or "none are declared under sources:"
+            yield self.issue(path + ("source",), f"unknown source {self.marked.quote(path + ('source',), sid)}; "
+                                                 f"sources: {known}")
+
+    def inside_source(self, path: KeyPath, value: Any, what: str) -> Iterator[ManifestIssue]:
+        """A glob or path may never leave its source: no absolute paths, no `..` segments."""
+        if not isinstance(value, str):
+            return
+        absolute = value.startswith(("/", "\\")) or bool(_DRIVE.match(value))
+        if absolute or ".." in re.split(r"[\\/]", value):
+            problem = "is absolute" if absolute else "has a '..' segment"
+            yield self.issue(path, f"{what} {self.marked.quote(path, value)} {problem}; it must stay inside its "
+                                   "source, relative to the source's root")
+
+    def collection_patterns(self, path: KeyPath, entry: dict[str, Any]) -> Iterator[ManifestIssue]:
+        allowed = ", ".join(f"{{{p}}}" for p in COLLECTION_PLACEHOLDERS)
+        for key in ("uri", "name", "title"):
+            pattern = entry.get(key)
+            if not isinstance(pattern, str):
+                continue
+            for placeholder in dict.fromkeys(_PLACEHOLDER.findall(pattern)):
+                if placeholder not in COLLECTION_PLACEHOLDERS:
+                    yield self.issue(path + (key,), f"unknown placeholder {{{placeholder}}}; a collection "
+                                                    f"pattern may use {allowed}")
+        uri = entry.get("uri")
+        if isinstance(uri, str) and not {"path", "name", "stem"} & set(_PLACEHOLDER.findall(uri)):
+            yield self.issue(path + ("uri",), "the uri pattern must use {path} (or {name} or {stem}) so that "
+                                              "every file gets a URI of its own")
+
+    def template_variables(self, path: KeyPath, entry: dict[str, Any]) -> Iterator[ManifestIssue]:
+        variables = _template_variables(entry.get("uriTemplate"))
+        if variables is None:
+            return  # no template to compare with: the schema has reported why
+        known = ", ".join(variables) or "none"
+        target = entry.get("path")
+        for placeholder in dict.fromkeys(_PLACEHOLDER.findall(target if isinstance(target, str) else "")):
+            if placeholder not in variables:
+                hint = (f"; write {{{placeholder[1:]}}}: the operator belongs in the uriTemplate"
+                        if placeholder[:1] in "+#./;?&" and placeholder[1:] in variables else "")
+                yield self.issue(path + ("path",), f"placeholder {{{placeholder}}} is not a variable of the "
+                                                   f"uriTemplate (its variables: {known}){hint}")
+        query = entry.get("query")
+        if isinstance(query, str):
+            sid = entry.get("source")
+            spec = self.sources.get(sid) if isinstance(sid, str) else None
+            url = spec.get("url") if isinstance(spec, dict) else None
+            if isinstance(url, str) and source_protocol(url) != "sql":
+                yield self.issue(path + ("query",), f"query needs a SQL source; source {sid!r} is "
+                                                    f"{source_protocol(url)}")
+            for parameter in dict.fromkeys(_SQL_PARAMETER.findall(query)):
+                if parameter not in variables:
+                    yield self.issue(path + ("query",), f"parameter :{parameter} is not a variable of the "
+                                                        f"uriTemplate (its variables: {known})")
+
+    def duplicates(self, section: str, key: str) -> Iterator[ManifestIssue]:
+        """Two entries answering the same URI: the second would silently shadow the first."""
+        first: dict[str, int] = {}
+        for i, entry in self.entries(section):
+            value = entry.get(key)
+            if not isinstance(value, str):
+                continue
+            if value in first:
+                line, _ = self.marked.where((section, first[value], key))
+                yield self.issue((section, i, key), f"duplicate {key} {self.marked.quote((section, i, key), value)}: "
+                                                    f"{section}[{first[value]}] (line {line}) already uses it")
+            else:
+                first[value] = i
+
+
+def _template_variables(text: Any) -> tuple[str, ...] | None:
+    # Imported here: the template engine is only needed once a manifest declares templates.
+    from aggregator.templates import TemplateSyntaxError, UriTemplate
+
+    if not isinstance(text, str):
+        return None
+    try:
+        return UriTemplate.parse(text).variables
+    except TemplateSyntaxError:
+        return None

@@ -1,0 +1,32 @@
+"""Peak resident memory of a server process, read from the kernel's high-water mark."""
+
+from __future__ import annotations
+
+import math
+
+import psutil
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's VmHWM (peak RSS since it started) in MB (2**20 bytes); NaN when it cannot be read.
+
+    Read it while the process is still alive: the mark goes with the process.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+def new_children(before: set[int]) -> list[int]:
+    """Pids of this process's direct children that were not in `before` (the server a client just spawned)."""
+    return [child.pid for child in psutil.Process().children() if child.pid not in before]
+
+
+def children() -> set[int]:
+    """Pids of this process's direct children now."""
+    return {child.pid for child in psutil.Process().children()}
