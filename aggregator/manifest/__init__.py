@@ -1,4 +1,4 @@
-"""The manifest: loading (YAML with marks, ${ENV}), validation (JSON Schema) and the typed model."""
+"""The manifest: loading (YAML with marks, ${ENV}), validation (JSON Schema, cross-references), the typed model."""
 
 from aggregator.manifest.load import load_manifest, parse_manifest
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue

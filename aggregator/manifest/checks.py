@@ -6,6 +6,7 @@ The checks read the raw tree defensively, so they run (and report) even where th
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,8 @@ def check_references(marked: Marked) -> list[ManifestIssue]:
 
 
 class _Checker:
+    """One pass over the tree; each method yields the issues of one kind of check."""
+
     def __init__(self, marked: Marked, data: dict[str, Any]) -> None:
         self.marked = marked
         self.data = data
@@ -67,8 +70,10 @@ class _Checker:
         sid = entry.get("source")
         if isinstance(sid, str) and sid not in self.sources:
             known = ", ".join(sorted(self.sources)) or "none are declared under sources:"
-            yield self.issue(path + ("source",), f"unknown source {self.marked.quote(path + ('source',), sid)}; "
-                                                 f"sources: {known}")
+            close = difflib.get_close_matches(sid, list(self.sources), n=1, cutoff=0.6)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
+            yield self.issue(path + ("source",), f"unknown source {self.marked.quote(path + ('source',), sid)}"
+                                                 f"{guess}; sources: {known}")
 
     def inside_source(self, path: KeyPath, value: Any, what: str) -> Iterator[ManifestIssue]:
         """A glob or path may never leave its source: no absolute paths, no `..` segments."""

@@ -15,7 +15,7 @@ import yaml
 from aggregator.manifest.model import ManifestIssue
 from aggregator.manifest.yaml_marks import KeyPath, Marked
 
-__all__ = ["interpolate", "substitute"]
+__all__ = ["UnresolvedReference", "expand", "interpolate", "substitute"]
 
 # One alternation so a single left-to-right scan decides what each `$` starts: an escape, a well-formed
 # reference, or the start of a malformed one (reported rather than left as confusing literal text).
@@ -31,26 +31,36 @@ class UnresolvedReference(ValueError):
 
 
 def substitute(text: str, env: Mapping[str, str]) -> str:
-    """`text` with every reference replaced; UnresolvedReference for the first unset or malformed one."""
+    """`text` with every reference replaced; UnresolvedReference naming every unset or malformed one."""
+    result, problems = expand(text, env)
+    if problems:
+        raise UnresolvedReference("; ".join(problems))
+    return result
+
+
+def expand(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    """`text` with what can be replaced replaced, and a sentence for each reference that cannot."""
+    problems: list[str] = []
+
     def replace(match: re.Match[str]) -> str:
         if match.group(0) == "$${":
             return "${"
         if match.group("bad") is not None:
-            raise UnresolvedReference(
-                f"malformed variable reference {_shorten(match.group('bad'))}; write ${{NAME}} or "
-                "${NAME:-default} (NAME: letters, digits and _), or $${ for a literal ${")
+            problems.append(f"malformed variable reference {_shorten(match.group('bad'))}; write ${{NAME}} or "
+                            "${NAME:-default} (NAME: letters, digits and _), or $${ for a literal ${")
+            return match.group(0)
         name, default = match.group("name"), match.group("default")
         value = env.get(name)
         if value:
             return value
         if default is not None:
             return default
-        if value is not None:
-            return value  # set but empty, and no default: empty is what was asked for
-        raise UnresolvedReference(f"environment variable {name} is not set "
-                                  f"(set it, or give a default: ${{{name}:-default}})")
+        if value is None:
+            problems.append(f"environment variable {name} is not set (set it, or give a default: "
+                            f"${{{name}:-default}})")
+        return ""  # set but empty, and no default: empty is what was asked for
 
-    return _REFERENCE.sub(replace, text) if "$" in text else text
+    return (_REFERENCE.sub(replace, text) if "$" in text else text), problems
 
 
 def interpolate(marked: Marked, env: Mapping[str, str]) -> list[ManifestIssue]:
@@ -67,10 +77,10 @@ def _walk(value: Any, path: KeyPath, marked: Marked, env: Mapping[str, str], iss
         return [_walk(v, path + (i,), marked, env, issues) for i, v in enumerate(value)]
     if not isinstance(value, str) or "$" not in value:
         return value
-    try:
-        result = substitute(value, env)
-    except UnresolvedReference as exc:
-        issues.append(marked.issue(path, str(exc)))
+    result, problems = expand(value, env)
+    if problems:
+        issues.extend(marked.issue(path, problem) for problem in problems)
+        marked.refused.add(path)
         return value
     if "${" in value.replace("$${", ""):
         marked.interpolated.add(path)

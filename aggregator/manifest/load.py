@@ -1,14 +1,13 @@
-"""Load a manifest file: YAML with marks -> ${ENV} -> JSON Schema -> cross-references -> typed Manifest."""
+"""Load a manifest: YAML with marks -> ${ENV} -> JSON Schema -> cross-references -> the typed Manifest."""
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from typing import Any, TypeVar
 
+from aggregator.manifest.checks import check_references
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
     DEFAULT_PAGE_SIZE,
@@ -27,39 +26,52 @@ from aggregator.manifest.model import (
     SourceSpec,
     TemplateSpec,
 )
+from aggregator.manifest.source_urls import resolve_source_url
 from aggregator.manifest.units import parse_duration, parse_size
 from aggregator.manifest.validate import validate
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
 __all__ = ["load_manifest", "parse_manifest"]
 
-COLLECTION_PLACEHOLDERS = ("path", "name", "stem", "ext")
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_SQL_SCHEMES = {"sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle"}
+_T = TypeVar("_T")
+_SERVER_DEFAULTS = ServerSettings(name="")
 
 
 def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Manifest:
-    """Read and check the manifest at `path`; ManifestError listing every located problem.
+    """Read and check the manifest at `path` (variables from `env`, default os.environ).
 
-    FileNotFoundError if the file does not exist.
+    ManifestError lists every located problem, naming the file as `path` was given; FileNotFoundError
+    (an OSError) if it cannot be read at all.
     """
-    text = Path(path).read_text(encoding="utf-8")
-    return parse_manifest(text, str(path), base=Path(path).resolve().parent, env=env)
+    file = str(path)
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ManifestError([ManifestIssue(file, line, col, "", "the manifest is not UTF-8 text")]) from None
+    # The folder the manifest is seen in, symlinks left alone: a mounted ConfigMap's `m.yaml -> ..data/m.yaml`
+    # still means paths relative to the mount.
+    base = Path(os.path.abspath(path)).parent
+    return parse_manifest(text, file, base=base, env=env)
 
 
 def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None) -> Manifest:
-    """Check manifest `text` (named `file` in errors); relative local source paths resolve against `base`."""
+    """Check manifest `text` (named `file` in issues); relative local source paths resolve against `base`."""
     marked, issues = load_marked(text, file)
-    if marked is None:
+    if marked is None or not isinstance(marked.data, dict):
         raise ManifestError(issues)
-    # Duplicate keys and unset variables do not stop the later checks: report everything at once.
+    # Nothing below stops at the first problem: the author gets every one in a single run.
     issues += interpolate(marked, os.environ if env is None else env)
-    # A value already reported (bad tag, unset variable) would only echo as a schema error: leave those out.
+    # A refused value (bad tag, unset variable) would only echo as schema errors, and a value the schema
+    # refused as a cross-reference error; an error about a whole entry says nothing about its parts.
+    refused = {format_path(p) for p in marked.refused}
+    issues += [i for i in validate(marked) if not _within(i.key, refused)]
     reported = {i.key for i in issues}
-    schema_issues = [i for i in validate(marked) if not _within_reported(i.key, reported)]
-    if issues or schema_issues:
-        raise ManifestError(issues + schema_issues)
+    issues += [i for i in check_references(marked) if i.key not in reported and not _within(i.key, refused)]
+    if issues:
+        raise ManifestError(issues)
     builder = _Builder(marked, Path(file), base)
     manifest = builder.build()
     if builder.issues:
@@ -67,162 +79,113 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     return manifest
 
 
-def _network_allowance(value: bool | list[str]) -> bool | tuple[str, ...]:
-    return tuple(value) if isinstance(value, list) else bool(value)
-
-
-def _within_reported(key: str, reported: set[str]) -> bool:
-    return any(key == r or key.startswith((r + ".", r + "[")) for r in reported)
+def _within(key: str, keys: set[str]) -> bool:
+    """Whether `key` is one of `keys` or names a part of one's value."""
+    return any(key == k or key.startswith((k + ".", k + "[")) for k in keys)
 
 
 class _Builder:
-    """Turns a schema-valid tree into the typed model, checking what a schema cannot (references, paths)."""
+    """Turns a checked tree into the typed model: units parsed, local paths resolved, defaults filled."""
 
     def __init__(self, marked: Marked, file: Path, base: Path) -> None:
         self.marked = marked
         self.file = file
         self.base = base
         self.issues: list[ManifestIssue] = []
+        self.defaults = Defaults()
 
-    def fail(self, path: KeyPath, message: str) -> None:
-        self.issues.append(self.marked.issue(path, message))
-
-    def at(self, path: KeyPath) -> Location:
-        line, col = self.marked.where(path)
+    def at(self, path: KeyPath, *, key: bool = False) -> Location:
+        line, col = self.marked.where(path, key=key)
         return Location(self.marked.file, line, col)
+
+    def parsed(self, parse: Callable[[Any], _T], spec: dict[str, Any], name: str, path: KeyPath, default: _T) -> _T:
+        """`spec[name]` through `parse` (a unit), or `default` when absent or refused (refusals are issues)."""
+        if name not in spec:
+            return default
+        try:
+            return parse(spec[name])
+        except ValueError as exc:
+            self.issues.append(self.marked.issue(path + (name,), str(exc)))
+            return default
 
     def build(self) -> Manifest:
         data = self.marked.data
-        server = data["server"]
-        defaults = self.base_defaults = self.defaults(data.get("defaults", {}))
+        self.defaults = self.build_defaults(data.get("defaults", {}))
         sources = {sid: self.source(sid, spec) for sid, spec in data.get("sources", {}).items()}
         return Manifest(
             path=self.file,
-            server=ServerSettings(server["name"], server.get("title"), server.get("version"),
-                                  server.get("instructions"), server.get("pageSize", DEFAULT_PAGE_SIZE),
-                                  server.get("maxSubscriptions", 1000), self.http(server.get("http", {}))),
-            defaults=defaults,
+            server=self.server(data["server"]),
+            defaults=self.defaults,
             sources=sources,
-            resources=tuple(self.resource(i, r, sources) for i, r in enumerate(data.get("resources", []))),
-            collections=tuple(self.collection(i, c, sources) for i, c in enumerate(data.get("collections", []))),
-            templates=tuple(self.template(i, t, sources) for i, t in enumerate(data.get("templates", []))),
+            resources=tuple(self.resource(i, spec) for i, spec in enumerate(data.get("resources", []))),
+            collections=tuple(self.collection(i, spec) for i, spec in enumerate(data.get("collections", []))),
+            templates=tuple(self.template(i, spec) for i, spec in enumerate(data.get("templates", []))),
         )
 
-    def http(self, spec: dict[str, Any]) -> HttpSettings:
-        return HttpSettings(tuple(spec.get("allowedHosts", ())), tuple(spec.get("allowedOrigins", ())),
-                            parse_size(spec.get("maxBodyBytes", HttpSettings().max_body_bytes)))
+    def server(self, spec: dict[str, Any]) -> ServerSettings:
+        http = spec.get("http", {})
+        return ServerSettings(
+            name=spec["name"], title=spec.get("title"), version=spec.get("version"),
+            instructions=spec.get("instructions"), page_size=spec.get("pageSize", DEFAULT_PAGE_SIZE),
+            max_subscriptions=spec.get("maxSubscriptions", _SERVER_DEFAULTS.max_subscriptions),
+            http=HttpSettings(
+                allowed_hosts=tuple(http.get("allowedHosts", ())),
+                allowed_origins=tuple(http.get("allowedOrigins", ())),
+                max_body_bytes=self.parsed(parse_size, http, "maxBodyBytes", ("server", "http"),
+                                           HttpSettings().max_body_bytes),
+            ),
+        )
 
-    def defaults(self, spec: dict[str, Any]) -> Defaults:
-        base = Defaults()
+    def build_defaults(self, spec: dict[str, Any]) -> Defaults:
+        base, path = Defaults(), ("defaults",)
         return Defaults(
-            ttl=parse_duration(spec.get("ttl", base.ttl)),
-            max_bytes=parse_size(spec.get("maxBytes", base.max_bytes)),
-            cache_bytes=parse_size(spec.get("cacheBytes", base.cache_bytes)),
-            timeout=parse_duration(spec.get("timeout", base.timeout)),
+            ttl=self.parsed(parse_duration, spec, "ttl", path, base.ttl),
+            max_bytes=self.parsed(parse_size, spec, "maxBytes", path, base.max_bytes),
+            cache_bytes=self.parsed(parse_size, spec, "cacheBytes", path, base.cache_bytes),
+            timeout=self.parsed(parse_duration, spec, "timeout", path, base.timeout),
             max_concurrency=spec.get("maxConcurrency", base.max_concurrency),
-            stale_if_error=parse_duration(spec.get("staleIfError", base.stale_if_error)),
+            stale_if_error=self.parsed(parse_duration, spec, "staleIfError", path, base.stale_if_error),
         )
 
     def source(self, sid: str, spec: dict[str, Any]) -> SourceSpec:
         path: KeyPath = ("sources", sid)
-        url = spec["url"]
-        match = _SCHEME.match(url)
-        scheme = match.group(1).lower() if match else None
-        if scheme is None or scheme == "file":
-            local = unquote(urlsplit(url).path) if match else url
-            protocol, url = "file", str((self.base / os.path.expanduser(local)).resolve())
-        elif scheme.split("+", 1)[0] in _SQL_SCHEMES:
-            protocol = "sql"
-            if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
-                url = "sqlite:///" + str((self.base / url[len("sqlite:///"):]).resolve())
-        elif scheme.startswith("git+"):
-            # git+file://./repo, git+https://host/repo.git: the repository; `ref` picks the tree.
-            protocol, url = "git", url[len("git+"):]
-            if url.startswith("file://"):
-                url = str((self.base / os.path.expanduser(unquote(url[len("file://"):]))).resolve())
-        else:
-            protocol = scheme
+        protocol, url = resolve_source_url(spec["url"], self.base)
+        network = spec.get("allowPrivateNetwork", False)
         return SourceSpec(
-            id=sid, url=url, protocol=protocol, where=self.at(path), key=format_path(path),
-            ttl=parse_duration(spec["ttl"]) if "ttl" in spec else None,
-            max_bytes=parse_size(spec["maxBytes"]) if "maxBytes" in spec else None,
+            id=sid, url=url, protocol=protocol, where=self.at(path, key=True), key=format_path(path),
+            ttl=self.parsed(parse_duration, spec, "ttl", path, None),
+            max_bytes=self.parsed(parse_size, spec, "maxBytes", path, None),
             options=spec.get("options", {}), description=spec.get("description"),
             headers=spec.get("headers", {}), ref=spec.get("ref"),
-            timeout=parse_duration(spec.get("timeout", self.base_defaults.timeout)),
-            max_concurrency=spec.get("maxConcurrency", self.base_defaults.max_concurrency),
-            stale_if_error=parse_duration(spec.get("staleIfError", self.base_defaults.stale_if_error)),
-            allow_private_network=_network_allowance(spec.get("allowPrivateNetwork", False)),
-            poll=parse_duration(spec["poll"]) if "poll" in spec else None,
+            timeout=self.parsed(parse_duration, spec, "timeout", path, self.defaults.timeout),
+            max_concurrency=spec.get("maxConcurrency", self.defaults.max_concurrency),
+            stale_if_error=self.parsed(parse_duration, spec, "staleIfError", path, self.defaults.stale_if_error),
+            allow_private_network=tuple(network) if isinstance(network, list) else bool(network),
+            poll=self.parsed(parse_duration, spec, "poll", path, None),
             tables=tuple(spec.get("tables", ())), sample_rows=spec.get("sampleRows", 0),
             row_limit=spec.get("rowLimit", 1000), checksum=spec.get("checksum"),
         )
 
-    def check_source(self, path: KeyPath, sid: str | None, sources: Mapping[str, SourceSpec]) -> None:
-        if sid is not None and sid not in sources:
-            known = ", ".join(sorted(sources)) or "none declared"
-            self.fail(path + ("source",), f"unknown source {sid!r} (sources: {known})")
-
-    def check_relative(self, path: KeyPath, value: str, what: str) -> None:
-        segments = value.replace("\\", "/").split("/")
-        if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value) or ".." in segments:
-            self.fail(path, f"{what} {value!r} must stay inside its source: no absolute paths or '..' segments")
-
-    def display(self, spec: dict[str, Any]) -> Display:
-        icons = tuple(Icon(i["src"], i.get("mimeType"), tuple(i["sizes"]) if "sizes" in i else None, i.get("theme"))
-                      for i in spec.get("icons", ())) or None
-        a = spec.get("annotations")
-        annotations = None
-        if a is not None:
-            annotations = Annotations(tuple(a["audience"]) if "audience" in a else None, a.get("priority"),
-                                      a.get("lastModified"))
-        return Display(spec.get("title"), spec.get("description"), spec.get("mimeType"), icons, annotations)
-
-    def resource(self, i: int, spec: dict[str, Any], sources: Mapping[str, SourceSpec]) -> ResourceSpec:
+    def resource(self, i: int, spec: dict[str, Any]) -> ResourceSpec:
         path: KeyPath = ("resources", i)
-        self.check_source(path, spec.get("source"), sources)
-        if "path" in spec:
-            self.check_relative(path + ("path",), spec["path"], "path")
-        return ResourceSpec(spec["uri"], spec["name"], self.display(spec), self.at(path), format_path(path),
+        return ResourceSpec(spec["uri"], spec["name"], _display(spec), self.at(path), format_path(path),
                             spec.get("source"), spec.get("path"), spec.get("text"), spec.get("size"))
 
-    def collection(self, i: int, spec: dict[str, Any], sources: Mapping[str, SourceSpec]) -> CollectionSpec:
+    def collection(self, i: int, spec: dict[str, Any]) -> CollectionSpec:
         path: KeyPath = ("collections", i)
-        self.check_source(path, spec["source"], sources)
-        self.check_relative(path + ("glob",), spec["glob"], "glob")
-        for j, pattern in enumerate(spec.get("exclude", [])):
-            self.check_relative(path + ("exclude", j), pattern, "exclude glob")
-        for key in ("uri", "name", "title"):
-            if key in spec:
-                for placeholder in _PLACEHOLDER.findall(spec[key]):
-                    if placeholder not in COLLECTION_PLACEHOLDERS:
-                        self.fail(path + (key,), f"unknown placeholder {{{placeholder}}}; a collection pattern may "
-                                                 f"use {{path}}, {{name}}, {{stem}} and {{ext}}")
-        return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"),
-                              self.display(spec), self.at(path), format_path(path), tuple(spec.get("exclude", ())))
+        return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"), _display(spec),
+                              self.at(path), format_path(path), tuple(spec.get("exclude", ())))
 
-    def template(self, i: int, spec: dict[str, Any], sources: Mapping[str, SourceSpec]) -> TemplateSpec:
-        from aggregator.templates import TemplateSyntaxError, UriTemplate
-
+    def template(self, i: int, spec: dict[str, Any]) -> TemplateSpec:
         path: KeyPath = ("templates", i)
-        self.check_source(path, spec["source"], sources)
-        source = sources.get(spec["source"])
-        if "query" in spec and source is not None and source.protocol != "sql":
-            self.fail(path + ("query",), f"query: needs a SQL source; {spec['source']!r} is {source.protocol}")
-        if "path" in spec:
-            self.check_relative(path + ("path",), spec["path"], "path")
-        try:
-            variables = UriTemplate.parse(spec["uriTemplate"]).variables
-        except TemplateSyntaxError:
-            variables = ()  # already reported by the schema's uri-template format
-        for placeholder in _PLACEHOLDER.findall(spec.get("path", "")):
-            if placeholder not in variables:
-                known = ", ".join(variables) or "none"
-                self.fail(path + ("path",), f"placeholder {{{placeholder}}} is not a variable of the uriTemplate "
-                                            f"(variables: {known})")
-        if "query" in spec:
-            for parameter in re.findall(r"(?<![:\w]):([A-Za-z_]\w*)", spec["query"]):
-                if parameter not in variables:
-                    self.fail(path + ("query",), f"parameter :{parameter} is not a variable of the uriTemplate "
-                                                 f"(variables: {', '.join(variables) or 'none'})")
-        return TemplateSpec(spec["uriTemplate"], spec["name"], spec["source"], spec.get("path"), self.display(spec),
+        return TemplateSpec(spec["uriTemplate"], spec["name"], spec["source"], spec.get("path"), _display(spec),
                             self.at(path), format_path(path), spec.get("query"), spec.get("format", "json"))
+
+
+def _display(spec: dict[str, Any]) -> Display:
+    icons = tuple(Icon(i["src"], i.get("mimeType"), tuple(i["sizes"]) if "sizes" in i else None, i.get("theme"))
+                  for i in spec.get("icons", ())) or None
+    notes = spec.get("annotations")
+    annotations = None if notes is None else Annotations(
+        tuple(notes["audience"]) if "audience" in notes else None, notes.get("priority"), notes.get("lastModified"))
+    return Display(spec.get("title"), spec.get("description"), spec.get("mimeType"), icons, annotations)

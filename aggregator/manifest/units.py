@@ -28,10 +28,11 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 
-def parse_duration(value: str | int | float) -> float:
+def parse_duration(value: str | float) -> float:
     """Seconds in a duration such as `1h30m`; a bare number is seconds. ValueError for anything else."""
+    # ValueError even for a wrong type: to whoever wrote `ttl: true`, that is a wrong value like any other.
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"expected a duration such as 30s or 5m, got {type(value).__name__}")
+        raise ValueError(f"expected a duration such as 30s or 5m, got {type(value).__name__}")  # noqa: TRY004
     if isinstance(value, (int, float)):
         return _non_negative_seconds(float(value))
     text = "".join(value.split())
@@ -49,7 +50,7 @@ def parse_duration(value: str | int | float) -> float:
 def parse_size(value: str | int) -> int:
     """Bytes in a size such as `10MiB` (KB = 1000, KiB = 1024); a bare integer is bytes. ValueError otherwise."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError(f"expected a size such as 10MiB, got {type(value).__name__}")
+        raise ValueError(f"expected a size such as 10MiB, got {type(value).__name__}")  # noqa: TRY004
     if isinstance(value, int):
         if value < 0:
             raise ValueError("a size cannot be negative")

@@ -23,9 +23,11 @@ __all__ = ["FORMAT_CHECKER", "load_schema", "schema_text", "validate"]
 SCHEMA_FILE = "manifest.schema.json"
 _REPO_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / SCHEMA_FILE
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 _TYPE_NAMES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
                type(None): "null"}
 _SCHEMA_TYPE_NAMES = {"object": "mapping", "array": "list"}
+_BOUNDS = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most", "exclusiveMaximum": "less than"}
 
 FORMAT_CHECKER = FormatChecker(formats=())
 """Only our own checkers: jsonschema's optional ones depend on which extra packages happen to be installed."""
@@ -34,9 +36,12 @@ FORMAT_CHECKER = FormatChecker(formats=())
 @FORMAT_CHECKER.checks("date-time", raises=ValueError)
 def _is_date_time(value: object) -> bool:
     if isinstance(value, str):
-        if "T" not in value.upper() and " " not in value:
-            raise ValueError("a date-time needs a date and a time, e.g. 2026-01-15T09:00:00Z")
-        datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
+        try:
+            if not _DATE_TIME.match(value):
+                raise ValueError
+            datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
+        except ValueError:
+            raise ValueError("expected an ISO 8601 date and time such as 2026-01-15T09:00:00Z") from None
     return True
 
 
@@ -77,13 +82,13 @@ def load_schema() -> dict[str, Any]:
 
 def validate(marked: Marked) -> list[ManifestIssue]:
     """Every schema violation in `marked.data`, each located at the key or value at fault."""
-    return [issue for error in _validator().iter_errors(marked.data) for issue in _explain(error, marked)]
+    issues = [issue for error in _validator().iter_errors(marked.data) for issue in _explain(error, marked)]
+    return list(dict.fromkeys(issues))  # `required` reports once per missing key; each is explained once
 
 
 @lru_cache(maxsize=1)
 def _validator() -> Draft202012Validator:
-    schema = load_schema()
-    Draft202012Validator.check_schema(schema)
+    schema = load_schema()  # checked against the 2020-12 meta-schema by the tests, not at every start-up
     # Resolving a $ref costs more than checking most keywords; the schema has no cycles, so inline them all.
     return Draft202012Validator(_inline_refs(schema, schema.get("$defs", {})), format_checker=FORMAT_CHECKER)
 
@@ -122,7 +127,6 @@ def _explain(error: ValidationError, marked: Marked) -> list[ManifestIssue]:
     """One or more issues, in words a manifest author can act on, for one jsonschema error."""
     path: KeyPath = tuple(error.absolute_path)
     kind, value, expected = error.validator, error.instance, error.validator_value
-    shown = _shown(marked, path, value)
     if kind == "additionalProperties" and isinstance(value, dict):
         return [marked.issue(path + (k,), _unknown_key(k, error.schema), key=True)
                 for k in value if k not in error.schema.get("properties", {})]
@@ -133,16 +137,27 @@ def _explain(error: ValidationError, marked: Marked) -> list[ManifestIssue]:
                                               "starting with a letter or '_'", key=True)]
     if kind == "oneOf":
         return _explain_choice(error, marked, path)
-    return [marked.issue(path, _message(kind, expected, value, shown, error, path in marked.interpolated))]
-
-
-def _message(kind: str, expected: Any, value: Any, shown: str, error: ValidationError, from_env: bool) -> str:
-    after = " (after substituting environment variables)" if from_env else ""
     if kind == "type":
-        names = [_SCHEMA_TYPE_NAMES.get(t, t) for t in ([expected] if isinstance(expected, str) else expected)]
-        quote = ("; put it in quotes to keep it as text" if "string" in names and not from_env
-                 and isinstance(value, (bool, int, float, type(None))) else "")
-        return f"expected {' or '.join(names)}, got {_type_name(value)}{after}{quote}"
+        return [marked.issue(path, _type_message(expected, value, error.schema, path in marked.interpolated))]
+    return [marked.issue(path, _message(error, marked.quote(path, value), path in marked.interpolated))]
+
+
+def _type_message(expected: str | list[str], value: Any, schema: dict[str, Any], from_env: bool) -> str:
+    names = [_SCHEMA_TYPE_NAMES.get(t, t) for t in ([expected] if isinstance(expected, str) else expected)]
+    # A duration or size says what it is better than "string or number" does.
+    hint = _pattern_hints().get(schema.get("pattern", "")) if len(names) > 1 else None
+    message = f"expected {_lower_first(hint) if hint else ' or '.join(names)}, got {_type_name(value)}"
+    if from_env:
+        return message + " (after substituting environment variables)"
+    if names == ["string"] and isinstance(value, (bool, int, float)):
+        return message + "; put it in quotes to keep it as text"  # `name: no`, `version: 1.10`
+    if value is None and names in (["list"], ["mapping"]):
+        return message + ("; write [] for an empty list" if names == ["list"] else "; write {} for an empty mapping")
+    return message
+
+
+def _message(error: ValidationError, shown: str, from_env: bool) -> str:
+    kind, expected, value = error.validator, error.validator_value, error.instance
     if kind == "format":
         cause = str(error.cause) if error.cause else ""
         if from_env and isinstance(value, str) and value and value in cause:
@@ -150,28 +165,26 @@ def _message(kind: str, expected: Any, value: Any, shown: str, error: Validation
         return f"{shown} is not a valid {expected}" + (f": {cause}" if cause else "")
     if kind == "pattern":
         hint = _pattern_hints().get(expected)
-        return f"{shown} is not valid here" + (f": expected {_lower_first(hint)}" if hint else
-                                               f": it must match {expected}")
+        return f"{shown} is not valid here: " + (f"expected {_lower_first(hint)}" if hint else f"it must match {expected}")
     if kind == "const":
         return f"must be {expected!r}, got {shown}"
     if kind == "enum":
         return f"{shown} is not one of: {', '.join(repr(v) for v in expected)}"
-    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        bound = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most",
-                 "exclusiveMaximum": "less than"}[kind]
-        return f"must be {bound} {expected}, got {shown}"
+    if kind in _BOUNDS:
+        return f"must be {_BOUNDS[kind]} {expected}, got {shown}"
     if kind == "minLength" and expected == 1:
         return "must not be empty"
     if kind == "uniqueItems":
-        return f"lists the same value more than once{after}"
-    if from_env:
-        return f"the value is not valid here ({kind}: {expected!r}){after}"
-    return error.message
+        return "lists the same value more than once"
+    # jsonschema's own wording quotes the value: not when it came from the environment.
+    return f"the value is not valid here ({kind}: {expected!r})" if from_env else error.message
 
 
 def _explain_choice(error: ValidationError, marked: Marked, path: KeyPath) -> list[ManifestIssue]:
     """A `oneOf` failure: the entry kinds get a sentence of their own, value choices their closest miss."""
     value = error.instance
+    if not isinstance(value, dict) and len(path) == 2 and path[0] in ("resources", "templates"):
+        return []  # not a mapping at all: the type error says so, a choice of keys means nothing here
     if isinstance(value, dict) and path[:1] == ("resources",):
         return [marked.issue(path, _resource_kind_message(value))]
     if isinstance(value, dict) and path[:1] == ("templates",):
@@ -180,18 +193,13 @@ def _explain_choice(error: ValidationError, marked: Marked, path: KeyPath) -> li
                              "required key 'path' is missing (or 'query' for a SQL source)")]
     here = [e for e in error.context if not e.relative_path]
     if here and all(e.validator == "type" for e in here):
-        # Wrong kind of value for every choice: name the kinds it may be (true/false or a list, ...).
+        # The wrong kind of value for every choice: name all the kinds it may be.
         kinds = [t for e in here for t in ([e.validator_value] if isinstance(e.validator_value, str)
                                           else e.validator_value)]
-        return _explain(_with(here[0], validator_value=list(dict.fromkeys(kinds))), marked)
+        return [marked.issue(path, _type_message(list(dict.fromkeys(kinds)), value, {},
+                                                 path in marked.interpolated))]
     closest = best_match(error.context) if error.context else None
     return [marked.issue(path, error.message)] if closest is None else _explain(closest, marked)
-
-
-def _with(error: ValidationError, **changes: Any) -> ValidationError:
-    for name, value in changes.items():
-        setattr(error, name, value)
-    return error
 
 
 def _resource_kind_message(value: dict[str, Any]) -> str:
@@ -207,17 +215,10 @@ def _resource_kind_message(value: dict[str, Any]) -> str:
 
 def _unknown_key(key: str, schema: dict[str, Any]) -> str:
     allowed = list(schema.get("properties", {}))
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     guess = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown key {key!r}{guess}; expected one of: {', '.join(allowed)}" if allowed else \
         f"unknown key {key!r}; no keys are allowed here"
-
-
-def _shown(marked: Marked, path: KeyPath, value: Any) -> str:
-    if path in marked.interpolated:
-        return "the value taken from the environment"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _type_name(value: object) -> str:

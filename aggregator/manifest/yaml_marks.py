@@ -41,6 +41,8 @@ class Marked:
     """Unquoted scalars holding `${`: after interpolation they are re-read as YAML (`${PORT}` -> 8080)."""
     interpolated: set[KeyPath] = field(default_factory=set)
     """Values that took text from the environment: error messages never quote them."""
+    refused: set[KeyPath] = field(default_factory=set)
+    """Values already reported as unusable (a bad tag, an unset variable): later checks skip them."""
 
     def where(self, path: KeyPath, *, key: bool = False) -> tuple[int, int]:
         """The position of `path` (of its key when `key`), else of its closest known ancestor."""
@@ -51,6 +53,13 @@ class Marked:
                 return self.values[path]
             path = path[:-1]
         return self.values.get((), (1, 1))
+
+    def quote(self, path: KeyPath, value: Any) -> str:
+        """`value` as a message may show it: quoted and cut short, or not at all if it came from the environment."""
+        if path in self.interpolated:
+            return "the value from the environment"
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
 
     def issue(self, path: KeyPath, message: str, *, key: bool = False) -> ManifestIssue:
         line, col = self.where(path, key=key)
@@ -70,7 +79,12 @@ def load_marked(text: str, file: str) -> tuple[Marked | None, list[ManifestIssue
     try:
         node = _compose(text)
     except yaml.MarkedYAMLError as exc:
-        return None, [_syntax_issue(exc, file)]
+        return None, [_syntax_issue(exc, file, text)]
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return None, [ManifestIssue(file, line, col, "", f"character #x{exc.character:04x} is not allowed in YAML "
+                                                         "(control characters must be escaped in a \"quoted\" string)")]
     except yaml.YAMLError as exc:
         return None, [ManifestIssue(file, 1, 1, "", f"YAML error: {exc}")]
     except RecursionError:
@@ -99,7 +113,7 @@ def _compose(text: str) -> yaml.Node | None:
     return yaml.compose(text, Loader=yaml.SafeLoader)
 
 
-def _syntax_issue(exc: yaml.MarkedYAMLError, file: str) -> ManifestIssue:
+def _syntax_issue(exc: yaml.MarkedYAMLError, file: str, text: str) -> ManifestIssue:
     mark = exc.problem_mark or exc.context_mark
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     message = exc.problem or "invalid YAML"
@@ -107,6 +121,12 @@ def _syntax_issue(exc: yaml.MarkedYAMLError, file: str) -> ManifestIssue:
         started = exc.context_mark
         where = f" started on line {started.line + 1}" if started and started.line + 1 != line else ""
         message = f"{message} ({exc.context}{where})"
+    if "expected <block end>" in message:
+        message += "; check this line's indentation against the lines above"
+    lines = text.splitlines()
+    if mark and line <= len(lines) and "${" in lines[line - 1][max(col - 2, 0):col + 1]:
+        # `key: ${VAR}` inside {...} or [...]: the `{` reads as a nested mapping.
+        message += "; put a value holding ${...} in quotes"
     return ManifestIssue(file, line, col, "", f"YAML syntax error: {message}")
 
 
@@ -120,7 +140,10 @@ class _TreeBuilder:
         self.active: set[int] = set()  # ids of the nodes being built: an alias back to one is a cycle
         self.constructor = yaml.constructor.SafeConstructor()
 
-    def fail(self, path: KeyPath, message: str, at: yaml.Node | None = None) -> None:
+    def fail(self, path: KeyPath, message: str, at: yaml.Node | None = None, *, refuse: bool = True) -> None:
+        """Report a problem at `path` (or at node `at`); `refuse`: the value there is unusable (None)."""
+        if refuse:
+            self.marked.refused.add(path)
         if at is None:
             self.issues.append(self.marked.issue(path, message))
         else:
@@ -156,7 +179,7 @@ class _TreeBuilder:
     def scalar(self, node: yaml.ScalarNode, path: KeyPath) -> Any:
         if node.tag == _TAG + "timestamp":
             return node.value
-        if node.style is None and "${" in node.value:
+        if not node.style and "${" in node.value:  # plain: None from PyYAML, "" from libyaml
             self.marked.plain.add(path)
         try:
             return self.constructor.construct_object(node, deep=True)
@@ -173,13 +196,13 @@ class _TreeBuilder:
                 merges.append((key_node, value_node))
                 continue
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in _STANDARD_TAGS:
-                self.fail(path, "a mapping key must be a plain word or string", at=key_node)
+                self.fail(path, "a mapping key must be a plain word or string", at=key_node, refuse=False)
                 continue
             key = key_node.value
             line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
             if key in first_line:
                 self.fail(path + (key,), f"duplicate key {key!r} (first defined on line {first_line[key]})",
-                          at=key_node)
+                          at=key_node, refuse=False)
                 continue
             first_line[key] = line
             self.marked.keys[path + (key,)] = (line, col)
@@ -193,10 +216,11 @@ class _TreeBuilder:
         sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
         for source in sources:
             if not isinstance(source, yaml.MappingNode):
-                self.fail(path, "'<<' merges mappings only (write '<<: *anchor')", at=key_node)
+                self.fail(path, "'<<' merges mappings only (write '<<: *anchor')", at=key_node, refuse=False)
                 continue
             if id(source) in self.active:
-                self.fail(path, "an alias refers to a value that contains it (a cycle)", at=key_node)
+                self.fail(path, "an alias refers to a value that contains it (a cycle)", at=key_node,
+                          refuse=False)
                 continue
             self.active.add(id(source))
             nested: list[tuple[yaml.Node, yaml.Node]] = []
