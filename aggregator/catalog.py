@@ -42,6 +42,8 @@ logger = logging.getLogger("aggregator.catalog")
 _CURSOR_PREFIX = b"c1:"
 _QUERY_TYPES = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.]+)\}")
+RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
+_MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,10 @@ class Entry:
     source: str | None = None
     path: str | None = None
     text: str | None = None
+    access: frozenset[str] = frozenset()
+    """Scopes a caller needs to see or read this entry."""
+    render: str | None = None
+    """A Jinja2 template (from the manifest) that produces the content."""
 
     @property
     def last_modified(self) -> str | None:
@@ -93,6 +99,10 @@ class Target:
     """SQL sources: the template's query, run with `params` bound."""
     params: tuple[tuple[str, str | None], ...] = ()
     format: str = "json"
+    access: frozenset[str] = frozenset()
+    """Scopes a caller needs to read it."""
+    render: str | None = None
+    """A Jinja2 template producing the content, with `params` as its variables."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +126,19 @@ class Catalog:
         self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
         self._uris = [e.uri for e in self.entries]
         self._index = {e.uri: e for e in self.entries}
+        self._views: dict[frozenset[str], tuple[tuple[Entry, ...], list[str]]] = {}
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
             sorted(self.templates, key=lambda t: (-t.template.literal_length, len(t.template.variables)))
         )
+        # Templates by the literal text before their first expression, so a URI is tried only against templates
+        # it could match: the cost of a read does not grow with the number of templates.
+        self._rank = {id(t): i for i, t in enumerate(self._match_order)}
+        self._by_prefix: dict[str, list[TemplateEntry]] = {}
+        for t in self._match_order:
+            self._by_prefix.setdefault(t.uri_template.split("{", 1)[0], []).append(t)
+        self._prefix_lengths = sorted({len(p) for p in self._by_prefix}, reverse=True)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -141,37 +159,91 @@ class Catalog:
     def get(self, uri: str) -> Entry | None:
         return self._index.get(uri)
 
-    def page(self, cursor: str | None, limit: int) -> Page:
-        """Up to `limit` entries after `cursor`; InvalidCursor if it was not made by a catalog."""
-        return _paginate(self.entries, self._uris, cursor, limit)
+    @cached_property
+    def restricted(self) -> bool:
+        """Whether any entry or template needs scopes (then listings depend on who asks)."""
+        return any(e.access for e in self.entries) or any(t.spec.access for t in self.templates)
 
-    def template_page(self, cursor: str | None, limit: int) -> Page:
-        return _paginate(self.templates, [t.uri_template for t in self.templates], cursor, limit)
+    def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page:
+        """Up to `limit` entries after `cursor` that a caller holding `scopes` may see (None: every entry);
+        InvalidCursor if the cursor was not made by a catalog."""
+        entries, uris = self._view(scopes)
+        return _paginate(entries, uris, cursor, limit)
+
+    def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page:
+        templates = [t for t in self.templates if scopes is None or t.spec.access <= scopes]
+        return _paginate(templates, [t.uri_template for t in templates], cursor, limit)
+
+    def _candidates(self, uri: str) -> list[TemplateEntry]:
+        """Templates whose literal start `uri` has, in match order."""
+        found: list[TemplateEntry] = []
+        for length in self._prefix_lengths:
+            if length <= len(uri):
+                found += self._by_prefix.get(uri[:length], ())
+        if len(found) > 1:
+            found.sort(key=lambda t: self._rank[id(t)])
+        return found
+
+    def under(self, prefix: str, scopes: frozenset[str] | None = None) -> Sequence[Entry]:
+        """Listed entries whose URI starts with `prefix` that a caller holding `scopes` may see; O(log n + found)."""
+        entries, uris = self._view(scopes)
+        start = bisect.bisect_left(uris, prefix)
+        end = start
+        while end < len(uris) and uris[end].startswith(prefix):
+            end += 1
+        return entries[start:end]
+
+    def _view(self, scopes: frozenset[str] | None) -> tuple[Sequence[Entry], list[str]]:
+        """The entries a scope set may see, filtered once per catalog and scope set, so pages stay O(page)."""
+        if scopes is None or not self.restricted:
+            return self.entries, self._uris
+        view = self._views.get(scopes)
+        if view is None:
+            if len(self._views) >= _MAX_VIEWS:
+                self._views.pop(next(iter(self._views)))
+            visible = tuple(e for e in self.entries if e.access <= scopes)
+            view = self._views[scopes] = (visible, [e.uri for e in visible])
+        return view
 
     def resolve(self, uri: str) -> Target:
         """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
         entry = self._index.get(uri)
         if entry is not None:
             return Target(uri, entry.mime_type, entry.source, entry.path, entry.text,
-                          entry.display.mime_type is not None)
-        for candidate in self._match_order:
+                          entry.display.mime_type is not None, access=entry.access, render=entry.render)
+        for candidate in self._candidates(uri):
             values = candidate.template.match(uri)
             if values is None:
                 continue
             spec = candidate.spec
+            if spec.render is not None:
+                # Values reach the template as data only.
+                params = tuple((name, _hashable(values.get(name))) for name in candidate.template.variables)
+                return Target(uri, spec.display.mime_type or RENDERED_TYPE, None, None, mime_declared=True,
+                              params=params, access=spec.access, render=spec.render)
             if spec.query is not None:
                 # Values are bound as query parameters, never spliced into SQL or paths.
-                params = tuple((name, values.get(name)) for name in candidate.template.variables)
+                params = tuple((name, _joined(values.get(name))) for name in candidate.template.variables)
                 return Target(uri, spec.display.mime_type or _QUERY_TYPES[spec.format], spec.source, None,
-                              mime_declared=True, query=spec.query, params=params, format=spec.format)
+                              mime_declared=True, query=spec.query, params=params, format=spec.format,
+                              access=spec.access)
             # A match refused for safety never falls through to a looser template.
             path = expand_path(candidate, values, self._url_sources.get(candidate.spec.source, False))
             if path is None:
                 raise ResourceNotFound(uri)
             declared = candidate.spec.display.mime_type
             return Target(uri, declared or guess_mime_type(path.split("?", 1)[0]), candidate.spec.source, path,
-                          mime_declared=declared is not None)
+                          mime_declared=declared is not None, access=spec.access)
         raise ResourceNotFound(uri)
+
+
+def _joined(value: object) -> str | None:
+    """A matched value as one string: exploded lists are comma-joined (SQL binds scalars)."""
+    return ",".join(value) if isinstance(value, list) else value  # type: ignore[return-value]
+
+
+def _hashable(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def expand_path(entry: TemplateEntry, values: Mapping[str, str], url_path: bool = False) -> str | None:
@@ -185,6 +257,8 @@ def expand_path(entry: TemplateEntry, values: Mapping[str, str], url_path: bool 
     def fill(m: re.Match[str]) -> str:
         name = m.group(1)
         value = values.get(name)
+        if isinstance(value, list):  # an exploded {/segments*}: the segments make a relative path
+            value = "/".join(value)
         if not value:
             raise UnsafePath(f"missing value for {name}")
         multi = name in template.multi_segment
@@ -240,7 +314,10 @@ async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> 
     if spec.text is not None:
         size = spec.size if spec.size is not None else len(spec.text.encode("utf-8"))
         return Entry(spec.uri, spec.name, display, display.title, display.mime_type or "text/plain", size,
-                     text=spec.text)
+                     text=spec.text, access=spec.access)
+    if spec.render is not None:
+        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or RENDERED_TYPE, spec.size,
+                     access=spec.access, render=spec.render)
     assert spec.source is not None and spec.path is not None
     info: FileInfo | None = None
     try:
@@ -252,7 +329,7 @@ async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> 
         logger.warning("%s: %s: cannot stat %r: %s", spec.where, spec.key, spec.path, exc)
     size = spec.size if spec.size is not None else (info.size if info else None)
     return Entry(spec.uri, spec.name, display, display.title, display.mime_type or guess_mime_type(spec.path), size,
-                 info.mtime if info else None, source=spec.source, path=spec.path)
+                 info.mtime if info else None, source=spec.source, path=spec.path, access=spec.access)
 
 
 _URI_SAFE = re.compile(r"[A-Za-z0-9._~/-]*")
@@ -298,7 +375,7 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
     uri_pattern, name_pattern = _Pattern(spec.uri), _Pattern(spec.name)
     title_pattern = _Pattern(spec.display.title) if spec.display.title else None
     raw_keys = name_pattern.keys | (title_pattern.keys if title_pattern else frozenset())
-    display, fixed_mime = spec.display, spec.display.mime_type
+    display, fixed_mime, access = spec.display, spec.display.mime_type, spec.access
     mime_by_ext: dict[str, str | None] = {}
     append = entries.append
     for info in files:
@@ -313,7 +390,7 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
                 mime = mime_by_ext[ext] = guess_mime_type(path)
         append(Entry(uri_pattern.fill(_file_values(path, uri_pattern.keys, encode=True)), name_pattern.fill(raw),
                      display, title_pattern.fill(raw) if title_pattern else None, mime, info.size, info.mtime,
-                     spec.source, path))
+                     spec.source, path, access=access))
     return entries
 
 

@@ -1,4 +1,4 @@
-"""Command line: serve | list | read | validate | schema.
+"""Command line: serve | list | read | validate | init | diff | schema.
 
 Logs and diagnostics go to stderr; stdout carries only the command's output (the protocol, for `serve`).
 """
@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from aggregator import __version__
+from aggregator.logs import setup_logging
 from aggregator.manifest.model import ManifestError
 
 __all__ = ["main"]
@@ -27,11 +28,6 @@ logger = logging.getLogger("aggregator")
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def _report(error: ManifestError, fmt: str = "text") -> None:
@@ -58,6 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from mcp.server.stdio import stdio_server
 
     from aggregator.live import LiveCatalog
+    from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
     from aggregator.server import build_server, initialization_options, wire_summary
 
@@ -68,7 +65,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     aggregator.manifest.server.max_subscriptions)
                 live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
-                server = build_server(aggregator, notifier)
+                metrics = Metrics(live)
+                server = build_server(aggregator, notifier, metrics)
                 catalog = aggregator.catalog
                 transport = f"HTTP on http://{args.http}/mcp" if args.http else "stdio"
                 logger.info(
@@ -80,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     if args.http:
-                        await _serve_http(server, live, args)
+                        await _serve_http(server, live, metrics, args)
                     else:
                         async with stdio_server() as (read_stream, write_stream):
                             await server.run(read_stream, write_stream, initialization_options(server))
@@ -93,19 +91,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return anyio.run(run)
 
 
-async def _serve_http(server: Any, live: Any, args: argparse.Namespace) -> None:
+async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Namespace) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C."""
     import uvicorn
 
-    from aggregator.http import health_route, transport_security
+    from aggregator.http import http_app
 
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
-    settings = live.aggregator.manifest.server.http
-    app = server.streamable_http_app(
-        streamable_http_path="/mcp", json_response=args.json_response, stateless_http=args.stateless, host=host,
-        transport_security=transport_security(host, int(port), settings),
-        max_request_body_size=settings.max_body_bytes, custom_starlette_routes=[health_route(live)])
+    app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
+                   stateless=args.stateless)
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=5)
 
@@ -207,6 +202,50 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return anyio.run(run)
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aggregator.manifest import load_manifest
+    from aggregator.scaffold import starter_manifest
+
+    folder, output = Path(args.folder), Path(args.output)
+    if not folder.is_dir():
+        print(f"aggregator: {folder}: not a folder", file=sys.stderr)
+        return EXIT_USAGE
+    if output.exists() and not args.force:
+        print(f"aggregator: {output} exists; pass --force to overwrite it", file=sys.stderr)
+        return EXIT_INVALID
+    output.write_text(starter_manifest(folder, output, args.name), encoding="utf-8")
+    try:
+        manifest = load_manifest(output)
+    except ManifestError as exc:  # a bug of ours, not the user's: say so plainly
+        _report(exc)
+        return EXIT_INVALID
+    print(f"wrote {output}: serves {folder} ({manifest.collections[0].glob}); next: aggregator serve {output}",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from aggregator.diff import diff_catalogs
+
+    async def run() -> int:
+        try:
+            async with _opened(args.old) as old, _opened(args.new) as new:
+                found = diff_catalogs(old.catalog, new.catalog)
+        except ManifestError as exc:
+            _report(exc, args.format)
+            return EXIT_USAGE
+        if args.format == "json":
+            print(json.dumps(found.to_dict(), indent=2))
+        else:
+            for line in found.lines():
+                print(line)
+        return EXIT_INVALID if found else EXIT_OK
+
+    return anyio.run(run)
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from aggregator.manifest import schema_text
 
@@ -218,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aggregator", description="Serve a YAML manifest as an MCP resources server.")
     parser.add_argument("--version", action="version", version=f"aggregator {__version__}")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="json: one object per line (with the access log's caller, method, uri, outcome, ms)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="serve a manifest over stdio")
@@ -249,6 +290,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "collections and unreachable sources go unchecked)")
     p.set_defaults(func=cmd_validate)
 
+    p = sub.add_parser("init", help="write a commented starter manifest for a folder")
+    p.add_argument("folder")
+    p.add_argument("-o", "--output", default="aggregator.yaml", help="where to write it (default aggregator.yaml)")
+    p.add_argument("--name", help="server name and URI scheme (default: the folder's name)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("diff", help="what a reload from OLD to NEW would change: exit 0 same, 1 different, 2 error")
+    p.add_argument("old")
+    p.add_argument("new")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_diff)
+
     p = sub.add_parser("schema", help="print the manifest JSON Schema")
     p.set_defaults(func=cmd_schema)
     return parser
@@ -256,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    setup_logging(args.log_level, args.log_format)
     try:
         return int(args.func(args))
     except FileNotFoundError as exc:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 from aggregator.cache import CachePolicy, ContentCache
-from aggregator.catalog import Catalog, Page, Target, compile_catalog
+from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
 from aggregator.content import Content, decode_body
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
 from aggregator.manifest import load_manifest
@@ -82,6 +83,8 @@ class Aggregator:
         defaults = manifest.defaults
         self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(defaults.cache_bytes)
         self._limits = {sid: _limits(spec, defaults) for sid, spec in manifest.sources.items()}
+        self.source_errors: Counter[str] = Counter()
+        """Failed backend calls per source id, since start (for /metrics)."""
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> Aggregator:
@@ -216,34 +219,90 @@ class Aggregator:
             return self.default_ttl
         return self._limits[target.source].ttl if target.source else self.default_ttl
 
-    def list_page(self, cursor: str | None) -> Page:
-        return self.catalog.page(cursor, self.page_size)
+    def list_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page:
+        """A listing page of what a caller holding `scopes` may see (None: a trusted caller who sees everything)."""
+        return self.catalog.page(cursor, self.page_size, scopes)
 
-    def template_page(self, cursor: str | None) -> Page:
-        return self.catalog.template_page(cursor, self.page_size)
+    def template_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page:
+        return self.catalog.template_page(cursor, self.page_size, scopes)
 
-    async def read(self, uri: str) -> Content:
-        """The content of `uri`; ResourceNotFound, ResourceTooLarge or ResourceUnavailable otherwise."""
+    def allowed(self, uri: str, scopes: frozenset[str] | None = None) -> Target:
+        """What `uri` names if a caller holding `scopes` may read it; ResourceNotFound otherwise, so a caller
+        cannot tell a hidden resource from a missing one."""
+        target = self.catalog.resolve(uri)
+        if scopes is not None and not target.access <= scopes:
+            raise ResourceNotFound(uri)
+        return target
+
+    def template_for(self, uri_template: str, scopes: frozenset[str] | None = None) -> TemplateEntry | None:
+        """The catalog's template spelled `uri_template`, if a caller holding `scopes` may see it."""
+        for template in self.catalog.templates:
+            if template.uri_template == uri_template:
+                return template if scopes is None or template.spec.access <= scopes else None
+        return None
+
+    def is_restricted(self, uri: str) -> bool:
+        """Whether reading `uri` needs scopes, so its result depends on who asks."""
+        if not self.catalog.restricted:
+            return False
+        try:
+            return bool(self.catalog.resolve(uri).access)
+        except ResourceNotFound:
+            return False
+
+    async def read(self, uri: str, scopes: frozenset[str] | None = None) -> Content:
+        """The content of `uri` for a caller holding `scopes` (None: trusted); ResourceNotFound, ResourceTooLarge
+        or ResourceUnavailable otherwise."""
         catalog = self.catalog  # a read finishes on the snapshot it started with
         target = catalog.resolve(uri)
+        if scopes is not None and not target.access <= scopes:
+            raise ResourceNotFound(uri)
         if target.text is not None:
             return Content(target.mime_type or "text/plain", text=target.text)
+        if target.render is not None:
+            return await self._render(catalog, target, scopes)
         if target.query is not None:
             return await self._query(target)
         assert target.source is not None and target.path is not None
         source, limits, path = self.sources[target.source], self._limits[target.source], target.path
 
         async def load() -> tuple[Content, str | None]:
-            blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes))
+            blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes), self.source_errors)
             declared = target.mime_type if target.mime_declared or not blob.mime_type else blob.mime_type
             return decode_body(blob.data, declared), blob.version
 
         async def revalidate(version: str) -> bool:
-            info = await _backend_call(target, source, lambda: source.stat(path))
+            info = await _backend_call(target, source, lambda: source.stat(path), self.source_errors)
             return info.version == version
 
         key = (target.source, path, target.mime_type)
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
+
+    async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:
+        """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden)."""
+        from aggregator.render import RenderError, RenderTooLarge, render
+
+        assert target.render is not None
+
+        async def read_text(uri: str) -> str:
+            content = await self.read(uri, scopes)
+            if content.text is None:
+                raise RenderError(f"{uri} is binary ({content.mime_type}): only text resources can be rendered")
+            return content.text
+
+        def list_resources(prefix: str) -> list[dict[str, object]]:
+            return [_entry_facts(e) for e in catalog.under(prefix, scopes)]
+
+        limit = self.manifest.defaults.max_bytes
+        try:
+            text = await render(target.render, dict(target.params), read_text, list_resources, limit)
+        except RenderTooLarge:
+            raise ResourceTooLarge(target.uri, limit + 1, limit) from None
+        except (RenderError, ResourceNotFound, ResourceTooLarge, ResourceUnavailable) as exc:
+            # What failed inside may be another URI or a data value: the log gets it, the client a generic error.
+            logger.warning("render %s failed: %s", target.uri, exc)
+            raise ResourceUnavailable(target.uri) from None
+        return Content(target.mime_type or "text/markdown", text=text)
 
     async def _query(self, target: Target) -> Content:
         assert target.source is not None and target.query is not None
@@ -254,7 +313,8 @@ class Aggregator:
         sql, params, fmt = target.query, dict(target.params), target.format
 
         async def load() -> tuple[Content, str | None]:
-            blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes))
+            blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
+                                       self.source_errors)
             return decode_body(blob.data, target.mime_type), None
 
         key = (target.source, "?query", sql, target.params, fmt)
@@ -270,16 +330,26 @@ def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
                         CachePolicy(ttl, spec.stale_if_error))
 
 
-async def _backend_call(target: Target, source: Source, call: Callable[[], Awaitable[T]]) -> T:
-    """Run one backend call; its failures become client-safe errors naming the URI, details go to the log."""
+async def _backend_call(target: Target, source: Source, call: Callable[[], Awaitable[T]],
+                        errors: Counter[str]) -> T:
+    """Run one backend call; its failures become client-safe errors naming the URI, details go to the log.
+    Failures other than not-found are counted per source in `errors`."""
     try:
         return await call()
     except SourceNotFound as exc:
         logger.info("read %s: not found (%s)", target.uri, exc)
         raise ResourceNotFound(target.uri) from None
     except SourceTooLarge as exc:
+        errors[target.source or ""] += 1
         logger.warning("read %s: %s", target.uri, exc)
         raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
     except SourceError as exc:
+        errors[target.source or ""] += 1
         logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
         raise ResourceUnavailable(target.uri) from None
+
+
+def _entry_facts(entry: Entry) -> dict[str, object]:
+    """What a render template sees of a listed resource."""
+    return {"uri": entry.uri, "name": entry.name, "title": entry.title, "description": entry.display.description,
+            "mimeType": entry.mime_type, "size": entry.size, "lastModified": entry.last_modified}

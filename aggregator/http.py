@@ -1,7 +1,9 @@
-"""Streamable HTTP extras: transport security for any bind address, and /healthz."""
+"""The Streamable HTTP app: /mcp with transport security on any bind address and optional bearer auth, plus
+/healthz, /metrics and the RFC 9728 protected-resource metadata."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from mcp.server.transport_security import TransportSecuritySettings
@@ -10,8 +12,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from aggregator.manifest.model import HttpSettings
+from aggregator.metrics import Metrics, metrics_route
 
-__all__ = ["health_route", "transport_security"]
+__all__ = ["health_route", "http_app", "transport_security"]
+
+logger = logging.getLogger("aggregator.http")
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -43,3 +48,32 @@ def health_route(live: Any) -> Route:
                              "lastReloadError": live.last_error})
 
     return Route("/healthz", healthz, methods=["GET"])
+
+
+def http_app(server: Any, live: Any, metrics: Metrics, host: str, port: int, *, json_response: bool = False,
+             stateless: bool = False) -> Any:
+    """The ASGI app `aggregator serve --http` runs: MCP at /mcp (behind bearer auth when `server.auth` is set)."""
+    settings = live.aggregator.manifest.server
+    auth = settings.auth
+    routes = [health_route(live), metrics_route(metrics)]
+    resource = None
+    if auth is not None:
+        from aggregator.auth import metadata_routes
+
+        bound = f"[{host}]" if ":" in host else host
+        resource = auth.resource or f"http://{bound}:{port}/mcp"
+        if auth.resource is None and host in ("0.0.0.0", "::"):
+            logger.warning("server.auth.resource is not set: tokens must name %s as their audience; set it to the "
+                           "URL clients use", resource)
+        routes += metadata_routes(auth, resource)
+    elif live.aggregator.catalog.restricted:
+        logger.warning("entries declare access scopes but server.auth is not set: HTTP callers see none of them")
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp", json_response=json_response, stateless_http=stateless, host=host,
+        transport_security=transport_security(host, port, settings.http),
+        max_request_body_size=settings.http.max_body_bytes, custom_starlette_routes=routes)
+    if auth is None or resource is None:
+        return app
+    from aggregator.auth import protect, verifier_for
+
+    return protect(app, verifier_for(auth, resource))

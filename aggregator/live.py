@@ -44,7 +44,7 @@ class LiveCatalog:
         self.reload_errors = 0
         self.last_error: str | None = None
         self._manifest_path = Path(aggregator.manifest.path)
-        self._digest = _digest(self._manifest_path)
+        self._digest = self._files_digest()
         self._dirty = anyio.Event()
         self._sources_changed = anyio.Event()
         self._watched: set[str] = set()  # local sources whose watcher is running
@@ -54,7 +54,10 @@ class LiveCatalog:
         """Watch until `stop()`; run it in a task group beside the server."""
         async with anyio.create_task_group() as tg:
             if self.reload_enabled:
-                tg.start_soon(watch_manifest, [str(self._manifest_path)], self._manifest_touched, self._stop)
+                # The manifest and every local file it includes or extends (a file added by a later reload is
+                # still seen by the periodic digest check).
+                files = {str(self._manifest_path), *(str(f) for f in self.aggregator.manifest.files)}
+                tg.start_soon(watch_manifest, sorted(files), self._manifest_touched, self._stop)
                 tg.start_soon(self._reload_loop)
             tg.start_soon(self._watch_sources)
             tg.start_soon(self._poll_sources)
@@ -66,6 +69,14 @@ class LiveCatalog:
         self.notifier.close()
 
     # --- the manifest --------------------------------------------------------------------------------
+
+    def _files_digest(self) -> str | None:
+        """One digest over the manifest and the local files it is built from; None if the manifest is gone."""
+        own = _digest(self._manifest_path)
+        if own is None:
+            return None
+        others = sorted(str(f) for f in self.aggregator.manifest.files if Path(f) != self._manifest_path)
+        return hashlib.sha256("".join([own, *(f"{f}:{_digest(Path(f))}" for f in others)]).encode()).hexdigest()
 
     async def _manifest_touched(self) -> None:
         self._dirty.set()
@@ -81,10 +92,11 @@ class LiveCatalog:
 
     async def reload_if_changed(self) -> bool:
         """Reload if the manifest's bytes changed since the last load; True if clients were told."""
-        digest = _digest(self._manifest_path)
+        digest = self._files_digest()
         if digest is None or digest == self._digest:
             return False  # deleted (keep serving) or untouched
         watch_plan = self._watch_plan()
+        files_before = self.aggregator.manifest.files
         try:
             changed, content_changed = await self.aggregator.reload(watched=self._watched)
         except ManifestError as exc:
@@ -97,7 +109,9 @@ class LiveCatalog:
             self.reload_errors += 1
             logger.exception("manifest reload failed; still serving the last good catalog")
             return False
-        self._digest = digest
+        # The digest taken before loading, so a save during the reload asks for one more instead of being missed;
+        # a new file set has no such digest yet, and None makes the next check reload once more to take one.
+        self._digest = digest if self.aggregator.manifest.files == files_before else None
         self.reloads += 1
         self.last_error = None
         if self._watch_plan() != watch_plan:

@@ -21,11 +21,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator import __version__
 from aggregator.catalog import Entry, TemplateEntry
+from aggregator.completion import NONE as NO_COMPLETIONS
+from aggregator.completion import Completer
 from aggregator.content import Content
 from aggregator.core import Aggregator
 from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.manifest.model import Annotations, Display, Icon
+from aggregator.auth import caller_name, caller_scopes
+from aggregator.metrics import Metrics, timer
 from aggregator.notify import Notifier, TooManySubscriptions
+from aggregator.tools import ToolSpec, template_tools, uri_for
 
 __all__ = ["build_server", "contents_dict", "initialization_options", "resource_dict", "template_dict", "wire_summary"]
 
@@ -34,7 +39,6 @@ logger = logging.getLogger("aggregator.server")
 LEGACY_NOT_FOUND = -32002
 INVALID_PARAMS = types.INVALID_PARAMS
 INTERNAL_ERROR = types.INTERNAL_ERROR
-CACHE_SCOPE = "public"  # nothing served depends on who asks (until auth scopes exist)
 # The modern wire requires `resultType`; the legacy wire's result schema drops it.
 COMPLETE = {"resultType": "complete"}
 
@@ -55,17 +59,39 @@ def to_mcp_error(exc: RequestError, modern: bool) -> MCPError:
     return MCPError(INTERNAL_ERROR, exc.message, data=data)
 
 
-async def _guarded(ctx: ServerRequestContext[Any], uri: str | None, call: Callable[[], Awaitable[R]]) -> R:
-    """Run a handler body; catalog errors become MCP errors, anything else a generic one (logged, not leaked)."""
+async def _guarded(ctx: ServerRequestContext[Any], uri: str | None, call: Callable[[], Awaitable[R]],
+                   metrics: Metrics | None = None) -> R:
+    """Run a handler body; catalog errors become MCP errors, anything else a generic one (logged, not leaked).
+    With `metrics`, the request is counted and access-logged with its outcome."""
+    elapsed, outcome = timer(), "error"
     try:
-        return await call()
+        result = await call()
+        outcome = "ok"
+        return result
     except RequestError as exc:
+        outcome = _OUTCOMES.get(type(exc).__name__, "error")
         raise to_mcp_error(exc, is_modern(ctx)) from None
     except MCPError:
+        outcome = "invalid"
         raise
     except Exception:
         logger.exception("unexpected failure serving %s", uri or "a request")
         raise MCPError(INTERNAL_ERROR, "Internal error", data={"uri": uri} if uri else None) from None
+    finally:
+        if metrics is not None:
+            metrics.observe(ctx.method, uri, outcome, elapsed(), caller_name(ctx.request))
+
+
+_OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "ResourceTooLarge": "too_large",
+             "ResourceUnavailable": "unavailable"}
+
+
+def _scopes(ctx: ServerRequestContext[Any]) -> frozenset[str] | None:
+    return caller_scopes(ctx.request)
+
+
+def _cache_scope(private: bool) -> str:
+    return "private" if private else "public"
 
 
 # Handlers return wire-shaped dicts: the SDK validates and sieves every result against the negotiated
@@ -138,12 +164,18 @@ def _ttl_ms(seconds: float) -> int:
     return max(0, int(seconds * 1000))
 
 
-def build_server(aggregator: Aggregator, notifier: Notifier | None = None) -> Server[Any]:
+def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metrics: Metrics | None = None
+                 ) -> Server[Any]:
     """A low-level MCP server answering resources/list, resources/templates/list and resources/read, and with a
-    notifier, resources/subscribe and unsubscribe (legacy wire) and subscriptions/listen (modern wire)."""
+    notifier, resources/subscribe and unsubscribe (legacy wire) and subscriptions/listen (modern wire).
 
-    def listing(items: list[dict[str, Any]], key: str, next_cursor: str | None) -> dict[str, Any]:
-        result = {key: items, "ttlMs": _ttl_ms(aggregator.default_ttl), "cacheScope": CACHE_SCOPE, **COMPLETE}
+    Over HTTP a caller sees and reads only entries whose `access` scopes its token holds; over stdio (no HTTP
+    request) everything. Results that depend on the caller say `cacheScope: private`.
+    """
+
+    def listing(items: list[dict[str, Any]], key: str, next_cursor: str | None, private: bool) -> dict[str, Any]:
+        result = {key: items, "ttlMs": _ttl_ms(aggregator.default_ttl), "cacheScope": _cache_scope(private),
+                  **COMPLETE}
         if next_cursor is not None:
             result["nextCursor"] = next_cursor
         return result
@@ -153,31 +185,55 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None) -> Se
         cursor = params.cursor if params else None
 
         async def body() -> dict[str, Any]:
-            page = aggregator.list_page(cursor)
-            return listing([resource_dict(e) for e in page.items], "resources", page.next_cursor)  # type: ignore[arg-type]
+            scopes = _scopes(ctx)
+            page = aggregator.list_page(cursor, scopes)
+            return listing([resource_dict(e) for e in page.items], "resources", page.next_cursor,  # type: ignore[arg-type]
+                           scopes is not None and aggregator.catalog.restricted)
 
-        return await _guarded(ctx, None, body)
+        return await _guarded(ctx, None, body, metrics)
 
     async def list_templates(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                              ) -> dict[str, Any]:
         cursor = params.cursor if params else None
 
         async def body() -> dict[str, Any]:
-            page = aggregator.template_page(cursor)
-            return listing([template_dict(t) for t in page.items], "resourceTemplates", page.next_cursor)  # type: ignore[arg-type]
+            scopes = _scopes(ctx)
+            page = aggregator.template_page(cursor, scopes)
+            return listing([template_dict(t) for t in page.items], "resourceTemplates", page.next_cursor,  # type: ignore[arg-type]
+                           scopes is not None and aggregator.catalog.restricted)
 
-        return await _guarded(ctx, None, body)
+        return await _guarded(ctx, None, body, metrics)
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
                             ) -> dict[str, Any]:
         uri = str(params.uri)
 
         async def body() -> dict[str, Any]:
-            content = await aggregator.read(uri)
+            scopes = _scopes(ctx)
+            content = await aggregator.read(uri, scopes)
+            private = scopes is not None and aggregator.is_restricted(uri)
             return {"contents": [contents_dict(uri, content)], "ttlMs": _ttl_ms(aggregator.ttl_for(uri)),
-                    "cacheScope": CACHE_SCOPE, **COMPLETE}
+                    "cacheScope": _cache_scope(private), **COMPLETE}
 
-        return await _guarded(ctx, uri, body)
+        return await _guarded(ctx, uri, body, metrics)
+
+    completer = Completer()
+
+    async def complete(ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> dict[str, Any]:
+        async def body() -> dict[str, Any]:
+            found = NO_COMPLETIONS
+            ref = params.ref
+            if isinstance(ref, types.ResourceTemplateReference):
+                template = aggregator.template_for(ref.uri, _scopes(ctx))
+                if template is not None:
+                    context = params.context.arguments if params.context else None
+                    found = await completer.complete(template, aggregator.sources.get(template.spec.source),
+                                                     params.argument.name, params.argument.value, context)
+            # Unknown references (prompts: there are none) complete to nothing rather than fail.
+            return {"completion": {"values": found.values, "total": found.total, "hasMore": found.has_more},
+                    **COMPLETE}
+
+        return await _guarded(ctx, None, body, metrics)
 
     settings = aggregator.manifest.server
     server: Server[Any] = _Server(
@@ -188,9 +244,12 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None) -> Se
         on_list_resources=list_resources,  # type: ignore[arg-type]  # dict results are part of HandlerResult
         on_list_resource_templates=list_templates,  # type: ignore[arg-type]
         on_read_resource=read_resource,  # type: ignore[arg-type]
+        on_completion=complete,  # type: ignore[arg-type]
     )
     if notifier is not None:
-        _add_subscriptions(server, aggregator, notifier)
+        _add_subscriptions(server, aggregator, notifier, metrics)
+    if settings.tools:
+        _add_tools(server, aggregator, metrics)
     return server
 
 
@@ -214,25 +273,33 @@ def _connection(ctx: ServerRequestContext[Any]) -> Any:
     return ctx.session._connection  # noqa: SLF001
 
 
-def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: Notifier) -> None:
+def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: Notifier,
+                       metrics: Metrics | None) -> None:
     async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
         uri = str(params.uri)
 
         async def body() -> types.EmptyResult:
-            aggregator.catalog.resolve(uri)  # unknown URIs get the not-found error, not a silent subscription
+            # Unknown or hidden URIs get the not-found error, not a silent subscription.
+            aggregator.allowed(uri, _scopes(ctx))
             try:
                 notifier.subscribe(_connection(ctx), ctx.session, uri)
             except TooManySubscriptions as exc:
                 raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
             return types.EmptyResult()
 
-        return await _guarded(ctx, uri, body)
+        return await _guarded(ctx, uri, body, metrics)
 
     async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         notifier.unsubscribe(_connection(ctx), str(params.uri))
         return types.EmptyResult()
 
     async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
+        scopes, uris = _scopes(ctx), params.notifications.resource_subscriptions or []
+        visible = [uri for uri in uris if scopes is None or _listenable(aggregator, uri, scopes)]
+        if len(visible) != len(uris):
+            # Hidden URIs are dropped as silently as unknown ones are kept: a caller cannot probe for them.
+            notifications = params.notifications.model_copy(update={"resource_subscriptions": visible})
+            params = params.model_copy(update={"notifications": notifications})
         try:
             return await notifier.listen(ctx, params)
         except TooManySubscriptions as exc:
@@ -245,6 +312,69 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
     server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
     server.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listen)
     server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
+
+
+def _add_tools(server: Server[Any], aggregator: Aggregator, metrics: Metrics | None) -> None:
+    """The tool fallback: `read_resource` and one tool per template the caller may see; results are the same
+    contents `resources/read` gives, as embedded resources."""
+    by_generation: dict[int, list[ToolSpec]] = {}
+
+    def tools_for(scopes: frozenset[str] | None) -> list[ToolSpec]:
+        catalog = aggregator.catalog
+        tools = by_generation.get(catalog.generation)
+        if tools is None:
+            by_generation.clear()
+            tools = by_generation[catalog.generation] = template_tools(catalog.templates)
+        return [t for t in tools if t.template is None or scopes is None or t.template.spec.access <= scopes]
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                         ) -> dict[str, Any]:
+        async def body() -> dict[str, Any]:
+            scopes = _scopes(ctx)
+            return {"tools": [t.definition for t in tools_for(scopes)], "ttlMs": _ttl_ms(aggregator.default_ttl),
+                    "cacheScope": _cache_scope(scopes is not None and aggregator.catalog.restricted), **COMPLETE}
+
+        return await _guarded(ctx, None, body, metrics)
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
+        scopes = _scopes(ctx)
+        tool = next((t for t in tools_for(scopes) if t.name == params.name), None)
+        if tool is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
+        try:
+            uri = uri_for(tool, params.arguments or {})
+        except ValueError as exc:
+            return _tool_error(str(exc))
+
+        async def body() -> dict[str, Any]:
+            try:
+                content = await aggregator.read(uri, scopes)
+            except RequestError as exc:
+                return _tool_error(exc.message)
+            return {"content": [{"type": "resource", "resource": contents_dict(uri, content)}], "isError": False,
+                    **COMPLETE}
+
+        return await _guarded(ctx, uri, body, metrics)
+
+    server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)  # type: ignore[arg-type]
+    server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+
+
+def _tool_error(message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "isError": True, **COMPLETE}
+
+
+def _listenable(aggregator: Aggregator, uri: str, scopes: frozenset[str]) -> bool:
+    """Unknown URIs may be listened to (they may appear); known ones only with the scopes they need."""
+    try:
+        aggregator.allowed(uri, scopes)
+    except ResourceNotFound:
+        try:
+            aggregator.catalog.resolve(uri)
+        except ResourceNotFound:
+            return True
+        return False
+    return True
 
 
 def initialization_options(server: Server[Any]) -> InitializationOptions:

@@ -1,31 +1,60 @@
-"""RFC 6570 URI templates: parse, expand and match.
+"""RFC 6570 URI templates: parse, expand (level 4) and match.
 
-Supported operators: `{var}`, `{+var}`, `{#var}`, `{/a,b}`, `{.a}`, `{;a}`, `{?a,b}`, `{&a}`. Matching
-returns percent-decoded values; query-style operators (`?`, `&`) match their parameters in any order and
-treat them as optional. Prefix modifiers (`:n`) and explode (`*`) are parsed but not matched.
+Expansion follows RFC 6570 section 3.2 for every operator (`{var}`, `{+var}`, `{#var}`, `{.var}`, `{/var}`,
+`{;var}`, `{?var}`, `{&var}`), prefix modifiers (`{var:3}`) and explode (`{list*}`, `{keys*}`), with string, list
+and mapping values.
+
+Matching is the reverse where one is well defined, and runs in time linear in the URI's length for any input:
+one RE2 automaton (no backtracking) finds where each expression's text lies, then each expression's text is split
+by its operator's separators in a single pass. Values come back percent-decoded: strings, or lists of strings for
+exploded variables (`{/path*}` gives ["a", "b", "c"] for `/a/b/c`, `{?tag*}` every `tag=` value). Query
+operators match their parameters in any order and treat them as optional. Refused as ambiguous: an exploded
+variable that is not the last of its expression, and exploded mappings (`{?keys*}` matches as a list of values).
+A prefix variable (`{var:3}`) matches at most that many characters: its value is the prefix, not the original.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
-__all__ = ["TemplateSyntaxError", "UriTemplate"]
+try:  # linear-time matching; the stdlib `re` backtracks (a 400-character URI can take seconds)
+    import re2 as _engine
 
+    LINEAR_MATCHING = True
+except ImportError:  # pragma: no cover - google-re2 is a core dependency; kept for platforms without a wheel
+    _engine = re  # type: ignore[no-redef]
+    LINEAR_MATCHING = False
+
+__all__ = ["LINEAR_MATCHING", "TemplateSyntaxError", "UriTemplate", "Value"]
+
+Value = str | list[str]
 _VARNAME = re.compile(r"^(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})(?:\.?(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2}))*$")
 _OPERATORS = "+#./;?&"
-# Characters a value may contain un-encoded, per operator (RFC 6570 section 3.2.1).
 _UNRESERVED = "-._~"
 _RESERVED = ":/?#[]@!$&'()*+,;="
-# What one matched value may span: simple values stop at any delimiter, reserved ones only at ? and #.
-_VALUE_PATTERN = {
-    "": r"[^/?#&=,;]+",
-    "+": r"[^?#]+",
-    "#": r".+",
-    "/": r"[^/?#]*",
-    ".": r"[^/?#.]*",
-    ";": r"[^/?#;]*",
+_PCT = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """RFC 6570 appendix A: what an operator puts first, between values, and whether values are named."""
+
+    first: str
+    sep: str
+    named: bool
+    if_empty: str
+    reserved: bool
+
+
+_OPS = {
+    "": _Op("", ",", False, "", False), "+": _Op("", ",", False, "", True), ".": _Op(".", ".", False, "", False),
+    "/": _Op("/", "/", False, "", False), ";": _Op(";", ";", True, "", False), "?": _Op("?", "&", True, "=", False),
+    "&": _Op("&", "&", True, "=", False), "#": _Op("#", ",", False, "", True),
 }
 
 
@@ -52,7 +81,7 @@ _Part = str | _Expr
 class UriTemplate:
     """A parsed URI template. `variables` lists variable names in order of appearance."""
 
-    __slots__ = ("text", "_parts", "variables", "multi_segment", "_regex", "_query_vars", "_groups", "literal_length")
+    __slots__ = ("text", "_parts", "variables", "multi_segment", "_matcher", "literal_length")
 
     def __init__(self, text: str, parts: tuple[_Part, ...]) -> None:
         self.text = text
@@ -62,18 +91,23 @@ class UriTemplate:
             if isinstance(part, _Expr):
                 names.extend(v.name for v in part.variables)
         self.variables: tuple[str, ...] = tuple(dict.fromkeys(names))
-        # Variables whose operator lets a value span several path segments ({+path}, {#frag}).
+        # Variables whose value may span several path segments: reserved ones and exploded path segments.
         self.multi_segment: frozenset[str] = frozenset(
-            v.name for p in parts if isinstance(p, _Expr) and p.operator in ("+", "#") for v in p.variables
-        )
+            v.name for p in parts if isinstance(p, _Expr) for v in p.variables
+            if p.operator in ("+", "#") or (p.operator == "/" and v.explode))
         self.literal_length = sum(len(p) for p in parts if isinstance(p, str))
-        self._regex, self._groups, self._query_vars = _compile_matcher(parts)
+        self._matcher: _Matcher | None = None
 
     @classmethod
     def parse(cls, text: str) -> UriTemplate:
-        """Parse `text`; raise TemplateSyntaxError naming the offending position."""
+        """Parse `text`; raise TemplateSyntaxError naming the offending position. Parsed templates are immutable,
+        so each text is parsed once per process: loading, checking and compiling a manifest all ask for it."""
         if not isinstance(text, str) or not text:
             raise TemplateSyntaxError("a URI template must be a non-empty string")
+        return _parse_cached(cls, text)
+
+    @classmethod
+    def _parse(cls, text: str) -> UriTemplate:
         parts: list[_Part] = []
         pos = 0
         while pos < len(text):
@@ -96,36 +130,23 @@ class UriTemplate:
                 raise TemplateSyntaxError(f"literal {part!r} contains a character not allowed in a URI")
         return cls(text, tuple(parts))
 
-    def expand(self, values: dict[str, str]) -> str:
-        """Expand with string values; variables absent from `values` expand to nothing."""
-        out: list[str] = []
-        for part in self._parts:
-            if isinstance(part, str):
-                out.append(part)
-            else:
-                out.append(_expand_expression(part, values))
-        return "".join(out)
+    def expand(self, values: Mapping[str, Any]) -> str:
+        """RFC 6570 expansion: values are strings (or numbers), lists or mappings; absent or None ones vanish."""
+        return "".join(part if isinstance(part, str) else _expand_expression(part, values) for part in self._parts)
 
-    def match(self, uri: str) -> dict[str, str] | None:
-        """Return the percent-decoded variable values if `uri` is an expansion of this template."""
-        m = self._regex.fullmatch(uri)
-        if m is None:
-            return None
-        values: dict[str, str] = {}
-        groups = m.groupdict()
-        for group, name in self._groups.items():
-            raw = groups[group]
-            if raw is not None:
-                values[name] = unquote(raw) if "%" in raw else raw
-        query = groups.get("_query")
-        if query:
-            for name, value in parse_qsl(query.lstrip("?&"), keep_blank_values=True):
-                if name in self._query_vars:
-                    values.setdefault(name, value)
-        return values
+    def match(self, uri: str) -> dict[str, Value] | None:
+        """The percent-decoded variable values if `uri` is an expansion of this template, else None."""
+        if self._matcher is None:
+            self._matcher = _Matcher(self._parts)  # compiled on first use: validation only needs the parse
+        return self._matcher.match(uri)
 
     def __repr__(self) -> str:
         return f"UriTemplate({self.text!r})"
+
+
+@lru_cache(maxsize=16384)
+def _parse_cached(cls: type[UriTemplate], text: str) -> UriTemplate:
+    return cls._parse(text)
 
 
 def _parse_expression(body: str, position: int) -> _Expr:
@@ -134,15 +155,14 @@ def _parse_expression(body: str, position: int) -> _Expr:
     operator = body[0] if body[0] in _OPERATORS else ""
     if body[0] in "=,!@|":
         raise TemplateSyntaxError(f"reserved operator {body[0]!r} at position {position}")
-    specs = body[len(operator) :].split(",")
     variables: list[_Var] = []
-    for spec in specs:
+    for spec in body[len(operator) :].split(","):
         explode = spec.endswith("*")
         name = spec[:-1] if explode else spec
         prefix: int | None = None
         if ":" in name:
             name, _, digits = name.partition(":")
-            if not digits.isdigit() or not (0 < int(digits) < 10000):
+            if explode or not digits.isdigit() or not (0 < int(digits) < 10000):
                 raise TemplateSyntaxError(f"bad prefix modifier in {{{body}}} at position {position}")
             prefix = int(digits)
         if not _VARNAME.match(name):
@@ -151,63 +171,198 @@ def _parse_expression(body: str, position: int) -> _Expr:
     return _Expr(operator, tuple(variables))
 
 
-def _compile_matcher(parts: tuple[_Part, ...]) -> tuple[re.Pattern[str], dict[str, str], frozenset[str]]:
-    """Build one regex for the whole template; returns it, its group -> variable map and the query variables."""
-    pattern: list[str] = []
-    groups: dict[str, str] = {}
-    first_group: dict[str, str] = {}
-    query_vars: set[str] = set()
-    has_query = False
-    for part in parts:
-        if isinstance(part, str):
-            pattern.append(re.escape(part))
-            continue
-        op = part.operator
-        if op in ("?", "&"):
-            query_vars.update(v.name for v in part.variables)
-            if not has_query:
-                pattern.append(r"(?P<_query>[?&][^#]*)?")
-                has_query = True
-            continue
-        for position, var in enumerate(part.variables):
-            if var.name in first_group:
-                # A repeated variable must match the same text.
-                body = f"(?P={first_group[var.name]})"
-            else:
-                group = f"v{len(groups)}"
-                groups[group] = var.name
-                first_group[var.name] = group
-                body = f"(?P<{group}>{_VALUE_PATTERN[op]})"
-            if op == ";":
-                body = re.escape(var.name) + f"(?:={body})?"
-            lead = {"/": "/", ".": r"\.", ";": ";"}.get(op, "," if position else "")
-            if op == "#" and position == 0:
-                lead = "#"
-            pattern.append(lead + body)
-    return re.compile("".join(pattern), re.DOTALL), groups, frozenset(query_vars)
+# --- expansion -------------------------------------------------------------------------------------------------
 
 
-def _encode(value: str, operator: str) -> str:
-    safe = _UNRESERVED + (_RESERVED if operator in ("+", "#") else "")
-    return quote(value, safe=safe)
+def _encode(value: str, reserved: bool) -> str:
+    if not reserved:
+        return quote(value, safe=_UNRESERVED)
+    # Reserved expansion keeps reserved characters and existing %XX triplets; everything else is encoded.
+    out, pos = [], 0
+    for m in _PCT.finditer(value):
+        out.append(quote(value[pos : m.start()], safe=_UNRESERVED + _RESERVED))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(quote(value[pos:], safe=_UNRESERVED + _RESERVED))
+    return "".join(out)
 
 
-def _expand_expression(expr: _Expr, values: dict[str, str]) -> str:
-    op = expr.operator
-    first = {"": "", "+": "", "#": "#", "/": "/", ".": ".", ";": ";", "?": "?", "&": "&"}[op]
-    sep = {"": ",", "+": ",", "#": ",", "/": "/", ".": ".", ";": ";", "?": "&", "&": "&"}[op]
+def _expand_expression(expr: _Expr, values: Mapping[str, Any]) -> str:
+    op = _OPS[expr.operator]
     out: list[str] = []
     for var in expr.variables:
-        if var.name not in values or values[var.name] is None:
+        value = values.get(var.name)
+        if value is None:
             continue
-        value = str(values[var.name])
-        if var.prefix is not None:
-            value = value[: var.prefix]
-        encoded = _encode(value, op)
-        if op in ("?", "&"):
-            out.append(f"{var.name}={encoded}")
-        elif op == ";":
-            out.append(f"{var.name}={encoded}" if encoded else var.name)
+        if isinstance(value, Mapping):
+            pairs = [(str(k), str(v)) for k, v in value.items() if v is not None]
+            if not pairs:
+                continue
+            if var.explode:
+                out.append(op.sep.join(f"{_encode(k, op.reserved)}={_encode(v, op.reserved)}" for k, v in pairs))
+            else:
+                joined = ",".join(f"{_encode(k, op.reserved)},{_encode(v, op.reserved)}" for k, v in pairs)
+                out.append(f"{var.name}={joined}" if op.named else joined)
+        elif isinstance(value, Sequence) and not isinstance(value, str):
+            items = [str(v) for v in value if v is not None]
+            if not items:
+                continue
+            if var.explode:
+                out.append(op.sep.join(_named(var.name, _encode(v, op.reserved), op) if op.named
+                                       else _encode(v, op.reserved) for v in items))
+            else:
+                joined = ",".join(_encode(v, op.reserved) for v in items)
+                out.append(f"{var.name}={joined}" if op.named else joined)
         else:
-            out.append(encoded)
-    return first + sep.join(out) if out else ""
+            text = str(value)
+            if var.prefix is not None:
+                text = text[: var.prefix]
+            encoded = _encode(text, op.reserved)
+            out.append(_named(var.name, encoded, op) if op.named else encoded)
+    return op.first + op.sep.join(out) if out else ""
+
+
+def _named(name: str, encoded: str, op: _Op) -> str:
+    return f"{name}={encoded}" if encoded else name + op.if_empty
+
+
+# --- matching --------------------------------------------------------------------------------------------------
+
+# The text one expression may span, by operator (its leading character included); `{x}` takes the characters a
+# value may not hold, plus the leading character of an expression right after it (`{/a}{.ext}`: no '.' in a).
+_EXTENT = {
+    "": r"[^/?#&=;{x}]*",
+    "+": r"[^?#{x}]*",
+    "#": r"(?:#.*)?",
+    "/": r"(?:/[^/?#{x}]*)*",
+    ".": r"(?:\.[^/?#.{x}]*)*",
+    ";": r"(?:;[^/?#;{x}]*)*",
+}
+# A lone simple or reserved variable must match something: an empty value would make most templates ambiguous.
+_LONE = {"": r"[^/?#&=,;{x}]", "+": r"[^?#{x}]"}
+_LEADS = {"#": "#", "/": "/", ".": ".", ";": ";", "?": "?", "&": "&"}
+
+
+class _Matcher:
+    """One RE2 pattern locating every expression's text; the text is then split by the operator in one pass."""
+
+    def __init__(self, parts: tuple[_Part, ...]) -> None:
+        pattern: list[str] = []
+        self.exprs: list[tuple[str, _Expr]] = []  # (group, expression) for non-query expressions
+        self.query_vars: dict[str, _Var] = {}
+        has_query = False
+        for index, part in enumerate(parts):
+            if isinstance(part, str):
+                pattern.append(re.escape(part))
+                continue
+            op = part.operator
+            if op in ("?", "&"):
+                self.query_vars.update({v.name: v for v in part.variables})
+                if not has_query:
+                    pattern.append(r"(?P<q>[?&][^#]*)?")
+                    has_query = True
+                continue
+            group = f"e{len(self.exprs)}"
+            following = parts[index + 1] if index + 1 < len(parts) else None
+            stop = re.escape(_LEADS.get(following.operator, "")) if isinstance(following, _Expr) else ""
+            single = len(part.variables) == 1 and not part.variables[0].explode
+            prefix = part.variables[0].prefix if single else None
+            if single and op in _LONE:
+                # up to n characters for a prefix variable (each maybe %XX), else at least one
+                extent = _LONE[op].replace("{x}", stop) + (f"{{1,{prefix * 3}}}" if prefix is not None else "+")
+            else:
+                extent = _EXTENT[op].replace("{x}", stop)
+            pattern.append(f"(?P<{group}>{extent})")
+            self.exprs.append((group, part))
+        self.regex = _engine.compile("(?s)" + "".join(pattern))
+
+    def match(self, uri: str) -> dict[str, Value] | None:
+        m = self.regex.fullmatch(uri)
+        if m is None:
+            return None
+        values: dict[str, Value] = {}
+        for group, expr in self.exprs:
+            found = _split(expr, m.group(group) or "")
+            if found is None or not _merge(values, found):
+                return None
+        query = m.group("q") if self.query_vars else None
+        if query:
+            pairs = parse_qsl(query[1:], keep_blank_values=True)
+            for name, var in self.query_vars.items():
+                given = [v for k, v in pairs if k == name]
+                if given and not _merge(values, {name: given if var.explode else given[0]}):
+                    return None
+        for name, value in values.items():
+            if not _within_prefix(name, value, self.exprs):
+                return None
+        return values
+
+
+def _decode(text: str) -> str:
+    return unquote(text) if "%" in text else text
+
+
+def _split(expr: _Expr, text: str) -> dict[str, Value] | None:
+    """The values an expression's text holds, or None when it cannot be an expansion of the expression."""
+    op, variables = expr.operator, expr.variables
+    if any(v.explode for v in variables[:-1]):
+        return None  # an exploded variable before another: where one ends is ambiguous
+    if op in ("/", ".", ";"):
+        if not text:
+            return {}
+        items = text[1:].split(_OPS[op].sep)
+    elif op == "#":
+        if not text:
+            return {}
+        items = text[1:].split(",") if len(variables) > 1 or variables[0].explode else [text[1:]]
+    elif len(variables) > 1 or variables[0].explode:
+        items = text.split(",") if text else []
+    else:
+        return {variables[0].name: _decode(text)}
+    if op == ";":
+        return _named_items(variables, items)
+    values: dict[str, Value] = {}
+    for i, var in enumerate(variables):
+        if var.explode:
+            values[var.name] = [_decode(item) for item in items[i:]]
+            return values
+        if i < len(items):
+            values[var.name] = _decode(items[i])
+    if len(items) > len(variables):
+        return None
+    return values
+
+
+def _named_items(variables: tuple[_Var, ...], items: list[str]) -> dict[str, Value] | None:
+    """`;name=value` parameters, in any order; an exploded variable collects every value of its name."""
+    wanted = {v.name: v for v in variables}
+    values: dict[str, Value] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        var = wanted.get(name)
+        if var is None:
+            return None
+        if var.explode:
+            values.setdefault(var.name, []).append(_decode(value))  # type: ignore[union-attr]
+        elif name in values:
+            return None
+        else:
+            values[name] = _decode(value)
+    return values
+
+
+def _merge(values: dict[str, Value], found: Mapping[str, Value]) -> bool:
+    """Add `found` to `values`; a variable used twice must have the same value both times."""
+    for name, value in found.items():
+        if name in values and values[name] != value:
+            return False
+        values[name] = value
+    return True
+
+
+def _within_prefix(name: str, value: Value, exprs: list[tuple[str, _Expr]]) -> bool:
+    for _, expr in exprs:
+        for var in expr.variables:
+            if var.name == name and var.prefix is not None and isinstance(value, str) and len(value) > var.prefix:
+                return False
+    return True

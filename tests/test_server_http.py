@@ -142,3 +142,37 @@ def test_transport_security_body_limit_and_health(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(15) == 0
+
+
+def _modern_post(url: str, method: str, params: dict[str, Any], *, header_version: str = "2026-07-28",
+                 body_version: str = "2026-07-28", method_header: str | None = None,
+                 name_header: str | None = None) -> Any:
+    """A raw modern-wire POST (no client library), to send what a well-behaved client never would."""
+    import httpx2 as httpx
+
+    meta = {"io.modelcontextprotocol/protocolVersion": body_version,
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": header_version, "Mcp-Method": method_header or method}
+    if name_header is not None:
+        headers["Mcp-Name"] = name_header
+    return httpx.post(url, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}},
+                      headers=headers)
+
+
+def test_modern_header_mismatch_and_unknown_version(http_server: tuple[str, Path]) -> None:
+    url, _ = http_server
+    ok = _modern_post(url, "resources/read", {"uri": "docs://a.md"}, name_header="docs://a.md")
+    assert ok.status_code == 200 and ok.json()["result"]["contents"][0]["text"] == "# A\n"
+    mismatches = [
+        _modern_post(url, "resources/list", {}, method_header="resources/read"),
+        _modern_post(url, "resources/read", {"uri": "docs://a.md"}, name_header="docs://other.md"),
+        _modern_post(url, "resources/list", {}, body_version="2099-01-01"),
+    ]
+    for response in mismatches:
+        assert response.status_code == 400 and response.json()["error"]["code"] == -32020, response.text
+    unknown = _modern_post(url, "resources/list", {}, header_version="2099-01-01", body_version="2099-01-01")
+    error = unknown.json()["error"]
+    assert error["code"] == -32022 and "2026-07-28" in error["data"]["supported"]
+    again = _modern_post(url, "resources/list", {})
+    assert again.status_code == 200 and again.json()["result"]["resources"]  # still serving

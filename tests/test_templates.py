@@ -54,3 +54,93 @@ def test_variables_and_multi_segment() -> None:
     t = UriTemplate.parse("x://{team}/{+doc}{?v}")
     assert t.variables == ("team", "doc", "v")
     assert t.multi_segment == {"doc"}
+
+
+# RFC 6570 section 3.2's own variables and examples (levels 1-4).
+RFC_VARS = {
+    "count": ["one", "two", "three"], "dom": ["example", "com"], "dub": "me/too", "hello": "Hello World!",
+    "half": "50%", "var": "value", "who": "fred", "base": "http://example.com/home/", "path": "/foo/bar",
+    "list": ["red", "green", "blue"], "keys": {"semi": ";", "dot": ".", "comma": ","}, "v": "6", "x": "1024",
+    "y": "768", "empty": "", "empty_keys": {}, "undef": None,
+}
+
+
+@pytest.mark.parametrize(("template", "expected"), [
+    ("{count}", "one,two,three"), ("{count*}", "one,two,three"), ("{/count}", "/one,two,three"),
+    ("{/count*}", "/one/two/three"), ("{;count}", ";count=one,two,three"), ("{;count*}", ";count=one;count=two;count=three"),
+    ("{?count}", "?count=one,two,three"), ("{?count*}", "?count=one&count=two&count=three"),
+    ("{&count*}", "&count=one&count=two&count=three"),
+    ("{var}", "value"), ("{hello}", "Hello%20World%21"), ("{half}", "50%25"), ("O{empty}X", "OX"),
+    ("O{undef}X", "OX"), ("{x,y}", "1024,768"), ("{x,hello,y}", "1024,Hello%20World%21,768"),
+    ("?{x,empty}", "?1024,"), ("?{x,undef}", "?1024"), ("?{undef,y}", "?768"), ("{var:3}", "val"),
+    ("{var:30}", "value"), ("{list}", "red,green,blue"), ("{list*}", "red,green,blue"),
+    ("{keys}", "semi,%3B,dot,.,comma,%2C"), ("{keys*}", "semi=%3B,dot=.,comma=%2C"),
+    ("{+var}", "value"), ("{+hello}", "Hello%20World!"), ("{+half}", "50%25"), ("{base}index", "http%3A%2F%2Fexample.com%2Fhome%2Findex"),
+    ("{+base}index", "http://example.com/home/index"), ("O{+empty}X", "OX"), ("{+path}/here", "/foo/bar/here"),
+    ("here?ref={+path}", "here?ref=/foo/bar"), ("up{+path}{var}/here", "up/foo/barvalue/here"),
+    ("{+x,hello,y}", "1024,Hello%20World!,768"), ("{+path,x}/here", "/foo/bar,1024/here"), ("{+path:6}/here", "/foo/b/here"),
+    ("{+list}", "red,green,blue"), ("{+list*}", "red,green,blue"), ("{+keys}", "semi,;,dot,.,comma,,"),
+    ("{+keys*}", "semi=;,dot=.,comma=,"),
+    ("{#var}", "#value"), ("{#hello}", "#Hello%20World!"), ("{#half}", "#50%25"), ("foo{#empty}", "foo#"),
+    ("foo{#undef}", "foo"), ("{#x,hello,y}", "#1024,Hello%20World!,768"), ("{#path,x}/here", "#/foo/bar,1024/here"),
+    ("{#path:6}/here", "#/foo/b/here"), ("{#list}", "#red,green,blue"), ("{#list*}", "#red,green,blue"),
+    ("{#keys}", "#semi,;,dot,.,comma,,"), ("{#keys*}", "#semi=;,dot=.,comma=,"),
+    ("{.who}", ".fred"), ("{.who,who}", ".fred.fred"), ("{.half,who}", ".50%25.fred"), ("www{.dom*}", "www.example.com"),
+    ("X{.var}", "X.value"), ("X{.empty}", "X."), ("X{.undef}", "X"), ("X{.var:3}", "X.val"), ("X{.list}", "X.red,green,blue"),
+    ("X{.list*}", "X.red.green.blue"), ("X{.keys}", "X.semi,%3B,dot,.,comma,%2C"), ("X{.keys*}", "X.semi=%3B.dot=..comma=%2C"),
+    ("X{.empty_keys}", "X"), ("X{.empty_keys*}", "X"),
+    ("{/who}", "/fred"), ("{/who,who}", "/fred/fred"), ("{/half,who}", "/50%25/fred"), ("{/who,dub}", "/fred/me%2Ftoo"),
+    ("{/var}", "/value"), ("{/var,empty}", "/value/"), ("{/var,undef}", "/value"), ("{/var,x}/here", "/value/1024/here"),
+    ("{/var:1,var}", "/v/value"), ("{/list}", "/red,green,blue"), ("{/list*}", "/red/green/blue"),
+    ("{/list*,path:4}", "/red/green/blue/%2Ffoo"), ("{/keys}", "/semi,%3B,dot,.,comma,%2C"), ("{/keys*}", "/semi=%3B/dot=./comma=%2C"),
+    ("{;who}", ";who=fred"), ("{;half}", ";half=50%25"), ("{;empty}", ";empty"), ("{;v,empty,who}", ";v=6;empty;who=fred"),
+    ("{;v,bar,who}", ";v=6;who=fred"), ("{;x,y}", ";x=1024;y=768"), ("{;x,y,empty}", ";x=1024;y=768;empty"),
+    ("{;x,y,undef}", ";x=1024;y=768"), ("{;hello:5}", ";hello=Hello"), ("{;list}", ";list=red,green,blue"),
+    ("{;list*}", ";list=red;list=green;list=blue"), ("{;keys}", ";keys=semi,%3B,dot,.,comma,%2C"),
+    ("{;keys*}", ";semi=%3B;dot=.;comma=%2C"),
+    ("{?who}", "?who=fred"), ("{?half}", "?half=50%25"), ("{?x,y}", "?x=1024&y=768"), ("{?x,y,empty}", "?x=1024&y=768&empty="),
+    ("{?x,y,undef}", "?x=1024&y=768"), ("{?var:3}", "?var=val"), ("{?list}", "?list=red,green,blue"),
+    ("{?list*}", "?list=red&list=green&list=blue"), ("{?keys}", "?keys=semi,%3B,dot,.,comma,%2C"),
+    ("{?keys*}", "?semi=%3B&dot=.&comma=%2C"),
+    ("{&who}", "&who=fred"), ("{&half}", "&half=50%25"), ("?fixed=yes{&x}", "?fixed=yes&x=1024"), ("{&x,y,empty}", "&x=1024&y=768&empty="),
+    ("{&var:3}", "&var=val"), ("{&list}", "&list=red,green,blue"), ("{&list*}", "&list=red&list=green&list=blue"),
+    ("{&keys}", "&keys=semi,%3B,dot,.,comma,%2C"), ("{&keys*}", "&semi=%3B&dot=.&comma=%2C"),
+])
+def test_rfc6570_expansion_examples(template: str, expected: str) -> None:
+    assert UriTemplate.parse(template).expand(RFC_VARS) == expected
+
+
+@pytest.mark.parametrize(("template", "uri", "expected"), [
+    ("files://{/path*}", "files:///a/b/c.md", {"path": ["a", "b", "c.md"]}),
+    ("files://root{/path*}{?v}", "files://root/a/b?v=2", {"path": ["a", "b"], "v": "2"}),
+    ("s://find{?tag*}", "s://find?tag=a&tag=b%20c", {"tag": ["a", "b c"]}),
+    ("s://m{;list*}", "s://m;list=red;list=green", {"list": ["red", "green"]}),
+    ("s://m{;x,y}", "s://m;y=2;x=1", {"x": "1", "y": "2"}),
+    ("s://{list*}", "s://red,green", {"list": ["red", "green"]}),
+    ("s://www{.dom*}", "s://www.example.com", {"dom": ["example", "com"]}),
+    ("s://{x,y}", "s://1024,768", {"x": "1024", "y": "768"}),
+    ("s://{var:3}", "s://val", {"var": "val"}),
+    ("s://{var:3}", "s://value", None),
+    ("s://{/a*,b}", "s:///x/y", None),  # an exploded variable before another: refused as ambiguous
+])
+def test_match_explode_and_prefix(template: str, uri: str, expected: dict | None) -> None:
+    assert UriTemplate.parse(template).match(uri) == expected
+
+
+def test_exploded_path_is_multi_segment() -> None:
+    assert UriTemplate.parse("f://{/path*}").multi_segment == {"path"}
+
+
+def test_matching_is_linear_on_hostile_input() -> None:
+    """A backtracking matcher takes seconds on this (Python's re: ~9 s at n=400); ours must not notice."""
+    import time
+
+    from aggregator.templates import LINEAR_MATCHING
+
+    assert LINEAR_MATCHING, "google-re2 is a core dependency"
+    t = UriTemplate.parse("x://{a}-{b}-{c}-{d}!")
+    for n in (400, 50_000):
+        started = time.perf_counter()
+        assert t.match("x://" + "-" * n) is None
+        # Generous: a linear matcher takes well under a millisecond per 10,000 characters.
+        assert time.perf_counter() - started < 1.0

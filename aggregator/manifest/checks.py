@@ -112,6 +112,11 @@ class _Checker:
                         if placeholder[:1] in "+#./;?&" and placeholder[1:] in variables else "")
                 yield self.issue(path + ("path",), f"placeholder {{{placeholder}}} is not a variable of the "
                                                    f"uriTemplate (its variables: {known}){hint}")
+        values = entry.get("values")
+        for name in values if isinstance(values, dict) else ():
+            if name not in variables:
+                yield self.issue(path + ("values", name), f"{name!r} is not a variable of the uriTemplate "
+                                                          f"(its variables: {known})")
         query = entry.get("query")
         if isinstance(query, str):
             sid = entry.get("source")

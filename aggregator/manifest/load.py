@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aggregator.manifest.checks import check_references
+from aggregator.manifest.compose import apply_extends, include_manifests
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
     DEFAULT_PAGE_SIZE,
     Annotations,
+    AuthSettings,
     CollectionSpec,
     Defaults,
     Display,
     HttpSettings,
     Icon,
+    JwtSettings,
     Location,
     Manifest,
     ManifestError,
@@ -24,6 +29,7 @@ from aggregator.manifest.model import (
     ResourceSpec,
     ServerSettings,
     SourceSpec,
+    StaticToken,
     TemplateSpec,
 )
 from aggregator.manifest.source_urls import resolve_source_url
@@ -54,14 +60,22 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Man
     # The folder the manifest is seen in, symlinks left alone: a mounted ConfigMap's `m.yaml -> ..data/m.yaml`
     # still means paths relative to the mount.
     base = Path(os.path.abspath(path)).parent
-    return parse_manifest(text, file, base=base, env=env)
+    return parse_manifest(text, file, base=base, env=env, chain=(os.path.normpath(os.path.abspath(path)),))
 
 
-def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None) -> Manifest:
-    """Check manifest `text` (named `file` in issues); relative local source paths resolve against `base`."""
+def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None,
+                   chain: tuple[str, ...] = (), remote: bool = False) -> Manifest:
+    """Check manifest `text` (named `file` in issues); relative local source paths resolve against `base`.
+
+    `chain` names the manifests that include or extend this one (cycle detection); `remote`: it came from a URL,
+    so it may not declare local folders.
+    """
     marked, issues = load_marked(text, file)
     if marked is None or not isinstance(marked.data, dict):
         raise ManifestError(issues)
+    if "extends" in marked.data:
+        marked, more = apply_extends(marked, base, chain)
+        issues += more  # reported with everything the checks below find in the merged manifest
     # Nothing below stops at the first problem: the author gets every one in a single run.
     issues += interpolate(marked, os.environ if env is None else env)
     # A refused value (bad tag, unset variable) would only echo as schema errors, and a value the schema
@@ -76,7 +90,25 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     manifest = builder.build()
     if builder.issues:
         raise ManifestError(builder.issues)
+    if remote:
+        _refuse_local_sources(manifest, file)
+    files = {Path(os.path.abspath(f)) for f in (file, *marked.origins.values()) if "://" not in f}
+    manifest = replace(manifest, files=tuple(sorted(files)))
+    if marked.data.get("include"):
+        def load_included(text: str, name: str, folder: Path, chain: tuple[str, ...], remote: bool) -> Manifest:
+            return parse_manifest(text, name, folder, env, chain, remote)
+
+        manifest = include_manifests(manifest, marked, base, chain, load_included)
     return manifest
+
+
+def _refuse_local_sources(manifest: Manifest, file: str) -> None:
+    """A manifest fetched from a URL may not point this machine's server at its local folders."""
+    issues = [ManifestIssue(s.where.file, s.where.line, s.where.col, f"{s.key}.url",
+                            f"a manifest included from a URL may not declare local folders ({file})")
+              for s in manifest.sources.values() if s.protocol == "file" or s.url.startswith("sqlite")]
+    if issues:
+        raise ManifestError(issues)
 
 
 def _within(key: str, keys: set[str]) -> bool:
@@ -93,10 +125,18 @@ class _Builder:
         self.base = base
         self.issues: list[ManifestIssue] = []
         self.defaults = Defaults()
+        self.sources: dict[str, SourceSpec] = {}
+
+    def folder_of(self, path: KeyPath) -> Path:
+        """Relative paths resolve against the folder of the file that wrote them (an extends base, or this one)."""
+        file = self.marked.file_of(path)
+        if file == self.marked.file or "://" in file:
+            return self.base
+        return Path(os.path.abspath(file)).parent
 
     def at(self, path: KeyPath, *, key: bool = False) -> Location:
-        line, col = self.marked.where(path, key=key)
-        return Location(self.marked.file, line, col)
+        file, line, col = self.marked.locate(path, key=key)
+        return Location(file, line, col)
 
     def parsed(self, parse: Callable[[Any], _T], spec: dict[str, Any], name: str, path: KeyPath, default: _T) -> _T:
         """`spec[name]` through `parse` (a unit), or `default` when absent or refused (refusals are issues)."""
@@ -112,6 +152,7 @@ class _Builder:
         data = self.marked.data
         self.defaults = self.build_defaults(data.get("defaults", {}))
         sources = {sid: self.source(sid, spec) for sid, spec in data.get("sources", {}).items()}
+        self.sources = sources
         return Manifest(
             path=self.file,
             server=self.server(data["server"]),
@@ -134,7 +175,28 @@ class _Builder:
                 max_body_bytes=self.parsed(parse_size, http, "maxBodyBytes", ("server", "http"),
                                            HttpSettings().max_body_bytes),
             ),
+            auth=self.auth(spec["auth"]) if "auth" in spec else None,
+            tools=spec.get("tools", False),
         )
+
+    def auth(self, spec: dict[str, Any]) -> AuthSettings:
+        jwt = spec.get("jwt")
+        return AuthSettings(
+            resource=spec.get("resource"), required_scopes=tuple(spec.get("requiredScopes", ())),
+            tokens=tuple(StaticToken(t["name"], _token_digest(t), tuple(t.get("scopes", ())))
+                         for t in spec.get("tokens", ())),
+            jwt=None if jwt is None else JwtSettings(
+                issuer=jwt["issuer"], jwks_url=jwt["jwksUrl"], audience=jwt.get("audience"),
+                algorithms=tuple(jwt.get("algorithms", ("RS256", "ES256"))),
+                scopes_claim=jwt.get("scopesClaim", "scope"),
+                leeway=self.parsed(parse_duration, jwt, "leeway", ("server", "auth", "jwt"), 30.0)),
+        )
+
+    def access(self, spec: dict[str, Any], source: str | None = None) -> frozenset[str]:
+        """The entry's own `access.scopes` plus those of the source it reads from."""
+        own = frozenset(spec.get("access", {}).get("scopes", ()))
+        inherited = self.sources[source].access if source in self.sources else frozenset()
+        return own | inherited
 
     def build_defaults(self, spec: dict[str, Any]) -> Defaults:
         base, path = Defaults(), ("defaults",)
@@ -149,7 +211,7 @@ class _Builder:
 
     def source(self, sid: str, spec: dict[str, Any]) -> SourceSpec:
         path: KeyPath = ("sources", sid)
-        protocol, url = resolve_source_url(spec["url"], self.base)
+        protocol, url = resolve_source_url(spec["url"], self.folder_of(path + ("url",)))
         network = spec.get("allowPrivateNetwork", False)
         return SourceSpec(
             id=sid, url=url, protocol=protocol, where=self.at(path, key=True), key=format_path(path),
@@ -164,22 +226,39 @@ class _Builder:
             poll=self.parsed(parse_duration, spec, "poll", path, None),
             tables=tuple(spec.get("tables", ())), sample_rows=spec.get("sampleRows", 0),
             row_limit=spec.get("rowLimit", 1000), checksum=spec.get("checksum"),
+            access=frozenset(spec.get("access", {}).get("scopes", ())),
         )
 
     def resource(self, i: int, spec: dict[str, Any]) -> ResourceSpec:
         path: KeyPath = ("resources", i)
         return ResourceSpec(spec["uri"], spec["name"], _display(spec), self.at(path), format_path(path),
-                            spec.get("source"), spec.get("path"), spec.get("text"), spec.get("size"))
+                            spec.get("source"), spec.get("path"), spec.get("text"), spec.get("size"),
+                            self.access(spec, spec.get("source")), self.render(spec, path))
 
     def collection(self, i: int, spec: dict[str, Any]) -> CollectionSpec:
         path: KeyPath = ("collections", i)
         return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"), _display(spec),
-                              self.at(path), format_path(path), tuple(spec.get("exclude", ())))
+                              self.at(path), format_path(path), tuple(spec.get("exclude", ())),
+                              self.access(spec, spec["source"]))
 
     def template(self, i: int, spec: dict[str, Any]) -> TemplateSpec:
         path: KeyPath = ("templates", i)
-        return TemplateSpec(spec["uriTemplate"], spec["name"], spec["source"], spec.get("path"), _display(spec),
-                            self.at(path), format_path(path), spec.get("query"), spec.get("format", "json"))
+        return TemplateSpec(spec["uriTemplate"], spec["name"], spec.get("source"), spec.get("path"), _display(spec),
+                            self.at(path), format_path(path), spec.get("query"), spec.get("format", "json"),
+                            self.access(spec, spec.get("source")),
+                            {k: tuple(v) for k, v in spec.get("values", {}).items()}, self.render(spec, path))
+
+    def render(self, spec: dict[str, Any], path: KeyPath) -> str | None:
+        """The entry's `render` template, checked for syntax (a located issue when it is broken)."""
+        text = spec.get("render")
+        if text is None:
+            return None
+        from aggregator.render import check_syntax  # jinja2 is imported only by manifests that render
+
+        problem = check_syntax(text)
+        if problem is not None:
+            self.issues.append(self.marked.issue(path + ("render",), problem))
+        return text
 
 
 def _display(spec: dict[str, Any]) -> Display:
@@ -189,3 +268,10 @@ def _display(spec: dict[str, Any]) -> Display:
     annotations = None if notes is None else Annotations(
         tuple(notes["audience"]) if "audience" in notes else None, notes.get("priority"), notes.get("lastModified"))
     return Display(spec.get("title"), spec.get("description"), spec.get("mimeType"), icons, annotations)
+
+
+def _token_digest(spec: dict[str, Any]) -> str:
+    """The SHA-256 hex digest a static token is kept as: given, or computed from the token (then forgotten)."""
+    if "sha256" in spec:
+        return str(spec["sha256"]).lower()
+    return hashlib.sha256(str(spec["token"]).encode("utf-8")).hexdigest()

@@ -62,6 +62,37 @@ class HttpSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class StaticToken:
+    """A static bearer token, kept only as the SHA-256 hex digest of its text."""
+
+    name: str
+    sha256: str
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JwtSettings:
+    """JWT access tokens: signed by a key of `jwks_url`, issued by `issuer`, for `audience` (None: the resource)."""
+
+    issuer: str
+    jwks_url: str
+    audience: str | None = None
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+    scopes_claim: str = "scope"
+    leeway: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """Bearer-token auth for HTTP serving; `resource` None means the bind address's /mcp URL."""
+
+    resource: str | None = None
+    required_scopes: tuple[str, ...] = ()
+    tokens: tuple[StaticToken, ...] = ()
+    jwt: JwtSettings | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     name: str
     title: str | None = None
@@ -70,6 +101,9 @@ class ServerSettings:
     page_size: int = DEFAULT_PAGE_SIZE
     max_subscriptions: int = 1000
     http: HttpSettings = field(default_factory=HttpSettings)
+    auth: AuthSettings | None = None
+    tools: bool = False
+    """Expose resources as tools too, for clients that cannot use resources."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +150,13 @@ class SourceSpec:
     checksum: str | None = None
     allow_private_network: bool | tuple[str, ...] = False
     """HTTP sources: allow loopback, link-local and private addresses (True) or only these networks."""
+    access: frozenset[str] = frozenset()
+    """Scopes a caller needs for every entry this source serves."""
 
 
 @dataclass(frozen=True, slots=True)
 class ResourceSpec:
-    """One listed resource: a file of a source (`source` + `path`) or inline `text`."""
+    """One listed resource: a file of a source (`source` + `path`), inline `text` or a `render` template."""
 
     uri: str
     name: str
@@ -131,6 +167,10 @@ class ResourceSpec:
     path: str | None = None
     text: str | None = None
     size: int | None = None
+    access: frozenset[str] = frozenset()
+    """Scopes a caller needs (the source's included) to list, read or subscribe."""
+    render: str | None = None
+    """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +188,8 @@ class CollectionSpec:
     where: Location
     key: str
     exclude: tuple[str, ...] = ()
+    access: frozenset[str] = frozenset()
+    """Scopes a caller needs (the source's included) to list, read or subscribe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +198,7 @@ class TemplateSpec:
 
     uri_template: str
     name: str
-    source: str
+    source: str | None
     path: str | None
     display: Display
     where: Location
@@ -164,6 +206,12 @@ class TemplateSpec:
     query: str | None = None
     """SQL sources: a query whose :name parameters are bound from the template's variables."""
     format: str = "json"
+    access: frozenset[str] = frozenset()
+    """Scopes a caller needs (the source's included) to list, read or subscribe."""
+    values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Completion values per variable name."""
+    render: str | None = None
+    """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +223,8 @@ class Manifest:
     resources: tuple[ResourceSpec, ...] = ()
     collections: tuple[CollectionSpec, ...] = ()
     templates: tuple[TemplateSpec, ...] = ()
+    files: tuple[Path, ...] = ()
+    """Every local file this manifest was built from (itself, extends bases, includes): what a reload watches."""
 
 
 @dataclass(frozen=True, slots=True)

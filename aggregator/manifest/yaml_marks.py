@@ -43,16 +43,31 @@ class Marked:
     """Values that took text from the environment: error messages never quote them."""
     refused: set[KeyPath] = field(default_factory=set)
     """Values already reported as unusable (a bad tag, an unset variable): later checks skip them."""
+    origins: dict[KeyPath, str] = field(default_factory=dict)
+    """Subtrees written in another file (an `extends:` base): path -> that file. Everything else is in `file`."""
 
     def where(self, path: KeyPath, *, key: bool = False) -> tuple[int, int]:
         """The position of `path` (of its key when `key`), else of its closest known ancestor."""
+        return self.locate(path, key=key)[1:]  # type: ignore[return-value]
+
+    def locate(self, path: KeyPath, *, key: bool = False) -> tuple[str, int, int]:
+        """(file, line, col) of `path` (of its key when `key`), else of its closest known ancestor."""
         while path:
             if key and path in self.keys:
-                return self.keys[path]
+                return (self.file_of(path), *self.keys[path])
             if path in self.values:
-                return self.values[path]
+                return (self.file_of(path), *self.values[path])
             path = path[:-1]
-        return self.values.get((), (1, 1))
+        return (self.file, *self.values.get((), (1, 1)))
+
+    def file_of(self, path: KeyPath) -> str:
+        """The file `path` was written in."""
+        if self.origins:
+            for n in range(len(path), 0, -1):
+                found = self.origins.get(path[:n])
+                if found is not None:
+                    return found
+        return self.file
 
     def quote(self, path: KeyPath, value: Any) -> str:
         """`value` as a message may show it: quoted and cut short, or not at all if it came from the environment."""
@@ -62,8 +77,8 @@ class Marked:
         return text if len(text) <= 60 else text[:57] + "..."
 
     def issue(self, path: KeyPath, message: str, *, key: bool = False) -> ManifestIssue:
-        line, col = self.where(path, key=key)
-        return ManifestIssue(self.file, line, col, format_path(path), message)
+        file, line, col = self.locate(path, key=key)
+        return ManifestIssue(file, line, col, format_path(path), message)
 
 
 def format_path(path: KeyPath) -> str:

@@ -1,0 +1,296 @@
+"""Manifests built from manifests: `extends:` a base (an overlay merged over it) and `include:` others.
+
+`extends: base.yaml` merges this file over the base before anything is checked, so an overlay may be partial:
+- mappings merge key by key (`defaults`, `server`, each source under `sources`); `null` deletes a key;
+- `resources` and `collections` merge by `uri`, `templates` by `uriTemplate`: an entry with the same identity is
+  merged into the base's, `remove: true` drops it, new entries are appended; `include` lists are concatenated;
+- any other value (scalars, lists such as `tables` or `exclude`) is replaced.
+Errors keep pointing at the file and line that wrote the value, base or overlay.
+
+`include:` loads other manifests whole (each checked on its own, local paths relative to its own folder) and adds
+their sources, resources, collections and templates. `namespace: team-a` prefixes an included manifest's URI
+schemes (`docs://x` becomes `team-a+docs://x`, still a valid URI scheme), its entry names (`team-a/name`) and its
+source ids (`team-a.docs`), so two teams' manifests cannot collide. `sha256:` pins the included file's bytes.
+Only the including manifest's `server:` applies; an included manifest's `defaults:` still apply to its own sources.
+A file met again on its own include or extends chain is a cycle, reported with the chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from aggregator.manifest.model import (
+    CollectionSpec,
+    Location,
+    Manifest,
+    ManifestError,
+    ManifestIssue,
+    ResourceSpec,
+    TemplateSpec,
+)
+from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
+
+__all__ = ["IDENTITY", "apply_extends", "include_manifests", "namespaced_uri", "read_manifest_bytes"]
+
+IDENTITY = {"resources": "uri", "collections": "uri", "templates": "uriTemplate"}
+MAX_CHAIN = 16
+
+
+def read_manifest_bytes(ref: str, base: Path, options: dict[str, Any] | None = None
+                        ) -> tuple[str, bytes, Path | None]:
+    """(canonical name, bytes, folder for relative paths or None for a URL) of a manifest named by a path relative
+    to `base`, an absolute path, or an fsspec URL (https://, s3://, git+...). OSError when it cannot be read."""
+    if "://" in ref and not ref.startswith("file://"):
+        import fsspec  # URLs only: local files need no filesystem layer
+
+        with fsspec.open(ref, "rb", **(options or {})) as handle:
+            return ref, handle.read(), None
+    path = Path(ref.removeprefix("file://"))
+    path = path if path.is_absolute() else base / path
+    name = os.path.normpath(os.path.abspath(path))
+    return name, path.read_bytes(), Path(name).parent
+
+
+# --- extends ---------------------------------------------------------------------------------------------------
+
+
+def apply_extends(marked: Marked, base_dir: Path, chain: tuple[str, ...]) -> tuple[Marked, list[ManifestIssue]]:
+    """`marked` merged over the manifest its `extends:` names (recursively); issues located in either file."""
+    ref = marked.data.get("extends")
+    if ref is None:
+        return marked, []
+    if not isinstance(ref, str) or not ref:
+        return marked, [marked.issue(("extends",), "extends: names one base manifest (a path or URL)")]
+    try:
+        name, data, folder = read_manifest_bytes(ref, base_dir)
+    except OSError as exc:
+        return marked, [marked.issue(("extends",), f"cannot read base manifest {ref!r}: {exc.strerror or exc}")]
+    if name in chain or len(chain) >= MAX_CHAIN:
+        return marked, [marked.issue(("extends",), "extends cycle: " + " -> ".join((*chain, name)))]
+    text = data.decode("utf-8-sig", errors="replace")
+    base, issues = load_marked(text, _display(name))
+    if base is None or not isinstance(base.data, dict):
+        return marked, issues
+    base, more = apply_extends(base, folder or base_dir, (*chain, name))
+    merged, merge_issues = _merge_marked(base, marked)
+    return merged, issues + more + merge_issues
+
+
+def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssue]]:
+    """The overlay `over` merged over `base`, every mark copied with the file that wrote it."""
+    result = Marked(over.file, None)
+    issues: list[ManifestIssue] = []
+
+    def copy(src: Marked, src_path: KeyPath, dst_path: KeyPath) -> None:
+        n = len(src_path)
+        for table, dst_table in ((src.values, result.values), (src.keys, result.keys)):
+            for path, pos in table.items():
+                if path[:n] == src_path:
+                    new = dst_path + path[n:]
+                    dst_table[new] = pos
+                    result.origins[new] = src.file_of(path)
+        for attr in ("plain", "interpolated", "refused"):
+            for path in getattr(src, attr):
+                if path[:n] == src_path:
+                    getattr(result, attr).add(dst_path + path[n:])
+
+    def merge(b: Any, o: Any, bpath: KeyPath, opath: KeyPath, rpath: KeyPath) -> Any:
+        if isinstance(b, dict) and isinstance(o, dict):
+            out: dict[str, Any] = {}
+            copy_self(over, opath, rpath)
+            for key in list(b) + [k for k in o if k not in b]:
+                if key == "extends":
+                    continue
+                if key in o and o[key] is None and key in b:
+                    continue  # `key: null` in the overlay deletes the base's key
+                if key not in o:
+                    out[key] = b[key]
+                    copy(base, bpath + (key,), rpath + (key,))
+                elif key not in b:
+                    out[key] = o[key]
+                    copy(over, opath + (key,), rpath + (key,))
+                elif len(rpath) == 0 and key in IDENTITY and isinstance(b[key], list) and isinstance(o[key], list):
+                    out[key] = merge_entries(key, b[key], o[key], bpath + (key,), opath + (key,), rpath + (key,))
+                elif len(rpath) == 0 and key == "include" and isinstance(b[key], list) and isinstance(o[key], list):
+                    out[key] = b[key] + o[key]
+                    for i in range(len(b[key])):
+                        copy(base, bpath + (key, i), rpath + (key, i))
+                    for i in range(len(o[key])):
+                        copy(over, opath + (key, i), rpath + (key, len(b[key]) + i))
+                    copy_self(over, opath + (key,), rpath + (key,))
+                else:
+                    out[key] = merge(b[key], o[key], bpath + (key,), opath + (key,), rpath + (key,))
+            return out
+        copy(over, opath, rpath)
+        return o
+
+    def copy_self(src: Marked, src_path: KeyPath, dst_path: KeyPath) -> None:
+        """The position of a mapping itself (not its children): errors about a missing key point at it."""
+        for table, dst_table in ((src.values, result.values), (src.keys, result.keys)):
+            if src_path in table:
+                dst_table[dst_path] = table[src_path]
+                result.origins[dst_path] = src.file_of(src_path)
+
+    def merge_entries(section: str, b: list[Any], o: list[Any], bpath: KeyPath, opath: KeyPath,
+                      rpath: KeyPath) -> list[Any]:
+        ident = IDENTITY[section]
+        out: list[Any] = []
+        origin: list[tuple[Marked, KeyPath] | None] = []
+        index = {e.get(ident): i for i, e in enumerate(b) if isinstance(e, dict) and e.get(ident) is not None}
+        for i, entry in enumerate(b):
+            out.append(entry)
+            origin.append((base, bpath + (i,)))
+        removed: set[int] = set()
+        for j, entry in enumerate(o):
+            key = entry.get(ident) if isinstance(entry, dict) else None
+            if key is not None and key in index:
+                i = index[key]
+                if entry.get("remove") is True:
+                    removed.add(i)
+                    continue
+                out[i] = ("merge", i, j)
+                continue
+            if isinstance(entry, dict) and entry.get("remove") is True:
+                issues.append(over.issue(opath + (j, "remove"), f"no {section} entry with {ident} {key!r} in the "
+                                                                "base manifest to remove"))
+                continue
+            out.append(entry)
+            origin.append((over, opath + (j,)))
+        final: list[Any] = []
+        copy_self(over, opath, rpath)
+        for i, entry in enumerate(out):
+            if i in removed:
+                continue
+            at = rpath + (len(final),)
+            if isinstance(entry, tuple) and entry and entry[0] == "merge":
+                _, bi, oj = entry
+                final.append(merge(b[bi], o[oj], bpath + (bi,), opath + (oj,), at))
+            else:
+                src, src_path = origin[i]  # type: ignore[misc]
+                copy(src, src_path, at)
+                final.append(entry)
+        return final
+
+    result.data = merge(base.data, over.data, (), (), ())
+    return result, issues
+
+
+# --- include ---------------------------------------------------------------------------------------------------
+
+LoadText = Callable[[str, str, Path, tuple[str, ...], bool], Manifest]
+
+
+def include_manifests(manifest: Manifest, marked: Marked, base_dir: Path, chain: tuple[str, ...],
+                      load: LoadText) -> Manifest:
+    """`manifest` with everything its `include:` entries bring; ManifestError locating each failing include.
+
+    `load(text, name, folder, chain, remote)` checks and builds one included manifest (recursively).
+    """
+    entries = marked.data.get("include") or []
+    issues: list[ManifestIssue] = []
+    sources = dict(manifest.sources)
+    resources, collections, templates = list(manifest.resources), list(manifest.collections), list(manifest.templates)
+    for i, entry in enumerate(entries):
+        path: KeyPath = ("include", i)
+        spec = {"path": entry} if isinstance(entry, str) else dict(entry)
+        ref = spec.get("path") or spec.get("url")
+        try:
+            name, data, folder = read_manifest_bytes(ref, base_dir, spec.get("options"))
+        except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the include entry
+            issues.append(marked.issue(path, f"cannot read included manifest {ref!r}: {_reason(exc)}"))
+            continue
+        pinned = spec.get("sha256")
+        digest = hashlib.sha256(data).hexdigest()
+        if pinned and pinned.lower() != digest:
+            issues.append(marked.issue(path + ("sha256",), f"{ref!r} does not match its pin: sha256 is {digest}, "
+                                                           f"the manifest pins {pinned.lower()}"))
+            continue
+        if name in chain or len(chain) >= MAX_CHAIN:
+            issues.append(marked.issue(path, "include cycle: " + " -> ".join((*chain, name))))
+            continue
+        try:
+            included = load(data.decode("utf-8-sig", errors="replace"), _display(name), folder or base_dir,
+                            (*chain, name), folder is None)
+        except ManifestError as exc:
+            issues += exc.issues
+            continue
+        namespace = spec.get("namespace")
+        where = Location(*marked.locate(path))
+        for sid, source in included.sources.items():
+            source = replace(source, ttl=source.ttl if source.ttl is not None else included.defaults.ttl,
+                             max_bytes=source.max_bytes if source.max_bytes is not None
+                             else included.defaults.max_bytes)
+            new_id = f"{namespace}.{sid}" if namespace else sid
+            if new_id in sources:
+                issues.append(ManifestIssue(where.file, where.line, where.col, format_path(path),
+                                            f"source {new_id!r} of {ref!r} is also declared by {sources[new_id].key} "
+                                            f"({sources[new_id].where}); give the include a namespace"))
+                continue
+            sources[new_id] = replace(source, id=new_id)
+        rename = _Renamer(namespace)
+        resources += [rename.resource(r) for r in included.resources]
+        collections += [rename.collection(c) for c in included.collections]
+        templates += [rename.template(t) for t in included.templates]
+    if issues:
+        raise ManifestError(issues)
+    files = (*manifest.files, *_files_of(entries, base_dir))
+    return replace(manifest, sources=sources, resources=tuple(resources), collections=tuple(collections),
+                   templates=tuple(templates), files=files)
+
+
+def _files_of(entries: list[Any], base_dir: Path) -> list[Path]:
+    out = []
+    for entry in entries:
+        ref = entry if isinstance(entry, str) else (entry.get("path") or entry.get("url") or "")
+        if "://" not in ref or ref.startswith("file://"):
+            path = Path(ref.removeprefix("file://"))
+            out.append(path if path.is_absolute() else base_dir / path)
+    return out
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    return getattr(exc, "strerror", None) or type(exc).__name__
+
+
+def _display(name: str) -> str:
+    """How issues name an included file: relative to the working directory when that is shorter."""
+    if "://" in name:
+        return name
+    rel = os.path.relpath(name)
+    return rel if len(rel) < len(name) else name
+
+
+def namespaced_uri(namespace: str | None, uri: str) -> str:
+    """`docs://x` -> `team-a+docs://x`: the namespace joins the URI's scheme (`+` is allowed in schemes)."""
+    if not namespace:
+        return uri
+    scheme, sep, rest = uri.partition(":")
+    return f"{namespace}+{scheme}{sep}{rest}" if sep else f"{namespace}+{uri}"
+
+
+class _Renamer:
+    def __init__(self, namespace: str | None) -> None:
+        self.ns = namespace
+
+    def name(self, name: str) -> str:
+        return f"{self.ns}/{name}" if self.ns else name
+
+    def source(self, sid: str | None) -> str | None:
+        return f"{self.ns}.{sid}" if self.ns and sid else sid
+
+    def resource(self, r: ResourceSpec) -> ResourceSpec:
+        return replace(r, uri=namespaced_uri(self.ns, r.uri), name=self.name(r.name), source=self.source(r.source))
+
+    def collection(self, c: CollectionSpec) -> CollectionSpec:
+        return replace(c, uri=namespaced_uri(self.ns, c.uri), name=self.name(c.name), source=self.source(c.source))
+
+    def template(self, t: TemplateSpec) -> TemplateSpec:
+        return replace(t, uri_template=namespaced_uri(self.ns, t.uri_template), name=self.name(t.name),
+                       source=self.source(t.source))

@@ -1,0 +1,118 @@
+"""Operations figures: Prometheus metrics for /metrics and the access log.
+
+Handlers report each request once (`Metrics.observe`); cache, source-error and reload figures are read at scrape
+time from the objects that already keep them, so nothing on the read path pays for metrics it does not need.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+__all__ = ["Metrics", "metrics_route"]
+
+access_log = logging.getLogger("aggregator.access")
+
+# Seconds; cached reads take well under a millisecond, cold remote reads up to the source timeout.
+READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """Request counts by method and outcome, read latency, and the live catalog's own counters.
+
+    `live` is anything with `aggregator` (whose `cache` and `source_errors` are read), `reloads` and
+    `reload_errors`. Without prometheus-client (the `metrics` extra) only the access log works.
+    """
+
+    def __init__(self, live: Any) -> None:
+        self.live = live
+        self.registry: Any = None
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Histogram
+        except ImportError:
+            return
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter("aggregator_requests", "MCP requests handled, by method and outcome.",
+                                 ["method", "outcome"], registry=self.registry)
+        self._read_seconds = Histogram("aggregator_read_seconds", "Time to answer resources/read.",
+                                       buckets=READ_BUCKETS, registry=self.registry)
+        self.registry.register(_LiveCollector(live))
+
+    def observe(self, method: str, uri: str | None, outcome: str, seconds: float, caller: str) -> None:
+        """Count one handled request and write its access-log line."""
+        if self.registry is not None:
+            self._requests.labels(method, outcome).inc()
+            if method == "resources/read":
+                self._read_seconds.observe(seconds)
+        access_log.info("%s %s %s %s %.1fms", caller, method, uri or "-", outcome, seconds * 1000,
+                        extra={"caller": caller, "method": method, "uri": uri, "outcome": outcome,
+                               "ms": round(seconds * 1000, 3)})
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _LiveCollector:
+    """Figures kept elsewhere, read when scraped."""
+
+    def __init__(self, live: Any) -> None:
+        self.live = live
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        aggregator = self.live.aggregator
+        cache = aggregator.cache
+        yield _counter(CounterMetricFamily, "aggregator_cache_hits", "Reads answered from the content cache.",
+                       cache.hits)
+        yield _counter(CounterMetricFamily, "aggregator_cache_misses", "Reads that went to a source.", cache.misses)
+        yield GaugeMetricFamily("aggregator_cache_bytes", "Bytes held by the content cache.",
+                                value=cache.current_bytes)
+        yield GaugeMetricFamily("aggregator_cache_entries", "Entries held by the content cache.", value=len(cache))
+        errors = CounterMetricFamily("aggregator_source_errors", "Failed source calls, by source id.",
+                                     labels=["source"])
+        for source, count in sorted(aggregator.source_errors.items()):
+            errors.add_metric([source], count)
+        yield errors
+        reloads = CounterMetricFamily("aggregator_reloads", "Manifest reloads, by outcome.", labels=["outcome"])
+        reloads.add_metric(["ok"], self.live.reloads)
+        reloads.add_metric(["error"], self.live.reload_errors)
+        yield reloads
+        yield GaugeMetricFamily("aggregator_catalog_generation", "Generation of the catalog being served.",
+                                value=aggregator.catalog.generation)
+        yield GaugeMetricFamily("aggregator_catalog_resources", "Resources listed by the catalog.",
+                                value=len(aggregator.catalog))
+
+
+def _counter(family: Callable[..., Any], name: str, doc: str, value: float) -> Any:
+    return family(name, doc, value=value)
+
+
+def metrics_route(metrics: Metrics) -> Route:
+    """GET /metrics in the Prometheus text format (404 with a hint when prometheus-client is not installed)."""
+
+    async def endpoint(request: Request) -> Response:
+        if metrics.registry is None:
+            return Response("metrics need the 'metrics' extra: pip install 'aggregator[metrics]'\n", 404,
+                            media_type="text/plain")
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    return Route("/metrics", endpoint, methods=["GET"])
+
+
+def timer() -> Callable[[], float]:
+    """A stopwatch: call the result to get seconds since `timer()` was called."""
+    start = time.perf_counter()
+    return lambda: time.perf_counter() - start

@@ -1,0 +1,85 @@
+"""`aggregator init FOLDER`: a commented starter manifest for a folder, from what the folder holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["starter_manifest"]
+
+_SCAN_LIMIT = 50_000  # files looked at to pick globs: enough to see what a folder holds, bounded for huge trees
+_TOP_EXTENSIONS = 8
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    return slug if slug and slug[0].isalpha() else f"docs-{slug}".rstrip("-")
+
+
+def extensions(folder: Path) -> Counter[str]:
+    """How many visible files of each extension the folder holds (hidden files and folders are skipped)."""
+    counts: Counter[str] = Counter()
+    seen = 0
+    for _root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name.startswith("."):
+                continue
+            ext = name.rsplit(".", 1)[1].lower() if "." in name[1:] else ""
+            counts[ext] += 1
+            seen += 1
+            if seen >= _SCAN_LIMIT:
+                return counts
+    return counts
+
+
+def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None) -> str:
+    """The text of a starter manifest at `manifest_path` serving `folder` (paths relative to the manifest)."""
+    counts = extensions(folder)
+    server = _slug(name or folder.resolve().name)
+    picked = [ext for ext, _ in counts.most_common(_TOP_EXTENSIONS) if ext]
+    glob = "**/*" if not picked else (f"**/*.{picked[0]}" if len(picked) == 1 else "**/*.{" + ",".join(picked) + "}")
+    url = os.path.relpath(folder.resolve(), manifest_path.resolve().parent)
+    url = url if url.startswith((".", "/")) else f"./{url}"
+    found = ", ".join(f"{counts[e]} .{e}" for e in picked) or "no files yet"
+    return f"""\
+# yaml-language-server: $schema=https://aggregator.dev/schemas/manifest-v1.json
+# Starter manifest written by `aggregator init` for {folder} ({found}).
+# Check it:   aggregator validate {manifest_path.name}
+# Serve it:   aggregator serve {manifest_path.name}          (stdio; add --http 8000 for Streamable HTTP)
+# Reference:  docs/manifest-reference.md, or `aggregator schema`.
+version: 1
+
+server:
+  name: {server}
+  instructions: {json.dumps(f"Files from {folder.resolve().name}, listed under {server}://. Read what you need by URI.")}
+
+defaults:
+  ttl: 5m                 # how long content is cached (and the ttlMs hint clients get)
+  maxBytes: 10MiB         # bigger files are refused with an error naming the URI
+
+sources:
+  files:
+    url: {json.dumps(url)}            # relative to this manifest
+
+collections:
+  # One listed resource per matching file; {{path}}, {{name}}, {{stem}} and {{ext}} are available.
+  - source: files
+    glob: "{glob}"
+    exclude: ["**/node_modules/**", "**/draft-*"]
+    uri: "{server}://{{path}}"
+    name: "{{path}}"
+
+templates:
+  # Any file by path, listed or not ('..' and absolute paths are refused).
+  - uriTemplate: "{server}://file/{{+path}}"
+    name: file
+    description: Read any file of the folder by its relative path.
+    source: files
+    path: "{{path}}"
+
+# More: access scopes, rendered digests (render:), SQL/S3/HTTP/git sources, include: and extends: - see the README.
+"""

@@ -1,0 +1,297 @@
+"""Manifests built from manifests: include (paths, https and s3 URLs, namespaces, sha256 pins, cycles) and extends
+(overlay merge rules, located errors in either file), and hot reload of an included file."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aggregator.core import Aggregator
+from aggregator.manifest import load_manifest
+from aggregator.manifest.model import ManifestError
+from tests.conftest import connect, write_manifest
+
+TEAM = """
+    version: 1
+    server: {name: team-a}
+    defaults: {ttl: 42s}
+    sources:
+      docs: {url: ./docs}
+    collections:
+      - {source: docs, glob: "*.md", uri: "docs://{path}", name: "{stem}"}
+    templates:
+      - {uriTemplate: "docs://by-name/{name}", name: by-name, source: docs, path: "{name}.md"}
+    """
+
+
+@pytest.fixture
+def teams(tmp_path: Path) -> Path:
+    for team in ("a", "b"):
+        folder = tmp_path / f"team-{team}"
+        (folder / "docs").mkdir(parents=True)
+        (folder / "docs" / "guide.md").write_text(f"# Team {team} guide\n")
+        write_manifest(folder, TEAM.replace("team-a", f"team-{team}"))
+    return tmp_path
+
+
+def _errors(path: Path) -> str:
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    return str(caught.value)
+
+
+def test_include_with_namespaces(teams: Path) -> None:
+    root = write_manifest(teams, """
+        version: 1
+        server: {name: all-teams}
+        include:
+          - {path: team-a/manifest.yaml, namespace: team-a}
+          - {path: team-b/manifest.yaml, namespace: team-b}
+        resources:
+          - {uri: "note://hello", name: hello, text: hi}
+        """)
+
+    async def main() -> None:
+        aggregator = await Aggregator.open(root)
+        try:
+            uris = [e.uri for e in aggregator.catalog.entries]
+            assert uris == ["note://hello", "team-a+docs://guide.md", "team-b+docs://guide.md"]
+            names = {e.uri: e.name for e in aggregator.catalog.entries}
+            assert names["team-b+docs://guide.md"] == "team-b/guide"
+            assert set(aggregator.sources) == {"team-a.docs", "team-b.docs"}
+            # Local paths of an included manifest are relative to its own folder; its defaults still apply.
+            assert (await aggregator.read("team-b+docs://guide.md")).text == "# Team b guide\n"
+            assert (await aggregator.read("team-a+docs://by-name/guide")).text == "# Team a guide\n"
+            assert aggregator.ttl_for("team-a+docs://guide.md") == 42
+            assert {p.name for p in aggregator.manifest.files} == {"manifest.yaml"}
+            assert len(aggregator.manifest.files) == 3
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+
+
+def test_include_without_namespace_collides_with_located_errors(teams: Path) -> None:
+    root = write_manifest(teams, """
+        version: 1
+        server: {name: clash}
+        include: [team-a/manifest.yaml, team-b/manifest.yaml]
+        """)
+    message = _errors(root)
+    assert f"{root}:3:33: include[1]: source 'docs' of 'team-b/manifest.yaml' is also declared by sources.docs" in message
+    assert "give the include a namespace" in message
+
+
+def test_sha256_pins(teams: Path) -> None:
+    digest = hashlib.sha256((teams / "team-a" / "manifest.yaml").read_bytes()).hexdigest()
+    good = write_manifest(teams, f"""
+        version: 1
+        server: {{name: pinned}}
+        include:
+          - {{path: team-a/manifest.yaml, sha256: "{digest}"}}
+        """, name="good.yaml")
+    assert len(load_manifest(good).sources) == 1
+    bad = write_manifest(teams, f"""
+        version: 1
+        server: {{name: pinned}}
+        include:
+          - {{path: team-a/manifest.yaml, sha256: "{"0" * 64}"}}
+        """, name="bad.yaml")
+    message = _errors(bad)
+    assert f"{bad}:4:" in message and "include[0].sha256" in message
+    assert digest in message and "0" * 64 in message
+
+
+def test_include_cycles_are_reported_with_the_chain(tmp_path: Path) -> None:
+    write_manifest(tmp_path, 'version: 1\nserver: {name: a}\ninclude: [b.yaml]\n', name="a.yaml")
+    write_manifest(tmp_path, 'version: 1\nserver: {name: b}\ninclude: [a.yaml]\n', name="b.yaml")
+    message = _errors(tmp_path / "a.yaml")
+    assert "include cycle:" in message
+    assert message.count("a.yaml ->") == 1 and message.rstrip().endswith("a.yaml")
+
+
+def test_errors_inside_an_included_file_name_that_file(teams: Path) -> None:
+    broken = teams / "team-a" / "manifest.yaml"
+    broken.write_text(broken.read_text().replace("glob: \"*.md\"", "glob: \"*.md\", colour: red"))
+    root = write_manifest(teams, 'version: 1\nserver: {name: x}\ninclude: [team-a/manifest.yaml]\n')
+    message = _errors(root)
+    assert "team-a/manifest.yaml:7:" in message and "collections[0].colour" in message
+    missing = write_manifest(teams, 'version: 1\nserver: {name: x}\ninclude: [nope.yaml]\n', name="m2.yaml")
+    assert f"{missing}:3:11: include[0]: cannot read included manifest 'nope.yaml': no such file" in _errors(missing)
+
+
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A loopback HTTP server over a folder."""
+    folder = tmp_path / "web"
+    folder.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", folder
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+REMOTE = """
+    version: 1
+    server: {name: remote}
+    resources:
+      - {uri: "shared://policy", name: policy, text: "Be kind."}
+    """
+
+
+def test_include_by_https_url_and_local_folders_refused(tmp_path: Path, web: tuple[str, Path]) -> None:
+    base, folder = web
+    write_manifest(folder, REMOTE, name="shared.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: r}\nsources: {d: {url: ./x}}\n", name="local.yaml")
+    digest = hashlib.sha256((folder / "shared.yaml").read_bytes()).hexdigest()
+    root = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: via-http}}
+        include:
+          - {{url: "{base}/shared.yaml", namespace: shared, sha256: "{digest}"}}
+        """)
+    manifest = load_manifest(root)
+    assert [r.uri for r in manifest.resources] == ["shared+shared://policy"]
+    assert manifest.files == (root.resolve(),)
+    refused = write_manifest(tmp_path, f'version: 1\nserver: {{name: x}}\ninclude: [{{url: "{base}/local.yaml"}}]\n',
+                             name="refused.yaml")
+    assert "may not declare local folders" in _errors(refused)
+
+
+def test_include_by_s3_url(tmp_path: Path) -> None:
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    import boto3
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="k",
+                          aws_secret_access_key="s")
+        s3.create_bucket(Bucket="shared-manifests")
+        body = REMOTE.replace("\n    ", "\n").encode()
+        s3.put_object(Bucket="shared-manifests", Key="team/shared.yaml", Body=body)
+        root = write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: via-s3}}
+            include:
+              - url: "s3://shared-manifests/team/shared.yaml"
+                options: {{key: k, secret: s, endpoint_url: "{endpoint}"}}
+                sha256: "{hashlib.sha256(body).hexdigest()}"
+            """)
+        manifest = load_manifest(root)
+        assert [r.uri for r in manifest.resources] == ["shared://policy"]
+    finally:
+        server.stop()
+
+
+BASE = """
+    version: 1
+    server: {name: base, instructions: From the base.}
+    defaults: {ttl: 5m, maxBytes: 1MiB}
+    sources:
+      docs: {url: ./docs}
+      old: {url: ./docs}
+    resources:
+      - {uri: "note://a", name: a, text: "base a"}
+      - {uri: "note://b", name: b, text: "base b"}
+    collections:
+      - {source: docs, glob: "*.md", uri: "docs://{path}", name: "{path}"}
+    templates:
+      - {uriTemplate: "docs://by/{name}", name: by, source: docs, path: "{name}.md"}
+      - {uriTemplate: "old://{name}", name: old, source: old, path: "{name}.md"}
+    """
+
+
+def test_extends_merge_rules(tmp_path: Path) -> None:
+    (tmp_path / "base" / "docs").mkdir(parents=True)
+    (tmp_path / "base" / "docs" / "x.md").write_text("x")
+    write_manifest(tmp_path / "base", BASE)
+    (tmp_path / "prod").mkdir()
+    overlay = write_manifest(tmp_path / "prod", """
+        extends: ../base/manifest.yaml
+        server: {name: prod}
+        defaults: {ttl: 30s}
+        sources:
+          old: null
+        resources:
+          - {uri: "note://a", text: "prod a"}
+          - {uri: "note://b", remove: true}
+          - {uri: "note://c", name: c, text: "prod c"}
+        collections:
+          - {uri: "docs://{path}", name: "doc {path}"}
+        templates:
+          - {uriTemplate: "old://{name}", remove: true}
+        """)
+    m = load_manifest(overlay)
+    assert (m.server.name, m.server.instructions) == ("prod", "From the base.")
+    assert (m.defaults.ttl, m.defaults.max_bytes) == (30, 1024 * 1024)
+    assert list(m.sources) == ["docs"]
+    # Relative paths written in the base stay relative to the base's folder.
+    assert m.sources["docs"].url == str(tmp_path / "base" / "docs")
+    assert [(r.uri, r.name, r.text) for r in m.resources] == [("note://a", "a", "prod a"), ("note://c", "c", "prod c")]
+    assert [(c.uri, c.name, c.glob) for c in m.collections] == [("docs://{path}", "doc {path}", "*.md")]
+    assert [t.uri_template for t in m.templates] == ["docs://by/{name}"]
+    assert {p.name for p in m.files} == {"manifest.yaml"} and len(m.files) == 2
+    # Entries keep the location of the file that wrote them.
+    assert m.resources[1].where.file == str(overlay)
+    assert m.templates[0].where.file.endswith("base/manifest.yaml")
+
+
+def test_extends_errors_point_into_the_right_file(tmp_path: Path) -> None:
+    write_manifest(tmp_path, BASE.replace("maxBytes: 1MiB", "maxBytes: lots"), name="base.yaml")
+    overlay = write_manifest(tmp_path, """
+        extends: base.yaml
+        resources:
+          - {uri: "note://b", remove: true}
+          - {uri: "note://zzz", remove: true}
+          - {uri: "not a uri", name: bad, text: x}
+        """, name="over.yaml")
+    message = _errors(overlay)
+    assert f"{tmp_path / 'base.yaml'}:3:31: defaults.maxBytes" in message  # written in the base
+    assert f"{overlay}:4:" in message and "no resources entry with uri 'note://zzz'" in message
+    assert f"{overlay}:5:" in message  # the bad URI in the overlay
+    write_manifest(tmp_path, "extends: loop-b.yaml\n", name="loop-a.yaml")
+    write_manifest(tmp_path, "extends: loop-a.yaml\n", name="loop-b.yaml")
+    assert "extends cycle:" in _errors(tmp_path / "loop-a.yaml")
+
+
+def test_saving_an_included_file_reloads(teams: Path) -> None:
+    root = write_manifest(teams, """
+        version: 1
+        server: {name: live-include}
+        include: [{path: team-a/manifest.yaml, namespace: a}]
+        """)
+    included = teams / "team-a" / "manifest.yaml"
+
+    async def main() -> None:
+        async with connect(root, "legacy") as client:
+            before = {r.uri for r in (await client.list_resources()).resources}
+            assert before == {"a+docs://guide.md"}
+            included.write_text(included.read_text().replace(
+                "templates:", 'resources:\n  - {uri: "n://x", name: x, text: y}\ntemplates:'))
+            for _ in range(60):
+                await anyio.sleep(0.1)
+                after = {r.uri for r in (await client.list_resources()).resources}
+                if after != before:
+                    break
+            assert after == {"a+docs://guide.md", "a+n://x"}
+
+    anyio.run(main)

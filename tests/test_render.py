@@ -1,0 +1,163 @@
+"""Rendered resources (`render:` Jinja2 in a sandbox): digests, JSON to Markdown, template variables as data,
+syntax errors found by validate, output caps, recursion, and access scopes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from aggregator.core import Aggregator
+from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
+from tests.conftest import MODES, connect, write_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MANIFEST = """
+    version: 1
+    server: {name: rendered}
+    defaults: {maxBytes: 4KiB}
+    sources:
+      reports: {url: ./reports}
+      data: {url: ./data}
+      vault: {url: ./vault, access: {scopes: [vault]}}
+    collections:
+      - {source: reports, glob: "*.md", uri: "reports://{path}", name: "{stem}"}
+      - {source: vault, glob: "*.md", uri: "vault://{path}"}
+    resources:
+      - {uri: "data://teams", name: teams, source: data, path: teams.json}
+      - uri: digest://latest
+        name: latest-reports
+        render: |
+          # Five newest reports
+          {% for r in (resources("reports://") | sort(attribute="lastModified", reverse=true))[:5] %}
+          - [{{ r.name }}]({{ r.uri }}): {{ read(r.uri).splitlines()[0] }}
+          {% endfor %}
+      - uri: table://teams
+        name: teams-table
+        render: |
+          | team | members |
+          |---|---|
+          {% for t in json("data://teams") %}
+          | {{ t.name }} | {{ t.members }} |
+          {% endfor %}
+      - {uri: "loop://self", name: self, render: "{{ read('loop://self') }}"}
+      - {uri: "big://out", name: big, render: "{% for i in range(100000) %}xxxxxxxxxx{% endfor %}"}
+      - {uri: "evil://mro", name: evil, render: "{{ ''.__class__.__mro__[1].__subclasses__() }}"}
+      - {uri: "secrets://digest", name: vault-digest, render: "{% for r in resources('vault://') %}{{ read(r.uri) }}{% endfor %}"}
+    templates:
+      - uriTemplate: "summary://{name}"
+        name: summary
+        mimeType: text/plain
+        render: "Report {{ name }}: {{ read('reports://' ~ name ~ '.md') | length }} bytes; args={{ args | tojson }}"
+      - {uriTemplate: "echo://{name}", name: echo, render: "{{ name }}|{{ args.name }}"}
+    """
+
+
+@pytest.fixture
+def rendered(tmp_path: Path) -> Path:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for i in range(8):
+        path = reports / f"r{i}.md"
+        path.write_text(f"Report number {i}\nbody\n")
+        os.utime(path, (1_700_000_000 + i * 86_400, 1_700_000_000 + i * 86_400))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "teams.json").write_text(json.dumps([{"name": "eng", "members": 12},
+                                                              {"name": "ops", "members": 4}]))
+    (tmp_path / "vault").mkdir()
+    (tmp_path / "vault" / "k.md").write_text("VAULT SECRET")
+    return write_manifest(tmp_path, MANIFEST)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rendered_reads_through_the_client(rendered: Path, mode: str) -> None:
+    async def main() -> None:
+        async with connect(rendered, mode) as client:
+            listed = {r.uri: r for r in (await client.list_resources()).resources}
+            assert listed["digest://latest"].mime_type == "text/markdown"
+            digest = (await client.read_resource("digest://latest")).contents[0].text
+            lines = [line for line in digest.splitlines() if line.startswith("- ")]
+            assert lines == [f"- [r{i}](reports://r{i}.md): Report number {i}" for i in (7, 6, 5, 4, 3)]
+            table = (await client.read_resource("table://teams")).contents[0].text
+            assert table.splitlines() == ["| team | members |", "|---|---|", "| eng | 12 |", "| ops | 4 |"]
+            summary = (await client.read_resource("summary://r2")).contents[0]
+            assert summary.mime_type == "text/plain"
+            assert summary.text == 'Report r2: 21 bytes; args={"name": "r2"}'
+            # A value from the URI is data: template syntax in it is never evaluated.
+            with pytest.raises(MCPError):  # no report of that name, so the read fails, generically
+                await client.read_resource("summary://%7B%7B7*7%7D%7D")
+            for uri in ("loop://self", "evil://mro", "big://out"):
+                with pytest.raises(MCPError) as failed:
+                    await client.read_resource(uri)
+                message = failed.value.error.message
+                assert "__class__" not in message and str(rendered.parent) not in message and uri in message
+
+    anyio.run(main)
+
+
+def test_uri_values_are_data_never_source(rendered: Path) -> None:
+    async def main() -> None:
+        aggregator = await Aggregator.open(rendered)
+        try:
+            text = (await aggregator.read("echo://%7B%7B7*7%7D%7D%7B%25%20if%20true%20%25%7D")).text
+            assert text == "{{7*7}}{% if true %}|{{7*7}}{% if true %}"
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+
+
+def test_render_failures_are_clean_errors(rendered: Path) -> None:
+    async def main() -> None:
+        aggregator = await Aggregator.open(rendered)
+        try:
+            with pytest.raises(ResourceUnavailable):
+                await aggregator.read("loop://self")  # nesting stops; no hang, no RecursionError
+            with pytest.raises(ResourceUnavailable):
+                await aggregator.read("evil://mro")  # the sandbox refuses the attribute
+            with pytest.raises(ResourceTooLarge):
+                await aggregator.read("big://out")  # 1 MB of output against a 4 KiB cap
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+
+
+def test_render_respects_access_scopes(rendered: Path) -> None:
+    async def main() -> None:
+        aggregator = await Aggregator.open(rendered)
+        try:
+            assert (await aggregator.read("secrets://digest", frozenset({"vault"}))).text == "VAULT SECRET"
+            # Without the scope the vault's files are invisible to the template too.
+            assert (await aggregator.read("secrets://digest", frozenset())).text == ""
+            with pytest.raises(ResourceNotFound):
+                await aggregator.read("vault://k.md", frozenset())
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+
+
+def test_validate_reports_template_syntax_errors(tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: broken}
+        resources:
+          - uri: digest://x
+            name: x
+            render: |
+              line one
+              {% for r in resources() %}
+              {{ r.name }
+        """)
+    result = subprocess.run([sys.executable, "-m", "aggregator", "validate", "--offline", str(manifest)],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 1
+    assert f"{manifest}:6:13: resources[0].render: template syntax error on line 3 of the template" in result.stderr
