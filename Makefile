@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE ?= sample-configs/quickstart.yaml
 
-.PHONY: run test demo validate-samples bench clean
+.PHONY: run test demo validate-samples bench bench-full conformance clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,27 @@ test: $(STAMP)  ## the whole test suite
 validate-samples: $(STAMP)
 	@for m in sample-configs/*.yaml; do $(BIN)/aggregator validate --offline $$m || exit 1; done
 
-bench: $(STAMP)  ## quick benchmark against the protocol floor; rewrites docs/benchmarks.md
+FASTMCP := benchmarks/.venv-fastmcp/.installed
+
+$(FASTMCP):  # the fastmcp peer lives in its own venv: it brings its own mcp
+	$(PYTHON) -m venv benchmarks/.venv-fastmcp
+	benchmarks/.venv-fastmcp/bin/python -m pip install --quiet 'fastmcp>=2.12,<5'
+	touch $@
+
+bench: $(STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (under 5 min); rewrites docs/benchmarks.md and .png
 	$(BIN)/python -m benchmarks.run --quick
+	$(BIN)/python -m benchmarks.templates
+	$(BIN)/python -m benchmarks.live --rounds 5
+	$(BIN)/python -m benchmarks.remote --objects 2000 --skip-listing
+
+bench-full: $(STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload and remote-source figures
+	$(BIN)/python -m benchmarks.run --full
+	$(BIN)/python -m benchmarks.templates --repeat 3 --reads 2000 --budget 8
+	$(BIN)/python -m benchmarks.live --rounds 20
+	$(BIN)/python -m benchmarks.remote --objects 100000
+
+conformance: $(STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
+	PYTHON=$(BIN)/python .ci/conformance
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,9 +1,11 @@
 """Latency of the live catalog over stdio: manifest save -> list_changed (10,000-resource manifest), and
-subscribed file write -> updated. `python -m benchmarks.live [--rounds 20]`"""
+subscribed file write -> updated. `python -m benchmarks.live [--rounds 20]` prints them and writes its section of
+docs/benchmarks.md."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import statistics
 import sys
@@ -15,6 +17,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
+from benchmarks.sections import DOCS, LIVE, write_section
 from benchmarks.workload import generate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,13 +80,27 @@ async def run(rounds: int) -> dict[str, list[float]]:
     return results
 
 
+def section(results: dict[str, list[float]], command: str) -> str:
+    """The report's section: one row per latency."""
+    started = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    rows = [f"| {name} | {statistics.median(values):.0f} | {sorted(values)[max(0, int(len(values) * 0.9) - 1)]:.0f} "
+            f"| {max(values):.0f} | {len(values)} |" for name, values in results.items()]
+    return "\n".join([
+        LIVE, "",
+        f"Run {started} with `{command}`: aggregator over stdio (legacy wire) on a 10,000-file manifest; the "
+        "manifest is saved atomically and the time to `notifications/resources/list_changed` taken, then a "
+        "subscribed file is written and the time to `notifications/resources/updated` taken.", "",
+        "| latency | median | p90 | max | rounds |", "|---|---|---|---|---|", *rows, ""])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--output", type=Path, default=DOCS, help="the Markdown file whose section to rewrite")
     args = parser.parse_args()
-    for name, values in anyio.run(run, args.rounds).items():
-        print(f"{name}: median {statistics.median(values):.0f}, p90 {sorted(values)[int(len(values) * 0.9) - 1]:.0f}, "
-              f"max {max(values):.0f} over {len(values)}")
+    text = section(anyio.run(run, args.rounds), " ".join(["python -m benchmarks.live", *sys.argv[1:]]))
+    print(text)
+    write_section(args.output, text)
 
 
 if __name__ == "__main__":

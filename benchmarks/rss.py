@@ -1,4 +1,4 @@
-"""Peak resident memory of a server process, read from the kernel's high-water mark."""
+"""What the kernel knows of a server process: its peak resident memory (the high-water mark) and its CPU time."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ def peak_rss_mb(pid: int) -> float:
     except OSError:
         pass
     return math.nan
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU time the processes have used so far, in seconds (NaN when one cannot be read)."""
+    try:
+        return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+    except psutil.Error:
+        return math.nan
 
 
 def new_children(before: set[int]) -> list[int]:

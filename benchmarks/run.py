@@ -1,125 +1,193 @@
-"""`python -m benchmarks.run [--quick|--full] [--sizes 1000,10000] [--only aggregator,floor]`
+"""`python -m benchmarks.run [--quick | --full] [--sizes 10000] [--only aggregator,floor] [--modes legacy,auto]
+[--transports stdio,http] [--http-modes auto]`
 
-Runs every peer on the same generated files in the same run, prints a table and rewrites docs/benchmarks.md.
+Generates the workloads, runs every chosen peer on the same files in the same run (interleaved, one fresh server
+per run), prints the report and writes docs/benchmarks.md (keeping the sections of the side benchmarks:
+templates, live, remote) and docs/benchmarks.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
-import statistics
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 
-from aggregator.manifest.model import DEFAULT_PAGE_SIZE
-from benchmarks.measure import Figures, measure
-from benchmarks.workload import generate, manifest_for
+from benchmarks.figures import Figures, combine
+from benchmarks.machine import describe
+from benchmarks.measure import free_port, measure
+from benchmarks.peers import PEERS, Peer, fastmcp_versions
+from benchmarks.report import render
+from benchmarks.sections import write_main
+from benchmarks.workload import body_of, generate, sample_indices, uri_of
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / ".data"
-TARGETS_10K = {"ready_s": 1.0, "listing_s": 0.3, "peak_rss_mb": 120.0, "read_ratio": 0.9}
+RESULTS = REPO / "benchmarks" / "results"
 
 
-def commands(root: Path) -> dict[str, list[str]]:
-    return {
-        "aggregator": ["-m", "aggregator", "--log-level", "WARNING", "serve", str(manifest_for(root))],
-        "floor": ["-m", "benchmarks.peers.floor", str(root), str(DEFAULT_PAGE_SIZE)],
-        "floor-annotated": ["-m", "benchmarks.peers.floor", str(root), str(DEFAULT_PAGE_SIZE), "--annotated"],
-        "sdk-mcpserver": ["-m", "benchmarks.peers.sdk_mcpserver", str(root)],
-    }
+@dataclass(frozen=True)
+class Preset:
+    """The defaults of --quick and --full: catalog sizes, runs per figure, reads and seconds per read phase, and
+    the wires run over HTTP."""
+
+    sizes: tuple[int, ...]
+    repeat: int
+    reads: int
+    budget_s: float
+    http_modes: tuple[str, ...]
 
 
-def row(f: Figures, floor: Figures | None) -> str:
-    ratio = f"{f.reads_per_s / floor.reads_per_s:.2f}" if floor else "-"
-    return (f"| {f.peer} | {f.size:,} | {f.mode} | {f.ready_s:.2f} | {f.listing_s:.3f} | {f.reads_per_s:,.0f} | "
-            f"{ratio} | {f.p50_ms:.2f} | {f.p99_ms:.2f} | {f.concurrent_reads_per_s:,.0f} | {f.peak_rss_mb:.0f} |")
+QUICK = Preset((1_000, 10_000), repeat=2, reads=600, budget_s=1.5, http_modes=("auto",))
+FULL = Preset((1_000, 10_000, 100_000), repeat=3, reads=2_000, budget_s=8.0, http_modes=("legacy", "auto"))
+DEFAULT_PEERS = "aggregator,floor,floor-annotated,sdk_mcpserver,fastmcp"
 
 
-def verdicts(results: list[Figures]) -> list[str]:
-    lines = []
-    for f in results:
-        if f.peer != "aggregator" or f.size != 10_000:
-            continue
-        floor = next((g for g in results if g.peer == "floor" and g.size == f.size and g.mode == f.mode), None)
-        checks = [("ready within 1 s", f.ready_s <= TARGETS_10K["ready_s"]),
-                  ("full listing under 0.3 s", f.listing_s < TARGETS_10K["listing_s"]),
-                  ("peak RSS under 120 MB", f.peak_rss_mb < TARGETS_10K["peak_rss_mb"])]
-        if floor:
-            checks.append(("cached reads >= 0.9x floor", f.reads_per_s >= TARGETS_10K["read_ratio"] * floor.reads_per_s))
-        lines.append(f"- {f.mode}: " + ", ".join(f"{name}: {'pass' if ok else 'FAIL'}" for name, ok in checks))
-    return lines
+@dataclass(frozen=True)
+class Options:
+    """What to run: catalog sizes, peers, wires, repetitions and the per-run budgets."""
+
+    sizes: list[int]
+    peers: list[str]
+    modes: list[str]
+    http_modes: list[str]
+    repeat: int
+    page_size: int
+    reads: int
+    budget_s: float
+    uncapped: bool
+    output: Path
+    plot: Path | None
+    transports: list[str]
 
 
-def report(results: list[Figures]) -> str:
-    header = ("| peer | files | wire | ready (s) | full listing (s) | reads/s | vs floor | p50 (ms) | p99 (ms) | "
-              "reads/s, 32 in flight | peak RSS (MB) |\n|---|---|---|---|---|---|---|---|---|---|---|")
-    lines = [header]
-    for f in results:
-        floor = next((g for g in results if g.peer == "floor" and g.size == f.size and g.mode == f.mode), None)
-        lines.append(row(f, floor))
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    return "\n".join([
-        "# Benchmarks", "",
-        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine}, with "
-        "`python -m benchmarks.run`. Every peer serves the same generated Markdown files over stdio and is driven "
-        "by the official `mcp` client (`cache=None`); the legacy wire is 2025-11-25, the modern (auto) 2026-07-28.",
-        "", "Peers: **aggregator** (this project, a manifest with one collection) and **floor** (a bare low-level "
-        "SDK server returning preloaded `Resource` objects and strings: the protocol's own cost) and "
-        "**floor-annotated** (the floor listing the same fields aggregator lists, `annotations.lastModified` included, "
-        "so listing costs compare like for like) and **sdk-mcpserver** (the SDK's high-level `MCPServer` with one "
-        "`FileResource` per file, as a user would write it).", "",
-        *lines, "", "Targets at 10,000 files:", *verdicts(results), "",
-        "Each figure is the median of interleaved runs (`--repeat`); peak RSS is the largest VmHWM seen. Timings on "
-        "this shared VM wander between runs, so compare ratios within one run rather than absolute figures across runs.", "",
-    ])
+def parse_args(argv: list[str] | None = None) -> tuple[Options, str]:
+    """Options from the command line, and the command line itself as the report shows it."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--quick", action="store_true",
+                       help="1,000 and 10,000 files, 2 runs each, 600 reads or 1.5 s per read phase, HTTP on the "
+                       "modern wire only (the default)")
+    scope.add_argument("--full", action="store_true",
+                       help="1,000, 10,000 and 100,000 files, 3 runs each, 2,000 reads or 8 s per read phase, "
+                       "HTTP on both wires")
+    parser.add_argument("--sizes", help="comma-separated file counts (overrides --quick/--full)")
+    parser.add_argument("--only", default=DEFAULT_PEERS, help=f"comma-separated peers, of: {', '.join(PEERS)}")
+    parser.add_argument("--modes", default="legacy,auto", help="client modes (wires): legacy, auto or both")
+    parser.add_argument("--http-modes", help="the wires run over HTTP (quick: auto, full: legacy,auto)")
+    parser.add_argument("--transports", default="stdio,http", help="stdio, http or both (HTTP: Streamable HTTP on "
+                        "loopback, for the peers that serve it)")
+    parser.add_argument("--repeat", type=int, help="runs per peer, size and wire; figures are medians")
+    parser.add_argument("--page-size", type=int, default=100, help="resources per list page (aggregator, floor, "
+                        "fastmcp; MCPServer does not paginate)")
+    parser.add_argument("--reads", type=int, help="reads per read phase")
+    parser.add_argument("--budget", type=float, help="seconds at most per read phase (quick: 1.5, full: 8)")
+    parser.add_argument("--uncapped", action="store_true", help="run capped peers at every size")
+    parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--plot", type=Path, default=REPO / "docs" / "benchmarks.png", help="PNG path")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    unknown = [p for p in args.only.split(",") if p not in PEERS]
+    if unknown:
+        parser.error(f"unknown peers {unknown}; known: {', '.join(PEERS)}")
+    preset = FULL if args.full else QUICK
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")] if args.sizes else list(preset.sizes)
+    http_modes = args.http_modes.split(",") if args.http_modes else list(preset.http_modes)
+    options = Options(sizes, args.only.split(","), args.modes.split(","), http_modes,
+                      max(1, args.repeat or preset.repeat), args.page_size, args.reads or preset.reads,
+                      args.budget or preset.budget_s, args.uncapped, args.output,
+                      None if args.no_plot else args.plot, args.transports.split(","))
+    return options, "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
 
 
-def median_figures(runs: list[Figures]) -> Figures:
-    """Each figure's median over repeated runs (this VM's timings wander by 20% or more between runs)."""
-    def mid(name: str) -> float:
-        return statistics.median(getattr(r, name) for r in runs)
+def skip_reason(peer: Peer, size: int, uncapped: bool) -> str | None:
+    """Why `peer` does not run at `size` (unavailable, or above its cap unless `uncapped`), or None."""
+    reason = peer.unavailable()
+    if reason:
+        return f"unavailable: {reason}"
+    if not uncapped and peer.max_size is not None and size > peer.max_size:
+        return f"capped at {peer.max_size:,} files: {peer.cap_reason}"
+    return None
 
-    first = runs[0]
-    return Figures(first.peer, first.size, first.mode, mid("ready_s"), mid("listing_s"), first.listed,
-                   mid("reads_per_s"), mid("p50_ms"), mid("p99_ms"), mid("concurrent_reads_per_s"),
-                   max(r.peak_rss_mb for r in runs))
+
+def peer_notes(options: Options) -> list[str]:
+    """One line per chosen peer for the report: what it is, and any cap or unavailability."""
+    notes = []
+    for name in options.peers:
+        peer = PEERS[name]
+        note = f"**{name}**: {peer.summary}"
+        if name == "fastmcp" and fastmcp_versions():
+            note += f" ({fastmcp_versions()})"
+        skipped = sorted({reason for size in options.sizes
+                          if (reason := skip_reason(peer, size, options.uncapped))})
+        if skipped:
+            note += " - " + "; ".join(skipped)
+        notes.append(note)
+    return notes
 
 
-async def run(sizes: list[int], peers: list[str], modes: list[str], repeat: int) -> list[Figures]:
-    results = []
-    for size in sizes:
-        root = generate(DATA, size)
-        chosen = {peer: command for peer, command in commands(root).items() if peer in peers}
-        for mode in modes:
-            runs: dict[str, list[Figures]] = {peer: [] for peer in chosen}
-            # Interleave peers so a slow spell of the machine hits all of them alike.
-            for _ in range(repeat):
-                for peer, command in chosen.items():
-                    figures = await measure(peer, command, size, mode)
-                    print(row(figures, None), file=sys.stderr)
-                    runs[peer].append(figures)
-            results.extend(median_figures(r) for r in runs.values())
+def log_path(peer: str, size: int, mode: str) -> Path:
+    """Where one run's server stderr goes."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    return RESULTS / f"{peer}-{size}-{mode.replace(' ', '-')}.log"
+
+
+def progress(figures: Figures, elapsed: float) -> None:
+    """One line on stderr per finished run."""
+    detail = (figures.error or f"ready {figures.ready_s:.2f}s, listing {figures.listing_s:.3f}s, "
+              f"{figures.reads_per_s:,.0f} reads/s, 32 in flight {figures.concurrent_reads_per_s:,.0f}/s, "
+              f"peak RSS {figures.peak_rss_mb:.0f} MB")
+    print(f"[{elapsed:6.1f}s] {figures.peer} {figures.size:,} {figures.mode}: {detail}", file=sys.stderr, flush=True)
+
+
+async def run(options: Options) -> list[Figures]:
+    """Every run, interleaved so a slow spell of the machine hits all peers alike; figures combined per peer."""
+    results: list[Figures] = []
+    clock = time.perf_counter()
+    for size in options.sizes:
+        root = generate(DATA, size, prefix="catalog")
+        indices = sample_indices(size)
+        uris, expected = [uri_of(i) for i in indices], body_of(indices[0])
+        chosen = {name: PEERS[name] for name in options.peers
+                  if not skip_reason(PEERS[name], size, options.uncapped)}
+        for transport in options.transports:
+            over = {name: peer for name, peer in chosen.items() if transport == "stdio" or peer.http}
+            for wire in options.modes if transport == "stdio" else options.http_modes:
+                mode = wire if transport == "stdio" else f"{wire} {transport}"
+                runs: dict[str, list[Figures]] = {name: [] for name in over}
+                for name in over:  # each invocation starts the servers' logs afresh
+                    log_path(name, size, mode).unlink(missing_ok=True)
+                for _ in range(options.repeat):
+                    for name, peer in over.items():
+                        port = free_port() if transport == "http" else None
+                        figures = await measure(name, peer.launch(root, options.page_size, port), size, mode, uris,
+                                                expected, reads=options.reads, budget_s=options.budget_s,
+                                                log=log_path(name, size, mode), port=port)
+                        progress(figures, time.perf_counter() - clock)
+                        runs[name].append(figures)
+                results.extend(combine(r) for r in runs.values())
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 files (the default)")
-    parser.add_argument("--full", action="store_true", help="also 100,000 files")
-    parser.add_argument("--sizes", help="comma-separated file counts")
-    parser.add_argument("--only", default="aggregator,floor,floor-annotated,sdk-mcpserver", help="comma-separated peers")
-    parser.add_argument("--modes", default="legacy,auto")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per peer; each figure is the median")
-    parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
-    args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [1_000, 10_000] + ([100_000] if args.full else [])
-    results = anyio.run(run, sizes, args.only.split(","), args.modes.split(","), args.repeat)
-    text = report(results)
-    Path(args.output).write_text(text)
+def main(argv: list[str] | None = None) -> None:
+    """Run, print the report, write the Markdown and the plot."""
+    options, command = parse_args(argv)
+    started = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    machine = describe()
+    results = anyio.run(run, options)
+    plot_ref = None
+    if options.plot:
+        from benchmarks.plot import draw
+
+        draw(results, options.plot)
+        plot_ref = options.plot.name if options.plot.parent == options.output.parent else str(options.plot)
+    text = render(results, machine, started, command, peer_notes(options), plot_ref, options.reads)
+    write_main(options.output, text)
     print(text)
 
 

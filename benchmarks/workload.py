@@ -1,6 +1,6 @@
 """Generated workloads: N small Markdown files spread over subfolders, and the URIs every peer serves them at.
 
-Layout: `<base>/files-<N>/dNNNN/fNNN.md`, 100 files per folder; file i is served at `uri_of(i)` by every peer.
+Layout: `<base>/<prefix>-<N>/dNNNN/fNNN.md`, 100 files per folder; file i is served at `uri_of(i)` by every peer.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ def body_of(i: int) -> str:
     return f"# Document {i}\n\nBody of document {i}.\n"
 
 
-def generate(base: Path, count: int) -> Path:
-    """Create `count` files under `base/files-<count>` once (a `.complete` marker records it); return that folder."""
-    root = base / f"files-{count}"
+def generate(base: Path, count: int, prefix: str = "files") -> Path:
+    """Create `count` files under `base/<prefix>-<count>` once (a `.complete` marker records it); return that folder.
+
+    `benchmarks.run` uses its own prefix so that other benchmarks editing their files (live.py) cannot disturb it.
+    """
+    root = base / f"{prefix}-{count}"
     marker = root / ".complete"
     if marker.exists():
         return root

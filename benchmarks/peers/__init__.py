@@ -30,32 +30,42 @@ class Launch:
 class Peer:
     """A named server under test.
 
-    `launch(root, page_size)` gives its command for a workload folder; `max_size` caps the catalog sizes it is run
-    at (None: no cap); `unavailable()` returns None when it can run, else the reason it cannot.
+    `launch(root, page_size, port)` gives its command for a workload folder, over stdio (port None) or Streamable
+    HTTP on 127.0.0.1:port at /mcp; `http` says whether it can serve HTTP here. `max_size` caps the catalog sizes it
+    is run at by default (None: no cap), for the reason `cap_reason`; `unavailable()` returns None when it can run,
+    else the reason it cannot.
     """
 
     name: str
     summary: str
-    launch: Callable[[Path, int], Launch]
+    launch: Callable[[Path, int, int | None], Launch]
     max_size: int | None = None
+    cap_reason: str = ""
     unavailable: Callable[[], str | None] = lambda: None
+    http: bool = True
 
 
-def _aggregator(root: Path, page_size: int) -> Launch:
+def _http(port: int | None, *flag: str) -> list[str]:
+    return [*flag, str(port)] if port is not None else []
+
+
+def _aggregator(root: Path, page_size: int, port: int | None) -> Launch:
     return Launch(sys.executable, ["-m", "aggregator", "--log-level", "WARNING", "serve",
-                                   str(write_manifest(root, page_size))])
+                                   str(write_manifest(root, page_size)), *_http(port, "--http")])
 
 
-def _floor(root: Path, page_size: int) -> Launch:
-    return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size)])
+def _floor(root: Path, page_size: int, port: int | None) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size),
+                                   *_http(port, "--http")])
 
 
-def _floor_annotated(root: Path, page_size: int) -> Launch:
-    return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size), "--annotated"])
+def _floor_annotated(root: Path, page_size: int, port: int | None) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size), "--annotated",
+                                   *_http(port, "--http")])
 
 
-def _sdk_mcpserver(root: Path, page_size: int) -> Launch:
-    return Launch(sys.executable, ["-m", "benchmarks.peers.sdk_mcpserver", str(root)])
+def _sdk_mcpserver(root: Path, page_size: int, port: int | None) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.sdk_mcpserver", str(root), *_http(port, "--http")])
 
 
 def fastmcp_python() -> Path:
@@ -63,7 +73,7 @@ def fastmcp_python() -> Path:
     return FASTMCP_VENV / "bin" / "python"
 
 
-def _fastmcp(root: Path, page_size: int) -> Launch:
+def _fastmcp(root: Path, page_size: int, port: int | None) -> Launch:
     return Launch(str(fastmcp_python()), ["-m", "benchmarks.peers.fastmcp_files", str(root), str(page_size)])
 
 
@@ -74,9 +84,8 @@ def _fastmcp_unavailable() -> str | None:
     if not python.exists():
         return (f"no {FASTMCP_VENV.relative_to(BENCH.parent)} (create it: python -m venv {FASTMCP_VENV.name} "
                 "&& .venv-fastmcp/bin/pip install fastmcp, in benchmarks/)")
-    probe = subprocess.run([str(python), "-c", "import fastmcp, mcp, importlib.metadata as m; "
-                            "print(m.version('fastmcp'), m.version('mcp'))"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run([str(python), "-c", "import fastmcp"], capture_output=True, text=True, timeout=120,
+                           check=False)
     if probe.returncode != 0:
         return "fastmcp does not import: " + (probe.stderr.strip().splitlines() or ["?"])[-1]
     return None
@@ -87,20 +96,26 @@ def fastmcp_versions() -> str:
     """`fastmcp X, mcp Y` as installed in the fastmcp venv, or '' when it is not there."""
     if _fastmcp_unavailable():
         return ""
-    out = subprocess.run([str(fastmcp_python()), "-c", "import importlib.metadata as m; "
-                          "print(f\"fastmcp {m.version('fastmcp')}, mcp {m.version('mcp')}\")"],
-                         capture_output=True, text=True, timeout=120)
+    script = "import importlib.metadata as m; print(f\"fastmcp {m.version('fastmcp')}, mcp {m.version('mcp')}\")"
+    out = subprocess.run([str(fastmcp_python()), "-c", script], capture_output=True, text=True, timeout=120,
+                         check=False)
     return out.stdout.strip()
 
 
-SDK_MCPSERVER_CAP = 10_000
+FASTMCP_CAP = 1_000
+FASTMCP_CAP_REASON = (
+    "fastmcp 4.x registers in O(N^2) (`LocalProvider._check_version_mixing` scans every component on each "
+    "`add_resource`), converts all N resources on every list page and scans all N on every read: at 10,000 files "
+    "one run takes about 90 s (ready about 50 s), too long for --quick; `--uncapped` runs it anyway")
 
 PEERS: dict[str, Peer] = {peer.name: peer for peer in [
     Peer("aggregator", "this project: `aggregator serve` on a manifest with one collection", _aggregator),
     Peer("floor", "bare low-level SDK `Server`, preloaded `Resource` objects and strings: the protocol floor", _floor),
-    Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator does", _floor_annotated),
-    Peer("sdk_mcpserver", "the SDK's high-level `MCPServer`, one `FileResource` per file, unpaginated",
-         _sdk_mcpserver, max_size=SDK_MCPSERVER_CAP),
-    Peer("fastmcp", "the `fastmcp` package, one `FileResource` per file (own venv)", _fastmcp,
-         unavailable=_fastmcp_unavailable),
+    Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator does (stdio only: "
+         "it exists to compare listing costs)", _floor_annotated, http=False),
+    Peer("sdk_mcpserver", "the SDK's high-level `MCPServer`, one `FileResource` per file (it does not paginate; "
+         "reads the file on every read)", _sdk_mcpserver),
+    Peer("fastmcp", "the `fastmcp` package, one `FileResource` per file, same page size (own venv; reads the file "
+         "on every read)", _fastmcp, max_size=FASTMCP_CAP, cap_reason=FASTMCP_CAP_REASON,
+         unavailable=_fastmcp_unavailable, http=False),
 ]}

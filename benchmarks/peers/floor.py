@@ -1,6 +1,6 @@
 """The protocol floor: a bare low-level SDK `Server` answering from preloaded `Resource` objects and strings.
 
-Usage: python -m benchmarks.peers.floor FOLDER PAGE_SIZE [--annotated]   (URIs are bench://<relative path>)
+Usage: python -m benchmarks.peers.floor FOLDER PAGE_SIZE [--annotated] [--http PORT]   (URIs are bench://<path>)
 
 Every file is read into a dict at start; listing pages through a preloaded list with an integer cursor; a read is
 one dict lookup. `--annotated` also lists what aggregator lists (`annotations.lastModified` from the file's
@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import anyio
-import mcp.types as types
+from mcp import types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -79,5 +79,17 @@ async def serve(root: str, page_size: int, annotated: bool) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+def serve_http(root: str, page_size: int, annotated: bool, port: int) -> None:
+    """Serve the floor over Streamable HTTP at http://127.0.0.1:PORT/mcp until killed."""
+    import uvicorn
+
+    app = build(root, page_size, annotated).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    anyio.run(serve, sys.argv[1], int(sys.argv[2]), "--annotated" in sys.argv[3:])
+    extra = sys.argv[3:]
+    if "--http" in extra:
+        serve_http(sys.argv[1], int(sys.argv[2]), "--annotated" in extra, int(extra[extra.index("--http") + 1]))
+    else:
+        anyio.run(serve, sys.argv[1], int(sys.argv[2]), "--annotated" in extra)

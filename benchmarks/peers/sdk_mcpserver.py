@@ -1,6 +1,6 @@
 """The SDK's own high-level `MCPServer` with one `FileResource` per file, registered as a user would write it.
 
-Usage: python -m benchmarks.peers.sdk_mcpserver FOLDER   (URIs are bench://<relative path>)
+Usage: python -m benchmarks.peers.sdk_mcpserver FOLDER [--http PORT]   (URIs are bench://<relative path>)
 
 `MCPServer` does not paginate `resources/list` (one page holds every resource) and reads the file from disk on
 every `resources/read`: that is the SDK's out-of-the-box behaviour, measured as is.
@@ -31,4 +31,8 @@ def build(root: str) -> MCPServer:
 
 
 if __name__ == "__main__":
-    build(sys.argv[1]).run("stdio")
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        build(sys.argv[1]).run("streamable-http", host="127.0.0.1", port=port, streamable_http_path="/mcp")
+    else:
+        build(sys.argv[1]).run("stdio")
