@@ -11,7 +11,8 @@ DOCS = REPO / "docs" / "benchmarks.md"
 TEMPLATES = "## Reads through URI templates"
 LIVE = "## Live catalog: save to notification"
 REMOTE = "## Remote sources: S3 and HTTP"
-SIDE = (TEMPLATES, LIVE, REMOTE)
+HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
+SIDE = (HTTP_LOAD, TEMPLATES, LIVE, REMOTE)
 
 
 def split(text: str) -> list[str]:
