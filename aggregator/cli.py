@@ -6,6 +6,7 @@ Logs and diagnostics go to stderr; stdout carries only the command's output (the
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import signal
@@ -51,6 +52,9 @@ async def _opened(path: str) -> AsyncIterator[Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # Start-up creates hundreds of thousands of long-lived objects (the SDK's modules, the catalog) and the cyclic
+    # collector would walk them all again and again; it resumes once serving, with them frozen out of its way.
+    gc.disable()
     from mcp.server.stdio import stdio_server
 
     from aggregator.live import LiveCatalog
@@ -58,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aggregator.notify import Notifier
     from aggregator.server import build_server, initialization_options, wire_summary
 
-    async def run() -> int:
+    async def run(sock: Any = None) -> int:
         started = time.perf_counter()
         try:
             async with _opened(args.manifest) as aggregator:
@@ -68,6 +72,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 metrics = Metrics(live)
                 server = build_server(aggregator, notifier, metrics)
                 catalog = aggregator.catalog
+                gc.freeze()
+                gc.enable()
                 transport = f"HTTP on http://{args.http}/mcp" if args.http else "stdio"
                 logger.info(
                     "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
@@ -78,7 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     if args.http:
-                        await _serve_http(server, live, metrics, args)
+                        await _serve_http(server, live, metrics, args, sock)
                     else:
                         async with stdio_server() as (read_stream, write_stream):
                             await server.run(read_stream, write_stream, initialization_options(server))
@@ -88,17 +94,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         return EXIT_OK
 
-    return anyio.run(run)
+    if args.workers == 1:
+        return anyio.run(run)
+    return _serve_workers(args, run)
 
 
-async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Namespace) -> None:
-    """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C."""
+def _host_port(http: str) -> tuple[str, int]:
+    host, _, port = http.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _serve_workers(args: argparse.Namespace, run: Any) -> int:
+    """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket."""
+    from aggregator.manifest import load_manifest
+    from aggregator.workers import listening_socket, run_workers
+
+    if args.workers < 1 or not args.http or not args.stateless:
+        print("aggregator: --workers N needs --http and --stateless (legacy sessions live in one process)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        load_manifest(args.manifest)  # one report of a bad manifest rather than one per worker
+    except ManifestError as exc:
+        _report(exc)
+        return EXIT_INVALID
+    sock = listening_socket(*_host_port(args.http))
+    return run_workers(args.workers, lambda index: anyio.run(run, sock))
+
+
+async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Namespace, sock: Any = None) -> None:
+    """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
+    on `sock` when given (a socket shared by workers)."""
     import uvicorn
 
     from aggregator.http import http_app
 
-    host, _, port = args.http.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
+    host, port = _host_port(args.http)
     app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
                    stateless=args.stateless)
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
@@ -120,7 +151,7 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(stop_on_signal)
-        await http.serve()
+        await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()
 
 
@@ -268,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "(host 127.0.0.1 unless given)")
     p.add_argument("--stateless", action="store_true", help="HTTP: no sessions (legacy notifications are off)")
     p.add_argument("--json-response", action="store_true", help="HTTP: answer with JSON instead of SSE streams")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="HTTP with --stateless: N server processes sharing the port (each its own catalog and cache)")
     p.add_argument("--max-subscriptions", type=int, default=None, metavar="N",
                    help="resource subscriptions one connection may hold (default: server.maxSubscriptions, 1000)")
     p.set_defaults(func=cmd_serve)

@@ -14,12 +14,13 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: time, level, logger, message, the record's `extra` fields, and any exception."""
+    """One JSON object per record: time, level, logger, pid (which worker), message, the record's `extra` fields, and any exception."""
 
     def format(self, record: logging.LogRecord) -> str:
         out = {"time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
                    timespec="milliseconds").replace("+00:00", "Z"),
-               "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+               "level": record.levelname, "logger": record.name, "pid": record.process,
+               "message": record.getMessage()}
         out.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)

@@ -176,3 +176,71 @@ def test_modern_header_mismatch_and_unknown_version(http_server: tuple[str, Path
     assert error["code"] == -32022 and "2026-07-28" in error["data"]["supported"]
     again = _modern_post(url, "resources/list", {})
     assert again.status_code == 200 and again.json()["result"]["resources"]  # still serving
+
+
+def test_workers_share_the_port_serve_both_wires_and_stop_together(tmp_path: Path) -> None:
+    """`--workers 2 --stateless`: two forked servers accept on one port, each answers, SIGTERM stops all three."""
+    import json
+
+    import psutil
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(BASE)
+    port = free_port()
+    log = tmp_path / "stderr.jsonl"
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "--log-format", "json", "serve", str(manifest),
+                                    "--http", str(port), "--stateless", "--workers", "2"],
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(psutil.Process(process.pid).children()) < 2:
+            time.sleep(0.05)
+        workers = {child.pid for child in psutil.Process(process.pid).children()}
+        assert len(workers) == 2
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        time.sleep(0.5)  # both workers listening
+
+        async def client(mode: str) -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, cache=None) as c:
+                for _ in range(5):
+                    assert (await c.read_resource("docs://a.md")).contents[0].text == "# A\n"
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                for n in range(16):  # concurrent connections: while one worker is busy, the other accepts
+                    tg.start_soon(client, "legacy" if n % 4 == 0 else "auto")
+
+        anyio.run(main)
+        time.sleep(0.3)
+    finally:
+        process.terminate()
+        code = process.wait(20)
+    assert code == 0
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in workers)
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    readers = {r["pid"] for r in records if r.get("method") == "resources/read" and r.get("outcome") == "ok"}
+    assert readers == workers, (readers, workers)
+
+
+def test_workers_need_stateless_http(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(BASE)
+    (tmp_path / "docs").mkdir()
+    done = subprocess.run([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(free_port()),
+                           "--workers", "2"], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 2 and "--workers N needs --http and --stateless" in done.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BASE.replace("version: 1", "version: 7"))
+    done = subprocess.run([sys.executable, "-m", "aggregator", "serve", str(bad), "--http", str(free_port()),
+                           "--stateless", "--workers", "2"], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and done.stderr.count("version") == 1, done.stderr  # reported once, not per worker
