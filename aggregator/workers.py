@@ -20,7 +20,9 @@ logger = logging.getLogger("aggregator.workers")
 def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
     """A bound, listening TCP socket on `host:port` that forked children inherit."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and without it
+    # every small answer waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(backlog)
