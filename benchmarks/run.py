@@ -42,7 +42,7 @@ class Preset:
     http_modes: tuple[str, ...]
 
 
-QUICK = Preset((1_000, 10_000), repeat=2, reads=600, budget_s=1.5, http_modes=("auto",))
+QUICK = Preset((1_000, 10_000), repeat=1, reads=600, budget_s=1.5, http_modes=("auto",))
 FULL = Preset((1_000, 10_000, 100_000), repeat=3, reads=2_000, budget_s=8.0, http_modes=("legacy", "auto"))
 DEFAULT_PEERS = "aggregator,floor,floor-annotated,sdk_mcpserver,fastmcp"
 
@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, str]:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("--quick", action="store_true",
-                       help="1,000 and 10,000 files, 2 runs each, 600 reads or 1.5 s per read phase, HTTP on the "
+                       help="1,000 and 10,000 files, 1 run each, 600 reads or 1.5 s per read phase, HTTP on the "
                        "modern wire only (the default)")
     scope.add_argument("--full", action="store_true",
                        help="1,000, 10,000 and 100,000 files, 3 runs each, 2,000 reads or 8 s per read phase, "

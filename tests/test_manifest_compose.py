@@ -202,6 +202,39 @@ def test_include_by_s3_url(tmp_path: Path) -> None:
         server.stop()
 
 
+
+def test_include_from_a_git_repository_at_a_ref(tmp_path: Path) -> None:
+    """`git://REPO:REF@PATH` (fsspec's git filesystem): the manifest as it is at that tag, not at the branch tip."""
+    pygit2 = pytest.importorskip("pygit2", reason="pygit2 is not installed (the git extra)")
+    repo = pygit2.init_repository(str(tmp_path / "shared-repo"), initial_head="main")
+    signature = pygit2.Signature("Test", "test@example.com", 1_700_000_000, 0)
+    parents: list = []
+    for text in (REMOTE, REMOTE.replace("Be kind.", "Be quick.")):
+        (tmp_path / "shared-repo" / "team").mkdir(exist_ok=True)
+        (tmp_path / "shared-repo" / "team" / "shared.yaml").write_text(text.replace("\n    ", "\n"))
+        repo.index.add("team/shared.yaml")
+        repo.index.write()
+        parents = [repo.create_commit("HEAD", signature, signature, "shared", repo.index.write_tree(), parents)]
+        if len(parents) == 1 and not repo.references.get("refs/tags/v1"):
+            repo.create_tag("v1", parents[0], pygit2.enums.ObjectType.COMMIT, signature, "v1")
+    root = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: via-git}}
+        include:
+          - {{url: "git://{tmp_path / 'shared-repo'}:v1@team/shared.yaml", namespace: team}}
+          - {{url: "git://{tmp_path / 'shared-repo'}:main@team/shared.yaml", namespace: tip}}
+        """)
+    manifest = load_manifest(root)
+    texts = {r.uri: r.text for r in manifest.resources}
+    assert texts == {"team+shared://policy": "Be kind.", "tip+shared://policy": "Be quick."}
+    missing = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: via-git}}
+        include: [{{url: "git://{tmp_path / 'shared-repo'}:main@team/nope.yaml"}}]
+        """, name="missing.yaml")
+    assert "missing.yaml:3:11: include[0]: cannot read included manifest" in _errors(missing)
+
+
 BASE = """
     version: 1
     server: {name: base, instructions: From the base.}

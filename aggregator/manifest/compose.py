@@ -44,7 +44,7 @@ MAX_CHAIN = 16
 def read_manifest_bytes(ref: str, base: Path, options: dict[str, Any] | None = None
                         ) -> tuple[str, bytes, Path | None]:
     """(canonical name, bytes, folder for relative paths or None for a URL) of a manifest named by a path relative
-    to `base`, an absolute path, or an fsspec URL (https://, s3://, git+...). OSError when it cannot be read."""
+    to `base`, an absolute path, or an fsspec URL (https://, s3://, git://REPO:REF@PATH). OSError when it cannot be read."""
     if "://" in ref and not ref.startswith("file://"):
         import fsspec  # URLs only: local files need no filesystem layer
 
