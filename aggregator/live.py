@@ -24,6 +24,8 @@ __all__ = ["LiveCatalog"]
 logger = logging.getLogger("aggregator.live")
 
 FALLBACK_CHECK_SECONDS = 2.0
+_FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("maxSubscriptions", "max_subscriptions"))
+"""Server settings bound when serving starts (the HTTP app, its auth, registered tools, the notifier)."""
 
 
 def _digest(path: Path) -> str | None:
@@ -43,6 +45,7 @@ class LiveCatalog:
         self.reloads = 0
         self.reload_errors = 0
         self.last_error: str | None = None
+        """Why the last reload failed, for /healthz: a count, never the messages (they name files on this host)."""
         self._manifest_path = Path(aggregator.manifest.path)
         self._digest = self._files_digest()
         self._dirty = anyio.Event()
@@ -96,17 +99,18 @@ class LiveCatalog:
         if digest is None or digest == self._digest:
             return False  # deleted (keep serving) or untouched
         watch_plan = self._watch_plan()
-        files_before = self.aggregator.manifest.files
+        files_before, server_before = self.aggregator.manifest.files, self.aggregator.manifest.server
         try:
             changed, content_changed = await self.aggregator.reload(watched=self._watched)
         except ManifestError as exc:
             self.reload_errors += 1
-            self.last_error = str(exc)
+            self.last_error = f"the manifest has {len(exc.issues)} problem(s); see the server log"
             logger.error("manifest reload failed; still serving generation %d:\n%s",
                          self.aggregator.catalog.generation, exc)
             return False
         except Exception:
             self.reload_errors += 1
+            self.last_error = "the reload failed; see the server log"
             logger.exception("manifest reload failed; still serving the last good catalog")
             return False
         # The digest taken before loading, so a save during the reload asks for one more instead of being missed;
@@ -114,6 +118,11 @@ class LiveCatalog:
         self._digest = digest if self.aggregator.manifest.files == files_before else None
         self.reloads += 1
         self.last_error = None
+        server = self.aggregator.manifest.server
+        fixed = [key for key, attr in _FIXED_AT_START if getattr(server, attr) != getattr(server_before, attr)]
+        if fixed:
+            logger.warning("server.%s changed: it applies when the server restarts (the reload applied everything "
+                           "else)", ", server.".join(fixed))
         if self._watch_plan() != watch_plan:
             self._sources_changed.set()  # restart watchers and pollers only when what they watch changed
         logger.info("reloaded %s: generation %d, %d resources, %d templates%s", self._manifest_path,

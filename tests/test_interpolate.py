@@ -131,3 +131,15 @@ def test_every_problem_in_one_value_is_reported() -> None:
         (4, "resources[0].text", "environment variable C is not set"),
         (4, "resources[0].text", "malformed variable reference '${bad'"),
     ]
+
+
+def test_tokens_come_from_the_environment_and_are_never_shown() -> None:
+    auth = "  auth:\n    tokens:\n      - {name: ci, token: %s}\n"
+    head = HEAD.replace("server: {name: t}\n", "server:\n  name: t\n")
+    text = head.replace("  name: t\n", "  name: t\n" + auth % '"sup3r-literal-token-value"')
+    ((line, col, key, message),) = issues(text, {})
+    assert (key, line) == ("server.auth.tokens[0].token", 6)
+    assert "may not be written into the manifest" in message and "sup3r" not in message
+    assert parse(head.replace("  name: t\n", "  name: t\n" + auth % '"${CI_TOKEN}"'), {"CI_TOKEN": "x" * 20})
+    found = issues(head.replace("  name: t\n", "  name: t\n" + auth % "[sup3r-literal]"), {})
+    assert found and all("sup3r-literal" not in f[3] for f in found)

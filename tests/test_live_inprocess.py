@@ -211,3 +211,19 @@ def test_template_uris_get_updated_too(docs: Path) -> None:
                 assert (await client.read_resource("raw://a.md")).contents[0].text == "# a, changed\n"
 
     anyio.run(main)
+
+
+def test_settings_fixed_at_start_are_named_on_reload(docs: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A reload that changes server.tools or server.auth applies the rest and says which settings wait for a
+    restart."""
+    async def main() -> None:
+        async with running(docs) as (server, live):
+            save(docs, BASE.replace("server: {name: live}", "server: {name: live, tools: true}") +
+                 'resources:\n  - {uri: "note://n", name: n, text: "n"}\n')
+            with anyio.fail_after(5):
+                while live.aggregator.catalog.get("note://n") is None:
+                    await anyio.sleep(0.02)
+
+    with caplog.at_level("WARNING", logger="aggregator.live"):
+        anyio.run(main)
+    assert "server.tools changed: it applies when the server restarts" in caplog.text

@@ -139,6 +139,12 @@ def test_transport_security_body_limit_and_health(tmp_path: Path) -> None:
         ok = httpx.post(base + "/mcp", json=body, headers={**headers, "Host": "docs.example.com",
                                                            "Origin": "https://app.example.com"})
         assert ok.status_code == 200  # still serving after the bad requests
+        save(manifest, manifest.read_text() + "resources:\n  - {uri: 'note://x', name: x, source: nope, path: x}\n")
+        while time.monotonic() < deadline + 15 and health["lastReloadError"] is None:
+            time.sleep(0.1)
+            health = httpx.get(base + "/healthz").json()
+        assert "1 problem" in health["lastReloadError"] and str(tmp_path) not in health["lastReloadError"]
+        assert health["generation"] == 1  # still serving the last good catalog
     finally:
         process.terminate()
         assert process.wait(15) == 0

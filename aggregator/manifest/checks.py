@@ -59,6 +59,18 @@ class _Checker:
             yield from self.inside_source(("templates", i, "path"), entry.get("path"), "path")
             yield from self.template_variables(("templates", i), entry)
         yield from self.duplicates("templates", "uriTemplate")
+        yield from self.literal_tokens()
+
+    def literal_tokens(self) -> Iterator[ManifestIssue]:
+        """A static token written into the manifest would sit in version control and in every copy of the file."""
+        server = self.data.get("server")
+        auth = server.get("auth") if isinstance(server, dict) else None
+        tokens = auth.get("tokens") if isinstance(auth, dict) else None
+        for i, token in enumerate(tokens if isinstance(tokens, list) else []):
+            path = ("server", "auth", "tokens", i, "token")
+            if isinstance(token, dict) and isinstance(token.get("token"), str) and path not in self.marked.interpolated:
+                yield self.issue(path, "a token may not be written into the manifest: take it from the environment "
+                                       "(token: ${DOCS_TOKEN}) or give its digest (sha256: ...)")
 
     def entries(self, section: str) -> Iterator[tuple[int, dict[str, Any]]]:
         items = self.data.get(section)

@@ -139,7 +139,7 @@ def _explain(error: ValidationError, marked: Marked) -> list[ManifestIssue]:
         return _explain_choice(error, marked, path)
     if kind == "type":
         return [marked.issue(path, _type_message(expected, value, error.schema, path in marked.interpolated))]
-    return [marked.issue(path, _message(error, marked.quote(path, value), path in marked.interpolated))]
+    return [marked.issue(path, _message(error, marked.quote(path, value), marked.hides(path)))]
 
 
 def _type_message(expected: str | list[str], value: Any, schema: dict[str, Any], from_env: bool) -> str:

@@ -69,16 +69,28 @@ class Marked:
                     return found
         return self.file
 
+    def hides(self, path: KeyPath) -> bool:
+        """Whether messages must not show the value at `path`: it came from the environment, or it is a secret."""
+        return path in self.interpolated or any(isinstance(k, str) and k.lower() in SECRET_KEYS for k in path[-1:])
+
     def quote(self, path: KeyPath, value: Any) -> str:
-        """`value` as a message may show it: quoted and cut short, or not at all if it came from the environment."""
+        """`value` as a message may show it: quoted and cut short, or not at all if it came from the environment
+        or sits under a secret's key (a token written into a manifest by mistake must not reach CI logs)."""
         if path in self.interpolated:
             return "the value from the environment"
+        if self.hides(path):
+            return "the value (a secret: not shown)"
         text = repr(value)
         return text if len(text) <= 60 else text[:57] + "..."
 
     def issue(self, path: KeyPath, message: str, *, key: bool = False) -> ManifestIssue:
         file, line, col = self.locate(path, key=key)
         return ManifestIssue(file, line, col, format_path(path), message)
+
+
+SECRET_KEYS = frozenset({"token", "secret", "password", "key", "access_token", "client_secret", "clientsecret",
+                         "aws_secret_access_key", "aws_session_token", "session_token"})
+"""Keys whose values messages never show (compared lower-case): tokens, passwords, fsspec/s3fs credentials."""
 
 
 def format_path(path: KeyPath) -> str:
