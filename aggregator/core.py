@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+from cachetools import LRUCache
+
 from aggregator.cache import CachePolicy, ContentCache
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
 from aggregator.content import Content, decode_body
@@ -24,6 +26,8 @@ from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLar
 __all__ = ["Aggregator", "open_sources"]
 
 logger = logging.getLogger("aggregator")
+RENDER_INPUTS_KEPT = 4096
+"""Rendered URIs whose inputs are remembered (template URIs are chosen by clients: the map must be bounded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,8 @@ class Aggregator:
         self._limits = {sid: _limits(spec, defaults) for sid, spec in manifest.sources.items()}
         self.source_errors: Counter[str] = Counter()
         """Failed backend calls per source id, since start (for /metrics)."""
+        self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
+        """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> Aggregator:
@@ -190,6 +196,31 @@ class Aggregator:
                 found[uri] = None
         return found
 
+    def render_inputs(self, of: Iterable[str] | None = None) -> set[str]:
+        """The URIs recent renders read: of every render, or of the renders `of` names and those they read."""
+        if of is None:
+            return {uri for reads, _ in self._render_inputs.values() for uri in reads}
+        found: set[str] = set()
+        frontier = {uri for uri in of if uri in self._render_inputs}
+        while frontier:
+            reads = {uri for render in frontier for uri in self._render_inputs.get(render, ((), False))[0]}
+            frontier = {uri for uri in reads - found if uri in self._render_inputs}
+            found |= reads
+        return found
+
+    def rendered_dependents(self, changed: Iterable[str], listing_changed: bool = False) -> set[str]:
+        """Rendered URIs whose last render read one of `changed` (or listed resources, when the listing changed),
+        and, in turn, the renders that read those."""
+        found: set[str] = set()
+        frontier = set(changed)
+        while True:
+            more = {uri for uri, (reads, listed) in self._render_inputs.items()
+                    if uri not in found and (not reads.isdisjoint(frontier) or (listing_changed and listed))}
+            if not more:
+                return found
+            found |= more
+            frontier, listing_changed = more, False
+
     def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
         catalog = self.catalog
@@ -284,13 +315,19 @@ class Aggregator:
 
         assert target.render is not None
 
+        read_uris: set[str] = set()
+        listed = False
+
         async def read_text(uri: str) -> str:
+            read_uris.add(uri)
             content = await self.read(uri, scopes)
             if content.text is None:
                 raise RenderError(f"{uri} is binary ({content.mime_type}): only text resources can be rendered")
             return content.text
 
         def list_resources(prefix: str) -> list[dict[str, object]]:
+            nonlocal listed
+            listed = True
             return [_entry_facts(e) for e in catalog.under(prefix, scopes)]
 
         limit = self.manifest.defaults.max_bytes
@@ -302,6 +339,8 @@ class Aggregator:
             # What failed inside may be another URI or a data value: the log gets it, the client a generic error.
             logger.warning("render %s failed: %s", target.uri, exc)
             raise ResourceUnavailable(target.uri) from None
+        finally:
+            self._render_inputs[target.uri] = (frozenset(read_uris), listed)
         return Content(target.mime_type or "text/markdown", text=text)
 
     async def _query(self, target: Target) -> Content:

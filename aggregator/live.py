@@ -130,7 +130,8 @@ class LiveCatalog:
                     len(self.aggregator.catalog.templates), "; listing changed" if changed else "")
         if changed:
             await self.notifier.list_changed()
-        subscribed = content_changed & self.notifier.subscribed_uris()
+        dependents = self.aggregator.rendered_dependents(content_changed, listing_changed=changed)
+        subscribed = (content_changed | dependents) & self.notifier.subscribed_uris()
         if subscribed:
             await self.notifier.updated(sorted(subscribed))
         return changed
@@ -168,12 +169,20 @@ class LiveCatalog:
         self.aggregator.invalidate(source, paths)
         subscribed = self.notifier.subscribed_uris()
         if subscribed:
-            uris = self.aggregator.uris_for(source, paths, subscribed) & subscribed
+            backed = self.aggregator.uris_for(source, paths, subscribed | self.aggregator.render_inputs())
+            uris = (backed | self.aggregator.rendered_dependents(backed)) & subscribed
             if uris:
                 await self.notifier.updated(sorted(uris))
         if any(change != Change.modified for change, _ in changes) and self._has_collection(source):
             if await self.aggregator.refresh_listing():
                 await self.notifier.list_changed()
+                await self._renders_of_listing()
+
+    async def _renders_of_listing(self) -> None:
+        """The listing changed: subscribed renders that listed resources may read differently now."""
+        uris = self.aggregator.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
+        if uris:
+            await self.notifier.updated(sorted(uris))
 
     # --- remote sources --------------------------------------------------------------------------------
 
@@ -201,15 +210,20 @@ class LiveCatalog:
 
     async def poll_once(self, source: str, seen: dict[str, str | None]) -> None:
         """Compare versions of the subscribed URIs of `source` with the last poll; relist its collections."""
-        versions = await self.aggregator.versions(source, self.notifier.subscribed_uris())
+        subscribed = self.notifier.subscribed_uris()
+        # What subscribed renders read is polled too: their `updated` follows from it.
+        versions = await self.aggregator.versions(source, subscribed | self.aggregator.render_inputs(subscribed))
         changed = [uri for uri, version in versions.items() if uri in seen and seen[uri] != version]
         seen.clear()
         seen.update(versions)
         if changed:
             self.aggregator.invalidate_uris(changed)
-            await self.notifier.updated(sorted(changed))
+            told = {*changed, *self.aggregator.rendered_dependents(changed)} & subscribed
+            if told:
+                await self.notifier.updated(sorted(told))
         if self._has_collection(source) and await self.aggregator.refresh_listing():
             await self.notifier.list_changed()
+            await self._renders_of_listing()
 
     def _has_collection(self, source: str) -> bool:
         return any(c.source == source for c in self.aggregator.manifest.collections)

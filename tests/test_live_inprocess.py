@@ -227,3 +227,51 @@ def test_settings_fixed_at_start_are_named_on_reload(docs: Path, caplog: pytest.
     with caplog.at_level("WARNING", logger="aggregator.live"):
         anyio.run(main)
     assert "server.tools changed: it applies when the server restarts" in caplog.text
+
+
+def test_rendered_resources_get_updated_when_what_they_read_changes(tmp_path: Path) -> None:
+    """A render that read a file is `updated` when the file changes; one that listed resources, when the listing
+    changes; a render reading a render follows; a render that read nothing that changed stays quiet."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    (tmp_path / "docs" / "b.md").write_text("# B\n")
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: renders}
+        sources:
+          docs: {url: ./docs}
+        collections:
+          - {source: docs, glob: "*.md", uri: "docs://{path}"}
+        resources:
+          - {uri: "digest://a", name: a, render: "{{ read('docs://a.md') }}"}
+          - {uri: "digest://twice", name: twice, render: "{{ read('digest://a') }}{{ read('digest://a') }}"}
+          - {uri: "digest://count", name: count, render: "{{ resources('docs://') | length }} docs"}
+          - {uri: "digest://b", name: b, render: "{{ read('docs://b.md') }}"}
+        """)
+
+    async def main() -> None:
+        async with running(manifest) as (server, live):
+            async with Client(server, mode="auto", cache=None) as client:
+                watched = ["digest://a", "digest://twice", "digest://count", "digest://b"]
+                for uri in watched:
+                    await client.read_resource(uri)
+                async with client.listen(resource_subscriptions=watched) as sub:
+                    await anyio.sleep(0.3)
+
+                    async def events(n: int) -> set[str]:
+                        got = set()
+                        with anyio.fail_after(5):
+                            while len(got) < n:
+                                event = await sub.__anext__()
+                                if isinstance(event, ResourceUpdated):
+                                    got.add(event.uri)
+                        return got
+
+                    (tmp_path / "docs" / "a.md").write_text("# A, changed\n")
+                    assert await events(2) == {"digest://a", "digest://twice"}
+                    assert (await client.read_resource("digest://twice")).contents[0].text == "# A, changed\n" * 2
+                    (tmp_path / "docs" / "c.md").write_text("# C\n")
+                    assert await events(1) == {"digest://count"}
+                    assert (await client.read_resource("digest://count")).contents[0].text == "3 docs"
+
+    anyio.run(main)
