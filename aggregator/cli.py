@@ -62,6 +62,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aggregator.notify import Notifier
     from aggregator.server import build_server, initialization_options, wire_summary
 
+    # One line per request is what an HTTP operator expects; over stdio the one caller is the local user and the
+    # line would cost about a sixth of a cached read, so there it is asked for with --access-log.
+    access_log = args.access_log if args.access_log is not None else bool(args.http)
+    if not access_log:
+        logging.getLogger("aggregator.access").setLevel(logging.WARNING)
+
     async def run(sock: Any = None) -> int:
         started = time.perf_counter()
         try:
@@ -69,7 +75,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     aggregator.manifest.server.max_subscriptions)
                 live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
-                metrics = Metrics(live)
+                # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
+                metrics = Metrics(live) if args.http or access_log else None
                 server = build_server(aggregator, notifier, metrics)
                 catalog = aggregator.catalog
                 gc.freeze()
@@ -301,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json-response", action="store_true", help="HTTP: answer with JSON instead of SSE streams")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="HTTP with --stateless: N server processes sharing the port (each its own catalog and cache)")
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
+                   help="log every request (caller, method, uri, outcome, ms) on the aggregator.access logger "
+                        "(default: on over HTTP, off over stdio)")
     p.add_argument("--max-subscriptions", type=int, default=None, metavar="N",
                    help="resource subscriptions one connection may hold (default: server.maxSubscriptions, 1000)")
     p.set_defaults(func=cmd_serve)

@@ -50,9 +50,10 @@ class Metrics:
             self._requests.labels(method, outcome).inc()
             if method == "resources/read":
                 self._read_seconds.observe(seconds)
-        access_log.info("%s %s %s %s %.1fms", caller, method, uri or "-", outcome, seconds * 1000,
-                        extra={"caller": caller, "method": method, "uri": uri, "outcome": outcome,
-                               "ms": round(seconds * 1000, 3)})
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info("%s %s %s %s %.1fms", caller, method, uri or "-", outcome, seconds * 1000,
+                            extra={"caller": caller, "method": method, "uri": uri, "outcome": outcome,
+                                   "ms": round(seconds * 1000, 3)})
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -161,3 +161,26 @@ def test_max_bytes_error_names_uri_not_path(docs_manifest: Path, docs_tree: Path
             assert str(docs_tree) not in err.value.message
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize(("extra", "logged"), [((), False), (("--access-log",), True)])
+def test_access_log_is_opt_in_over_stdio(docs_manifest: Path, tmp_path: Path, extra: tuple[str, ...],
+                                         logged: bool) -> None:
+    """Over stdio the access log costs a sixth of a cached read and names no caller: off unless asked for."""
+    from mcp import Client, StdioServerParameters
+
+    from tests.conftest import server_params
+
+    log = tmp_path / "stderr.log"
+    inner = server_params(docs_manifest, *extra)
+    params = StdioServerParameters(command="sh", args=["-c", 'exec "$0" "$@" 2>"$LOG"', inner.command, *inner.args],
+                                   env={**(inner.env or {}), "LOG": str(log)})
+
+    async def main() -> None:
+        async with Client(params, mode="legacy", cache=None) as client:  # type: ignore[arg-type]
+            await client.read_resource("docs://README.md")
+
+    anyio.run(main)
+    text = log.read_text()
+    assert "serving 'test-docs'" in text  # the log itself is on
+    assert ("aggregator.access: stdio resources/read docs://README.md ok" in text) is logged, text
