@@ -136,6 +136,10 @@ def test_transport_security_body_limit_and_health(tmp_path: Path) -> None:
         big = {**body, "params": {**body["params"], "clientInfo": {"name": "x" * 5000, "version": "1"}}}
         assert httpx.post(base + "/mcp", json=big, headers=headers).status_code == 413
         assert httpx.post(base + "/mcp", content=b"{not json", headers=headers).status_code == 400
+        for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"POST /mcp HTTP/1.1\r\nContent-Length: nope\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+                raw.sendall(garbage)
+                assert raw.recv(64).startswith(b"HTTP/1.1 400"), garbage  # a malformed request, not a hang
         ok = httpx.post(base + "/mcp", json=body, headers={**headers, "Host": "docs.example.com",
                                                            "Origin": "https://app.example.com"})
         assert ok.status_code == 200  # still serving after the bad requests
