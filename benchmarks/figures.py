@@ -18,6 +18,7 @@ class Figures:
     sequential resources/read of a warm set; concurrent_reads_per_s: the same reads 32 in flight;
     peak_rss_mb: the server's VmHWM at the end of the run; server_cpu_ms: the server process's CPU time (user +
     system) per read during the 32-in-flight phase, so 1000 / server_cpu_ms is what one core could serve;
+    listing_cpu_s: the server's CPU time during the full listing (the rest of listing_s is the client and the pipe);
     `reads`: sequential reads actually made (fewer than asked when the phase hit its time budget). `error` is
     set (and figures NaN) when the run failed.
     """
@@ -37,12 +38,13 @@ class Figures:
     concurrent_reads_per_s: float = math.nan
     peak_rss_mb: float = math.nan
     server_cpu_ms: float = math.nan
+    listing_cpu_s: float = math.nan
     reads: int = 0
     error: str = ""
 
 
 TIMED = ("ready_s", "listing_s", "first_page_ms", "middle_page_ms", "reads_per_s", "p50_ms", "p99_ms",
-         "concurrent_reads_per_s", "server_cpu_ms")
+         "concurrent_reads_per_s", "server_cpu_ms", "listing_cpu_s")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -171,7 +171,9 @@ async def _phases(client: Client, peer: str, size: int, mode: str, ready: float,
                   expected: str, reads: int, in_flight: int, budget_s: float) -> Figures:
     """Listing (whole, then first and middle page alone), a checked read, warm-up, sequential and concurrent
     reads, then the server's peak RSS."""
+    cpu_before = cpu_seconds(pids)
     listing, listed, pages, middle = await full_listing(client)
+    listing_cpu = cpu_seconds(pids) - cpu_before
     first_page, middle_page = await page_ms(client, None), await page_ms(client, middle)
     got = text_of(await client.read_resource(uris[0]))
     if got != expected:
@@ -185,7 +187,7 @@ async def _phases(client: Client, peer: str, size: int, mode: str, ready: float,
     rss = max((peak_rss_mb(pid) for pid in pids), default=float("nan"))
     return Figures(peer, size, mode, ready, listing, listed, pages, first_page, middle_page, per_s,
                    percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000, concurrent, rss,
-                   cpu_ms, reads=len(latencies))
+                   cpu_ms, listing_cpu, reads=len(latencies))
 
 
 async def measure(peer: str, launch: Launch, size: int, mode: str, uris: list[str], expected: str,

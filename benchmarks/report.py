@@ -24,6 +24,7 @@ class Column:
 COLUMNS = [
     Column("ready_s", "ready (s)", "{:.2f}"),
     Column("listing_s", "full listing (s)", "{:.3f}"),
+    Column("listing_cpu_s", "server CPU per full listing (s)", "{:.3f}"),
     Column("first_page_ms", "first page (ms)", "{:.2f}"),
     Column("middle_page_ms", "middle page (ms)", "{:.2f}"),
     Column("reads_per_s", "reads/s", "{:,.0f}", higher_is_better=True),

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import anyio
 
+from aggregator.manifest.model import DEFAULT_PAGE_SIZE
+
 from benchmarks.figures import Figures, combine
 from benchmarks.machine import describe
 from benchmarks.measure import free_port, measure
@@ -83,8 +85,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, str]:
     parser.add_argument("--transports", default="stdio,http", help="stdio, http or both (HTTP: Streamable HTTP on "
                         "loopback, for the peers that serve it)")
     parser.add_argument("--repeat", type=int, help="runs per peer, size and wire; figures are medians")
-    parser.add_argument("--page-size", type=int, default=100, help="resources per list page (aggregator, floor, "
-                        "fastmcp; MCPServer does not paginate)")
+    parser.add_argument("--page-size", type=int, default=DEFAULT_PAGE_SIZE,
+                        help="resources per list page (aggregator, floor, fastmcp; MCPServer does not paginate); "
+                        f"default {DEFAULT_PAGE_SIZE}, aggregator's own default, so the figures are what a user gets")
     parser.add_argument("--reads", type=int, help="reads per read phase")
     parser.add_argument("--budget", type=float, help="seconds at most per read phase (quick: 1.5, full: 8)")
     parser.add_argument("--uncapped", action="store_true", help="run capped peers at every size")
