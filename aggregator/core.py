@@ -273,13 +273,15 @@ class Aggregator:
         return None
 
     def is_restricted(self, uri: str) -> bool:
-        """Whether reading `uri` needs scopes, so its result depends on who asks."""
+        """Whether what reading `uri` gives depends on who asks: it needs scopes, or it is rendered from a
+        catalog where some entries do (a render reads and lists only what its caller may see)."""
         if not self.catalog.restricted:
             return False
         try:
-            return bool(self.catalog.resolve(uri).access)
+            target = self.catalog.resolve(uri)
         except ResourceNotFound:
             return False
+        return bool(target.access) or target.render is not None
 
     async def read(self, uri: str, scopes: frozenset[str] | None = None) -> Content:
         """The content of `uri` for a caller holding `scopes` (None: trusted); ResourceNotFound, ResourceTooLarge

@@ -8,11 +8,11 @@ connection's exit stack when it closes: nothing piles up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged, ResourceUpdated
-from mcp.server.subscriptions import SubscriptionBus
+from mcp.server.subscriptions import ServerEvent, SubscriptionBus
 
 __all__ = ["Notifier", "TooManySubscriptions"]
 
@@ -35,10 +35,12 @@ class Notifier:
         self.max_subscriptions = max_subscriptions
         self._sessions: dict[Any, Any] = {}
         self._subscriptions: dict[Any, set[str]] = {}
+        self._visible: dict[Any, Callable[[str], bool]] = {}
         self._listens: dict[object, frozenset[str]] = {}
         self.sent_list_changed = 0
         self.sent_updated = 0
         self._listen = ListenHandler(self.bus, max_subscriptions=max_subscriptions)
+        self._scoped: set[ListenHandler] = set()  # one per open stream of a caller who sees only part of the catalog
 
     # --- legacy wire ---------------------------------------------------------------------------------
 
@@ -52,9 +54,14 @@ class Notifier:
     def _forget(self, connection: Any) -> None:
         self._sessions.pop(connection, None)
         self._subscriptions.pop(connection, None)
+        self._visible.pop(connection, None)
 
-    def subscribe(self, connection: Any, session: Any, uri: str) -> None:
+    def subscribe(self, connection: Any, session: Any, uri: str, visible: Callable[[str], bool] | None = None
+                  ) -> None:
+        """With `visible`, the connection hears `updated` only for URIs it admits when the event is sent."""
         self.register(connection, session)
+        if visible is not None:
+            self._visible[connection] = visible
         uris = self._subscriptions.setdefault(connection, set())
         if uri not in uris and len(uris) >= self.max_subscriptions:
             raise TooManySubscriptions(self.max_subscriptions)
@@ -65,20 +72,33 @@ class Notifier:
 
     # --- modern wire ---------------------------------------------------------------------------------
 
-    async def listen(self, ctx: Any, params: Any) -> Any:
-        """`subscriptions/listen`: the SDK's handler, with the stream's URIs recorded while it is open."""
+    async def listen(self, ctx: Any, params: Any, visible: Callable[[str], bool] | None = None) -> Any:
+        """`subscriptions/listen`: the SDK's handler, with the stream's URIs recorded while it is open.
+
+        With `visible`, the stream hears `updated` only for URIs it says the caller may see when the event is sent
+        (a URI may appear, or gain or lose `access`, after the stream opened).
+        """
         uris = params.notifications.resource_subscriptions or ()
         if len(uris) > self.max_subscriptions:
             raise TooManySubscriptions(self.max_subscriptions)
+        handler = self._listen
+        if visible is not None:
+            if len(self._scoped) >= self.max_subscriptions:
+                raise TooManySubscriptions(self.max_subscriptions)
+            handler = ListenHandler(_VisibleEvents(self.bus, visible), max_subscriptions=self.max_subscriptions)
+            self._scoped.add(handler)
         token = object()
         self._listens[token] = frozenset(uris)
         try:
-            return await self._listen(ctx, params)
+            return await handler(ctx, params)
         finally:
             del self._listens[token]
+            self._scoped.discard(handler)
 
     def close(self) -> None:
         self._listen.close()
+        for handler in list(self._scoped):
+            handler.close()
 
     # --- sending -------------------------------------------------------------------------------------
 
@@ -106,9 +126,27 @@ class Notifier:
             self.sent_updated += 1
             for connection, subscribed in list(self._subscriptions.items()):
                 session = self._sessions.get(connection)
-                if session is not None and uri in subscribed:
+                visible = self._visible.get(connection)
+                if session is not None and uri in subscribed and (visible is None or visible(uri)):
                     await _send(session.send_resource_updated(uri))
             await self.bus.publish(ResourceUpdated(uri=uri))
+
+
+class _VisibleEvents:
+    """A view of a bus for one listen stream: `updated` events pass only for URIs `visible` admits."""
+
+    def __init__(self, bus: SubscriptionBus, visible: Callable[[str], bool]) -> None:
+        self._bus, self._visible = bus, visible
+
+    async def publish(self, event: ServerEvent) -> None:
+        await self._bus.publish(event)
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        def deliver(event: ServerEvent) -> None:
+            if not isinstance(event, ResourceUpdated) or self._visible(event.uri):
+                listener(event)
+
+        return self._bus.subscribe(deliver)
 
 
 async def _send(sending: Any) -> None:

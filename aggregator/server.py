@@ -282,7 +282,7 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
             # Unknown or hidden URIs get the not-found error, not a silent subscription.
             aggregator.allowed(uri, _scopes(ctx))
             try:
-                notifier.subscribe(_connection(ctx), ctx.session, uri)
+                notifier.subscribe(_connection(ctx), ctx.session, uri, _visible_to(aggregator, _scopes(ctx)))
             except TooManySubscriptions as exc:
                 raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
             return types.EmptyResult()
@@ -295,13 +295,13 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
 
     async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
         scopes, uris = _scopes(ctx), params.notifications.resource_subscriptions or []
-        visible = [uri for uri in uris if scopes is None or _listenable(aggregator, uri, scopes)]
-        if len(visible) != len(uris):
+        kept = [uri for uri in uris if scopes is None or _listenable(aggregator, uri, scopes)]
+        if len(kept) != len(uris):
             # Hidden URIs are dropped as silently as unknown ones are kept: a caller cannot probe for them.
-            notifications = params.notifications.model_copy(update={"resource_subscriptions": visible})
+            notifications = params.notifications.model_copy(update={"resource_subscriptions": kept})
             params = params.model_copy(update={"notifications": notifications})
         try:
-            return await notifier.listen(ctx, params)
+            return await notifier.listen(ctx, params, _visible_to(aggregator, scopes))
         except TooManySubscriptions as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
@@ -364,17 +364,31 @@ def _tool_error(message: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": message}], "isError": True, **COMPLETE}
 
 
-def _listenable(aggregator: Aggregator, uri: str, scopes: frozenset[str]) -> bool:
-    """Unknown URIs may be listened to (they may appear); known ones only with the scopes they need."""
+def _readable(aggregator: Aggregator, uri: str, scopes: frozenset[str]) -> bool:
     try:
         aggregator.allowed(uri, scopes)
     except ResourceNotFound:
-        try:
-            aggregator.catalog.resolve(uri)
-        except ResourceNotFound:
-            return True
         return False
     return True
+
+
+def _visible_to(aggregator: Aggregator, scopes: frozenset[str] | None) -> Callable[[str], bool] | None:
+    """Whether a caller may hear `updated` for a URI, asked when it is sent: a reload may have added `access` to
+    it, or it may have appeared hidden. None for a trusted (stdio) caller, who hears everything."""
+    if scopes is None:
+        return None
+    return lambda uri: _readable(aggregator, uri, scopes)
+
+
+def _listenable(aggregator: Aggregator, uri: str, scopes: frozenset[str]) -> bool:
+    """Unknown URIs may be listened to (they may appear); known ones only with the scopes they need."""
+    if _readable(aggregator, uri, scopes):
+        return True
+    try:
+        aggregator.catalog.resolve(uri)
+    except ResourceNotFound:
+        return True
+    return False
 
 
 def initialization_options(server: Server[Any]) -> InitializationOptions:

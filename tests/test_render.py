@@ -139,6 +139,8 @@ def test_render_respects_access_scopes(rendered: Path) -> None:
             assert (await aggregator.read("secrets://digest", frozenset())).text == ""
             with pytest.raises(ResourceNotFound):
                 await aggregator.read("vault://k.md", frozenset())
+            # Its text depends on who asks, so its result must say cacheScope: private.
+            assert aggregator.is_restricted("secrets://digest")
         finally:
             await aggregator.aclose()
 
