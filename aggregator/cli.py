@@ -81,7 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 catalog = aggregator.catalog
                 gc.freeze()
                 gc.enable()
-                transport = f"HTTP on http://{args.http}/mcp" if args.http else "stdio"
+                transport = "HTTP on http://{}:{}/mcp".format(*_host_port(args.http)) if args.http else "stdio"
                 logger.info(
                     "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
                     "ready in %.0f ms", aggregator.manifest.server.name, args.manifest, len(aggregator.sources),
@@ -139,8 +139,9 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
     host, port = _host_port(args.http)
     app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
                    stateless=args.stateless)
+    # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, log_config=None)
 
     class Quiet(uvicorn.Server):
         # The signals are ours (below): uvicorn would re-raise them after shutting down, ending with -SIGTERM.
@@ -153,6 +154,9 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for received in signals:
                 logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
+                # Listen streams never end by themselves: close them first, so each sends its final result and
+                # uvicorn's graceful shutdown is not left waiting on them.
+                live.notifier.close()
                 http.should_exit = True
                 return
 
@@ -299,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="json: one object per line (with the access log's caller, method, uri, outcome, ms)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("serve", help="serve a manifest over stdio")
+    p = sub.add_parser("serve", help="serve a manifest over stdio, or Streamable HTTP with --http")
     p.add_argument("manifest")
     p.add_argument("--no-reload", action="store_true", help="do not reload the manifest when it is saved")
     p.add_argument("--http", metavar="[HOST:]PORT", help="serve Streamable HTTP at /mcp instead of stdio "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -55,7 +55,9 @@ def http_app(server: Any, live: Any, metrics: Metrics, host: str, port: int, *, 
     """The ASGI app `aggregator serve --http` runs: MCP at /mcp (behind bearer auth when `server.auth` is set)."""
     settings = live.aggregator.manifest.server
     auth = settings.auth
-    routes = [health_route(live), metrics_route(metrics)]
+    security = transport_security(host, port, settings.http)
+    # /healthz stays open to any Host so that probes addressing a pod by its IP work; it names no source or file.
+    routes = [health_route(live), metrics_route(metrics, TransportSecurityMiddleware(security))]
     resource = None
     if auth is not None:
         from aggregator.auth import metadata_routes
@@ -70,7 +72,7 @@ def http_app(server: Any, live: Any, metrics: Metrics, host: str, port: int, *, 
         logger.warning("entries declare access scopes but server.auth is not set: HTTP callers see none of them")
     app = server.streamable_http_app(
         streamable_http_path="/mcp", json_response=json_response, stateless_http=stateless, host=host,
-        transport_security=transport_security(host, port, settings.http),
+        transport_security=security,
         max_request_body_size=settings.http.max_body_bytes, custom_starlette_routes=routes)
     if auth is None or resource is None:
         return app

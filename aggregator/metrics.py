@@ -100,10 +100,17 @@ def _counter(family: Callable[..., Any], name: str, doc: str, value: float) -> A
     return family(name, doc, value=value)
 
 
-def metrics_route(metrics: Metrics) -> Route:
-    """GET /metrics in the Prometheus text format (404 with a hint when prometheus-client is not installed)."""
+def metrics_route(metrics: Metrics, guard: Any = None) -> Route:
+    """GET /metrics in the Prometheus text format (404 with a hint when prometheus-client is not installed).
+
+    `guard` (the SDK's TransportSecurityMiddleware) checks Host and Origin first, as for /mcp: the figures name
+    source ids and must not be readable by a DNS-rebinding page.
+    """
 
     async def endpoint(request: Request) -> Response:
+        refused = await guard.validate_request(request) if guard is not None else None
+        if refused is not None:
+            return refused
         if metrics.registry is None:
             return Response("metrics need the 'metrics' extra: pip install 'aggregator[metrics]'\n", 404,
                             media_type="text/plain")

@@ -136,6 +136,11 @@ def test_transport_security_body_limit_and_health(tmp_path: Path) -> None:
         big = {**body, "params": {**body["params"], "clientInfo": {"name": "x" * 5000, "version": "1"}}}
         assert httpx.post(base + "/mcp", json=big, headers=headers).status_code == 413
         assert httpx.post(base + "/mcp", content=b"{not json", headers=headers).status_code == 400
+        # /metrics names source ids: a DNS-rebinding page must not read it either; /healthz stays open to probes.
+        assert httpx.get(base + "/metrics", headers={"Host": "evil.example"}).status_code == 421
+        assert httpx.get(base + "/metrics", headers={"Origin": "https://evil.example"}).status_code == 403
+        assert httpx.get(base + "/metrics", headers={"Host": "docs.example.com"}).status_code == 200
+        assert httpx.get(base + "/healthz", headers={"Host": "10.1.2.3:8080"}).status_code == 200
         for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"POST /mcp HTTP/1.1\r\nContent-Length: nope\r\n\r\n"):
             with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
                 raw.sendall(garbage)
@@ -254,3 +259,50 @@ def test_workers_need_stateless_http(tmp_path: Path) -> None:
                            "--stateless", "--workers", "2"], env={**os.environ, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and done.stderr.count("version") == 1, done.stderr  # reported once, not per worker
+
+
+@pytest.mark.parametrize("extra", [(), ("--json-response",), ("--stateless",)])
+def test_sigterm_with_a_listen_stream_open_stops_cleanly(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """Reads work with each HTTP switch, and SIGTERM ends open listen streams first: exit 0, quickly, no traceback."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(BASE)
+    port = free_port()
+    log = tmp_path / "stderr.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port),
+                                    *extra], env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=sink)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        stopped: list[float] = []
+
+        async def main() -> None:
+            async with Client(url, mode="auto", cache=None) as client:
+                assert (await client.read_resource("docs://a.md")).contents[0].text == "# A\n"
+                try:
+                    async with client.listen(resources_list_changed=True) as sub:
+                        await anyio.sleep(0.3)  # the stream is open (acknowledged)
+                        began = time.monotonic()
+                        process.terminate()
+                        with anyio.fail_after(10):
+                            async for _ in sub:
+                                pass
+                except Exception:  # noqa: BLE001 - how the client reports a stream the server ended is its business
+                    pass
+                stopped.append(time.monotonic() - began)
+
+        anyio.run(main)
+        assert process.wait(15) == 0
+        assert stopped and stopped[0] < 3, stopped
+        text = log.read_text()
+        assert "Traceback" not in text and "Exception in ASGI application" not in text, text
+    finally:
+        if process.poll() is None:
+            process.kill()
