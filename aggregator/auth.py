@@ -64,6 +64,7 @@ class JwtTokens:
         self.audience = settings.audience or audience
         self._keys: Any = None
         self._fetched_at = -1e9
+        self._tried_at = -1e9
         self._lock = anyio.Lock()
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -101,10 +102,17 @@ class JwtTokens:
             now = time.monotonic()
             key = self._find(kid)
             stale = now - self._fetched_at > _JWKS_REFRESH_S
-            if (key is None or stale) and now - self._fetched_at > _JWKS_MIN_REFETCH_S:
-                data = await anyio.to_thread.run_sync(_fetch_json, self.settings.jwks_url)
-                self._keys = self._jwt.PyJWKSet.from_dict(data)
-                self._fetched_at = now
+            # Failed attempts count for the rate limit too, so an issuer's outage is not hammered by every request.
+            if (key is None or stale) and now - self._tried_at > _JWKS_MIN_REFETCH_S:
+                self._tried_at = now
+                try:
+                    data = await anyio.to_thread.run_sync(_fetch_json, self.settings.jwks_url)
+                    self._keys = self._jwt.PyJWKSet.from_dict(data)
+                    self._fetched_at = now
+                except (OSError, ValueError, self._jwt.PyJWTError) as exc:
+                    # The keys fetched before keep verifying: an outage of the JWKS must not log everyone out.
+                    logger.warning("JWKS %s could not be refreshed (%s); keeping the keys fetched before",
+                                   self.settings.jwks_url, type(exc).__name__)
                 key = self._find(kid)
             return key
 

@@ -82,7 +82,10 @@ def jwks_server(keys: Keys) -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             keys.fetches += 1
-            body = json.dumps(keys.jwks).encode()
+            if keys.jwks is None:
+                self.send_error(500)
+                return
+            body = (keys.jwks if isinstance(keys.jwks, str) else json.dumps(keys.jwks)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -317,3 +320,31 @@ def test_required_scopes_answer_403(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert process.wait(15) == 0
+
+
+def test_jwks_outage_keeps_the_keys_fetched_before() -> None:
+    """A JWKS that fails (500, then not JSON) neither logs valid tokens out nor gets fetched on every request."""
+    from aggregator.auth import JwtTokens
+    from aggregator.manifest.model import JwtSettings
+
+    keys, audience = Keys(), "https://docs.test/mcp"
+    good = keys.token(audience)
+    with jwks_server(keys) as url:
+        tokens = JwtTokens(JwtSettings(issuer=ISSUER, jwks_url=url), audience)
+
+        async def main() -> None:
+            assert await tokens.verify_token(good) is not None
+            assert keys.fetches == 1
+            keys.jwks = None  # the JWKS server now fails: 500
+            tokens._fetched_at = tokens._tried_at = -1e9  # noqa: SLF001 - the keys are long past their refresh age
+            for _ in range(5):
+                assert await tokens.verify_token(good) is not None  # still verified with the keys fetched before
+            assert keys.fetches == 2  # one failed refresh, not one per request
+            keys.jwks = "not json"
+            tokens._tried_at = -1e9  # noqa: SLF001 - the refetch interval has passed
+            unknown = keys.token(audience, key=keys.other, kid="k2")
+            assert await tokens.verify_token(unknown) is None  # refused, not an exception
+            assert await tokens.verify_token(good) is not None
+            assert keys.fetches == 3
+
+        anyio.run(main)
