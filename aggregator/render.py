@@ -52,7 +52,7 @@ def _compiled(text: str) -> Any:
 def check_syntax(text: str) -> str | None:
     """None if `text` is a valid template, else the error with its line in the template."""
     try:
-        _environment().parse(text)
+        _environment().compile(text)  # compile, not parse: an unknown filter or test is an error too
     except TemplateSyntaxError as exc:
         return f"template syntax error on line {exc.lineno} of the template: {exc.message}"
     return None
@@ -96,6 +96,6 @@ async def _run(text: str, variables: Mapping[str, str | None], read_text: ReadTe
             out.append(chunk)
     except RenderError:
         raise
-    except (TemplateError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (TemplateError, ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError) as exc:
         raise RenderError(f"{type(exc).__name__}: {exc}") from None
     return "".join(out)

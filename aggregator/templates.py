@@ -269,7 +269,10 @@ class _Matcher:
             prefix = part.variables[0].prefix if single else None
             if single and op in _LONE:
                 # up to n characters for a prefix variable (each maybe %XX), else at least one
-                extent = _LONE[op].replace("{x}", stop) + (f"{{1,{prefix * 3}}}" if prefix is not None else "+")
+                # RE2 refuses repeat counts over 1000: longer prefixes match like any variable, and
+                # _within_prefix still refuses a value longer than the prefix.
+                bounded = prefix is not None and prefix * 3 <= 1000
+                extent = _LONE[op].replace("{x}", stop) + (f"{{1,{prefix * 3}}}" if bounded else "+")
             else:
                 extent = _EXTENT[op].replace("{x}", stop)
             pattern.append(f"(?P<{group}>{extent})")

@@ -163,3 +163,19 @@ def test_validate_reports_template_syntax_errors(tmp_path: Path) -> None:
                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 1
     assert f"{manifest}:6:13: resources[0].render: template syntax error on line 3 of the template" in result.stderr
+
+
+def test_arithmetic_failures_and_unknown_filters() -> None:
+    """`{{ 1 // 0 }}` is a render failure like any other (not an internal error), and validate knows every filter."""
+    from aggregator.render import RenderError, check_syntax, render
+
+    async def no_read(uri: str) -> str:
+        raise AssertionError(uri)
+
+    async def main() -> None:
+        with pytest.raises(RenderError):
+            await render("{{ 1 // 0 }}", {}, no_read, lambda prefix: [], 1000)
+
+    anyio.run(main)
+    assert "nosuchfilter" in (check_syntax("{{ 'x' | nosuchfilter }}") or "")
+    assert check_syntax("{{ 'x' | upper }}") is None

@@ -144,3 +144,10 @@ def test_matching_is_linear_on_hostile_input() -> None:
         assert t.match("x://" + "-" * n) is None
         # Generous: a linear matcher takes well under a millisecond per 10,000 characters.
         assert time.perf_counter() - started < 1.0
+
+
+def test_long_prefix_variables_match_and_stay_bounded() -> None:
+    """RE2 refuses repeat counts over 1000; a {x:500} template must still match, and refuse a longer value."""
+    template = UriTemplate.parse("long://{x:500}")
+    assert template.match("long://" + "a" * 500) == {"x": "a" * 500}
+    assert template.match("long://" + "a" * 501) is None
