@@ -28,21 +28,28 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n")
-    manifest = tmp_path / "manifest.yaml"
+def _start(folder: Path, port: int, extra: tuple[str, ...] = (), stderr: Any = subprocess.PIPE
+           ) -> subprocess.Popen[bytes]:
+    """`aggregator serve --http` on BASE over `folder` (docs/a.md), once it accepts connections."""
+    (folder / "docs").mkdir()
+    (folder / "docs" / "a.md").write_text("# A\n")
+    manifest = folder / "manifest.yaml"
     manifest.write_text(BASE)
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
-                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)
+    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port),
+                                *extra], env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 break
         time.sleep(0.05)
+    return process
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    process = _start(tmp_path, port)
     time.sleep(0.3)  # watchers up
     try:
         yield f"http://127.0.0.1:{port}/mcp", tmp_path
@@ -264,23 +271,12 @@ def test_workers_need_stateless_http(tmp_path: Path) -> None:
 @pytest.mark.parametrize("extra", [(), ("--json-response",), ("--stateless",)])
 def test_sigterm_with_a_listen_stream_open_stops_cleanly(tmp_path: Path, extra: tuple[str, ...]) -> None:
     """Reads work with each HTTP switch, and SIGTERM ends open listen streams first: exit 0, quickly, no traceback."""
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n")
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(BASE)
     port = free_port()
     log = tmp_path / "stderr.log"
-    with open(log, "wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port),
-                                    *extra], env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=sink)
     url = f"http://127.0.0.1:{port}/mcp"
+    with open(log, "wb") as sink:
+        process = _start(tmp_path, port, extra, sink)
     try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
         stopped: list[float] = []
 
         async def main() -> None:
