@@ -107,6 +107,8 @@ class JwtTokens:
                 self._tried_at = now
                 try:
                     data = await anyio.to_thread.run_sync(_fetch_json, self.settings.jwks_url)
+                    if not isinstance(data, dict):  # from_dict would raise AttributeError on a list, string or null
+                        raise ValueError("the JWKS is not a JSON object")
                     self._keys = self._jwt.PyJWKSet.from_dict(data)
                     self._fetched_at = now
                 except (OSError, ValueError, self._jwt.PyJWTError) as exc:

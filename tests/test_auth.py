@@ -346,5 +346,10 @@ def test_jwks_outage_keeps_the_keys_fetched_before() -> None:
             assert await tokens.verify_token(unknown) is None  # refused, not an exception
             assert await tokens.verify_token(good) is not None
             assert keys.fetches == 3
+            keys.jwks = "[]"  # JSON, but not a JWK Set
+            tokens._tried_at = -1e9  # noqa: SLF001 - the refetch interval has passed
+            assert await tokens.verify_token(unknown) is None
+            assert await tokens.verify_token(good) is not None
+            assert keys.fetches == 4
 
         anyio.run(main)
