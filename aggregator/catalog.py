@@ -28,6 +28,7 @@ from aggregator.manifest.model import (
     Manifest,
     ManifestError,
     ManifestIssue,
+    Render,
     ResourceSpec,
     TemplateSpec,
 )
@@ -62,7 +63,7 @@ class Entry:
     text: str | None = None
     access: frozenset[str] = frozenset()
     """Scopes a caller needs to see or read this entry."""
-    render: str | None = None
+    render: Render | None = None
     """A Jinja2 template (from the manifest) that produces the content."""
 
     @property
@@ -101,7 +102,7 @@ class Target:
     format: str = "json"
     access: frozenset[str] = frozenset()
     """Scopes a caller needs to read it."""
-    render: str | None = None
+    render: Render | None = None
     """A Jinja2 template producing the content, with `params` as its variables."""
 
 

@@ -315,12 +315,14 @@ class Aggregator:
         """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden)."""
         from aggregator.render import RenderError, RenderTooLarge, render
 
-        assert target.render is not None
+        template = target.render
+        assert template is not None
 
         read_uris: set[str] = set()
         listed = False
 
-        async def read_text(uri: str) -> str:
+        async def read_text(written: str) -> str:
+            uri = template.uri(written)
             read_uris.add(uri)
             content = await self.read(uri, scopes)
             if content.text is None:
@@ -330,11 +332,11 @@ class Aggregator:
         def list_resources(prefix: str) -> list[dict[str, object]]:
             nonlocal listed
             listed = True
-            return [_entry_facts(e) for e in catalog.under(prefix, scopes)]
+            return [_entry_facts(e) for e in catalog.under(template.uri(prefix), scopes)]
 
         limit = self.manifest.defaults.max_bytes
         try:
-            text = await render(target.render, dict(target.params), read_text, list_resources, limit)
+            text = await render(template.text, dict(target.params), read_text, list_resources, limit)
         except RenderTooLarge:
             raise ResourceTooLarge(target.uri, limit + 1, limit) from None
         except (RenderError, ResourceNotFound, ResourceTooLarge, ResourceUnavailable) as exc:

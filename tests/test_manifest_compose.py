@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -329,3 +330,112 @@ def test_saving_an_included_file_reloads(teams: Path) -> None:
             assert after == {"a+docs://guide.md", "a+n://x"}
 
     anyio.run(main)
+
+
+def test_renders_in_a_namespaced_include_read_their_own_uris(teams: Path) -> None:
+    """A shared manifest's render names its own URIs; included under a namespace, they still mean its resources."""
+    team = teams / "team-a" / "manifest.yaml"
+    team.write_text(team.read_text() + textwrap.dedent("""\
+        resources:
+          - uri: "digest://all"
+            name: digest
+            render: |
+              {% for r in resources("docs://") %}{{ r.uri }}: {{ read(r.uri) | trim }}
+              {% endfor %}{{ read("docs://guide.md") | trim }}
+        """))
+    root = write_manifest(teams, """
+        version: 1
+        server: {name: all}
+        include:
+          - {path: team-a/manifest.yaml, namespace: team-a}
+          - {path: team-b/manifest.yaml, namespace: team-b}
+        """)
+
+    async def main() -> None:
+        aggregator = await Aggregator.open(root)
+        try:
+            text = (await aggregator.read("team-a+digest://all")).text
+            assert text == "team-a+docs://guide.md: # Team a guide\n# Team a guide\n"
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+
+
+def test_nested_namespaces_reach_the_inner_manifests_resources(teams: Path) -> None:
+    team = teams / "team-a" / "manifest.yaml"
+    team.write_text(team.read_text() + 'resources:\n  - {uri: "d://x", name: d, render: "{{ read(\'docs://guide.md\') }}"}\n')
+    write_manifest(teams, "version: 1\nserver: {name: mid}\ninclude: [{path: team-a/manifest.yaml, namespace: a}]\n",
+                   name="mid.yaml")
+    root = write_manifest(teams, "version: 1\nserver: {name: top}\ninclude: [{path: mid.yaml, namespace: m}]\n")
+
+    async def main() -> None:
+        aggregator = await Aggregator.open(root)
+        try:
+            assert (await aggregator.read("m+a+d://x")).text == "# Team a guide\n"
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+
+
+def test_a_bases_includes_resolve_against_the_base(tmp_path: Path, teams: Path) -> None:
+    """`include: [team-a/manifest.yaml]` written in a base in another folder means the base's neighbour."""
+    (tmp_path / "env").mkdir()
+    write_manifest(teams, "version: 1\nserver: {name: base}\ninclude: [{path: team-a/manifest.yaml, namespace: a}]\n",
+                   name="base.yaml")
+    overlay = write_manifest(tmp_path / "env", f"version: 1\nextends: {teams / 'base.yaml'}\nserver: {{name: prod}}\n")
+    manifest = load_manifest(overlay)
+    assert [c.uri for c in manifest.collections] == ["a+docs://{path}"]
+    assert teams / "team-a" / "manifest.yaml" in manifest.files
+
+
+def test_an_include_cycle_through_a_base_shows_the_whole_chain(tmp_path: Path) -> None:
+    write_manifest(tmp_path, "version: 1\nserver: {name: m}\ninclude: [a.yaml]\n", name="m.yaml")
+    write_manifest(tmp_path, "version: 1\nserver: {name: a}\nextends: b.yaml\n", name="a.yaml")
+    write_manifest(tmp_path, "version: 1\nserver: {name: b}\ninclude: [m.yaml]\n", name="b.yaml")
+    message = _errors(tmp_path / "m.yaml")
+    chain = message.split("include cycle: ", 1)[1].splitlines()[0]
+    assert [Path(p).name for p in chain.split(" -> ")] == ["m.yaml", "a.yaml", "b.yaml", "m.yaml"]
+
+
+def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path]) -> None:
+    """Relative includes of a URL manifest are fetched beside it; it may not name local files, declare local
+    sources or private networks, or read the server's environment."""
+    base, folder = web
+    (folder / "team").mkdir()
+    write_manifest(folder / "team", REMOTE, name="policy.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\ninclude: [{path: team/policy.yaml, namespace: p}]\n",
+                   name="shared.yaml")
+    (tmp_path / "secret.yaml").write_text("version: 1\nserver: {name: s}\nsources: {d: {url: /etc}}\n")
+    (tmp_path / "docs").mkdir()
+    write_manifest(folder, f"version: 1\nserver: {{name: s}}\ninclude: [{tmp_path / 'secret.yaml'}]\n", name="abs.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\ninclude: [../../secret.yaml]\n", name="up.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nextends: file:///etc/x.yaml\n", name="ext.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nsources: {g: {url: 'git+file:///srv/repo'}}\n",
+                   name="git.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  h: {url: 'http://10.0.0.1/', "
+                           "allowPrivateNetwork: true}\n", name="net.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nresources:\n"
+                           "  - {uri: 'x://k', name: k, text: '${AGG_TEST_SECRET}'}\n"
+                           "  - {uri: 'x://d', name: d, text: '${AGG_TEST_SECRET:-none} $${HOME}'}\n", name="env.yaml")
+
+    def including(name: str, env: dict[str, str] | None = None) -> Path:
+        return write_manifest(tmp_path, f'version: 1\nserver: {{name: x}}\ninclude: [{{url: "{base}/{name}"}}]\n',
+                              name=f"inc-{name}")
+
+    manifest = load_manifest(including("shared.yaml"))
+    assert [r.uri for r in manifest.resources] == ["p+shared://policy"]
+    for name in ("abs.yaml", "ext.yaml"):
+        assert "may name other manifests only by URL" in _errors(including(name))
+    assert "cannot read included manifest '../../secret.yaml'" in _errors(including("up.yaml"))  # fetched, 404
+    assert "may not declare local folders" in _errors(including("git.yaml"))
+    assert "may not open private networks" in _errors(including("net.yaml"))
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(including("env.yaml"), env={"AGG_TEST_SECRET": "s3cr3t"})
+    assert "cannot read the server's environment (${AGG_TEST_SECRET})" in str(caught.value)
+    assert "s3cr3t" not in str(caught.value)
+    (folder / "env.yaml").write_text((folder / "env.yaml").read_text().replace("  - {uri: 'x://k'", "  - {uri: 'x://z'")
+                                     .replace("'${AGG_TEST_SECRET}'", "ok"))
+    texts = {r.uri: r.text for r in load_manifest(including("env.yaml"), env={"AGG_TEST_SECRET": "s"}).resources}
+    assert texts == {"x://z": "ok", "x://d": "none ${HOME}"}

@@ -12,17 +12,24 @@ their sources, resources, collections and templates. `namespace: team-a` prefixe
 schemes (`docs://x` becomes `team-a+docs://x`, still a valid URI scheme), its entry names (`team-a/name`) and its
 source ids (`team-a.docs`), so two teams' manifests cannot collide. `sha256:` pins the included file's bytes.
 Only the including manifest's `server:` applies; an included manifest's `defaults:` still apply to its own sources.
+Renders of a namespaced include name the include's own URIs (`Render.uri`).
 A file met again on its own include or extends chain is a cycle, reported with the chain.
+
+Relative names resolve against the file that wrote them: an overlay's against the overlay, a base's against the
+base, a URL manifest's against its URL (fetched with the same `options:`). A manifest read from a URL may name
+only URLs: it never reaches this machine's files (the loader also refuses its local sources and `${ENV}`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+import posixpath
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 from aggregator.manifest.model import (
     CollectionSpec,
@@ -30,55 +37,94 @@ from aggregator.manifest.model import (
     Manifest,
     ManifestError,
     ManifestIssue,
+    Render,
     ResourceSpec,
     TemplateSpec,
+    namespaced_uri,
 )
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
-__all__ = ["IDENTITY", "apply_extends", "include_manifests", "namespaced_uri", "read_manifest_bytes"]
+__all__ = ["IDENTITY", "apply_extends", "include_manifests", "namespaced_uri", "read_manifest_bytes", "resolve_ref"]
 
 IDENTITY = {"resources": "uri", "collections": "uri", "templates": "uriTemplate"}
 MAX_CHAIN = 16
 
 
-def read_manifest_bytes(ref: str, base: Path, options: dict[str, Any] | None = None
-                        ) -> tuple[str, bytes, Path | None]:
-    """(canonical name, bytes, folder for relative paths or None for a URL) of a manifest named by a path relative
-    to `base`, an absolute path, or an fsspec URL (https://, s3://, git://REPO:REF@PATH). OSError when it cannot be read."""
-    if "://" in ref and not ref.startswith("file://"):
-        import fsspec  # URLs only: local files need no filesystem layer
+class RefusedReference(ValueError):
+    """A manifest named another it may not reach."""
 
-        with fsspec.open(ref, "rb", **(options or {})) as handle:
-            return ref, handle.read(), None
-    path = Path(ref.removeprefix("file://"))
-    path = path if path.is_absolute() else base / path
-    name = os.path.normpath(os.path.abspath(path))
-    return name, path.read_bytes(), Path(name).parent
+
+def resolve_ref(ref: str, parent: str) -> str:
+    """The canonical name (absolute path or URL) of the manifest `ref` names, as written in the manifest named
+    `parent` (canonical too). RefusedReference when a manifest read from a URL names a local file."""
+    if _is_url(ref):
+        return ref
+    if _is_url(parent):
+        # A shared manifest fetched over the network must not reach into this machine's files.
+        if ref.startswith(("file:", "/", "~", "\\")) or os.path.isabs(ref):
+            raise RefusedReference("a manifest read from a URL may name other manifests only by URL or by a path "
+                                   "relative to its own URL")
+        return _join_url(parent, ref)
+    path = ref.removeprefix("file://")
+    return os.path.normpath(os.path.join(os.path.dirname(parent), path))
+
+
+def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of the manifest `name` (from `resolve_ref`): a local file or an fsspec URL (https://, s3://,
+    git://REPO:REF@PATH). OSError (or the filesystem's own error) when it cannot be read."""
+    if not _is_url(name):
+        return Path(name).read_bytes()
+    import fsspec  # URLs only: local files need no filesystem layer
+
+    with fsspec.open(name, "rb", **dict(options or {})) as handle:
+        return handle.read()
+
+
+def _is_url(ref: str) -> bool:
+    return "://" in ref and not ref.startswith("file://")
+
+
+def _join_url(parent: str, ref: str) -> str:
+    """`ref` relative to the folder of the URL `parent` (for git://REPO:REF@PATH, within the repository)."""
+    scheme, _, rest = parent.partition("://")
+    if scheme.lower() in ("http", "https"):
+        return urljoin(parent, ref)
+    if scheme.lower() == "git" and "@" in rest:
+        head, _, inner = parent.rpartition("@")
+        return f"{head}@{posixpath.normpath(posixpath.join(posixpath.dirname(inner), ref))}"
+    return f"{scheme}://{posixpath.normpath(posixpath.join(posixpath.dirname(rest), ref))}"
 
 
 # --- extends ---------------------------------------------------------------------------------------------------
 
 
-def apply_extends(marked: Marked, base_dir: Path, chain: tuple[str, ...]) -> tuple[Marked, list[ManifestIssue]]:
-    """`marked` merged over the manifest its `extends:` names (recursively); issues located in either file."""
+def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Mapping[str, Any] | None = None
+                  ) -> tuple[Marked, list[ManifestIssue], tuple[str, ...]]:
+    """`marked` (the manifest named `here`) merged over the manifest its `extends:` names, recursively.
+
+    Returns the merged manifest, issues located in either file, and the bases' canonical names, nearest first.
+    `options`: fsspec options for a base named relative to a manifest read from a URL.
+    """
     ref = marked.data.get("extends")
     if ref is None:
-        return marked, []
+        return marked, [], ()
     if not isinstance(ref, str) or not ref:
-        return marked, [marked.issue(("extends",), "extends: names one base manifest (a path or URL)")]
+        return marked, [marked.issue(("extends",), "extends: names one base manifest (a path or URL)")], ()
     try:
-        name, data, folder = read_manifest_bytes(ref, base_dir)
-    except OSError as exc:
-        return marked, [marked.issue(("extends",), f"cannot read base manifest {ref!r}: {exc.strerror or exc}")]
+        name = resolve_ref(ref, here)
+        data = read_manifest_bytes(name, options if _is_url(here) and not _is_url(ref) else None)
+    except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the extends key
+        return marked, [marked.issue(("extends",), f"cannot read base manifest {ref!r}: {_reason(exc)}")], ()
     if name in chain or len(chain) >= MAX_CHAIN:
-        return marked, [marked.issue(("extends",), "extends cycle: " + " -> ".join((*chain, name)))]
+        return marked, [marked.issue(("extends",), "extends cycle: " + " -> ".join((*chain, name)))], ()
     text = data.decode("utf-8-sig", errors="replace")
     base, issues = load_marked(text, _display(name))
     if base is None or not isinstance(base.data, dict):
-        return marked, issues
-    base, more = apply_extends(base, folder or base_dir, (*chain, name))
+        return marked, issues, ()
+    inherited = options if _is_url(here) and not _is_url(ref) else None
+    base, more, bases = apply_extends(base, name, (*chain, name), inherited)
     merged, merge_issues = _merge_marked(base, marked)
-    return merged, issues + more + merge_issues
+    return merged, issues + more + merge_issues, (name, *bases)
 
 
 def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssue]]:
@@ -182,25 +228,35 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
 
 # --- include ---------------------------------------------------------------------------------------------------
 
-LoadText = Callable[[str, str, Path, tuple[str, ...], bool], Manifest]
+LoadText = Callable[[str, str, tuple[str, ...], Mapping[str, Any] | None], Manifest]
 
 
-def include_manifests(manifest: Manifest, marked: Marked, base_dir: Path, chain: tuple[str, ...],
-                      load: LoadText) -> Manifest:
+def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...], bases: tuple[str, ...],
+                      load: LoadText, options: Mapping[str, Any] | None = None) -> Manifest:
     """`manifest` with everything its `include:` entries bring; ManifestError locating each failing include.
 
-    `load(text, name, folder, chain, remote)` checks and builds one included manifest (recursively).
+    `chain` ends with this manifest's canonical name and `bases` are its extends bases (from `apply_extends`): an
+    entry a base wrote resolves against that base and has it on its chain. `options`: fsspec options for entries
+    named relative to a manifest read from a URL. `load(text, name, chain, options)` checks and builds one
+    included manifest (recursively).
     """
     entries = marked.data.get("include") or []
     issues: list[ManifestIssue] = []
     sources = dict(manifest.sources)
     resources, collections, templates = list(manifest.resources), list(manifest.collections), list(manifest.templates)
+    files = list(manifest.files)
+    writers = {_display(b): (*chain, *bases[:k + 1]) for k, b in enumerate(bases)}
     for i, entry in enumerate(entries):
         path: KeyPath = ("include", i)
         spec = {"path": entry} if isinstance(entry, str) else dict(entry)
         ref = spec.get("path") or spec.get("url")
+        # The chain of the file that wrote this entry: this manifest, or the extends base that did.
+        at = writers.get(marked.file_of(path), chain)
+        parent = at[-1]
+        inherited = options if _is_url(parent) and not _is_url(ref) else None
         try:
-            name, data, folder = read_manifest_bytes(ref, base_dir, spec.get("options"))
+            name = resolve_ref(ref, parent)
+            data = read_manifest_bytes(name, spec.get("options") or inherited)
         except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the include entry
             issues.append(marked.issue(path, f"cannot read included manifest {ref!r}: {_reason(exc)}"))
             continue
@@ -210,12 +266,12 @@ def include_manifests(manifest: Manifest, marked: Marked, base_dir: Path, chain:
             issues.append(marked.issue(path + ("sha256",), f"{ref!r} does not match its pin: sha256 is {digest}, "
                                                            f"the manifest pins {pinned.lower()}"))
             continue
-        if name in chain or len(chain) >= MAX_CHAIN:
-            issues.append(marked.issue(path, "include cycle: " + " -> ".join((*chain, name))))
+        if name in at or len(at) >= MAX_CHAIN:
+            issues.append(marked.issue(path, "include cycle: " + " -> ".join((*at, name))))
             continue
         try:
-            included = load(data.decode("utf-8-sig", errors="replace"), _display(name), folder or base_dir,
-                            (*chain, name), folder is None)
+            included = load(data.decode("utf-8-sig", errors="replace"), _display(name), (*at, name),
+                            spec.get("options") or inherited)
         except ManifestError as exc:
             issues += exc.issues
             continue
@@ -236,26 +292,18 @@ def include_manifests(manifest: Manifest, marked: Marked, base_dir: Path, chain:
         resources += [rename.resource(r) for r in included.resources]
         collections += [rename.collection(c) for c in included.collections]
         templates += [rename.template(t) for t in included.templates]
+        files += [f for f in included.files if f not in files]
     if issues:
         raise ManifestError(issues)
-    files = (*manifest.files, *_files_of(entries, base_dir))
     return replace(manifest, sources=sources, resources=tuple(resources), collections=tuple(collections),
-                   templates=tuple(templates), files=files)
-
-
-def _files_of(entries: list[Any], base_dir: Path) -> list[Path]:
-    out = []
-    for entry in entries:
-        ref = entry if isinstance(entry, str) else (entry.get("path") or entry.get("url") or "")
-        if "://" not in ref or ref.startswith("file://"):
-            path = Path(ref.removeprefix("file://"))
-            out.append(path if path.is_absolute() else base_dir / path)
-    return out
+                   templates=tuple(templates), files=tuple(files))
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         return "no such file"
+    if isinstance(exc, RefusedReference):
+        return str(exc)
     return getattr(exc, "strerror", None) or type(exc).__name__
 
 
@@ -265,14 +313,6 @@ def _display(name: str) -> str:
         return name
     rel = os.path.relpath(name)
     return rel if len(rel) < len(name) else name
-
-
-def namespaced_uri(namespace: str | None, uri: str) -> str:
-    """`docs://x` -> `team-a+docs://x`: the namespace joins the URI's scheme (`+` is allowed in schemes)."""
-    if not namespace:
-        return uri
-    scheme, sep, rest = uri.partition(":")
-    return f"{namespace}+{scheme}{sep}{rest}" if sep else f"{namespace}+{uri}"
 
 
 class _Renamer:
@@ -285,12 +325,16 @@ class _Renamer:
     def source(self, sid: str | None) -> str | None:
         return f"{self.ns}.{sid}" if self.ns and sid else sid
 
+    def render(self, render: Render | None) -> Render | None:
+        return render.within(self.ns) if render is not None else None
+
     def resource(self, r: ResourceSpec) -> ResourceSpec:
-        return replace(r, uri=namespaced_uri(self.ns, r.uri), name=self.name(r.name), source=self.source(r.source))
+        return replace(r, uri=namespaced_uri(self.ns, r.uri), name=self.name(r.name), source=self.source(r.source),
+                       render=self.render(r.render))
 
     def collection(self, c: CollectionSpec) -> CollectionSpec:
         return replace(c, uri=namespaced_uri(self.ns, c.uri), name=self.name(c.name), source=self.source(c.source))
 
     def template(self, t: TemplateSpec) -> TemplateSpec:
         return replace(t, uri_template=namespaced_uri(self.ns, t.uri_template), name=self.name(t.name),
-                       source=self.source(t.source))
+                       source=self.source(t.source), render=self.render(t.render))

@@ -77,7 +77,16 @@ def _walk(value: Any, path: KeyPath, marked: Marked, env: Mapping[str, str], iss
         return [_walk(v, path + (i,), marked, env, issues) for i, v in enumerate(value)]
     if not isinstance(value, str) or "$" not in value:
         return value
-    result, problems = expand(value, env)
+    file = marked.file_of(path)
+    if "://" in file and not file.startswith("file://"):
+        # A manifest fetched from a URL was written elsewhere: it must not read (and could leak) this server's
+        # environment. Defaults and `$${` still work.
+        result, problems = expand(value, {})
+        problems = [f"a manifest read from a URL ({file}) cannot read the server's environment (${{{p.split()[2]}}}): "
+                    "give a default (${NAME:-value}) or set the value in the including manifest"
+                    if p.startswith("environment variable") else p for p in problems]
+    else:
+        result, problems = expand(value, env)
     if problems:
         issues.extend(marked.issue(path, problem) for problem in problems)
         marked.refused.add(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from aggregator.manifest.model import (
     Manifest,
     ManifestError,
     ManifestIssue,
+    Render,
     ResourceSpec,
     ServerSettings,
     SourceSpec,
@@ -64,17 +66,22 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Man
 
 
 def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None,
-                   chain: tuple[str, ...] = (), remote: bool = False) -> Manifest:
+                   chain: tuple[str, ...] = (), options: Mapping[str, Any] | None = None) -> Manifest:
     """Check manifest `text` (named `file` in issues); relative local source paths resolve against `base`.
 
-    `chain` names the manifests that include or extend this one (cycle detection); `remote`: it came from a URL,
-    so it may not declare local folders.
+    `chain` holds the canonical names (absolute paths or URLs) of the manifests that include this one, then its
+    own (cycle detection, and what relative includes resolve against). What a manifest read from a URL writes
+    may not declare local folders or read the server's environment. `options`: fsspec options for manifests
+    it names relative to its URL.
     """
+    here = chain[-1] if chain else os.path.normpath(os.path.join(base, os.path.basename(file)))
+    chain = chain or (here,)
     marked, issues = load_marked(text, file)
     if marked is None or not isinstance(marked.data, dict):
         raise ManifestError(issues)
+    bases: tuple[str, ...] = ()
     if "extends" in marked.data:
-        marked, more = apply_extends(marked, base, chain)
+        marked, more, bases = apply_extends(marked, here, chain, options)
         issues += more  # reported with everything the checks below find in the merged manifest
     # Nothing below stops at the first problem: the author gets every one in a single run.
     issues += interpolate(marked, os.environ if env is None else env)
@@ -90,25 +97,24 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     manifest = builder.build()
     if builder.issues:
         raise ManifestError(builder.issues)
-    if remote:
-        _refuse_local_sources(manifest, file)
     files = {Path(os.path.abspath(f)) for f in (file, *marked.origins.values()) if "://" not in f}
     manifest = replace(manifest, files=tuple(sorted(files)))
     if marked.data.get("include"):
-        def load_included(text: str, name: str, folder: Path, chain: tuple[str, ...], remote: bool) -> Manifest:
-            return parse_manifest(text, name, folder, env, chain, remote)
+        def load_included(text: str, name: str, chain: tuple[str, ...], options: Mapping[str, Any] | None
+                          ) -> Manifest:
+            # An included manifest's relative source paths resolve against its own folder.
+            folder = base if "://" in chain[-1] else Path(chain[-1]).parent
+            return parse_manifest(text, name, folder, env, chain, options)
 
-        manifest = include_manifests(manifest, marked, base, chain, load_included)
+        manifest = include_manifests(manifest, marked, chain, bases, load_included, options)
     return manifest
 
 
-def _refuse_local_sources(manifest: Manifest, file: str) -> None:
-    """A manifest fetched from a URL may not point this machine's server at its local folders."""
-    issues = [ManifestIssue(s.where.file, s.where.line, s.where.col, f"{s.key}.url",
-                            f"a manifest included from a URL may not declare local folders ({file})")
-              for s in manifest.sources.values() if s.protocol == "file" or s.url.startswith("sqlite")]
-    if issues:
-        raise ManifestError(issues)
+def _is_local(protocol: str, url: str) -> bool:
+    """Whether a source reads this machine's files: a folder, a SQLite file or a git repository on disk."""
+    if protocol == "file" or url.startswith("sqlite"):
+        return True
+    return protocol == "git" and not re.match(r"(https?|ssh)://|[\w.-]+@", url)
 
 
 def _within(key: str, keys: set[str]) -> bool:
@@ -133,6 +139,12 @@ class _Builder:
         if file == self.marked.file or "://" in file:
             return self.base
         return Path(os.path.abspath(file)).parent
+
+    def refuse_remote(self, path: KeyPath, refused: bool, what: str) -> None:
+        """An issue when a manifest read from a URL wrote `path` and the value would `what` on this machine."""
+        file = self.marked.file_of(path)
+        if refused and "://" in file and not file.startswith("file://"):
+            self.issues.append(self.marked.issue(path, f"a manifest read from a URL ({file}) may not {what}"))
 
     def at(self, path: KeyPath, *, key: bool = False) -> Location:
         file, line, col = self.marked.locate(path, key=key)
@@ -213,6 +225,8 @@ class _Builder:
         path: KeyPath = ("sources", sid)
         protocol, url = resolve_source_url(spec["url"], self.folder_of(path + ("url",)))
         network = spec.get("allowPrivateNetwork", False)
+        self.refuse_remote(path + ("url",), _is_local(protocol, url), "declare local folders, files or repositories")
+        self.refuse_remote(path + ("allowPrivateNetwork",), bool(network), "open private networks to HTTP sources")
         return SourceSpec(
             id=sid, url=url, protocol=protocol, where=self.at(path, key=True), key=format_path(path),
             ttl=self.parsed(parse_duration, spec, "ttl", path, None),
@@ -248,7 +262,7 @@ class _Builder:
                             self.access(spec, spec.get("source")),
                             {k: tuple(v) for k, v in spec.get("values", {}).items()}, self.render(spec, path))
 
-    def render(self, spec: dict[str, Any], path: KeyPath) -> str | None:
+    def render(self, spec: dict[str, Any], path: KeyPath) -> Render | None:
         """The entry's `render` template, checked for syntax (a located issue when it is broken)."""
         text = spec.get("render")
         if text is None:
@@ -258,7 +272,7 @@ class _Builder:
         problem = check_syntax(text)
         if problem is not None:
             self.issues.append(self.marked.issue(path + ("render",), problem))
-        return text
+        return Render(text)
 
 
 def _display(spec: dict[str, Any]) -> Display:

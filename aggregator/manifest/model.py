@@ -154,6 +154,38 @@ class SourceSpec:
     """Scopes a caller needs for every entry this source serves."""
 
 
+def namespaced_uri(namespace: str | None, uri: str) -> str:
+    """`docs://x` -> `team-a+docs://x`: the namespace joins the URI's scheme (`+` is allowed in schemes)."""
+    if not namespace:
+        return uri
+    scheme, sep, rest = uri.partition(":")
+    return f"{namespace}+{scheme}{sep}{rest}" if sep else f"{namespace}+{uri}"
+
+
+@dataclass(frozen=True, slots=True)
+class Render:
+    """A `render:` Jinja2 template, and the namespace of the include that wrote it.
+
+    Inside a namespaced include, the URIs a template names are the include's own: `read('docs://a')` means
+    `team-a+docs://a`. A URI that already carries the namespace is taken as it is.
+    """
+
+    text: str
+    namespace: str | None = None
+
+    def uri(self, written: str) -> str:
+        """The catalog's URI for a URI (or prefix) the template wrote."""
+        if not self.namespace or written.startswith(self.namespace + "+"):
+            return written
+        return namespaced_uri(self.namespace, written)
+
+    def within(self, namespace: str | None) -> Render:
+        """This template as seen after its manifest is included under `namespace` (namespaces nest)."""
+        if not namespace:
+            return self
+        return Render(self.text, f"{namespace}+{self.namespace}" if self.namespace else namespace)
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceSpec:
     """One listed resource: a file of a source (`source` + `path`), inline `text` or a `render` template."""
@@ -169,7 +201,7 @@ class ResourceSpec:
     size: int | None = None
     access: frozenset[str] = frozenset()
     """Scopes a caller needs (the source's included) to list, read or subscribe."""
-    render: str | None = None
+    render: Render | None = None
     """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
 
 
@@ -210,7 +242,7 @@ class TemplateSpec:
     """Scopes a caller needs (the source's included) to list, read or subscribe."""
     values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Completion values per variable name."""
-    render: str | None = None
+    render: Render | None = None
     """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
 
 
