@@ -43,6 +43,7 @@ logger = logging.getLogger("aggregator.catalog")
 _CURSOR_PREFIX = b"c1:"
 _QUERY_TYPES = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.]+)\}")
+FILE_MTIME = "file"  # `annotations: {lastModified: file}`: list each file's modification time
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
 
@@ -68,11 +69,19 @@ class Entry:
 
     @property
     def last_modified(self) -> str | None:
-        """The manifest's `lastModified`, else the file's modification time (ISO 8601, UTC)."""
+        """The manifest's `lastModified`, else the file's modification time (ISO 8601, UTC): what renders see."""
         annotations = self.display.annotations
-        if annotations is not None and annotations.last_modified is not None:
+        if annotations is not None and annotations.last_modified not in (None, FILE_MTIME):
             return annotations.last_modified
         return iso_time(self.mtime)
+
+    @property
+    def listed_last_modified(self) -> str | None:
+        """The `lastModified` resources/list shows: only what the manifest asks for (a time, or `file`)."""
+        annotations = self.display.annotations
+        if annotations is None or annotations.last_modified is None:
+            return None
+        return iso_time(self.mtime) if annotations.last_modified == FILE_MTIME else annotations.last_modified
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +163,8 @@ class Catalog:
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
-        return (tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.last_modified) for e in self.entries),
+        return (tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.listed_last_modified)
+                      for e in self.entries),
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
 
     def get(self, uri: str) -> Entry | None:

@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator import __version__
-from aggregator.catalog import Entry, TemplateEntry
+from aggregator.catalog import FILE_MTIME, Entry, TemplateEntry
 from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.completion import Completer
 from aggregator.content import Content
@@ -110,8 +110,9 @@ def _icons(icons: tuple[Icon, ...] | None) -> list[dict[str, Any]] | None:
 def _static_annotations(a: Annotations | None) -> dict[str, Any]:
     if a is None:
         return {}
+    # `lastModified: file` is filled per entry (`Entry.listed_last_modified`).
     return _compact({"audience": list(a.audience) if a.audience else None, "priority": a.priority,
-                     "lastModified": a.last_modified})
+                     "lastModified": None if a.last_modified == FILE_MTIME else a.last_modified})
 
 
 def _annotations(a: Annotations | None, last_modified: str | None = None) -> dict[str, Any] | None:
@@ -139,9 +140,10 @@ def resource_dict(entry: Entry) -> dict[str, Any]:
         out["size"] = entry.size
     if d.icons:
         out["icons"] = _icons(d.icons)
-    annotations = _annotations(d.annotations, entry.last_modified)
-    if annotations:
-        out["annotations"] = annotations
+    if d.annotations is not None:
+        annotations = _annotations(d.annotations, entry.listed_last_modified)
+        if annotations:
+            out["annotations"] = annotations
     return out
 
 

@@ -46,7 +46,7 @@ class Preset:
 
 QUICK = Preset((1_000, 10_000), repeat=1, reads=600, budget_s=1.5, http_modes=("auto",))
 FULL = Preset((1_000, 10_000, 100_000), repeat=3, reads=2_000, budget_s=8.0, http_modes=("legacy", "auto"))
-DEFAULT_PEERS = "aggregator,floor,floor-annotated,sdk_mcpserver,fastmcp"
+DEFAULT_PEERS = "aggregator,aggregator-annotated,floor,floor-annotated,sdk_mcpserver,fastmcp"
 
 
 @dataclass(frozen=True)

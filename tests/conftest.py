@@ -58,7 +58,7 @@ def docs_manifest(docs_tree: Path) -> Path:
           - {uri: "note://inline", name: inline, text: "Inline content"}
           - {uri: "img://logo", name: logo, source: docs, path: logo.png}
         collections:
-          - {source: docs, glob: "**/*.md", uri: "docs://{path}", name: "{stem}"}
+          - {source: docs, glob: "**/*.md", uri: "docs://{path}", name: "{stem}", annotations: {lastModified: file}}
         templates:
           - {uriTemplate: "file://docs/{+path}", name: file, source: docs, path: "{path}"}
           - {uriTemplate: "page://{name}", name: page, source: docs, path: "guides/{name}.md"}

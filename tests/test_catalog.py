@@ -10,6 +10,7 @@ import pytest
 from aggregator.catalog import Catalog, Entry, compile_catalog
 from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import (
+    Annotations,
     CollectionSpec,
     Defaults,
     Display,
@@ -56,6 +57,26 @@ def test_collection_entries_patterns_and_order(root: Path) -> None:
     assert d is not None and d.name == "d e.md" and d.title == "T d e.md" and d.path == "sub/d e.md"
     assert d.mime_type == "text/markdown" and d.size == len("sub/d e.md")
     assert d.last_modified is not None and d.last_modified.endswith("Z")
+    assert d.listed_last_modified is None  # listed only when the manifest asks for it
+
+
+def test_last_modified_is_listed_when_asked(root: Path) -> None:
+    import os
+
+    os.utime(root / "a.md", (1_700_000_000, 1_700_000_000))
+    by_file = compile_(manifest(root, collections=[collection(annotations=Annotations(last_modified="file"))]))
+    entry = by_file.get("docs://a.md")
+    assert entry is not None and entry.listed_last_modified == entry.last_modified == "2023-11-14T22:13:20Z"
+    given = Annotations(last_modified="2026-01-01T00:00:00Z")
+    fixed = compile_(manifest(root, collections=[collection(annotations=given)]))
+    entry = fixed.get("docs://a.md")
+    assert entry is not None and entry.listed_last_modified == entry.last_modified == "2026-01-01T00:00:00Z"
+    # What resources/list shows changes with it: a touched file changes the listing only when mtimes are listed.
+    plain = compile_(manifest(root, collections=[collection()]))
+    os.utime(root / "a.md", (1_800_000_000, 1_800_000_000))
+    assert compile_(manifest(root, collections=[collection()])).listing_signature == plain.listing_signature
+    touched = compile_(manifest(root, collections=[collection(annotations=Annotations(last_modified="file"))]))
+    assert touched.listing_signature != by_file.listing_signature
 
 
 def test_pages_and_cursor_survive_rebuild(root: Path) -> None:

@@ -345,7 +345,8 @@ def test_formats_are_checked() -> None:
     assert found["resources[0].annotations.audience[0]"] == (10, 30, "'robot' is not one of: 'user', 'assistant'")
     assert found["resources[0].annotations.priority"] == (10, 48, "must be at most 1, got 2")
     assert found["resources[0].annotations.lastModified"] == (
-        10, 65, "'yesterday' is not a valid date-time: expected an ISO 8601 date and time such as 2026-01-15T09:00:00Z")
+        10, 65, "'yesterday' is not a valid date-time: expected an ISO 8601 date and time such as 2026-01-15T09:00:00Z; "
+        "or 'file'")
 
 
 def test_private_network_choice_names_the_kinds() -> None:

@@ -57,7 +57,8 @@ def test_handshake_listing_and_pagination(docs_manifest: Path, mode: str) -> Non
             page = by_uri["docs://guides/page01.md"]
             assert page.name == "page01" and page.mime_type == "text/markdown"
             assert page.size == len("# Page 1\n\nBody 1.\n")
-            assert page.annotations and page.annotations.last_modified.endswith("Z")
+            assert page.annotations and page.annotations.last_modified.endswith("Z")  # lastModified: file
+            assert by_uri["docs://readme"].annotations is None  # listed only when the manifest asks
             assert by_uri["img://logo"].mime_type == "image/png"
             assert by_uri["note://inline"].size == len("Inline content")
 

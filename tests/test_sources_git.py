@@ -46,7 +46,7 @@ def manifest(folder: Path, ref: str) -> Path:
         sources:
           repo: {{url: "git+file://./repo", ref: "{ref}"}}
         collections:
-          - {{source: repo, glob: "docs/**/*.md", uri: "git://{{path}}"}}
+          - {{source: repo, glob: "docs/**/*.md", uri: "git://{{path}}", annotations: {{lastModified: file}}}}
         templates:
           - {{uriTemplate: "git://tree/{{+path}}", name: file, source: repo, path: "{{path}}"}}
         """, name=f"git-{ref}.yaml")

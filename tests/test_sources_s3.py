@@ -46,7 +46,8 @@ def manifest(tmp_path: Path, endpoint: str, extra: str = "") -> Path:
             options: {{key: "${{S3_KEY:-test-key}}", secret: "${{S3_SECRET:-test-secret-value}}", endpoint_url: "{endpoint}"}}
             ttl: 1m
         collections:
-          - {{source: reports, glob: "**/*.md", uri: "reports://{{path}}", name: "{{stem}}"}}
+          - {{source: reports, glob: "**/*.md", uri: "reports://{{path}}", name: "{{stem}}",
+             annotations: {{lastModified: file}}}}
         templates:
           - {{uriTemplate: "reports://files/{{+key}}", name: file, source: reports, path: "{{key}}"}}
         {extra}

@@ -6,6 +6,7 @@ import difflib
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 from importlib import resources
@@ -198,6 +199,12 @@ def _explain_choice(error: ValidationError, marked: Marked, path: KeyPath) -> li
                                           else e.validator_value)]
         return [marked.issue(path, _type_message(list(dict.fromkeys(kinds)), value, {},
                                                  path in marked.interpolated))]
+    formats = [e for e in here if e.validator == "format"]
+    consts = [e.validator_value for e in here if e.validator == "const"]
+    if formats and consts:
+        # A format or a keyword (`lastModified: file`): the format says what was meant, the keywords follow.
+        issue = _explain(formats[0], marked)[0]
+        return [replace(issue, message=issue.message + "; or " + " or ".join(repr(c) for c in consts))]
     closest = best_match(error.context) if error.context else None
     return [marked.issue(path, error.message)] if closest is None else _explain(closest, marked)
 

@@ -54,6 +54,11 @@ def _aggregator(root: Path, page_size: int, port: int | None) -> Launch:
                                    str(write_manifest(root, page_size)), *_http(port, "--http")])
 
 
+def _aggregator_annotated(root: Path, page_size: int, port: int | None) -> Launch:
+    return Launch(sys.executable, ["-m", "aggregator", "--log-level", "WARNING", "serve",
+                                   str(write_manifest(root, page_size, annotated=True)), *_http(port, "--http")])
+
+
 def _floor(root: Path, page_size: int, port: int | None) -> Launch:
     return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size),
                                    *_http(port, "--http")])
@@ -111,8 +116,10 @@ FASTMCP_CAP_REASON = (
 PEERS: dict[str, Peer] = {peer.name: peer for peer in [
     Peer("aggregator", "this project: `aggregator serve` on a manifest with one collection", _aggregator),
     Peer("floor", "bare low-level SDK `Server`, preloaded `Resource` objects and strings: the protocol floor", _floor),
-    Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator does (stdio only: "
-         "it exists to compare listing costs)", _floor_annotated, http=False),
+    Peer("aggregator-annotated", "aggregator with `annotations: {lastModified: file}` on the collection (stdio "
+         "only: it exists to compare listing costs)", _aggregator_annotated, http=False),
+    Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator-annotated does "
+         "(stdio only: it exists to compare listing costs)", _floor_annotated, http=False),
     Peer("sdk_mcpserver", "the SDK's high-level `MCPServer`, one `FileResource` per file (it does not paginate; "
          "reads the file on every read)", _sdk_mcpserver),
     Peer("fastmcp", "the `fastmcp` package, one `FileResource` per file, same page size (own venv; reads the file "
