@@ -8,16 +8,28 @@ Matching is the reverse where one is well defined, and runs in time linear in th
 one RE2 automaton (no backtracking) finds where each expression's text lies, then each expression's text is split
 by its operator's separators in a single pass. Values come back percent-decoded: strings, or lists of strings for
 exploded variables (`{/path*}` gives ["a", "b", "c"] for `/a/b/c`, `{?tag*}` every `tag=` value). Query
-operators match their parameters in any order and treat them as optional. Refused as ambiguous: an exploded
-variable that is not the last of its expression, and exploded mappings (`{?keys*}` matches as a list of values).
+operators match their parameters in any order and treat them as optional, but a parameter the template does not
+name, or a second value for a variable that is not exploded, means no match: an expansion never produces either.
 A prefix variable (`{var:3}`) matches at most that many characters: its value is the prefix, not the original.
+The variables of one expression are read in order, so an absent one's value goes to the next (`{/a,b}` reads
+`/x` as a = "x"), and `{+p}{?a}{&b}` with only b given reads back as p = "...&b=1" (reserved text may hold '&').
+
+Where no reverse is well defined:
+- Exploded mappings: a template cannot say whether `{?keys*}` holds a list or a mapping, so exploded variables
+  match as lists only (`?keys=a&keys=b`); a mapping's expansion (`?semi=%3B&dot=.`) names parameters the
+  template does not, so it does not match (it never matches as `{}`).
+- Templates whose variables could not be told apart are refused by `parse` (TemplateSyntaxError saying why):
+  an exploded variable that is not the last of its expression (`{/a*,b}`), and adjacent expressions where the
+  second does not start with its own character (`{a}{b}`, `{+a}{b}`; `{a}{/b}`, `{a}{.b}`, `{a}{?b}` are fine)
+  or where the first may hold that character (`{/a*}{/b}`, `{#a}{/b}`, `{?a}{/b}`).
+  `parse(text, for_matching=False)` accepts them (every RFC 6570 template expands); `match` then raises.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
@@ -73,6 +85,9 @@ class _Var:
 class _Expr:
     operator: str
     variables: tuple[_Var, ...]
+    # The expression as written (braces included) and where it starts: for error messages only.
+    text: str = field(compare=False)
+    position: int = field(compare=False)
 
 
 _Part = str | _Expr
@@ -81,7 +96,7 @@ _Part = str | _Expr
 class UriTemplate:
     """A parsed URI template. `variables` lists variable names in order of appearance."""
 
-    __slots__ = ("text", "_parts", "variables", "multi_segment", "_matcher", "literal_length")
+    __slots__ = ("text", "_parts", "variables", "multi_segment", "_matcher", "literal_length", "ambiguity")
 
     def __init__(self, text: str, parts: tuple[_Part, ...]) -> None:
         self.text = text
@@ -97,14 +112,20 @@ class UriTemplate:
             if p.operator in ("+", "#") or (p.operator == "/" and v.explode))
         self.literal_length = sum(len(p) for p in parts if isinstance(p, str))
         self._matcher: _Matcher | None = None
+        self.ambiguity: str | None = _ambiguity(parts)
+        """Why matching could not tell this template's variables apart, or None when it can be matched."""
 
     @classmethod
-    def parse(cls, text: str) -> UriTemplate:
-        """Parse `text`; raise TemplateSyntaxError naming the offending position. Parsed templates are immutable,
-        so each text is parsed once per process: loading, checking and compiling a manifest all ask for it."""
+    def parse(cls, text: str, *, for_matching: bool = True) -> UriTemplate:
+        """Parse `text`; raise TemplateSyntaxError naming the offending position, or (unless `for_matching` is
+        False) saying why a match could not tell its variables apart. Parsed templates are immutable, so each
+        text is parsed once per process: loading, checking and compiling a manifest all ask for it."""
         if not isinstance(text, str) or not text:
             raise TemplateSyntaxError("a URI template must be a non-empty string")
-        return _parse_cached(cls, text)
+        template = _parse_cached(cls, text)
+        if for_matching and template.ambiguity is not None:
+            raise TemplateSyntaxError(template.ambiguity)
+        return template
 
     @classmethod
     def _parse(cls, text: str) -> UriTemplate:
@@ -135,7 +156,10 @@ class UriTemplate:
         return "".join(part if isinstance(part, str) else _expand_expression(part, values) for part in self._parts)
 
     def match(self, uri: str) -> dict[str, Value] | None:
-        """The percent-decoded variable values if `uri` is an expansion of this template, else None."""
+        """The percent-decoded variable values if `uri` is an expansion of this template, else None;
+        TemplateSyntaxError if the template is ambiguous (only `parse(..., for_matching=False)` makes one)."""
+        if self.ambiguity is not None:
+            raise TemplateSyntaxError(self.ambiguity)
         if self._matcher is None:
             self._matcher = _Matcher(self._parts)  # compiled on first use: validation only needs the parse
         return self._matcher.match(uri)
@@ -168,7 +192,33 @@ def _parse_expression(body: str, position: int) -> _Expr:
         if not _VARNAME.match(name):
             raise TemplateSyntaxError(f"bad variable name {name!r} in {{{body}}} at position {position}")
         variables.append(_Var(name, explode, prefix))
-    return _Expr(operator, tuple(variables))
+    return _Expr(operator, tuple(variables), f"{{{body}}}", position)
+
+
+def _ambiguity(parts: tuple[_Part, ...]) -> str | None:
+    """Why a match of these parts could not tell where one variable's text ends, or None if it always can."""
+    for part in parts:
+        if isinstance(part, _Expr) and any(v.explode for v in part.variables[:-1]):
+            return (f"{part.text} at position {part.position}: an exploded variable must be the last of its "
+                    "expression, or where its values end is ambiguous")
+    for first, second in zip(parts, parts[1:]):
+        if not (isinstance(first, _Expr) and isinstance(second, _Expr)):
+            continue
+        pair = f"{first.text}{second.text} at position {first.position}"
+        if second.operator in ("", "+"):
+            return (f"{pair}: adjacent variables cannot be told apart when matching (where one ends and the next "
+                    f"begins is ambiguous); put a literal between them, or use an operator that starts with its "
+                    f"own character such as {{/{second.variables[0].name}}} or {{?{second.variables[0].name}}}")
+        lead = _LEADS[second.operator]
+        if first.operator == "#":
+            return f"{pair}: a fragment expression runs to the end of the URI, so nothing can follow it directly"
+        if first.operator in ("?", "&") and second.operator not in ("?", "&", "#"):
+            return (f"{pair}: a query expression runs to the fragment, so {second.text} after it cannot be told "
+                    "apart from a query value")
+        if first.operator == second.operator and first.variables[-1].explode:
+            return (f"{pair}: {first.text} takes any number of {lead!r}-led values, so where its list ends and "
+                    f"{second.text} begins is ambiguous")
+    return None
 
 
 # --- expansion -------------------------------------------------------------------------------------------------
@@ -240,6 +290,7 @@ _EXTENT = {
 }
 # A lone simple or reserved variable must match something: an empty value would make most templates ambiguous.
 _LONE = {"": r"[^/?#&=,;{x}]", "+": r"[^?#{x}]"}
+_MAX_ENCODED = 12  # the longest a character can be once percent-encoded: four UTF-8 bytes, each %XX
 _LEADS = {"#": "#", "/": "/", ".": ".", ";": ";", "?": "?", "&": "&"}
 
 
@@ -250,11 +301,16 @@ class _Matcher:
         pattern: list[str] = []
         self.exprs: list[tuple[str, _Expr]] = []  # (group, expression) for non-query expressions
         self.query_vars: dict[str, _Var] = {}
+        # The shortest prefix each prefixed variable has anywhere, query expressions included.
+        self.prefixes: dict[str, int] = {}
         has_query = False
         for index, part in enumerate(parts):
             if isinstance(part, str):
                 pattern.append(re.escape(part))
                 continue
+            for var in part.variables:
+                if var.prefix is not None:
+                    self.prefixes[var.name] = min(var.prefix, self.prefixes.get(var.name, var.prefix))
             op = part.operator
             if op in ("?", "&"):
                 self.query_vars.update({v.name: v for v in part.variables})
@@ -265,16 +321,23 @@ class _Matcher:
             group = f"e{len(self.exprs)}"
             following = parts[index + 1] if index + 1 < len(parts) else None
             stop = re.escape(_LEADS.get(following.operator, "")) if isinstance(following, _Expr) else ""
+            if stop == r"\?" and not _OPS[op].reserved:
+                # With its `{?}` values absent, a query's expansion starts with `{&}`'s '&', which only reserved
+                # text may hold: `{+p}{?a}{&b}` with only b reads back as p = "...&b=1" (no unique reverse).
+                stop += "&"
             single = len(part.variables) == 1 and not part.variables[0].explode
             prefix = part.variables[0].prefix if single else None
             if single and op in _LONE:
-                # up to n characters for a prefix variable (each maybe %XX), else at least one
-                # RE2 refuses repeat counts over 1000: longer prefixes match like any variable, and
-                # _within_prefix still refuses a value longer than the prefix.
-                bounded = prefix is not None and prefix * 3 <= 1000
-                extent = _LONE[op].replace("{x}", stop) + (f"{{1,{prefix * 3}}}" if bounded else "+")
+                # Up to n characters for a prefix variable, each up to four UTF-8 bytes as %XX (12 characters),
+                # else at least one. RE2 refuses repeat counts over 1000: longer prefixes match like any
+                # variable, and match still refuses a value longer than the prefix.
+                bounded = prefix is not None and prefix * _MAX_ENCODED <= 1000
+                extent = _LONE[op].replace("{x}", stop) + (f"{{1,{prefix * _MAX_ENCODED}}}" if bounded else "+")
             else:
                 extent = _EXTENT[op].replace("{x}", stop)
+                if op in ("/", ".", ";") and not part.variables[-1].explode and len(part.variables) <= 1000:
+                    # At most one value per variable: `{/a}{/b}` must leave `/y` of `/x/y` to b.
+                    extent = extent[:-1] + f"{{0,{len(part.variables)}}}"
             pattern.append(f"(?P<{group}>{extent})")
             self.exprs.append((group, part))
         self.regex = _engine.compile("(?s)" + "".join(pattern))
@@ -290,14 +353,20 @@ class _Matcher:
                 return None
         query = m.group("q") if self.query_vars else None
         if query:
-            pairs = parse_qsl(query[1:], keep_blank_values=True)
-            for name, var in self.query_vars.items():
-                given = [v for k, v in pairs if k == name]
-                if given and not _merge(values, {name: given if var.explode else given[0]}):
+            given: dict[str, list[str]] = {}
+            for name, value in parse_qsl(query[1:], keep_blank_values=True):
+                var = self.query_vars.get(name)
+                # A name the template lacks is what an exploded mapping's expansion looks like: no reverse.
+                if var is None or (name in given and not var.explode):
                     return None
-        for name, value in values.items():
-            if not _within_prefix(name, value, self.exprs):
-                return None
+                given.setdefault(name, []).append(value)
+            for name, found in given.items():
+                if not _merge(values, {name: found if self.query_vars[name].explode else found[0]}):
+                    return None
+        for name, limit in self.prefixes.items():
+            value = values.get(name)
+            if isinstance(value, str) and len(value) > limit:
+                return None  # an expansion holds at most the prefix
         return values
 
 
@@ -308,8 +377,6 @@ def _decode(text: str) -> str:
 def _split(expr: _Expr, text: str) -> dict[str, Value] | None:
     """The values an expression's text holds, or None when it cannot be an expansion of the expression."""
     op, variables = expr.operator, expr.variables
-    if any(v.explode for v in variables[:-1]):
-        return None  # an exploded variable before another: where one ends is ambiguous
     if op in ("/", ".", ";"):
         if not text:
             return {}
@@ -360,12 +427,4 @@ def _merge(values: dict[str, Value], found: Mapping[str, Value]) -> bool:
         if name in values and values[name] != value:
             return False
         values[name] = value
-    return True
-
-
-def _within_prefix(name: str, value: Value, exprs: list[tuple[str, _Expr]]) -> bool:
-    for _, expr in exprs:
-        for var in expr.variables:
-            if var.name == name and var.prefix is not None and isinstance(value, str) and len(value) > var.prefix:
-                return False
     return True

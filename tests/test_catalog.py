@@ -120,9 +120,30 @@ def test_resolve_listed_then_most_specific_template(root: Path) -> None:
     assert cat.resolve("x://x.txt").path == "x.txt"            # the generic one
     assert cat.resolve("x://x.txt").mime_type == "text/plain"  # guessed from the path
     with pytest.raises(ResourceNotFound):
-        cat.resolve("x://sub/..%2f..%2fetc")                    # refused by the specific one, no fall-through
-    with pytest.raises(ResourceNotFound):
         cat.resolve("y://a.md")
+
+
+def read(cat: Catalog, uri: str, root: Path) -> bytes:
+    target = cat.resolve(uri)
+    assert target.path is not None
+    return anyio.run(LocalSource("docs", str(root)).read, target.path, 1 << 16).data
+
+
+def test_a_match_refused_for_safety_never_falls_through(root: Path) -> None:
+    """`x://sub/a%2Fb` puts a '/' in the one-segment {name}: refused, and not then served by `x://{+rest}`."""
+    (root / "sub" / "a").mkdir()
+    (root / "sub" / "a" / "b").write_text("the looser template's file")
+    loose = TemplateSpec("x://{+rest}", "any", "docs", "{rest}", Display(), HERE, "templates[0]")
+    specific = TemplateSpec("x://sub/{name}", "sub", "docs", "sub/{name}.md", Display(), HERE, "templates[1]")
+    # Alone, the looser template reads a real file for these URIs: they are not simply unmatched.
+    alone = compile_(manifest(root, templates=[loose]))
+    for uri in ("x://sub/a%2Fb", "x://sub/a%2fb"):
+        assert read(alone, uri, root) == b"the looser template's file"
+    both = compile_(manifest(root, templates=[loose, specific]))
+    assert read(both, "x://sub/c", root) == b"sub/c.md"  # the specific template answers first (`sub/c` is no file)
+    for uri in ("x://sub/a%2Fb", "x://sub/a%2fb"):
+        with pytest.raises(ResourceNotFound):
+            both.resolve(uri)
 
 
 def test_missing_explicit_file_is_listed_without_size(root: Path, caplog: pytest.LogCaptureFixture) -> None:
