@@ -269,12 +269,13 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from aggregator.diff import diff_catalogs
+    from aggregator.diff import diff_catalogs, diff_sources
 
     async def run() -> int:
         try:
             async with _opened(args.old) as old, _opened(args.new) as new:
                 found = diff_catalogs(old.catalog, new.catalog)
+                found.sources = diff_sources(old.manifest, new.manifest)
         except ManifestError as exc:
             _report(exc, args.format)
             return EXIT_USAGE

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aggregator.catalog import Catalog, Entry, TemplateEntry
+from aggregator.manifest.model import Defaults, Manifest, SourceSpec
 
-__all__ = ["CatalogDiff", "diff_catalogs"]
+__all__ = ["CatalogDiff", "diff_catalogs", "diff_sources"]
 
 
 @dataclass
@@ -16,19 +17,23 @@ class CatalogDiff:
     removed: list[str] = field(default_factory=list)
     changed: list[tuple[str, list[str]]] = field(default_factory=list)
     """(URI or URI template, the fields that differ)."""
+    sources: list[tuple[str, list[str]]] = field(default_factory=list)
+    """(source id, the settings that differ): what is read, and how, changes for every URI it serves."""
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.changed)
+        return bool(self.added or self.removed or self.changed or self.sources)
 
     def lines(self) -> list[str]:
-        """`+ uri`, `- uri`, `~ uri (fields)`, in URI order."""
+        """`+ uri`, `- uri`, `~ uri (fields)` in URI order, then `~ source id (settings)`."""
         rows = [(u, f"+ {u}") for u in self.added] + [(u, f"- {u}") for u in self.removed]
         rows += [(u, f"~ {u} ({', '.join(fields)})") for u, fields in self.changed]
-        return [text for _, text in sorted(rows)]
+        return [text for _, text in sorted(rows)] + [f"~ source {sid} ({', '.join(fields)})"
+                                                      for sid, fields in self.sources]
 
     def to_dict(self) -> dict[str, Any]:
         return {"added": self.added, "removed": self.removed,
-                "changed": [{"uri": u, "fields": fields} for u, fields in self.changed]}
+                "changed": [{"uri": u, "fields": fields} for u, fields in self.changed],
+                "sources": [{"id": sid, "fields": fields} for sid, fields in self.sources]}
 
 
 def _entry_facts(e: Entry) -> dict[str, Any]:
@@ -43,6 +48,31 @@ def _template_facts(t: TemplateEntry) -> dict[str, Any]:
     return {"name": s.name, "title": s.display.title, "description": s.display.description,
             "mimeType": s.display.mime_type, "source": s.source, "path": s.path, "query": s.query,
             "format": s.format, "render": s.render, "access": sorted(s.access), "values": dict(s.values)}
+
+
+# Source settings as the manifest spells them; values are never shown (URLs and headers may hold credentials).
+_SOURCE_SETTINGS = {"url": "url", "ttl": "ttl", "max_bytes": "maxBytes", "options": "options", "headers": "headers",
+                    "ref": "ref", "timeout": "timeout", "max_concurrency": "maxConcurrency",
+                    "stale_if_error": "staleIfError", "poll": "poll", "tables": "tables", "sample_rows": "sampleRows",
+                    "row_limit": "rowLimit", "checksum": "checksum", "allow_private_network": "allowPrivateNetwork",
+                    "access": "access"}
+
+
+def _effective(source: SourceSpec, defaults: Defaults) -> SourceSpec:
+    """`source` with the manifest's defaults filled in: a changed `defaults.ttl` changes every source using it."""
+    return replace(source, ttl=source.ttl if source.ttl is not None else defaults.ttl,
+                   max_bytes=source.max_bytes if source.max_bytes is not None else defaults.max_bytes)
+
+
+def diff_sources(old: Manifest, new: Manifest) -> list[tuple[str, list[str]]]:
+    """Sources in both manifests whose settings differ, with the names of those settings (never their values)."""
+    changed = []
+    for sid in sorted(set(old.sources) & set(new.sources)):
+        a, b = _effective(old.sources[sid], old.defaults), _effective(new.sources[sid], new.defaults)
+        settings = [name for attr, name in _SOURCE_SETTINGS.items() if getattr(a, attr) != getattr(b, attr)]
+        if settings:
+            changed.append((sid, settings))
+    return changed
 
 
 def diff_catalogs(old: Catalog, new: Catalog) -> CatalogDiff:

@@ -6,12 +6,37 @@ import json
 import os
 import re
 from collections import Counter
+from importlib import resources
 from pathlib import Path
 
 __all__ = ["starter_manifest"]
 
 _SCAN_LIMIT = 50_000  # files looked at to pick globs: enough to see what a folder holds, bounded for huge trees
 _TOP_EXTENSIONS = 8
+_PLAIN_EXTENSION = re.compile(r"[a-z0-9_+-]+")
+SCHEMA_ID = "https://aggregator.dev/schemas/manifest-v1.json"
+
+
+def _yaml_text(value: str) -> str:
+    """`value` as a double-quoted YAML scalar the loader gives back unchanged: JSON quoting is valid YAML, and
+    `${` is escaped so that a folder named `${HOME}` is not read as a variable."""
+    return json.dumps(value.replace("${", "$${"), ensure_ascii=False)
+
+
+def _schema_reference(manifest_path: Path) -> str:
+    """The installed schema, relative to the manifest (editors resolve it offline), else the schema's `$id`."""
+    schema = Path(str(resources.files("aggregator") / "manifest.schema.json"))
+    if not schema.is_file():
+        return SCHEMA_ID
+    try:
+        return os.path.relpath(schema.resolve(), manifest_path.resolve().parent)
+    except ValueError:  # another drive on Windows
+        return schema.resolve().as_uri()
+
+
+def _comment(text: str) -> str:
+    """`text` on one comment line: a newline in a folder name would end the comment and start YAML."""
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def _slug(name: str) -> str:
@@ -29,7 +54,7 @@ def extensions(folder: Path) -> Counter[str]:
             if name.startswith("."):
                 continue
             ext = name.rsplit(".", 1)[1].lower() if "." in name[1:] else ""
-            counts[ext] += 1
+            counts[ext if _PLAIN_EXTENSION.fullmatch(ext) else ""] += 1  # `{`, `,` or quotes would break the glob
             seen += 1
             if seen >= _SCAN_LIMIT:
                 return counts
@@ -46,16 +71,16 @@ def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None)
     url = url if url.startswith((".", "/")) else f"./{url}"
     found = ", ".join(f"{counts[e]} .{e}" for e in picked) or "no files yet"
     return f"""\
-# yaml-language-server: $schema=https://aggregator.dev/schemas/manifest-v1.json
-# Starter manifest written by `aggregator init` for {folder} ({found}).
-# Check it:   aggregator validate {manifest_path.name}
-# Serve it:   aggregator serve {manifest_path.name}          (stdio; add --http 8000 for Streamable HTTP)
+# yaml-language-server: $schema={_schema_reference(manifest_path)}
+# Starter manifest written by `aggregator init` for {_comment(str(folder))} ({found}).
+# Check it:   aggregator validate {_comment(manifest_path.name)}
+# Serve it:   aggregator serve {_comment(manifest_path.name)}          (stdio; add --http 8000 for Streamable HTTP)
 # Reference:  docs/manifest-reference.md, or `aggregator schema`.
 version: 1
 
 server:
   name: {server}
-  instructions: {json.dumps(f"Files from {folder.resolve().name}, listed under {server}://. Read what you need by URI.")}
+  instructions: {_yaml_text(f"Files from {folder.resolve().name}, listed under {server}://. Read what you need by URI.")}
 
 defaults:
   ttl: 5m                 # how long content is cached (and the ttlMs hint clients get)
@@ -63,12 +88,12 @@ defaults:
 
 sources:
   files:
-    url: {json.dumps(url)}            # relative to this manifest
+    url: {_yaml_text(url)}            # relative to this manifest
 
 collections:
   # One listed resource per matching file; {{path}}, {{name}}, {{stem}} and {{ext}} are available.
   - source: files
-    glob: "{glob}"
+    glob: {_yaml_text(glob)}
     exclude: ["**/node_modules/**", "**/draft-*"]
     uri: "{server}://{{path}}"
     name: "{{path}}"

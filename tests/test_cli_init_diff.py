@@ -43,6 +43,24 @@ def test_init_writes_a_valid_commented_manifest(tmp_path: Path) -> None:
     assert aggregator("init", str(tmp_path / "nope"), cwd=tmp_path).returncode == 2
 
 
+def test_init_keeps_a_folder_name_that_looks_like_a_variable(tmp_path: Path) -> None:
+    """`${HOME}` in a folder name is text, not the home folder; quotes, `#`, `: ` and `$${` survive too."""
+    folder = tmp_path / "we${HOME}ird: '#\"$${x}"
+    folder.mkdir()
+    (folder / "only.md").write_text("# Only\n")
+    made = aggregator("init", str(folder), "-o", "m.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "m.yaml").read_text()
+    schema = text.splitlines()[0].split("$schema=", 1)[1]
+    assert (tmp_path / schema).resolve() == (ROOT / "schemas" / "manifest.schema.json").resolve()
+    from aggregator.manifest import load_manifest
+
+    manifest = load_manifest(tmp_path / "m.yaml", env={"HOME": "/root"})
+    assert Path(manifest.sources["files"].url) == folder.resolve()
+    listed = aggregator("read", "m.yaml", "we-home-ird-x://only.md", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stdout == "# Only\n", listed.stderr
+
+
 def test_diff_lists_what_a_reload_would_change(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     for name in ("a.md", "b.md", "c.txt"):
@@ -75,6 +93,35 @@ def test_diff_lists_what_a_reload_would_change(tmp_path: Path) -> None:
     broken = write_manifest(tmp_path, "version: 1\nserver: {}\n", name="broken.yaml")
     failed = aggregator("diff", str(old), str(broken))
     assert failed.returncode == 2 and "broken.yaml:2:" in failed.stderr
+
+
+def test_diff_names_changed_source_settings_but_not_their_values(tmp_path: Path) -> None:
+    """Identical files in another folder, a new TTL or header: every URI looks the same, but a reload changes
+    what is read and how long it is kept."""
+    for folder in ("docs", "docs-copy"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.md").write_text("same")
+    manifest = """
+        version: 1
+        server: {{name: d}}
+        defaults: {{ttl: {default_ttl}}}
+        sources:
+          docs: {{url: ./{folder}, ttl: {ttl}}}
+          web: {{url: "https://example.com/", headers: {{Authorization: "Bearer {token}"}}}}
+        collections: [{{source: docs, glob: "*.md", uri: "docs://{{path}}"}}]
+        """
+    values = {"default_ttl": "5m", "folder": "docs", "ttl": "1m", "token": "old-secret"}
+    old = write_manifest(tmp_path, manifest.format(**values), name="old.yaml")
+    cases = {"folder": ("docs-copy", ["~ source docs (url)"]), "ttl": ("2m", ["~ source docs (ttl)"]),
+             "token": ("new-secret", ["~ source web (headers)"]), "default_ttl": ("9m", ["~ source web (ttl)"])}
+    for key, (value, expected) in cases.items():
+        new = write_manifest(tmp_path, manifest.format(**{**values, key: value}), name=f"new-{key}.yaml")
+        changed = aggregator("diff", str(old), str(new))
+        assert changed.returncode == 1 and changed.stdout.splitlines() == expected, (key, changed.stdout)
+        assert "secret" not in changed.stdout + changed.stderr
+    as_json = json.loads(aggregator("diff", str(old), str(tmp_path / "new-ttl.yaml"), "--format", "json").stdout)
+    assert as_json["sources"] == [{"id": "docs", "fields": ["ttl"]}] and as_json["changed"] == []
+    assert aggregator("diff", str(old), str(old)).returncode == 0
 
 
 def test_manifest_reference_is_in_sync_with_the_schema() -> None:
