@@ -179,3 +179,38 @@ def test_arithmetic_failures_and_unknown_filters() -> None:
     anyio.run(main)
     assert "nosuchfilter" in (check_syntax("{{ 'x' | nosuchfilter }}") or "")
     assert check_syntax("{{ 'x' | upper }}") is None
+
+
+@pytest.mark.parametrize(("template", "variables"), [
+    ("{{ 'x' * 10**10 }}", {}),
+    ("{{ 'x' * (n | int) }}", {"n": "10000000000"}),  # the count comes from the URI
+    ("{{ [1, 2] * (n | int) }}", {"n": "10000000000"}),
+    ("{{ 2 ** (10**9) }}", {}),
+    ("{{ '%*s' % (10**10, 'x') }}", {}),
+    ("{{ '%10000000000d' % 1 }}", {}),
+    ("{{ 'x' | center(10**10) }}", {}),
+    ("{{ 'a\nb' | indent(10**10) }}", {}),
+    ("{% set s = 'x' * 60000 %}{{ (s + s) | length }}", {}),  # built, never output
+])
+def test_values_bigger_than_the_cap_are_refused_before_they_are_built(template: str, variables: dict) -> None:
+    """Each of these would build gigabytes (or take minutes) before an output-only cap could refuse it."""
+    from aggregator.render import RenderTooLarge, render
+
+    async def no_read(uri: str) -> str:
+        raise AssertionError(uri)
+
+    async def main() -> None:
+        with pytest.raises(RenderTooLarge):
+            await render(template, variables, no_read, lambda prefix: [], 100_000)
+
+    anyio.run(main)
+
+
+def test_ordinary_arithmetic_and_padding_still_render() -> None:
+    from aggregator.render import render
+
+    async def no_read(uri: str) -> str:
+        raise AssertionError(uri)
+
+    template = "{{ '-' * 5 }} {{ 2 ** 10 }} {{ 'a' + 'b' }} {{ '%3d' % 7 }} [{{ 'x' | center(3) }}] {{ [0] * 2 }}"
+    assert anyio.run(render, template, {}, no_read, lambda prefix: [], 1000) == "----- 1024 ab   7 [ x ] [0, 0]"
