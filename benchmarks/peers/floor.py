@@ -3,7 +3,7 @@
 Usage: python -m benchmarks.peers.floor FOLDER PAGE_SIZE [--annotated] [--http PORT]   (URIs are bench://<path>)
 
 Every file is read into a dict at start; listing pages through a preloaded list with an integer cursor; a read is
-one dict lookup. `--annotated` also lists what aggregator lists (`annotations.lastModified` from the file's
+one dict lookup. `--annotated` also lists what aggregator-annotated lists (`annotations.lastModified` from the file's
 mtime), so listing costs compare like for like. Unknown URIs get -32602 with data.uri.
 """
 
