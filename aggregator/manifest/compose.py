@@ -40,6 +40,7 @@ from aggregator.manifest.model import (
     Render,
     ResourceSpec,
     TemplateSpec,
+    is_url,
     namespaced_uri,
 )
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
@@ -57,9 +58,9 @@ class RefusedReference(ValueError):
 def resolve_ref(ref: str, parent: str) -> str:
     """The canonical name (absolute path or URL) of the manifest `ref` names, as written in the manifest named
     `parent` (canonical too). RefusedReference when a manifest read from a URL names a local file."""
-    if _is_url(ref):
+    if is_url(ref):
         return ref
-    if _is_url(parent):
+    if is_url(parent):
         # A shared manifest fetched over the network must not reach into this machine's files.
         if ref.startswith(("file:", "/", "~", "\\")) or os.path.isabs(ref):
             raise RefusedReference("a manifest read from a URL may name other manifests only by URL or by a path "
@@ -72,7 +73,7 @@ def resolve_ref(ref: str, parent: str) -> str:
 def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None) -> bytes:
     """The bytes of the manifest `name` (from `resolve_ref`): a local file or an fsspec URL (https://, s3://,
     git://REPO:REF@PATH). OSError (or the filesystem's own error) when it cannot be read."""
-    if not _is_url(name):
+    if not is_url(name):
         return Path(name).read_bytes()
     import fsspec  # URLs only: local files need no filesystem layer
 
@@ -80,8 +81,9 @@ def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None) -> 
         return handle.read()
 
 
-def _is_url(ref: str) -> bool:
-    return "://" in ref and not ref.startswith("file://")
+def _inherited(options: Mapping[str, Any] | None, parent: str, ref: str) -> Mapping[str, Any] | None:
+    """The fsspec options a manifest named by `ref` is read with: its parent's, when `ref` is relative to a URL."""
+    return options if is_url(parent) and not is_url(ref) else None
 
 
 def _join_url(parent: str, ref: str) -> str:
@@ -112,7 +114,7 @@ def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Ma
         return marked, [marked.issue(("extends",), "extends: names one base manifest (a path or URL)")], ()
     try:
         name = resolve_ref(ref, here)
-        data = read_manifest_bytes(name, options if _is_url(here) and not _is_url(ref) else None)
+        data = read_manifest_bytes(name, _inherited(options, here, ref))
     except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the extends key
         return marked, [marked.issue(("extends",), f"cannot read base manifest {ref!r}: {_reason(exc)}")], ()
     if name in chain or len(chain) >= MAX_CHAIN:
@@ -121,8 +123,7 @@ def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Ma
     base, issues = load_marked(text, _display(name))
     if base is None or not isinstance(base.data, dict):
         return marked, issues, ()
-    inherited = options if _is_url(here) and not _is_url(ref) else None
-    base, more, bases = apply_extends(base, name, (*chain, name), inherited)
+    base, more, bases = apply_extends(base, name, (*chain, name), _inherited(options, here, ref))
     merged, merge_issues = _merge_marked(base, marked)
     return merged, issues + more + merge_issues, (name, *bases)
 
@@ -253,7 +254,7 @@ def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...]
         # The chain of the file that wrote this entry: this manifest, or the extends base that did.
         at = writers.get(marked.file_of(path), chain)
         parent = at[-1]
-        inherited = options if _is_url(parent) and not _is_url(ref) else None
+        inherited = _inherited(options, parent, ref)
         try:
             name = resolve_ref(ref, parent)
             data = read_manifest_bytes(name, spec.get("options") or inherited)

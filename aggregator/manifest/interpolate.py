@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from aggregator.manifest.model import ManifestIssue
+from aggregator.manifest.model import ManifestIssue, is_url
 from aggregator.manifest.yaml_marks import KeyPath, Marked
 
 __all__ = ["UnresolvedReference", "expand", "interpolate", "substitute"]
@@ -78,7 +78,7 @@ def _walk(value: Any, path: KeyPath, marked: Marked, env: Mapping[str, str], iss
     if not isinstance(value, str) or "$" not in value:
         return value
     file = marked.file_of(path)
-    if "://" in file and not file.startswith("file://"):
+    if is_url(file):
         # A manifest fetched from a URL was written elsewhere: it must not read (and could leak) this server's
         # environment. Defaults and `$${` still work.
         result, problems = expand(value, {})

@@ -33,6 +33,7 @@ from aggregator.manifest.model import (
     SourceSpec,
     StaticToken,
     TemplateSpec,
+    is_url,
 )
 from aggregator.manifest.source_urls import resolve_source_url
 from aggregator.manifest.units import parse_duration, parse_size
@@ -103,7 +104,7 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
         def load_included(text: str, name: str, chain: tuple[str, ...], options: Mapping[str, Any] | None
                           ) -> Manifest:
             # An included manifest's relative source paths resolve against its own folder.
-            folder = base if "://" in chain[-1] else Path(chain[-1]).parent
+            folder = base if is_url(chain[-1]) else Path(chain[-1]).parent
             return parse_manifest(text, name, folder, env, chain, options)
 
         manifest = include_manifests(manifest, marked, chain, bases, load_included, options)
@@ -143,7 +144,7 @@ class _Builder:
     def refuse_remote(self, path: KeyPath, refused: bool, what: str) -> None:
         """An issue when a manifest read from a URL wrote `path` and the value would `what` on this machine."""
         file = self.marked.file_of(path)
-        if refused and "://" in file and not file.startswith("file://"):
+        if refused and is_url(file):
             self.issues.append(self.marked.issue(path, f"a manifest read from a URL ({file}) may not {what}"))
 
     def at(self, path: KeyPath, *, key: bool = False) -> Location:

@@ -154,6 +154,11 @@ class SourceSpec:
     """Scopes a caller needs for every entry this source serves."""
 
 
+def is_url(name: str) -> bool:
+    """Whether a manifest name (or a reference to one) is a URL rather than a local path."""
+    return "://" in name and not name.startswith("file://")
+
+
 def namespaced_uri(namespace: str | None, uri: str) -> str:
     """`docs://x` -> `team-a+docs://x`: the namespace joins the URI's scheme (`+` is allowed in schemes)."""
     if not namespace:
