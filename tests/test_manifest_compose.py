@@ -416,6 +416,8 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
                    name="git.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  h: {url: 'http://10.0.0.1/', "
                            "allowPrivateNetwork: true}\n", name="net.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  b: {url: 's3://bucket/x', options: "
+                           "{anon: true, endpoint_url: 'http://169.254.169.254'}}\n", name="s3.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nresources:\n"
                            "  - {uri: 'x://k', name: k, text: '${AGG_TEST_SECRET}'}\n"
                            "  - {uri: 'x://d', name: d, text: '${AGG_TEST_SECRET:-none} $${HOME}'}\n", name="env.yaml")
@@ -431,6 +433,9 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
     assert "cannot read included manifest '../../secret.yaml'" in _errors(including("up.yaml"))  # fetched, 404
     assert "may not declare local folders" in _errors(including("git.yaml"))
     assert "may not open private networks" in _errors(including("net.yaml"))
+    refused = _errors(including("s3.yaml"))
+    assert "sources.b.options.endpoint_url" in refused and "may not point a source at another endpoint" in refused
+    assert "options.anon" not in refused
     with pytest.raises(ManifestError) as caught:
         load_manifest(including("env.yaml"), env={"AGG_TEST_SECRET": "s3cr3t"})
     assert "cannot read the server's environment (${AGG_TEST_SECRET})" in str(caught.value)

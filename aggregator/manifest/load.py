@@ -111,6 +111,11 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     return manifest
 
 
+# fsspec options that send a source's requests elsewhere (s3fs endpoint_url, client_kwargs, proxies...): from a
+# manifest read from a URL they could reach this machine's private network as allowPrivateNetwork would.
+_REDIRECTING_OPTION = re.compile(r"endpoint|url|host|proxy|client_kwargs|config_kwargs", re.IGNORECASE)
+
+
 def _is_local(protocol: str, url: str) -> bool:
     """Whether a source reads this machine's files: a folder, a SQLite file or a git repository on disk."""
     if protocol == "file" or url.startswith("sqlite"):
@@ -228,6 +233,9 @@ class _Builder:
         network = spec.get("allowPrivateNetwork", False)
         self.refuse_remote(path + ("url",), _is_local(protocol, url), "declare local folders, files or repositories")
         self.refuse_remote(path + ("allowPrivateNetwork",), bool(network), "open private networks to HTTP sources")
+        for option in spec.get("options", {}):
+            self.refuse_remote(path + ("options", option), bool(_REDIRECTING_OPTION.search(option)),
+                               "point a source at another endpoint (options that name a host, URL or proxy)")
         return SourceSpec(
             id=sid, url=url, protocol=protocol, where=self.at(path, key=True), key=format_path(path),
             ttl=self.parsed(parse_duration, spec, "ttl", path, None),
