@@ -9,6 +9,8 @@ from collections import Counter
 from importlib import resources
 from pathlib import Path
 
+import yaml
+
 __all__ = ["starter_manifest"]
 
 _SCAN_LIMIT = 50_000  # files looked at to pick globs: enough to see what a folder holds, bounded for huge trees
@@ -17,10 +19,24 @@ _PLAIN_EXTENSION = re.compile(r"[a-z0-9_+-]+")
 SCHEMA_ID = "https://aggregator.dev/schemas/manifest-v1.json"
 
 
+# What YAML takes as written (in a quoted scalar or a comment): printable characters that are not line breaks.
+# PyYAML refuses DEL and C1 controls anywhere in the file, reads U+0085, U+2028 and U+2029 as line breaks, and
+# a folder name that is not UTF-8 on disk arrives as lone surrogates that cannot be written at all.
+_UNWRITABLE = re.compile(r"[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def _yaml_text(value: str) -> str:
-    """`value` as a double-quoted YAML scalar the loader gives back unchanged: JSON quoting is valid YAML, and
-    `${` is escaped so that a folder named `${HOME}` is not read as a variable."""
-    return json.dumps(value.replace("${", "$${"), ensure_ascii=False)
+    """`value` as a double-quoted YAML scalar the loader gives back unchanged (`$` sequences included)."""
+    # JSON quoting is valid YAML; `$${` keeps a folder named `${HOME}` from being read as a variable, and the
+    # characters YAML would refuse or fold are written as `\uXXXX` escapes (a surrogate comes back as itself,
+    # so a folder whose name is not UTF-8 is still found).
+    quoted = json.dumps(value.replace("${", "$${"), ensure_ascii=False)
+    return _UNWRITABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+
+
+def _yaml_name(value: str) -> str:
+    """`value` unquoted when YAML reads it back as that text, else quoted: a folder named `null` or `on`."""
+    return value if yaml.safe_load(value) == value else _yaml_text(value)
 
 
 def _schema_reference(manifest_path: Path) -> str:
@@ -35,8 +51,8 @@ def _schema_reference(manifest_path: Path) -> str:
 
 
 def _comment(text: str) -> str:
-    """`text` on one comment line: a newline in a folder name would end the comment and start YAML."""
-    return text.replace("\r", " ").replace("\n", " ")
+    """`text` on one comment line YAML accepts: a newline would end the comment and start YAML."""
+    return _UNWRITABLE.sub("?", text.replace("\r", " ").replace("\n", " "))
 
 
 def _slug(name: str) -> str:
@@ -71,7 +87,7 @@ def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None)
     url = url if url.startswith((".", "/")) else f"./{url}"
     found = ", ".join(f"{counts[e]} .{e}" for e in picked) or "no files yet"
     return f"""\
-# yaml-language-server: $schema={_schema_reference(manifest_path)}
+# yaml-language-server: $schema={_comment(_schema_reference(manifest_path))}
 # Starter manifest written by `aggregator init` for {_comment(str(folder))} ({found}).
 # Check it:   aggregator validate {_comment(manifest_path.name)}
 # Serve it:   aggregator serve {_comment(manifest_path.name)}          (stdio; add --http 8000 for Streamable HTTP)
@@ -79,7 +95,7 @@ def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None)
 version: 1
 
 server:
-  name: {server}
+  name: {_yaml_name(server)}
   instructions: {_yaml_text(f"Files from {folder.resolve().name}, listed under {server}://. Read what you need by URI.")}
 
 defaults:

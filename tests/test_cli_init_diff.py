@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aggregator.manifest.reference import render_reference
 from tests.conftest import write_manifest
 
@@ -59,6 +61,28 @@ def test_init_keeps_a_folder_name_that_looks_like_a_variable(tmp_path: Path) -> 
     assert Path(manifest.sources["files"].url) == folder.resolve()
     listed = aggregator("read", "m.yaml", "we-home-ird-x://only.md", cwd=tmp_path)
     assert listed.returncode == 0 and listed.stdout == "# Only\n", listed.stderr
+
+
+@pytest.mark.parametrize("name", [
+    "line\u2028separator", "next\x85line", "del\x7fete", "c1\x9bcontrol",  # YAML folds these or refuses them
+    os.fsdecode(b"latin1-caf\xe9"),  # not UTF-8 on disk: lone surrogates in Python
+    "null", "on",  # a server name YAML would read as null or true
+])
+def test_init_writes_any_folder_name_so_that_it_loads_back(tmp_path: Path, name: str) -> None:
+    folder = tmp_path / name
+    try:
+        folder.mkdir()
+    except (OSError, UnicodeError):
+        pytest.skip(f"this file system cannot name a folder {name!r}")
+    (folder / "f.md").write_text("# F\n")
+    made = aggregator("init", str(folder), "-o", "m.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    from aggregator.manifest import load_manifest
+
+    assert Path(load_manifest(tmp_path / "m.yaml").sources["files"].url) == folder.resolve()
+    listed = aggregator("list", "m.yaml", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split("\t")[0].split("://")[1] for line in listed.stdout.splitlines()] == ["f.md", "file/{+path}"]
 
 
 def test_diff_lists_what_a_reload_would_change(tmp_path: Path) -> None:

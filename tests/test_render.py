@@ -191,6 +191,21 @@ def test_arithmetic_failures_and_unknown_filters() -> None:
     ("{{ 'x' | center(10**10) }}", {}),
     ("{{ 'a\nb' | indent(10**10) }}", {}),
     ("{% set s = 'x' * 60000 %}{{ (s + s) | length }}", {}),  # built, never output
+    # Padding and repetition reached by other ways than `*`, `center` and `indent`; the count from the URI:
+    ("{{ 'x'.ljust(n | int) | length }}", {"n": "100000000"}),
+    ("{{ '{:>{w}}'.format('x', w=n | int) | length }}", {"n": "100000000"}),
+    ("{{ '%*s' | format(n | int, 'x') | length }}", {"n": "100000000"}),
+    ("{{ ('%.100000000d' % 1) | length }}", {}),  # a precision pads numbers with zeros
+    ("{{ ('%(a)100000000s' % {'a': 1}) | length }}", {}),
+    ("{{ (['x' * 1000] * 1000) | join | length }}", {}),  # 1,000 references, but a megabyte once printed
+    ("{{ range(100000) | join('x' * 1000) | length }}", {}),
+    ("{% set s = 'x' * 1000 %}{{ s.replace('x', s) | length }}", {}),
+    ("{% set s = 'x' * 1000 %}{{ s | replace('x', s) | length }}", {}),
+    ("{% set ns = namespace(s='x' * 1000) %}{% for i in range(n | int) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+     "{{ ns.s | length }}", {"n": "10"}),  # doubles n times
+    ("{{ [[1]] | tojson(n | int) | length }}", {"n": "10000000"}),
+    ("{{ [1] | batch(n | int, 0) | list | length }}", {"n": "10000000"}),
+    ("{{ lipsum(n | int) | length }}", {"n": "10000"}),
 ])
 def test_values_bigger_than_the_cap_are_refused_before_they_are_built(template: str, variables: dict) -> None:
     """Each of these would build gigabytes (or take minutes) before an output-only cap could refuse it."""
@@ -214,3 +229,47 @@ def test_ordinary_arithmetic_and_padding_still_render() -> None:
 
     template = "{{ '-' * 5 }} {{ 2 ** 10 }} {{ 'a' + 'b' }} {{ '%3d' % 7 }} [{{ 'x' | center(3) }}] {{ [0] * 2 }}"
     assert anyio.run(render, template, {}, no_read, lambda prefix: [], 1000) == "----- 1024 ab   7 [ x ] [0, 0]"
+
+
+@pytest.mark.parametrize("template", [
+    "{{ (3 ** (n | int)) % 7 }}",  # 8 million bits: a third of a second here, twenty seconds at 80 million
+    "{{ ((2 ** 600000) * (2 ** 600000)) % 7 }}",
+])
+def test_integers_are_capped_by_bits_whatever_the_byte_cap(template: str) -> None:
+    """Big integers cost CPU in the event loop long before they cost memory, and cannot be printed anyway."""
+    from aggregator.render import RenderTooLarge, render
+
+    async def no_read(uri: str) -> str:
+        raise AssertionError(uri)
+
+    async def main() -> None:
+        with pytest.raises(RenderTooLarge):
+            await render(template, {"n": "5000000"}, no_read, lambda prefix: [], 10 * 1024 * 1024)
+
+    anyio.run(main)
+
+
+def test_a_big_number_is_not_mistaken_for_a_width() -> None:
+    """`'%d' % n` is as long as n's digits: a size of 5 MB formats in 7 characters under a 1,000-byte cap."""
+    from aggregator.render import render
+
+    async def no_read(uri: str) -> str:
+        raise AssertionError(uri)
+
+    template = "{{ '%d bytes' % (n | int) }}, {{ '%(n)s' % {'n': n | int} }}, {{ '%s' | format(n | int) }}"
+    assert anyio.run(render, template, {"n": "5000000"}, no_read, lambda prefix: [], 1000) == \
+        "5000000 bytes, 5000000, 5000000"
+
+
+def test_ordinary_padding_joining_and_formatting_still_render() -> None:
+    from aggregator.render import render
+
+    async def no_read(uri: str) -> str:
+        raise AssertionError(uri)
+
+    template = ("{{ 'ab'.ljust(4, '.') }}|{{ '{:>4}|{:.2f}'.format('x', 3.14159) }}|{{ '%-3s|%05.1f' % ('a', 2.5) }}|"
+                "{{ range(3) | map('string') | join(',') }}|{{ ','.join(['a', 'b']) }}|{{ 'abc'.replace('b', 'XX') }}|"
+                "{{ 'a' ~ 1 ~ [2] }}|{{ {'k': [1]} | tojson(1) }}|{{ [1, 2, 3] | batch(2, 0) | list }}|"
+                "{% autoescape true %}{{ '<' ~ 'b' }}{% endautoescape %}")
+    assert anyio.run(render, template, {}, no_read, lambda prefix: [], 1000) == (
+        'ab..|   x|3.14|a  |002.5|0,1,2|a,b|aXXc|a1[2]|{\n "k": [\n  1\n ]\n}|[[1, 2], [3, 0]]|&lt;b')
