@@ -12,7 +12,8 @@ TEMPLATES = "## Reads through URI templates"
 LIVE = "## Live catalog: save to notification"
 REMOTE = "## Remote sources: S3 and HTTP"
 HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
-SIDE = (HTTP_LOAD, TEMPLATES, LIVE, REMOTE)
+RELIABILITY = "## Reliability under faults"
+SIDE = (HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE)
 
 
 def split(text: str) -> list[str]:
