@@ -186,7 +186,8 @@ def test_an_updated_object_is_served_once_the_ttl_passed(tmp_path: Path, own_s3:
 
     async def main() -> None:
         async with connect(path, mode) as client:
-            assert [r.uri for r in (await client.list_resources()).resources] == ["reports://a.md", "reports://sub/b.md"]
+            listed = [r.uri for r in (await client.list_resources()).resources]
+            assert listed == ["reports://a.md", "reports://sub/b.md"]
             assert (await client.read_resource("reports://a.md")).contents[0].text == "# v1\n"
             assert (await client.read_resource("reports://files/sub/b.md")).contents[0].text == "# b1\n"
             s3.put_object(Bucket=bucket, Key="latest/a.md", Body=b"# v2, longer\n")

@@ -246,7 +246,8 @@ def missing_db_manifest(folder: Path) -> Path:
         collections:
           - {source: crm, glob: "*", uri: "db://crm/{path}/schema"}
         templates:
-          - {uriTemplate: "db://crm/customers/{id}", name: c, source: crm, query: "SELECT * FROM customers WHERE id = :id"}
+          - {uriTemplate: "db://crm/customers/{id}", name: c, source: crm,
+             query: "SELECT * FROM customers WHERE id = :id"}
         """)
 
 
@@ -264,8 +265,8 @@ def test_a_missing_sqlite_file_is_a_located_error_and_is_never_created(tmp_path:
 
     validated = aggregator_cli("validate", str(path))
     assert validated.returncode == 1, validated
-    assert f"{path}:4:3: sources.crm.url: " in validated.stdout + validated.stderr
-    assert str(db) in validated.stdout + validated.stderr and "no SQLite database" in validated.stdout + validated.stderr
+    output = validated.stdout + validated.stderr
+    assert f"{path}:4:3: sources.crm.url: " in output and str(db) in output and "no SQLite database" in output
     assert not db.exists()
 
     with pytest.raises(ManifestError) as err:

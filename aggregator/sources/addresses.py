@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
-__all__ = ["AddressPolicy", "embedded_ipv4", "refusal"]
+__all__ = ["AddressPolicy", "embedded_ipv4"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -78,30 +78,30 @@ class AddressPolicy:
 
     def allows(self, address: str) -> bool:
         """True if a connection to `address` (an IP literal, IPv6 zone allowed) may be made."""
-        return refusal(self, address) is None
+        return self.refusal(address) is None
+
+    def refusal(self, address: str) -> str | None:
+        """Why `address` is refused (a short phrase for logs and manifest errors), or None if it is allowed."""
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return f"{address!r} is not an IP address"
+        if self.allow_all:
+            return None
+        inner = embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+        if inner and any(ip in net for net in _IPV4_IN_IPV6):
+            # The address is the IPv4 address it spells: only the IPv4 rules (and IPv4 networks listed) apply.
+            return None if self._passes(inner[0]) else f"{ip} is {inner[0]} ({_kind(inner[0])}), not a public address"
+        if not self._passes(ip):
+            return f"{ip} is {_kind(ip)}, not a public address"
+        for carried in inner:
+            if not self._passes(carried):
+                return f"{ip} carries {carried} ({_kind(carried)}), not a public address"
+        return None
 
     def _passes(self, ip: IPAddress) -> bool:
+        """One address against its own family's rules or the listed networks, ignoring what it may carry."""
         return _public(ip) or any(ip in net for net in self.networks if net.version == ip.version)
-
-
-def refusal(policy: AddressPolicy, address: str) -> str | None:
-    """Why `policy` refuses `address` (a short phrase for logs and manifest errors), or None if it is allowed."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return f"{address!r} is not an IP address"
-    if policy.allow_all:
-        return None
-    inner = embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
-    if inner and any(ip in net for net in _IPV4_IN_IPV6):
-        # The address is the IPv4 address it spells: only the IPv4 rules (and IPv4 networks listed) apply.
-        return None if policy._passes(inner[0]) else f"{ip} is {inner[0]} ({_kind(inner[0])}), not a public address"
-    if not policy._passes(ip):
-        return f"{ip} is {_kind(ip)}, not a public address"
-    for carried in inner:
-        if not policy._passes(carried):
-            return f"{ip} carries {carried} ({_kind(carried)}), not a public address"
-    return None
 
 
 def _kind(ip: IPAddress) -> str:

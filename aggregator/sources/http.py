@@ -24,7 +24,7 @@ import yarl
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import ThreadedResolver
 
-from aggregator.sources.addresses import AddressPolicy, refusal
+from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["AddressPolicy", "HttpSource"]
@@ -57,7 +57,7 @@ class HttpSource:
         self._headers = dict(headers or {})
         self.policy = AddressPolicy(allow_private_network)
         literal = _literal_ip(self.base.host or "")
-        if literal is not None and (reason := refusal(self.policy, literal)) is not None:
+        if literal is not None and (reason := self.policy.refusal(literal)) is not None:
             # Known before any request: a manifest error rather than a failure on every read.
             raise SourceError(f"refused: {reason}; allowPrivateNetwork lists the networks a source may reach")
         self._timeout = timeout
@@ -100,7 +100,7 @@ class HttpSource:
             if url.scheme not in ("http", "https"):
                 raise SourceError(f"refused a request with the scheme {url.scheme!r}")
             literal = _literal_ip(url.host or "")
-            if literal is not None and (reason := refusal(self.policy, literal)) is not None:
+            if literal is not None and (reason := self.policy.refusal(literal)) is not None:
                 raise SourceError(f"refused a request to {url.origin()}: {reason}")
             try:
                 response = await self._client().request(method, url, allow_redirects=False)
@@ -204,7 +204,7 @@ class _GuardedResolver(AbstractResolver):
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
         infos = await self._inner.resolve(host, port, family)
-        reasons = [refusal(self._policy, info["host"]) for info in infos]
+        reasons = [self._policy.refusal(info["host"]) for info in infos]
         allowed = [info for info, reason in zip(infos, reasons, strict=True) if reason is None]
         if not allowed:
             raise _Refused(f"{host} resolves only to refused addresses ({'; '.join(sorted(set(map(str, reasons))))})")
