@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +16,11 @@ import pytest
 
 from aggregator.core import Aggregator
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
+from aggregator.manifest import ManifestError
 from tests.conftest import MODES, connect, write_manifest
 from tests.http_server import BINARY, Upstream, serve
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -93,9 +99,10 @@ def test_hostile_variables_never_leave_the_base(tmp_path: Path, upstream: Upstre
     assert not [k for k in upstream.hits if "secret" in k or ".." in k], upstream.hits
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "localhost.",
-                                  "[::ffff:127.0.0.1]", "[::1]", "169.254.169.254", "0.0.0.0", "10.0.0.1"])
-def test_private_addresses_refused_in_every_spelling(tmp_path: Path, upstream: Upstream, host: str) -> None:
+@pytest.mark.parametrize("host", ["2130706433", "0x7f000001", "0177.0.0.1", "127.1", "localhost", "localhost."])
+def test_private_addresses_refused_in_every_spelling(tmp_path: Path, upstream: Upstream, host: str,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Names and legacy IPv4 spellings are resolved by the guarded resolver: each read is refused."""
     path = write_manifest(tmp_path, f"""
         version: 1
         server: {{name: ssrf}}
@@ -112,13 +119,89 @@ def test_private_addresses_refused_in_every_spelling(tmp_path: Path, upstream: U
         await agg.aclose()
 
     anyio.run(main)
+    if host in ("0x7f000001", "localhost"):  # aiohttp rejects the others as invalid URLs (or DNS has no answer)
+        assert "refused a request to" in caplog.text and "resolves only to refused addresses" in caplog.text
+    assert sum(upstream.hits.values()) == 0
+
+
+# IP literals, each refused before any connection: IPv4, and IPv6 spellings that carry a private IPv4 address.
+LITERALS = {
+    "[64:ff9b::7f00:1]": "127.0.0.1 (loopback)", "[64:ff9b::a9fe:a9fe]": "169.254.169.254 (link-local)",
+    "[64:ff9b:1::7f00:1]": "64:ff9b:1::7f00:1 is special-purpose", "[::127.0.0.1]": "127.0.0.1 (loopback)",
+    "[::ffff:0:7f00:1]": "127.0.0.1 (loopback)", "[2002:7f00:1::1]": "127.0.0.1 (loopback)",
+    "[2002:a00:1::1]": "10.0.0.1 (private)", "[2001:0:4136:e378:8000:63bf:80ff:fffe]": "127.0.0.1 (loopback)",
+    "[2606:4700:1:2::5efe:a9fe:a9fe]": "169.254.169.254 (link-local)", "[::ffff:127.0.0.1]": "127.0.0.1 (loopback)",
+    "[::1]": "::1 is loopback", "[fe80::1]": "fe80::1 is link-local", "127.0.0.1": "127.0.0.1 is loopback",
+    "169.254.169.254": "169.254.169.254 is link-local", "0.0.0.0": "0.0.0.0 is unspecified",
+    "10.0.0.1": "10.0.0.1 is private", "100.64.0.1": "100.64.0.1 is special-purpose",
+}
+
+
+@pytest.mark.parametrize("host", sorted(LITERALS))
+def test_a_refused_ip_literal_is_a_located_error(tmp_path: Path, upstream: Upstream, host: str) -> None:
+    """`aggregator validate` names the manifest line, the key and what the address carries; nothing connects."""
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: ssrf}}
+        sources:
+          api:
+            url: "http://{host}:{upstream.port}/base"
+            timeout: 2s
+        resources:
+          - {{uri: "api://a", name: a, source: api, path: docs/a.md}}
+        """)
+    result = subprocess.run([sys.executable, "-m", "aggregator", "validate", str(path)], capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 1, result
+    output = result.stdout + result.stderr
+    assert f"{path}:4:3: sources.api.url: refused: " in output and LITERALS[host] in output, output
+    assert "allowPrivateNetwork" in output
+    with pytest.raises(ManifestError):
+        anyio.run(Aggregator.open, path)
+    assert sum(upstream.hits.values()) == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("host", "allow"), [("[::ffff:127.0.0.1]", '["127.0.0.1/32"]'),
+                                             ("[::ffff:127.0.0.1]", "true"), ("127.0.0.1", '["127.0.0.0/8"]')])
+def test_allow_private_network_still_reaches_the_listed_networks(tmp_path: Path, upstream: Upstream, host: str,
+                                                                 allow: str, mode: str) -> None:
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: allowed}}
+        sources:
+          api: {{url: "http://{host}:{upstream.port}/base", allowPrivateNetwork: {allow}, timeout: 5s}}
+        resources:
+          - {{uri: "api://a", name: a, source: api, path: docs/a.md}}
+        """)
+
+    async def main() -> None:
+        async with connect(path, mode) as client:
+            assert (await client.read_resource("api://a")).contents[0].text == upstream.body
+
+    anyio.run(main)
+    assert upstream.hits["GET docs/a.md"] == 1
+
+
+def test_a_listed_network_does_not_open_the_others(tmp_path: Path, upstream: Upstream) -> None:
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: allowed}}
+        sources:
+          api: {{url: "http://[::ffff:127.0.0.1]:{upstream.port}/base", allowPrivateNetwork: ["10.0.0.0/8"]}}
+        """)
+    with pytest.raises(ManifestError) as err:
+        anyio.run(Aggregator.open, path)
+    assert "sources.api.url" in str(err.value) and "127.0.0.1 (loopback)" in str(err.value)
     assert sum(upstream.hits.values()) == 0
 
 
 @pytest.mark.parametrize("target", ["http://127.0.0.2:{port}/base/docs/a.md", "http://169.254.169.254/latest/meta-data",
                                     "http://0x7f000002:{port}/base/docs/a.md", "http://[::ffff:127.0.0.2]:{port}/base/x",
-                                    "file:///etc/passwd"])
-def test_every_redirect_hop_is_checked(tmp_path: Path, upstream: Upstream, target: str) -> None:
+                                    "http://[64:ff9b::7f00:2]:{port}/base/x", "http://[::127.0.0.2]:{port}/base/x",
+                                    "http://[2002:a9fe:a9fe::1]/latest/meta-data", "file:///etc/passwd"])
+def test_every_redirect_hop_is_checked(tmp_path: Path, upstream: Upstream, target: str,
+                                       caplog: pytest.LogCaptureFixture) -> None:
     to = target.format(port=upstream.port)
     # Template values cannot add a query ('?' is encoded), so the redirecting URL is a listed resource.
     path = write_manifest(tmp_path, f"""
@@ -137,6 +220,8 @@ def test_every_redirect_hop_is_checked(tmp_path: Path, upstream: Upstream, targe
         await agg2.aclose()
 
     anyio.run(hop)
+    # Refused by the policy, not by a failed connection (a NAT64 gateway on the path would have answered).
+    assert "refused a request" in caplog.text and "request failed" not in caplog.text, caplog.text
     assert upstream.hits["GET redirect"] == 1
     assert upstream.hits["GET docs/a.md"] == 0 and upstream.hits["GET x"] == 0
 
@@ -218,7 +303,6 @@ def test_single_flight_revalidation_and_stale_if_error(tmp_path: Path, upstream:
 
 
 def test_collection_over_http_is_a_located_error(tmp_path: Path, upstream: Upstream) -> None:
-    from aggregator.manifest import ManifestError
 
     path = manifest(tmp_path, upstream, extra='collections:\n          - {source: api, glob: "*.md", uri: "api://{path}"}')
     with pytest.raises(ManifestError) as err:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -121,3 +123,121 @@ def test_s3_bad_credentials_give_a_generic_error(tmp_path: Path, s3: str, caplog
 
     anyio.run(main)
     assert "wrong-secret-value" not in caplog.text
+
+
+@dataclass
+class Store:
+    """A moto server of one test's own, which the test may stop (an S3 outage), and a client to write with."""
+
+    endpoint: str
+    client: Any
+    stop: Callable[[], None]
+
+
+@pytest.fixture
+def own_s3() -> Iterator[Store]:
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test-key",
+                          aws_secret_access_key="test-secret-value", region_name="us-east-1")
+    running = [True]
+
+    def stop() -> None:
+        if running:
+            running.clear()
+            server.stop()
+
+    yield Store(endpoint, client, stop)
+    stop()
+
+
+def refresh_manifest(tmp_path: Path, endpoint: str, bucket: str, extra: str = "") -> Path:
+    return write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: s3-refresh}}
+        sources:
+          reports:
+            url: "s3://{bucket}/latest"
+            options: {{key: test-key, secret: test-secret-value, endpoint_url: "{endpoint}"}}
+            ttl: 1s
+            timeout: 2s
+            {extra}
+        collections:
+          - {{source: reports, glob: "**/*.md", uri: "reports://{{path}}", name: "{{stem}}"}}
+        templates:
+          - {{uriTemplate: "reports://files/{{+key}}", name: file, source: reports, path: "{{key}}"}}
+        """)
+
+
+TTL_PASSED = 1.6  # the manifests' ttl is 1s
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_updated_object_is_served_once_the_ttl_passed(tmp_path: Path, own_s3: Store, mode: str) -> None:
+    """The collection's listing must not answer revalidation: each expired entry asks the store (a HEAD)."""
+    endpoint, s3 = own_s3.endpoint, own_s3.client
+    bucket = f"refresh-{mode}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="latest/a.md", Body=b"# v1\n")
+    s3.put_object(Bucket=bucket, Key="latest/sub/b.md", Body=b"# b1\n")
+    path = refresh_manifest(tmp_path, endpoint, bucket)
+
+    async def main() -> None:
+        async with connect(path, mode) as client:
+            listed = [r.uri for r in (await client.list_resources()).resources]
+            assert listed == ["reports://a.md", "reports://sub/b.md"]
+            assert (await client.read_resource("reports://a.md")).contents[0].text == "# v1\n"
+            assert (await client.read_resource("reports://files/sub/b.md")).contents[0].text == "# b1\n"
+            s3.put_object(Bucket=bucket, Key="latest/a.md", Body=b"# v2, longer\n")
+            s3.put_object(Bucket=bucket, Key="latest/sub/b.md", Body=b"# b2\n")
+            s3.put_object(Bucket=bucket, Key="latest/sub/new.md", Body=b"# new\n")
+            await anyio.sleep(TTL_PASSED)
+            assert (await client.read_resource("reports://a.md")).contents[0].text == "# v2, longer\n"
+            assert (await client.read_resource("reports://files/sub/b.md")).contents[0].text == "# b2\n"
+            # A key added after the listing is readable through the template (the listing does not deny it).
+            assert (await client.read_resource("reports://files/sub/new.md")).contents[0].text == "# new\n"
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("stale", [False, True], ids=["no-staleIfError", "staleIfError"])
+def test_an_outage_surfaces_once_the_ttl_passed(tmp_path: Path, own_s3: Store, mode: str, stale: bool) -> None:
+    """Warm entries do not hide a store that stopped answering: an error naming the URI, or the stale copy."""
+    endpoint, s3 = own_s3.endpoint, own_s3.client
+    bucket = f"outage-{mode}-{stale}".lower()
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="latest/a.md", Body=b"# v1\n")
+    path = refresh_manifest(tmp_path, endpoint, bucket, "staleIfError: 1m" if stale else "")
+
+    async def main() -> None:
+        async with connect(path, mode) as client:
+            assert (await client.read_resource("reports://a.md")).contents[0].text == "# v1\n"
+            own_s3.stop()
+            await anyio.sleep(TTL_PASSED)
+            if stale:
+                assert (await client.read_resource("reports://a.md")).contents[0].text == "# v1\n"
+                return
+            with pytest.raises(MCPError) as err:
+                await client.read_resource("reports://a.md")
+            assert err.value.data == {"uri": "reports://a.md"} and "reports://a.md" in err.value.message
+            assert endpoint not in err.value.message and "test-secret-value" not in err.value.message
+
+    anyio.run(main)
+
+
+def test_an_unchanged_object_is_revalidated_not_downloaded(tmp_path: Path, own_s3: Store) -> None:
+    own_s3.client.create_bucket(Bucket="revalidate")
+    own_s3.client.put_object(Bucket="revalidate", Key="latest/a.md", Body=b"# same\n")
+
+    async def main() -> None:
+        agg = await Aggregator.open(refresh_manifest(tmp_path, own_s3.endpoint, "revalidate"))
+        assert (await agg.read("reports://a.md")).text == "# same\n"
+        await anyio.sleep(TTL_PASSED)
+        assert (await agg.read("reports://a.md")).text == "# same\n"
+        assert (agg.cache.misses, agg.cache.revalidated) == (1, 1)
+        await agg.aclose()
+
+    anyio.run(main)

@@ -4,6 +4,7 @@ absent, which CI turns into a failure)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -228,6 +229,146 @@ def test_checksum_poll_sends_updated_and_new_tables_change_the_listing(tmp_path:
                 assert "db://crm/notes/schema" in [r.uri for r in (await client.list_resources()).resources]
             live.stop()
             tg.cancel_scope.cancel()
+        await agg.aclose()
+
+    anyio.run(main)
+
+
+def missing_db_manifest(folder: Path) -> Path:
+    (folder / "data").mkdir(exist_ok=True)
+    return write_manifest(folder, """
+        version: 1
+        server: {name: sql-missing}
+        sources:
+          crm:
+            url: "sqlite:///data/crm.db"
+            tables: [customers]
+        collections:
+          - {source: crm, glob: "*", uri: "db://crm/{path}/schema"}
+        templates:
+          - {uriTemplate: "db://crm/customers/{id}", name: c, source: crm,
+             query: "SELECT * FROM customers WHERE id = :id"}
+        """)
+
+
+def aggregator_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "aggregator", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_a_missing_sqlite_file_is_a_located_error_and_is_never_created(tmp_path: Path) -> None:
+    from aggregator.core import open_sources
+    from aggregator.manifest import ManifestError, load_manifest
+
+    path = missing_db_manifest(tmp_path)
+    db = tmp_path / "data" / "crm.db"
+
+    validated = aggregator_cli("validate", str(path))
+    assert validated.returncode == 1, validated
+    output = validated.stdout + validated.stderr
+    assert f"{path}:4:3: sources.crm.url: " in output and str(db) in output and "no SQLite database" in output
+    assert not db.exists()
+
+    with pytest.raises(ManifestError) as err:
+        open_sources(load_manifest(path))
+    [issue] = err.value.issues
+    assert (issue.line, issue.col, issue.key) == (4, 3, "sources.crm.url") and str(db) in issue.message
+    assert not db.exists()
+
+    served = aggregator_cli("serve", str(path))
+    assert served.returncode != 0 and f"{path}:4:3: sources.crm.url: " in served.stderr, served
+    assert not db.exists()
+    assert not any(tmp_path.joinpath("data").iterdir())  # no journal, -wal or -shm file either
+
+
+def test_the_sample_validated_before_its_database_is_built_creates_nothing(tmp_path: Path) -> None:
+    """sample-configs/sql.yaml names sql/crm.db beside itself: copied to a folder without one, nothing appears."""
+    (tmp_path / "sql").mkdir()
+    sample = tmp_path / "sql.yaml"
+    sample.write_text((ROOT / "sample-configs" / "sql.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    result = aggregator_cli("validate", str(sample))
+    assert result.returncode == 1 and str(tmp_path / "sql" / "crm.db") in result.stdout + result.stderr, result
+    assert not (tmp_path / "sql" / "crm.db").exists()
+
+
+def test_sqlite_cannot_be_written_even_with_query_only_turned_off(tmp_path: Path) -> None:
+    """The file is opened read-only (mode=ro): a manifest query that lifts `PRAGMA query_only` still cannot write."""
+    url = database(f"sqlite:///{tmp_path / 'crm.db'}")
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: sql-ro}}
+        sources:
+          crm: {{url: "{url}", maxConcurrency: 1, ttl: 0s}}
+        templates:
+          - {{uriTemplate: "db://crm/unlock", name: unlock, source: crm, query: "PRAGMA query_only = OFF"}}
+          - {{uriTemplate: "db://crm/create", name: create, source: crm, query: "CREATE TABLE pwned (x INTEGER)"}}
+          - {{uriTemplate: "db://crm/insert", name: insert, source: crm,
+             query: "INSERT INTO customers VALUES (9, 'Eve', 'XX')"}}
+          - {{uriTemplate: "db://crm/customers/{{id}}", name: c, source: crm,
+             query: "SELECT name FROM customers WHERE id = :id"}}
+        """, name="ro.yaml")
+
+    async def main() -> None:
+        agg = await Aggregator.open(path)
+        for uri in ["db://crm/unlock", "db://crm/create", "db://crm/unlock", "db://crm/insert"]:
+            try:
+                await agg.read(uri)
+            except ResourceUnavailable:
+                pass
+        assert json.loads((await agg.read("db://crm/customers/1")).text)["rows"] == [{"name": "Ada"}]
+        await agg.aclose()
+
+    anyio.run(main)
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as conn:
+        assert conn.execute(sqlalchemy.text("SELECT count(*) FROM customers")).scalar() == 3
+        assert conn.execute(sqlalchemy.text("SELECT count(*) FROM sqlite_master WHERE name = 'pwned'")).scalar() == 0
+    engine.dispose()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sqlite_file_with_awkward_characters_in_its_path_reads(tmp_path: Path, mode: str) -> None:
+    """The read-only URI percent-encodes the path: '?', '#', '%' and spaces in folder names still open the file."""
+    from urllib.parse import quote
+
+    folder = tmp_path / "a ?#% b"
+    folder.mkdir()
+    url = database(f"sqlite:///{quote(str(folder / 'crm.db'), safe='/ #')}")  # SQLAlchemy decodes %3F and %25
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: sql-path}}
+        sources:
+          crm: {{url: "{url}", tables: [customers]}}
+        collections:
+          - {{source: crm, glob: "*", uri: "db://crm/{{path}}/schema"}}
+        templates:
+          - {{uriTemplate: "db://crm/customers/{{id}}", name: c, source: crm,
+             query: "SELECT name FROM customers WHERE id = :id"}}
+        """)
+
+    async def main() -> None:
+        async with connect(path, mode) as client:
+            assert [r.uri for r in (await client.list_resources()).resources] == ["db://crm/customers/schema"]
+            one = (await client.read_resource("db://crm/customers/2")).contents[0]
+            assert json.loads(one.text)["rows"] == [{"name": "Grace"}]
+
+    anyio.run(main)
+    assert sorted(p.name for p in folder.iterdir()) == ["crm.db"]
+
+
+def test_in_memory_sqlite_still_opens(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, """
+        version: 1
+        server: {name: sql-memory}
+        sources:
+          mem: {url: "sqlite:///:memory:"}
+        templates:
+          - {uriTemplate: "db://mem/{n}", name: n, source: mem, query: "SELECT :n + 1 AS next"}
+        """)
+
+    async def main() -> None:
+        agg = await Aggregator.open(path)
+        assert json.loads((await agg.read("db://mem/41")).text)["rows"] == [{"next": 42}]
         await agg.aclose()
 
     anyio.run(main)

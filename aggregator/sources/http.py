@@ -2,11 +2,12 @@
 
 The scheme, host and port come from the manifest. Paths are relative to the base URL and built from
 percent-encoded values, and every request URL is checked to stay on the base's origin. Every address a
-request connects to, for the first hop and every redirect, is checked: loopback, link-local, private,
-unspecified, multicast and reserved addresses are refused in any spelling (decimal, hex, octal,
-IPv4-mapped IPv6, trailing dot), because names are resolved by a guarded resolver and the connection
-goes to the address it approved. `allowPrivateNetwork` lifts that for all such addresses (true) or for
-listed networks only.
+request connects to, for the first hop and every redirect, is checked (`addresses.AddressPolicy`): loopback,
+link-local, private, unspecified, multicast and reserved addresses are refused in any spelling (decimal, hex,
+octal, trailing dot, and every IPv6 form that carries an IPv4 address: mapped, compatible, NAT64, 6to4,
+Teredo, ISATAP), because names are resolved by a guarded resolver and the connection goes to the address it
+approved. A base URL whose host is a refused IP literal cannot be opened at all. `allowPrivateNetwork` lifts
+that for all such addresses (true) or for listed networks only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import yarl
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import ThreadedResolver
 
+from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["AddressPolicy", "HttpSource"]
@@ -30,25 +32,6 @@ __all__ = ["AddressPolicy", "HttpSource"]
 MAX_REDIRECTS = 5
 _CHUNK = 64 * 1024
 _REDIRECTS = {301, 302, 303, 307, 308}
-
-
-class AddressPolicy:
-    """Which IP addresses requests may reach: public ones, plus any private network the manifest allows."""
-
-    def __init__(self, allow: bool | Sequence[str] = False) -> None:
-        self.allow_all = allow is True
-        self.networks = [ipaddress.ip_network(n, strict=False) for n in allow] if isinstance(allow, (list, tuple)) else []
-
-    def allows(self, address: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(address.split("%", 1)[0])
-        except ValueError:
-            return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if self.allow_all or any(ip in net for net in self.networks):
-            return True
-        return ip.is_global and not ip.is_multicast
 
 
 def _literal_ip(host: str) -> str | None:
@@ -73,6 +56,10 @@ class HttpSource:
         self.base = base.with_query(None).with_fragment(None)
         self._headers = dict(headers or {})
         self.policy = AddressPolicy(allow_private_network)
+        literal = _literal_ip(self.base.host or "")
+        if literal is not None and (reason := self.policy.refusal(literal)) is not None:
+            # Known before any request: a manifest error rather than a failure on every read.
+            raise SourceError(f"refused: {reason}; allowPrivateNetwork lists the networks a source may reach")
         self._timeout = timeout
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._session: Any = None
@@ -110,13 +97,20 @@ class HttpSource:
         """Send `method`, following redirects hop by hop with every hop checked; the caller releases the response."""
         url = self.url_for(path)
         for _ in range(MAX_REDIRECTS + 1):
+            if url.scheme not in ("http", "https"):
+                raise SourceError(f"refused a request with the scheme {url.scheme!r}")
             literal = _literal_ip(url.host or "")
-            if url.scheme not in ("http", "https") or (literal is not None and not self.policy.allows(literal)):
-                raise SourceError("refused a request to a non-public address or unsupported scheme")
+            if literal is not None and (reason := self.policy.refusal(literal)) is not None:
+                raise SourceError(f"refused a request to {url.origin()}: {reason}")
             try:
                 response = await self._client().request(method, url, allow_redirects=False)
-            except _Refused:
-                raise SourceError("refused a request to a non-public address") from None
+            except _Refused as exc:
+                raise SourceError(f"refused a request to {url.origin()}: {exc}") from None
+            except aiohttp.ClientConnectorError as exc:
+                # aiohttp wraps what the resolver raised: a refusal stays a refusal in the log.
+                if isinstance(exc.os_error, _Refused):
+                    raise SourceError(f"refused a request to {url.origin()}: {exc.os_error}") from None
+                raise SourceError(f"request failed: {type(exc).__name__}") from None
             except aiohttp.ClientError as exc:
                 raise SourceError(f"request failed: {type(exc).__name__}") from None
             if response.status not in _REDIRECTS:
@@ -210,9 +204,10 @@ class _GuardedResolver(AbstractResolver):
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
         infos = await self._inner.resolve(host, port, family)
-        allowed = [info for info in infos if self._policy.allows(info["host"])]
+        reasons = [self._policy.refusal(info["host"]) for info in infos]
+        allowed = [info for info, reason in zip(infos, reasons, strict=True) if reason is None]
         if not allowed:
-            raise _Refused(f"{host} resolves only to refused addresses")
+            raise _Refused(f"{host} resolves only to refused addresses ({'; '.join(sorted(set(map(str, reasons))))})")
         return allowed
 
     async def close(self) -> None:

@@ -2,7 +2,8 @@
 
 The bucket or repository and root prefix come from the manifest; a request only ever adds a relative path that
 passed `safe_relpath`, so it cannot change protocol, bucket or host. Calls run in worker threads, bounded
-by the source's `maxConcurrency` and `timeout`.
+by the source's `maxConcurrency` and `timeout`. Filesystems are opened without a listings cache, so `stat`
+(what revalidation calls) asks the store about the object itself, e.g. an S3 HEAD, never an earlier listing.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class FsspecSource:
         except (ValueError, ImportError) as exc:
             raise SourceError(f"no filesystem for protocol {protocol!r}: {exc}") from None
         try:
-            fs = fs_class(**dict(options))
+            # No listings cache: s3fs and others answer info() from the last listing, so an updated object would
+            # keep its old version (and a store that went down would look fine) for as long as the process lives.
+            # Revalidation must ask the store for the object itself.
+            fs = fs_class(**{**options, "use_listings_cache": False})
         except Exception as exc:  # backend constructors raise anything; never echo options (credentials)
             raise SourceError(f"cannot open a {protocol} filesystem: {type(exc).__name__}") from None
         root = fs_class._strip_protocol(url)
@@ -134,6 +138,11 @@ class FsspecSource:
                     total += len(chunk)
                     if total > max_bytes:
                         raise SourceTooLarge(total, max_bytes)
+                # The file's own metadata describes the bytes read (s3fs pins them with If-Match): prefer it
+                # to the earlier info, which an update in between would have made stale.
+                details = getattr(handle, "details", None)
+                if isinstance(details, Mapping) and info_version(details):
+                    info = details
         except FileNotFoundError:
             raise SourceNotFound("no such file") from None
         except (SourceTooLarge, SourceNotFound):

@@ -3,6 +3,7 @@
 Paths are table or view names; reading one gives its schema (columns, types, nullability, keys, optional sample
 rows) as JSON. Query templates run the manifest's SQL with values bound as parameters, never formatted into
 the text, in read-only transactions where the database offers them, under a statement timeout and a row cap.
+SQLite files are opened read-only (`mode=ro`): a missing file is an error, never created.
 Errors name no SQL and no connection string: those stay in the server log, and credentials not even there.
 """
 
@@ -11,12 +12,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
@@ -53,7 +56,10 @@ class SqlSource:
         self._checksum = checksum
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         try:
-            self._engine = sqlalchemy.create_engine(url, pool_pre_ping=True, **_engine_options(url, timeout))
+            target = _sqlite_read_only(sqlalchemy.engine.make_url(url))
+            self._engine = sqlalchemy.create_engine(target, pool_pre_ping=True, **_engine_options(url, timeout))
+        except SourceError:
+            raise
         except Exception as exc:  # a bad URL or a missing driver: never echo the URL (credentials)
             raise SourceError(f"cannot open {self._label}: {type(exc).__name__}") from None
         _make_read_only(sqlalchemy, self._engine, timeout)
@@ -207,6 +213,26 @@ def _cell(value: Any) -> str:
 
 def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _sqlite_read_only(url: Any) -> Any:
+    """An SQLite file URL as a read-only URI filename (`file:...?mode=ro`); SourceError naming the file if absent.
+
+    Without it sqlite3 creates a missing file on first connect, and `PRAGMA query_only` is a setting any query
+    can lift. In-memory databases, and URLs that are already URI filenames, are left as written but for `mode`.
+    Other databases pass through untouched.
+    """
+    if url.get_backend_name() != "sqlite":
+        return url
+    database, query = url.database or "", dict(url.query)
+    if database in ("", ":memory:") or query.get("mode") == "memory":
+        return url
+    if str(query.get("uri", "")).lower() in ("true", "1"):
+        return url.set(query={**query, "mode": "ro"})
+    path = os.path.abspath(database)
+    if not os.path.isfile(path):
+        raise SourceError(f"no SQLite database file at {path} (a SQLite source is opened read-only, never created)")
+    return url.set(database="file:" + quote(path, safe="/"), query={**query, "uri": "true", "mode": "ro"})
 
 
 def _engine_options(url: str, timeout: float) -> dict[str, Any]:
