@@ -122,6 +122,7 @@ def test_a_runaway_render_stops_and_others_keep_their_latency(served: Served) ->
                         busy.append(probe)
                     await anyio.sleep(0.05)
 
+            idle += [await _probe(http, client, served.base) for _ in range(10)]  # the load may have changed
             idle_max = max(max(p) for p in idle)
             figures.update(idle_healthz=max(p[0] for p in idle), idle_read=max(p[1] for p in idle),
                            busy_healthz=max(p[0] for p in busy), busy_read=max(p[1] for p in busy),
@@ -130,7 +131,8 @@ def test_a_runaway_render_stops_and_others_keep_their_latency(served: Served) ->
             assert "calls://40" in str(outcome.get("error")), outcome
             assert float(outcome["seconds"]) < 10  # type: ignore[arg-type]  # the 2 s limit, with room for load
             assert len(busy) >= 5, figures
-            # 100 ms as the issue asks, plus three times the idle latency measured here, for a busy machine.
+            # 100 ms as the issue asks, plus three times the worst idle latency measured before and after, for a
+            # machine busy with other work (a render on the event loop took seconds).
             bound = 0.1 + 3 * idle_max
             assert figures["busy_healthz"] < bound and figures["busy_read"] < bound, figures
 
