@@ -316,14 +316,14 @@ def test_filtered_and_recursive_loops_count_their_items(template: str) -> None:
 
     tree = [{"name": "a", "children": [{"name": "b", "children": []}, {"name": "c", "children": []}]}]
 
+    async def read_tree(uri: str) -> str:
+        return json.dumps(tree)
+
     async def main(max_iterations: int) -> str:
         from aggregator.manifest.model import RenderSettings
 
         limits = RenderSettings(max_iterations=max_iterations)
-        return await render("{% set tree = json('t') %}" + template, {}, _read_tree, lambda prefix: [], 1000, limits)
-
-    async def _read_tree(uri: str) -> str:
-        return json.dumps(tree)
+        return await render("{% set tree = json('t') %}" + template, {}, read_tree, lambda prefix: [], 1000, limits)
 
     assert anyio.run(main, 3) == "abc"
     with pytest.raises(RenderOverBudget):
