@@ -18,7 +18,7 @@ from cachetools import LRUCache
 from aggregator.cache import CachePolicy, ContentCache
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
 from aggregator.content import Content, decode_body
-from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
+from aggregator.errors import ResourceNotFound, ResourceOverBudget, ResourceTooLarge, ResourceUnavailable
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source
@@ -312,8 +312,9 @@ class Aggregator:
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
 
     async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:
-        """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden)."""
-        from aggregator.render import RenderError, RenderTooLarge, render
+        """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden).
+        It runs in a worker thread within the manifest's `render:` budget (its reads come back to this loop)."""
+        from aggregator.render import RenderError, RenderOverBudget, RenderTooLarge, render
 
         template = target.render
         assert template is not None
@@ -336,9 +337,13 @@ class Aggregator:
 
         limit = self.manifest.defaults.max_bytes
         try:
-            text = await render(template.text, dict(target.params), read_text, list_resources, limit)
+            text = await render(template.text, dict(target.params), read_text, list_resources, limit,
+                                self.manifest.render)
         except RenderTooLarge:
             raise ResourceTooLarge(target.uri, limit + 1, limit) from None
+        except (RenderOverBudget, ResourceOverBudget) as exc:  # the latter: a render this one read, same budget
+            logger.warning("render %s failed: %s", target.uri, exc)
+            raise ResourceOverBudget(target.uri) from None
         except (RenderError, ResourceNotFound, ResourceTooLarge, ResourceUnavailable) as exc:
             # What failed inside may be another URI or a data value: the log gets it, the client a generic error.
             logger.warning("render %s failed: %s", target.uri, exc)

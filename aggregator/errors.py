@@ -5,7 +5,8 @@ Messages here are safe for clients: they name the URI, never a server path, secr
 
 from __future__ import annotations
 
-__all__ = ["InvalidCursor", "RequestError", "ResourceNotFound", "ResourceTooLarge", "ResourceUnavailable"]
+__all__ = ["InvalidCursor", "RequestError", "ResourceNotFound", "ResourceOverBudget", "ResourceTooLarge",
+           "ResourceUnavailable"]
 
 
 class RequestError(Exception):
@@ -36,6 +37,14 @@ class ResourceUnavailable(RequestError):
 
     def __init__(self, uri: str) -> None:
         super().__init__(f"Resource {uri} could not be read right now", uri)
+
+
+class ResourceOverBudget(RequestError):
+    """A rendered resource passed the server's render time limit or loop iterations (asking again gives the same
+    answer); which one went to the server log."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"Resource {uri} could not be rendered within the server's render limits", uri)
 
 
 class InvalidCursor(RequestError):

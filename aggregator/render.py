@@ -12,33 +12,55 @@ What a caller may not read stays hidden here too. Output is capped, and so is ev
 (`'x' * n`, `[s] * n`, `a ~ b`, `'%*s' % ...`, `'{:>{n}}'.format(...)`, `s.ljust(n)`, `replace`, `join`,
 `center`, `indent`, `batch`, `lipsum(n)`; integers from `**` and `*` by bits): a URI choosing `n` cannot make the
 server build gigabytes before the cap applies. Nesting (a rendered resource reading another) stops at `MAX_DEPTH`.
+
+Time is capped too. A render runs in a worker thread, never on the event loop, under a budget (`RenderSettings`):
+a deadline, checked on every loop iteration and every call, operator, attribute, filter and test the sandbox
+runs, and a count of loop iterations across all its loops. A render past either stops itself (RenderOverBudget)
+and frees its thread. `read()`, `json()` and `resources()` hop back to the event loop, so reads keep the caller's
+scopes and the shared cache; the renders they start share their reader's budget and run on threads of their own
+nesting level, so renders waiting for the renders they read can never hold every thread those need.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
+import copy
+import ctypes
 import json
 import math
 import re
+import sys
+import threading
+import time
 import types
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from functools import lru_cache, update_wrapper, wraps
 from string import Formatter
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
+from anyio import from_thread, to_thread
+from anyio.lowlevel import RunVar
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, nodes
-from jinja2.async_utils import auto_to_list
 from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.defaults import DEFAULT_FILTERS
 from jinja2.filters import make_attrgetter, sync_do_join
+from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEscapeFormatter, SandboxedFormatter
 from jinja2.utils import generate_lorem_ipsum, pass_eval_context
 from markupsafe import Markup
 
-__all__ = ["MAX_DEPTH", "RenderError", "RenderTooLarge", "check_syntax", "render"]
+from aggregator.manifest.model import RenderSettings
+
+__all__ = ["MAX_DEPTH", "RENDER_THREADS", "RenderError", "RenderOverBudget", "RenderTooLarge", "check_syntax",
+           "render"]
 
 MAX_DEPTH = 4
+RENDER_THREADS = 4
+"""Renders running at once per nesting level; more wait (their time limit running) for a thread to free up."""
 _depth = contextvars.ContextVar("render_depth", default=0)
+_T = TypeVar("_T")
 
 
 class RenderError(Exception):
@@ -47,6 +69,52 @@ class RenderError(Exception):
 
 class RenderTooLarge(RenderError):
     """The output passed the cap."""
+
+
+class RenderOverBudget(RenderError):
+    """The render passed its time limit or its loop iterations (`RenderSettings`)."""
+
+
+class _Budget:
+    """What a render, and the renders it reads, may still spend: a deadline and a number of loop iterations."""
+
+    __slots__ = ("deadline", "iterations_left", "limits")
+
+    def __init__(self, limits: RenderSettings) -> None:
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.timeout
+        self.iterations_left = limits.max_iterations
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timed_out(self) -> RenderOverBudget:
+        return RenderOverBudget(f"the render took longer than its {self.limits.timeout:g}s time limit (render.timeout)")
+
+    def check(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise self.timed_out()
+
+    def counted(self, iterable: Iterable[_T]) -> Iterator[_T]:
+        """`iterable`'s items, each one spending an iteration and checking the deadline."""
+        for item in iterable:
+            self.iterations_left -= 1
+            if self.iterations_left < 0:
+                raise RenderOverBudget(f"the render ran more than {self.limits.max_iterations} loop iterations "
+                                       "(render.maxIterations)")
+            self.check()
+            yield item
+
+
+_budget: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("render_budget", default=None)
+"""The budget of the render under way in this thread (and of the reads it makes, on the event loop)."""
+
+
+def _spend() -> None:
+    """Stop the render under way if it is past its deadline (no render under way: compiling, nothing to do)."""
+    budget = _budget.get()
+    if budget is not None:
+        budget.check()
 
 
 _cap = contextvars.ContextVar("render_cap", default=1 << 20)
@@ -194,7 +262,14 @@ class _CappedEscapeFormatter(_FieldsCapped, SandboxedEscapeFormatter):
 
 class _CappedCodeGenerator(CodeGenerator):
     """Jinja's compiler, sending `a ~ b` through `_CappedSandbox.capped_concat`: the one operator the sandbox cannot
-    intercept, and in a loop over a namespace (`{% set ns.s = ns.s ~ ns.s %}`) it doubles a string each time."""
+    intercept, and in a loop over a namespace (`{% set ns.s = ns.s ~ ns.s %}`) it doubles a string each time.
+    Every `{% for %}` iterates through `_CappedSandbox.counted`, which spends the render's loop iterations."""
+
+    def visit_For(self, node: nodes.For, frame: Frame) -> None:
+        counted = copy.copy(node)  # the parsed node may be compiled again (a cached template is not, but be safe)
+        counted.iter = nodes.Call(nodes.EnvironmentAttribute("counted"), [node.iter], [], None, None,
+                                  lineno=node.lineno)
+        super().visit_For(counted, frame)
 
     @optimizeconst
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
@@ -215,18 +290,42 @@ class _CappedSandbox(ImmutableSandboxedEnvironment):
 
     A URI's variables may reach arithmetic (`'x' * (n|int)`), padding (`'x'.ljust(n|int)`, `'{:>{n}}'`) or
     filters (`center(n|int)`), so the cap checked on the output alone would come after a 10 GB string was
-    already built. Loops are bounded already (`range` stops at 100,000 items).
+    already built. Each loop is bounded already (`range` stops at 100,000 items), nested ones by the render's
+    iterations; every hook below also checks the render's deadline, so a render without loops stops in time too.
     """
 
     intercepted_binops = frozenset({"*", "**", "+", "%"})
     code_generator_class = _CappedCodeGenerator
 
+    def counted(self, iterable: Iterable[_T]) -> Iterable[_T]:
+        """A `{% for %}` loop's items, spending the render's iterations (no render under way: left alone)."""
+        budget = _budget.get()
+        return iterable if budget is None else budget.counted(iterable)
+
     def capped_concat(self, join: Callable[[Any], str], values: tuple[Any, ...]) -> str:
         """`a ~ b ~ ...`, refused if the pieces print bigger than the cap together."""
+        _spend()
         _too_large(_joined_size("", list(values)))
         return join(values)
 
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        _spend()  # `map(attribute=...)`, `sort(attribute=...)` loop over items through these two
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        _spend()
+        return super().getitem(obj, argument)
+
+    def call_filter(self, *args: Any, **kwargs: Any) -> Any:
+        _spend()  # `map('upper')` loops over items through this one
+        return super().call_filter(*args, **kwargs)
+
+    def call_test(self, *args: Any, **kwargs: Any) -> Any:
+        _spend()  # and `select('odd')` through this one
+        return super().call_test(*args, **kwargs)
+
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        _spend()
         if operator == "*":
             _check_product(left, right)
         elif operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
@@ -238,9 +337,12 @@ class _CappedSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
     def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        _spend()  # every macro call comes here: `f` calling itself twice is 2^n calls without a loop
         owner = getattr(obj, "__self__", None)
         if isinstance(owner, str) and isinstance(obj, (types.BuiltinMethodType, types.MethodType)):
             args = _check_str_method(owner, obj.__name__, args, kwargs)
+        elif isinstance(obj, LoopContext) and args:  # `loop(children)` in a recursive loop: a loop of its own
+            args = (self.counted(args[0]), *args[1:])
         return super().call(context, obj, *args, **kwargs)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
@@ -312,9 +414,9 @@ def _slice_check(value: Any, slices: Any, fill_with: Any = None) -> None:
 
 
 @pass_eval_context
-async def _join(eval_ctx: nodes.EvalContext, value: Any, d: str = "", attribute: str | int | None = None) -> str:
+def _join(eval_ctx: nodes.EvalContext, value: Any, d: str = "", attribute: str | int | None = None) -> str:
     """Jinja's `join`, measuring the items (a generator, read once) before it joins them."""
-    items = await auto_to_list(value)
+    items = list(value)
     if attribute is not None:
         items = list(map(make_attrgetter(eval_ctx.environment, attribute), items))
     _too_large(_joined_size(str(d), items))
@@ -329,8 +431,9 @@ def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str
 
 @lru_cache(maxsize=1)
 def _environment() -> ImmutableSandboxedEnvironment:
-    # Immutable sandbox: no attribute access to internals, no mutation of lists or dicts passed in.
-    env = _CappedSandbox(enable_async=True, undefined=StrictUndefined, autoescape=False,
+    # Immutable sandbox: no attribute access to internals, no mutation of lists or dicts passed in. Not async:
+    # renders run in worker threads, and `read()` waits there for the event loop.
+    env = _CappedSandbox(undefined=StrictUndefined, autoescape=False,
                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     # Filters whose output grows with an argument a URI may choose.
     for name, check in (("center", _center_check), ("indent", _indent_check), ("format", _format_check),
@@ -358,37 +461,142 @@ def check_syntax(text: str) -> str | None:
 
 ReadText = Callable[[str], Awaitable[str]]
 ListResources = Callable[[str], list[dict[str, Any]]]
+_limiters: RunVar[list[anyio.CapacityLimiter]] = RunVar("render_limiters")
+
+
+def _limiter(depth: int) -> anyio.CapacityLimiter:
+    """The threads of nesting level `depth`, in this event loop: a render waits only for deeper levels' threads,
+    so a full level can never wait on itself, and renders never take threads from anyio's shared pool."""
+    levels = _limiters.get(None)
+    if levels is None:
+        levels = [anyio.CapacityLimiter(RENDER_THREADS) for _ in range(MAX_DEPTH)]
+        _limiters.set(levels)
+    return levels[depth]
 
 
 async def render(text: str, variables: Mapping[str, str | None], read_text: ReadText, list_resources: ListResources,
-                 max_bytes: int) -> str:
-    """Render the manifest template `text` with the URI's `variables`; RenderError or RenderTooLarge otherwise."""
+                 max_bytes: int, limits: RenderSettings = RenderSettings()) -> str:
+    """Render the manifest template `text` with the URI's `variables` in a worker thread, within `limits` (or,
+    when a render reads this one, within its reader's budget); RenderError, RenderTooLarge or RenderOverBudget
+    otherwise. `read_text` and `list_resources` run on the caller's event loop."""
     depth = _depth.get()
     if depth >= MAX_DEPTH:
         raise RenderError(f"rendered resources nest deeper than {MAX_DEPTH} levels")
-    token = _depth.set(depth + 1)
-    try:
-        return await _run(text, variables, read_text, list_resources, max_bytes)
-    finally:
-        _depth.reset(token)
+    budget = _budget.get() or _Budget(limits)
 
+    async def read_here(uri: str) -> str:
+        """On the event loop: a read made by the template, as one level deeper and within the same budget."""
+        _depth.set(depth + 1)  # this task's own context: the caller's is left alone
+        _budget.set(budget)
+        with anyio.move_on_after(budget.remaining()):
+            return await read_text(uri)
+        raise budget.timed_out()
 
-async def _run(text: str, variables: Mapping[str, str | None], read_text: ReadText, list_resources: ListResources,
-               max_bytes: int) -> str:
-    async def read_json(uri: str) -> Any:
-        return json.loads(await read_text(uri))
+    def read(uri: str) -> str:
+        try:
+            return from_thread.run(read_here, str(uri))
+        except concurrent.futures.CancelledError:  # the render's deadline passed while it waited for the read
+            if budget.remaining() <= 0:
+                raise budget.timed_out() from None
+            raise
+
+    def read_json(uri: str) -> Any:
+        return json.loads(read(uri))
 
     def resources(prefix: str = "") -> list[dict[str, Any]]:
-        return list_resources(prefix)
+        return from_thread.run_sync(list_resources, str(prefix))  # the catalog is the event loop's
 
-    _cap.set(max_bytes)  # this task's context: concurrent renders keep their own caps
     args = {k: v for k, v in variables.items() if v is not None}
     # Every variable is defined (None when the URI leaves it out); `args` holds only those given.
-    context = {**variables, "args": args, "read": read_text, "json": read_json, "resources": resources}
+    context = {**variables, "args": args, "read": read, "json": read_json, "resources": resources}
+    _share_the_interpreter()
+    job = _Job(budget)
+    result: str | None = None
+    failure: BaseException | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(job.stop_when_overdue)
+        try:
+            # The wait for a thread counts against the deadline. Once running, the thread is shielded from
+            # cancellation (its slot stays taken until it really ends) and stops itself at the deadline.
+            with anyio.move_on_after(budget.remaining()):
+                result = await to_thread.run_sync(job.run, text, context, max_bytes, limiter=_limiter(depth))
+        except (Exception, _Stopped) as exc:  # kept out of the task group, which would wrap it in an ExceptionGroup
+            failure = budget.timed_out() if isinstance(exc, _Stopped) else exc
+        group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if result is None:
+        raise budget.timed_out()
+    return result
+
+
+_SWITCH_INTERVAL = 0.001
+
+
+def _share_the_interpreter() -> None:
+    """While a render thread runs Python, the event loop waits for the GIL up to the switch interval at every
+    step of a request (5 ms by default): a request of a dozen steps would take 50 ms longer. 1 ms keeps it short."""
+    if sys.getswitchinterval() > _SWITCH_INTERVAL:
+        sys.setswitchinterval(_SWITCH_INTERVAL)
+
+
+_GRACE = 0.1
+"""Seconds past its deadline a render may run before its thread is interrupted."""
+
+
+class _Stopped(BaseException):
+    """Raised in a render's thread past its deadline. A BaseException, so no `except Exception` in a filter
+    swallows it."""
+
+
+class _Job:
+    """One render in its worker thread, which the event loop stops if it runs past its deadline without reaching a
+    check: a filter looping in Python (`urlize`, `wordwrap` over megabytes) gets an exception at its next
+    bytecode. A single call into C (`sorted`, `str.split`, a regular expression) still runs to its end."""
+
+    def __init__(self, budget: _Budget) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._thread: int | None = None
+        """The ident of the thread running the render, while it runs it."""
+
+    def run(self, text: str, context: dict[str, Any], max_bytes: int) -> str:
+        """In the worker thread."""
+        with self._lock:
+            self._thread = threading.get_ident()
+        try:
+            return _generate(text, context, max_bytes, self.budget)
+        except _Stopped:
+            raise self.budget.timed_out() from None
+        finally:
+            with self._lock:
+                if self._thread is not None:
+                    _raise_in(self._thread, None)  # a stop sent but not raised yet must not hit the thread's next job
+                self._thread = None
+
+    async def stop_when_overdue(self) -> None:
+        """On the event loop, once: past the deadline and the grace, interrupt the render if it still runs."""
+        await anyio.sleep(max(self.budget.remaining(), 0.0) + _GRACE)
+        with self._lock:
+            if self._thread is not None:
+                _raise_in(self._thread, _Stopped)
+
+
+def _raise_in(thread: int, exception: type[BaseException] | None) -> None:
+    """Have `thread` raise `exception` at its next Python bytecode (None: cancel one not raised yet)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
+                                               None if exception is None else ctypes.py_object(exception))
+
+
+def _generate(text: str, context: dict[str, Any], max_bytes: int, budget: _Budget) -> str:
+    """In a worker thread (a context of its own): the template's output, within the cap and the budget."""
+    _cap.set(max_bytes)
+    _budget.set(budget)
     out: list[str] = []
     size = 0
     try:
-        async for chunk in _compiled(text).generate_async(context):
+        budget.check()
+        for chunk in _compiled(text).generate(context):
             size += len(chunk.encode("utf-8"))
             if size > max_bytes:
                 raise RenderTooLarge(f"rendered output passed {max_bytes} bytes")

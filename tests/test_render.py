@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -14,7 +15,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from aggregator.core import Aggregator
-from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
+from aggregator.errors import ResourceNotFound, ResourceOverBudget, ResourceTooLarge, ResourceUnavailable
 from tests.conftest import MODES, connect, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,3 +274,176 @@ def test_ordinary_padding_joining_and_formatting_still_render() -> None:
                 "{% autoescape true %}{{ '<' ~ 'b' }}{% endautoescape %}")
     assert anyio.run(render, template, {}, no_read, lambda prefix: [], 1000) == (
         'ab..|   x|3.14|a  |002.5|0,1,2|a,b|aXXc|a1[2]|{\n "k": [\n  1\n ]\n}|[[1, 2], [3, 0]]|&lt;b')
+
+
+# --- the render budget: a time limit and a cap on loop iterations -------------------------------------------------
+
+NESTED_LOOPS = "{% for i in range(n | int) %}{% for j in range(n | int) %}.{% endfor %}{% endfor %}"
+CALLS = "{% macro f(k) %}{% if k > 0 %}{{ f(k - 1) }}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(n | int) }}done"
+
+
+async def _no_read(uri: str) -> str:
+    raise AssertionError(uri)
+
+
+def _render_with(template: str, variables: dict, timeout: float = 30.0, max_iterations: int = 1_000_000,
+                 max_bytes: int = 10 * 1024 * 1024) -> str:
+    from aggregator.manifest.model import RenderSettings
+    from aggregator.render import render
+
+    limits = RenderSettings(timeout=timeout, max_iterations=max_iterations)
+    return anyio.run(lambda: render(template, variables, _no_read, lambda prefix: [], max_bytes, limits))
+
+
+def test_loop_iterations_are_counted_across_all_loops() -> None:
+    """10 outer and 100 inner iterations: 110 in all."""
+    from aggregator.render import RenderOverBudget
+
+    assert _render_with(NESTED_LOOPS, {"n": "10"}, max_iterations=110) == "." * 100
+    with pytest.raises(RenderOverBudget, match="109 loop iterations"):
+        _render_with(NESTED_LOOPS, {"n": "10"}, max_iterations=109)
+    # The issue's 100,000,000 iterations stop at the default cap, long before the time limit.
+    with pytest.raises(RenderOverBudget, match="1000000 loop iterations"):
+        _render_with(NESTED_LOOPS, {"n": "10000"}, timeout=60)
+
+
+@pytest.mark.parametrize("template", [
+    "{% for n in tree recursive %}{{ n.name }}{{ loop(n.children) }}{% endfor %}",  # loop() items count too
+    "{% for n in tree if n.name %}{{ n.name }}{% for c in n.children %}{{ c.name }}{% endfor %}{% endfor %}",
+])
+def test_filtered_and_recursive_loops_count_their_items(template: str) -> None:
+    from aggregator.render import RenderOverBudget, render
+
+    tree = [{"name": "a", "children": [{"name": "b", "children": []}, {"name": "c", "children": []}]}]
+
+    async def read_tree(uri: str) -> str:
+        return json.dumps(tree)
+
+    async def main(max_iterations: int) -> str:
+        from aggregator.manifest.model import RenderSettings
+
+        limits = RenderSettings(max_iterations=max_iterations)
+        return await render("{% set tree = json('t') %}" + template, {}, read_tree, lambda prefix: [], 1000, limits)
+
+    assert anyio.run(main, 3) == "abc"
+    with pytest.raises(RenderOverBudget):
+        anyio.run(main, 2)
+
+
+@pytest.mark.parametrize(("template", "variables"), [
+    (CALLS, {"n": "40"}),  # 2^40 macro calls and no loop: only the clock stops it
+    ("{{ ('x' * (n | int)) | map('upper') | join | length }}", {"n": "5000000"}),  # a loop inside a filter
+    ("{{ ('x' * (n | int)) | select('ne', 'y') | list | length }}", {"n": "5000000"}),
+    ("{{ ('x' * (n | int)) | map(attribute='x') | list | length }}", {"n": "5000000"}),
+])
+def test_a_render_stops_at_its_time_limit(template: str, variables: dict) -> None:
+    from aggregator.render import RenderOverBudget
+
+    start = time.monotonic()
+    with pytest.raises(RenderOverBudget, match=r"0\.3s"):
+        _render_with(template, variables, timeout=0.3)
+    assert time.monotonic() - start < 10  # seconds to hours without the limit
+
+
+def test_a_render_stuck_inside_one_filter_is_interrupted_and_its_thread_serves_again() -> None:
+    """`wordwrap` over 10 MB loops in Python inside one filter call, out of reach of every check (6 s here): past
+    the deadline its thread is interrupted, and the thread goes on to serve other renders unharmed."""
+    from aggregator.manifest.model import RenderSettings
+    from aggregator.render import RenderOverBudget, render
+
+    async def main() -> None:
+        with pytest.raises(RenderOverBudget, match=r"0\.3s"):
+            await render("{{ ('a ' * (n | int)) | wordwrap(5) | length }}", {"n": "5000000"}, _no_read,
+                         lambda prefix: [], 10 * 1024 * 1024, RenderSettings(timeout=0.3))
+        for _ in range(20):
+            await anyio.sleep(0.01)  # a stop sent late would land here, in the next render of the same thread
+            assert await render("{{ 'a' * 3 }}", {}, _no_read, lambda prefix: [], 100) == "aaa"
+
+    anyio.run(main)
+
+
+def test_the_budget_leaves_ordinary_renders_alone() -> None:
+    assert _render_with(CALLS, {"n": "5"}, timeout=5) == "done"
+    assert _render_with("{{ range(3) | map('string') | join(',') }}", {}, max_iterations=1) == "0,1,2"
+
+
+def test_nested_renders_share_the_budget_and_never_wait_on_each_other(tmp_path: Path) -> None:
+    """Four levels of renders, read by many callers at once: every level gets its own worker threads, so outer
+    renders holding every thread cannot starve the renders they read; a level's loops count against its reader's
+    budget."""
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: nested}
+        render: {maxIterations: 25}
+        resources:
+          - {uri: "l0://x", name: l0, render: "{% for i in range(5) %}{% endfor %}0{{ read('l1://x') }}"}
+          - {uri: "l1://x", name: l1, render: "{% for i in range(5) %}{% endfor %}1{{ read('l2://x') }}"}
+          - {uri: "l2://x", name: l2, render: "{% for i in range(5) %}{% endfor %}2{{ read('l3://x') }}"}
+          - {uri: "l3://x", name: l3, render: "{% for i in range(5) %}{% endfor %}3{{ read('t://x') }}"}
+          - {uri: "t://x", name: t, text: "."}
+          - {uri: "over://x", name: over, render: "{% for i in range(11) %}{% endfor %}{{ read('l1://x') }}"}
+        """)
+
+    async def main() -> None:
+        aggregator = await Aggregator.open(manifest)
+        try:
+            assert aggregator.manifest.render.max_iterations == 25
+            results: list[str] = []
+
+            async def read() -> None:
+                results.append((await aggregator.read("l0://x")).text or "")
+
+            async with anyio.create_task_group() as group:
+                for _ in range(24):
+                    group.start_soon(read)
+            assert results == ["0123."] * 24
+            with pytest.raises(ResourceOverBudget) as failed:  # 11 + 3 * 5 iterations: past 25
+                await aggregator.read("over://x")
+            assert "over://x" in failed.value.message
+            assert (await aggregator.read("l1://x")).text == "123."  # read on its own, a level has its own budget
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+
+
+def test_render_settings_come_from_the_root_manifest_only(tmp_path: Path) -> None:
+    from aggregator.manifest import load_manifest
+    from aggregator.manifest.model import ManifestError, RenderSettings
+
+    write_manifest(tmp_path, """
+        version: 1
+        server: {name: team}
+        render: {timeout: 1ms, maxIterations: 1}
+        resources:
+          - {uri: "team://x", name: x, render: "{% for i in range(3) %}{{ i }}{% endfor %}"}
+        """, name="team.yaml")
+    root = write_manifest(tmp_path, """
+        version: 1
+        server: {name: root}
+        render: {timeout: 1500ms}
+        include: [{path: team.yaml}]
+        """)
+    manifest = load_manifest(root)
+    assert manifest.render == RenderSettings(timeout=1.5, max_iterations=1_000_000)
+    assert load_manifest(tmp_path / "team.yaml").render == RenderSettings(timeout=0.001, max_iterations=1)
+
+    async def main() -> None:
+        aggregator = await Aggregator.open(root)
+        try:
+            assert (await aggregator.read("team://x")).text == "012"
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+    for settings, problem in (("{timeout: 0s}", "render.timeout: a render timeout must be longer than 0s"),
+                              ("{maxIterations: 0}", "render.maxIterations: must be at least 1"),
+                              ("{memory: 1}", "render.memory: unknown key 'memory'")):
+        bad = write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: bad}}
+            render: {settings}
+            """, name="bad.yaml")
+        with pytest.raises(ManifestError) as failed:
+            load_manifest(bad)
+        assert f"bad.yaml:3:" in str(failed.value) and problem in str(failed.value)

@@ -28,6 +28,7 @@ from aggregator.manifest.model import (
     ManifestError,
     ManifestIssue,
     Render,
+    RenderSettings,
     ResourceSpec,
     ServerSettings,
     SourceSpec,
@@ -179,6 +180,7 @@ class _Builder:
             resources=tuple(self.resource(i, spec) for i, spec in enumerate(data.get("resources", []))),
             collections=tuple(self.collection(i, spec) for i, spec in enumerate(data.get("collections", []))),
             templates=tuple(self.template(i, spec) for i, spec in enumerate(data.get("templates", []))),
+            render=self.render_settings(data.get("render", {})),
         )
 
     def server(self, spec: dict[str, Any]) -> ServerSettings:
@@ -196,6 +198,13 @@ class _Builder:
             auth=self.auth(spec["auth"]) if "auth" in spec else None,
             tools=spec.get("tools", False),
         )
+
+    def render_settings(self, spec: dict[str, Any]) -> RenderSettings:
+        base, path = RenderSettings(), ("render",)
+        timeout = self.parsed(parse_duration, spec, "timeout", path, base.timeout)
+        if timeout <= 0:  # the schema allows 0 for every duration; a render with no time at all never succeeds
+            self.issues.append(self.marked.issue(path + ("timeout",), "a render timeout must be longer than 0s"))
+        return RenderSettings(timeout=timeout, max_iterations=spec.get("maxIterations", base.max_iterations))
 
     def auth(self, spec: dict[str, Any]) -> AuthSettings:
         jwt = spec.get("jwt")

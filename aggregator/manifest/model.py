@@ -107,6 +107,15 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RenderSettings:
+    """The budget of one render (and of the renders it reads): wall-clock seconds, reads included, and loop
+    iterations across all its loops."""
+
+    timeout: float = 2.0
+    max_iterations: int = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
 class Defaults:
     ttl: float = 300.0
     """Seconds content stays cached (and the `ttlMs` hint given to modern clients)."""
@@ -262,6 +271,8 @@ class Manifest:
     templates: tuple[TemplateSpec, ...] = ()
     files: tuple[Path, ...] = ()
     """Every local file this manifest was built from (itself, extends bases, includes): what a reload watches."""
+    render: RenderSettings = field(default_factory=RenderSettings)
+    """Only the root manifest's `render:` counts, like its `server:`."""
 
 
 @dataclass(frozen=True, slots=True)
