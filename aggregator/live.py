@@ -98,7 +98,10 @@ class LiveCatalog:
             with anyio.move_on_after(FALLBACK_CHECK_SECONDS):
                 await self._dirty.wait()
             self._dirty = anyio.Event()  # saves from now on ask for one more reload
-            await self.reload_if_changed()
+            try:
+                await self.reload_if_changed()
+            except Exception:  # the loop must outlive any one reload: it is what picks up the next save
+                logger.exception("checking the manifest for changes failed; still serving the last good catalog")
 
     async def reload_if_changed(self) -> bool:
         """Reload if the manifest's bytes changed since the last load, once they settled; True if clients were told.

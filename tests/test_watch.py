@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -71,3 +72,48 @@ def test_non_utf8_names_while_serving_degrade_watching_to_polling(tmp_path: Path
     assert len(docs_warnings) == 1, log
     assert len(manifest_warnings) == 1, log
     assert "Traceback" not in log, log
+
+
+def test_only_the_folder_holding_the_bad_name_is_polled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Three sources, two of them on nested folders: a name that is not UTF-8 in one folder sends that folder (and
+    the source nested in it) to polling with one warning each; the other keeps its watcher, and every source
+    still hears of its changes."""
+    from aggregator.watch import POLL_SECONDS, Change, watch_folders
+
+    outer, inner, other = tmp_path / "outer", tmp_path / "outer" / "inner", tmp_path / "other"
+    for folder in (inner, other):
+        folder.mkdir(parents=True)
+    roots = {"outer": str(outer), "inner": str(inner), "other": str(other)}
+    heard: list[tuple[str, set[tuple[Change, str]]]] = []
+
+    async def on_change(source: str, changes: set[tuple[Change, str]]) -> None:
+        heard.append((source, changes))
+
+    def saw(source: str, path: str) -> bool:
+        return any(sid == source and any(p == path for _, p in changes) for sid, changes in heard)
+
+    async def until(condition: Any, timeout: float) -> None:
+        with anyio.fail_after(timeout):
+            while not condition():
+                await anyio.sleep(0.02)
+
+    async def main() -> None:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_folders, roots, on_change, stop)
+            await anyio.sleep(0.5)
+            (inner / "x.md").write_text("x")  # nested roots: both sources hear of it
+            await until(lambda: saw("outer", "inner/x.md") and saw("inner", "x.md"), 5)
+            create_bytes_name(inner, b"caf\xe9.md")
+            await anyio.sleep(0.5)
+            (other / "y.md").write_text("y")
+            await until(lambda: saw("other", "y.md"), 2)  # a watcher: well inside one poll interval
+            (inner / "z.md").write_text("z")
+            await until(lambda: saw("outer", "inner/z.md") and saw("inner", "z.md"), POLL_SECONDS * 4)
+            stop.set()
+
+    with caplog.at_level("WARNING", logger="aggregator.watch"):
+        anyio.run(main)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sorted(w.split("'")[1] for w in warnings) == ["inner", "outer"], warnings
+    assert all("polling" in w for w in warnings)
