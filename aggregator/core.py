@@ -23,7 +23,7 @@ from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source
 
-__all__ = ["Aggregator", "open_sources"]
+__all__ = ["Aggregator", "SuspiciousReload", "open_sources"]
 
 logger = logging.getLogger("aggregator")
 RENDER_INPUTS_KEPT = 4096
@@ -46,6 +46,28 @@ def _content_changed(old: Catalog, new: Catalog, replaced: set[str]) -> set[str]
                                    or entry.source in replaced):
             changed.add(entry.uri)
     return changed
+
+
+class SuspiciousReload(Exception):
+    """A guarded reload would remove every resource of sources the new manifest still declares, or empty the
+    catalog: what a half-written save looks like. Nothing was swapped."""
+
+    def __init__(self, sources: tuple[str, ...]) -> None:
+        self.sources = sources
+        """The still-declared sources left without a resource; empty when the catalog as a whole would be empty."""
+        what = f"source(s) {', '.join(map(repr, sources))}" if sources else "the catalog"
+        super().__init__(f"the reload would remove every resource of {what}")
+
+
+def _emptied_sources(old: Catalog, new: Catalog, manifest: Manifest) -> tuple[str, ...] | None:
+    """Sources still declared in `manifest` that have resources in `old` and none in `new` (() when only the
+    catalog as a whole would become empty); None when the new catalog looks like a deliberate edit."""
+    before = {e.source for e in old.entries if e.source is not None}
+    after = {e.source for e in new.entries if e.source is not None}
+    emptied = tuple(sorted(sid for sid in before - after if sid in manifest.sources))
+    if emptied:
+        return emptied
+    return () if len(old) and not len(new) else None
 
 
 def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
@@ -108,13 +130,15 @@ class Aggregator:
         """Release what sources hold open (HTTP connection pools)."""
         await close_sources(self.sources.values())
 
-    async def reload(self, watched: Iterable[str] = ()) -> tuple[bool, set[str]]:
+    async def reload(self, watched: Iterable[str] = (), *, guard: bool = False) -> tuple[bool, set[str]]:
         """Load the manifest again and swap in its catalog; returns (listing changed, URIs whose content changed).
 
-        ManifestError (located) if the new manifest is bad: the current catalog keeps serving. Unchanged sources
-        are kept (their connections and cached content with them); collections over `watched` sources that did not
-        change are reused rather than listed again (a watcher keeps them current), and so are collections over other
-        kept sources listed less than the source's `ttl` ago (source listings are cached with the source's ttl).
+        ManifestError (located) if the new manifest is bad, and with `guard` SuspiciousReload if it would leave a
+        source it still declares without resources (or the catalog empty): the current catalog keeps serving.
+        Unchanged sources are kept (their connections and cached content with them); collections over `watched`
+        sources that did not change are reused rather than listed again (a watcher keeps them current), and so are
+        collections over other kept sources listed less than the source's `ttl` ago (source listings are cached with
+        the source's ttl).
         """
         manifest = load_manifest(self.manifest.path)
         kept = {sid: src for sid, src in self.sources.items()
@@ -129,6 +153,10 @@ class Aggregator:
         except BaseException:
             await close_sources(fresh.values())
             raise
+        emptied = _emptied_sources(old, catalog, manifest) if guard else None
+        if emptied is not None:
+            await close_sources(fresh.values())
+            raise SuspiciousReload(emptied)
         dropped = [src for sid, src in self.sources.items() if sid not in kept]
         replaced = set(self.sources) - set(kept)
         old = self.catalog

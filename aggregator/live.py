@@ -2,18 +2,21 @@
 
 Reloads run off the request path, one at a time; saves that arrive during a reload fold into one more. A save
 that does not change the file's bytes, or does not change what is listed, sends nothing; a broken save keeps
-the last good catalog serving and logs the located error.
+the last good catalog serving and logs the located error. A reload reads the files only once they stayed
+unchanged for `server.reloadSettle` (a save may be written in chunks), and one that would leave a source without
+resources, or the catalog empty, waits one more such window before it applies.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from pathlib import Path
 
 import anyio
 
-from aggregator.core import Aggregator
+from aggregator.core import Aggregator, SuspiciousReload
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.sources import LocalSource
@@ -24,6 +27,8 @@ __all__ = ["LiveCatalog"]
 logger = logging.getLogger("aggregator.live")
 
 FALLBACK_CHECK_SECONDS = 2.0
+SETTLE_STEP_SECONDS = 0.1
+"""How often the manifest files are read while they settle."""
 _FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("maxSubscriptions", "max_subscriptions"))
 """Server settings bound when serving starts (the HTTP app, its auth, registered tools, the notifier)."""
 
@@ -44,6 +49,8 @@ class LiveCatalog:
         self.reload_enabled = reload
         self.reloads = 0
         self.reload_errors = 0
+        self.suspicious_reloads = 0
+        """Reloads held back one more settle window because they would empty a source or the catalog."""
         self.last_error: str | None = None
         """Why the last reload failed, for /healthz: a count, never the messages (they name files on this host)."""
         self._manifest_path = Path(aggregator.manifest.path)
@@ -91,17 +98,58 @@ class LiveCatalog:
             with anyio.move_on_after(FALLBACK_CHECK_SECONDS):
                 await self._dirty.wait()
             self._dirty = anyio.Event()  # saves from now on ask for one more reload
-            await self.reload_if_changed()
+            try:
+                await self.reload_if_changed()
+            except Exception:  # the loop must outlive any one reload: it is what picks up the next save
+                logger.exception("checking the manifest for changes failed; still serving the last good catalog")
 
     async def reload_if_changed(self) -> bool:
-        """Reload if the manifest's bytes changed since the last load; True if clients were told."""
+        """Reload if the manifest's bytes changed since the last load, once they settled; True if clients were told.
+
+        A reload that would leave a source the new manifest still declares without resources (or empty the
+        catalog) is what a half-written save looks like: it applies only if the files stay unchanged for one more
+        settle window, and if they changed meanwhile the new content is loaded instead.
+        """
         digest = self._files_digest()
         if digest is None or digest == self._digest:
             return False  # deleted (keep serving) or untouched
+        digest = await self._settled(digest)
+        while digest is not None and digest != self._digest:
+            try:
+                return await self._reload(digest, guard=True)
+            except SuspiciousReload as exc:
+                self.suspicious_reloads += 1
+                settle = self.aggregator.manifest.server.reload_settle
+                logger.warning("%s: %s; it may be half-written, so the reload waits %gs more for it to stay "
+                               "unchanged", self._manifest_path, exc, settle)
+            settled = await self._settled(digest)
+            if settled == digest:
+                logger.warning("%s stayed unchanged: applying the reload", self._manifest_path)
+                return await self._reload(digest, guard=False)
+            logger.info("%s changed again: reloading its new content instead", self._manifest_path)
+            digest = settled
+        return False
+
+    async def _settled(self, digest: str | None) -> str | None:
+        """Wait until the files' digest has stayed the same for `server.reloadSettle`, counting from now with
+        `digest` as the content seen; return that digest (None if the manifest is gone)."""
+        settle = self.aggregator.manifest.server.reload_settle
+        since = time.monotonic()
+        while (left := since + settle - time.monotonic()) > 0:
+            await anyio.sleep(min(left, SETTLE_STEP_SECONDS))
+            now = self._files_digest()
+            if now != digest:
+                digest, since = now, time.monotonic()
+        return digest
+
+    async def _reload(self, digest: str, guard: bool) -> bool:
+        """Reload the manifest whose files had `digest` and tell clients; SuspiciousReload passes through."""
         watch_plan = self._watch_plan()
         files_before, server_before = self.aggregator.manifest.files, self.aggregator.manifest.server
         try:
-            changed, content_changed = await self.aggregator.reload(watched=self._watched)
+            changed, content_changed = await self.aggregator.reload(watched=self._watched, guard=guard)
+        except SuspiciousReload:
+            raise
         except ManifestError as exc:
             self.reload_errors += 1
             self.last_error = f"the manifest has {len(exc.issues)} problem(s); see the server log"

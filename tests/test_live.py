@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from tests.conftest import server_params, write_manifest
@@ -159,3 +160,53 @@ async def _until(condition: Any, timeout: float = SOON) -> None:
     with anyio.fail_after(timeout):
         while not condition():
             await anyio.sleep(0.02)
+
+
+@pytest.mark.parametrize(("gap", "mode"), [(0.1, "legacy"), (0.5, "auto")])
+def test_two_chunk_save_never_serves_its_valid_first_half(live_dir: Path, gap: float, mode: str) -> None:
+    """An in-place save written in two chunks `gap` apart, whose first chunk alone is a valid manifest listing
+    nothing: 16 concurrent readers of a resource in both versions see no failure (the reload waits for the file
+    to settle, and a reload emptying the catalog waits one more settle window)."""
+    manifest = live_dir / "manifest.yaml"
+    new = BASE + 'resources:\n  - {uri: "note://n", name: n, text: hello}\n'
+    cut = new.index("collections:")
+    first, rest = new[:cut], new[cut:]  # `first` declares the source but lists nothing
+    reads = failed = 0
+
+    async def main() -> None:
+        async with Client(server_params(manifest), mode=mode, cache=None) as client:
+            done = anyio.Event()
+
+            async def reader() -> None:
+                nonlocal reads, failed
+                while not done.is_set():
+                    try:
+                        await client.read_resource("docs://a.md")
+                    except MCPError:
+                        failed += 1
+                    reads += 1
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(16):
+                    tg.start_soon(reader)
+                await anyio.sleep(0.5)
+                with manifest.open("r+") as handle:  # in place, as `>` in a shell or a plain editor save
+                    handle.truncate(0)
+                    handle.write(first)
+                    handle.flush()
+                    await anyio.sleep(gap)
+                    handle.write(rest)
+                await _until_listed(client, "note://n", timeout=15.0)
+                await anyio.sleep(0.5)
+                done.set()
+
+    anyio.run(main)
+    print(f"two-chunk save, gap {gap}s: {failed} of {reads} reads failed")
+    assert reads > 100
+    assert failed == 0
+
+
+async def _until_listed(client: Client, uri: str, timeout: float = SOON) -> None:
+    with anyio.fail_after(timeout):
+        while uri not in await uris(client):
+            await anyio.sleep(0.05)

@@ -149,7 +149,10 @@ def test_soak_200_saves_bounded_notifications_no_leaks(docs: Path) -> None:
                 for i in range(200):
                     save(docs, BASE + f'resources:\n  - {{uri: "note://n{i % 7}", name: n, text: "{i}"}}\n')
                     await anyio.sleep(0.002)
-                await anyio.sleep(1.0)
+                with anyio.fail_after(10):  # the saves settle, then one reload serves the last
+                    while live.aggregator.catalog.get("note://n3") is None:
+                        await anyio.sleep(0.05)
+                await anyio.sleep(0.5)
                 gc.collect()
                 grown = tracemalloc.get_traced_memory()[0] - base_memory
                 tracemalloc.stop()
@@ -275,3 +278,123 @@ def test_rendered_resources_get_updated_when_what_they_read_changes(tmp_path: Pa
                     assert (await client.read_resource("digest://count")).contents[0].text == "3 docs"
 
     anyio.run(main)
+
+
+def _write_in_place(path: Path, chunks: list[str]) -> Any:
+    """Rewrite `path` in place, as a shell redirect or a plain editor save does, one chunk per call of `next()`."""
+    with path.open("r+") as handle:
+        handle.truncate(0)
+        for chunk in chunks:
+            handle.write(chunk)
+            handle.flush()
+            yield
+
+
+def test_reload_waits_until_the_manifest_settles(docs: Path) -> None:
+    """A save written in five chunks 0.1 s apart (prefixes valid or not) is read once, whole, when it settled."""
+    write_manifest(docs.parent, BASE.replace("{name: live}", "{name: live, reloadSettle: 1s}"))
+    new = BASE.replace("{name: live}", "{name: live, reloadSettle: 1s}") + \
+        'resources:\n  - {uri: "note://n", name: n, text: hello}\n'
+    step = len(new) // 5 + 1
+
+    async def main() -> None:
+        async with running(docs) as (server, live):
+            assert live.aggregator.manifest.server.reload_settle == 1.0
+            for _ in _write_in_place(docs, [new[i:i + step] for i in range(0, len(new), step)]):
+                await anyio.sleep(0.1)
+            with anyio.fail_after(10):
+                while live.aggregator.catalog.get("note://n") is None:
+                    await anyio.sleep(0.02)
+            assert (live.reloads, live.reload_errors, live.suspicious_reloads) == (1, 0, 0)
+            assert live.aggregator.catalog.get("docs://a.md") is not None
+
+    anyio.run(main)
+
+
+def test_suspicious_reload_waits_and_the_rest_of_the_save_wins(docs: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A settled first half that declares the source but lists nothing is held one more window; the rest of the
+    save arriving meanwhile is what gets loaded, and the resource in both versions never goes away."""
+    head = BASE.replace("{name: live}", "{name: live, reloadSettle: 300ms}")
+    write_manifest(docs.parent, head)
+    new = head + 'resources:\n  - {uri: "note://n", name: n, text: hello}\n'
+    cut = new.index("collections:")
+    missing = 0
+
+    async def main() -> None:
+        nonlocal missing
+        async with running(docs) as (server, live):
+            done = anyio.Event()
+
+            async def watch_catalog() -> None:
+                nonlocal missing
+                while not done.is_set():
+                    missing += live.aggregator.catalog.get("docs://a.md") is None
+                    await anyio.sleep(0.005)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_catalog)
+                writer = _write_in_place(docs, [new[:cut], new[cut:]])
+                next(writer)
+                with anyio.fail_after(5):
+                    while live.suspicious_reloads == 0:
+                        await anyio.sleep(0.01)
+                next(writer, None)
+                with anyio.fail_after(5):
+                    while live.aggregator.catalog.get("note://n") is None:
+                        await anyio.sleep(0.02)
+                done.set()
+            assert (live.reloads, live.reload_errors, live.suspicious_reloads) == (1, 0, 1)
+
+    with caplog.at_level("INFO", logger="aggregator.live"):
+        anyio.run(main)
+    assert missing == 0
+    assert "would remove every resource of source(s) 'docs'" in caplog.text
+    assert "changed again: reloading its new content instead" in caplog.text
+
+
+def test_deliberate_emptying_applies_after_one_more_window(docs: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Dropping every collection over a source that stays declared is held one settle window, then applied and
+    told to clients; emptying a catalog of inline resources is held the same way."""
+    head = BASE.replace("{name: live}", "{name: live, reloadSettle: 200ms}")
+    write_manifest(docs.parent, head)
+
+    async def main() -> None:
+        async with running(docs) as (server, live):
+            async with Client(server, mode="auto", cache=None) as client:
+                async with client.listen(resources_list_changed=True) as sub:
+                    await anyio.sleep(0.2)
+                    save(docs, head[:head.index("collections:")] +
+                         'resources:\n  - {uri: "note://only", name: only, text: hi}\n')
+                    with anyio.fail_after(5):
+                        while live.suspicious_reloads == 0:
+                            await anyio.sleep(0.01)
+                    assert live.aggregator.catalog.get("docs://a.md") is not None  # held back
+                    with anyio.fail_after(5):
+                        await sub.__anext__()  # list_changed once applied
+                    assert [r.uri for r in (await client.list_resources()).resources] == ["note://only"]
+                    assert (live.reloads, live.suspicious_reloads) == (1, 1)
+
+                    save(docs, "version: 1\nserver: {name: live, reloadSettle: 200ms}\n")  # nothing at all
+                    with anyio.fail_after(5):
+                        await sub.__anext__()
+                    assert (await client.list_resources()).resources == []
+                    assert (live.reloads, live.suspicious_reloads) == (2, 2)
+
+    with caplog.at_level("WARNING", logger="aggregator.live"):
+        anyio.run(main)
+    assert "would remove every resource of source(s) 'docs'" in caplog.text
+    assert "would remove every resource of the catalog" in caplog.text
+    assert caplog.text.count("stayed unchanged: applying the reload") == 2
+
+
+def test_reload_settle_is_a_located_duration(tmp_path: Path) -> None:
+    from aggregator.manifest import load_manifest
+    from aggregator.manifest.model import ManifestError
+
+    ok = write_manifest(tmp_path, "version: 1\nserver: {name: s, reloadSettle: 250ms}\n")
+    assert load_manifest(ok).server.reload_settle == 0.25
+    assert load_manifest(write_manifest(tmp_path, "version: 1\nserver: {name: s}\n")).server.reload_settle == 0.5
+    bad = write_manifest(tmp_path, "version: 1\nserver: {name: s, reloadSettle: soon}\n")
+    with pytest.raises(ManifestError) as err:
+        load_manifest(bad)
+    assert "reloadSettle" in str(err.value) and "manifest.yaml:2" in str(err.value)

@@ -189,6 +189,8 @@ class _Builder:
             name=spec["name"], title=spec.get("title"), version=spec.get("version"),
             instructions=spec.get("instructions"), page_size=spec.get("pageSize", DEFAULT_PAGE_SIZE),
             max_subscriptions=spec.get("maxSubscriptions", _SERVER_DEFAULTS.max_subscriptions),
+            reload_settle=self.parsed(parse_duration, spec, "reloadSettle", ("server",),
+                                      _SERVER_DEFAULTS.reload_settle),
             http=HttpSettings(
                 allowed_hosts=tuple(http.get("allowedHosts", ())),
                 allowed_origins=tuple(http.get("allowedOrigins", ())),

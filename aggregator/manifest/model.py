@@ -100,6 +100,8 @@ class ServerSettings:
     instructions: str | None = None
     page_size: int = DEFAULT_PAGE_SIZE
     max_subscriptions: int = 1000
+    reload_settle: float = 0.5
+    """Seconds the manifest files must stay unchanged before a reload reads them (a save may come in chunks)."""
     http: HttpSettings = field(default_factory=HttpSettings)
     auth: AuthSettings | None = None
     tools: bool = False

@@ -1,0 +1,119 @@
+"""Watching never stops the server: a watcher that fails (a file name that is not UTF-8) degrades to polling,
+logged once, and later changes are still noticed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.stdio import stdio_client
+
+from tests.conftest import MODES, server_params, write_manifest
+from tests.test_live import BASE, save
+
+NOTICED = 15.0  # seconds a change may take to show once watching fell back to polling (it polls every 2 s)
+
+# The collection lists notes/ only, so this test holds whatever listing makes of a name that is not UTF-8:
+# it is about the watchers, which see the whole folder (and the manifest's folder) whatever the globs.
+NOTES = BASE.replace('glob: "*.md"', 'glob: "notes/*.md"')
+
+
+def create_bytes_name(folder: Path, name: bytes) -> None:
+    """Create an empty file whose name is raw bytes (here not valid UTF-8)."""
+    fd = os.open(os.fsencode(folder) + b"/" + name, os.O_CREAT | os.O_WRONLY, 0o644)
+    os.close(fd)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_non_utf8_names_while_serving_degrade_watching_to_polling(tmp_path: Path, mode: str) -> None:
+    (tmp_path / "docs" / "notes").mkdir(parents=True)
+    (tmp_path / "docs" / "notes" / "a.md").write_text("# A\n")
+    manifest = write_manifest(tmp_path, NOTES)
+    errlog_path = tmp_path / "server.log"
+
+    async def uris(client: Client) -> list[str]:
+        return [r.uri for r in (await client.list_resources()).resources]
+
+    async def until_listed(client: Client, uri: str) -> None:
+        with anyio.fail_after(NOTICED):
+            while uri not in await uris(client):
+                await anyio.sleep(0.2)
+
+    async def main() -> None:
+        with errlog_path.open("w") as errlog:
+            async with Client(stdio_client(server_params(manifest), errlog=errlog), mode=mode, cache=None) as client:
+                assert await uris(client) == ["docs://notes/a.md"]
+                await anyio.sleep(0.5)  # the watchers are up
+                create_bytes_name(tmp_path / "docs", b"caf\xe9.md")  # in a watched source folder
+                create_bytes_name(tmp_path, b"caf\xe9.yaml")  # beside the manifest (its folder is watched)
+                await anyio.sleep(1.0)
+                assert await uris(client) == ["docs://notes/a.md"]  # still serving
+                for i in range(3):  # more events on the bad names: still one warning per watch
+                    (tmp_path / "docs" / os.fsdecode(b"caf\xe9.md")).write_text(f"{i}")
+                    (tmp_path / os.fsdecode(b"caf\xe9.yaml")).write_text(f"{i}")
+                    await anyio.sleep(0.1)
+
+                (tmp_path / "docs" / "notes" / "b.md").write_text("# B\n")  # noticed by polling the folder
+                await until_listed(client, "docs://notes/b.md")
+                assert (await client.read_resource("docs://notes/b.md")).contents[0].text == "# B\n"
+
+                save(manifest, NOTES + 'resources:\n  - {uri: "note://n", name: n, text: hi}\n')  # by the digest check
+                await until_listed(client, "note://n")
+
+    anyio.run(main)
+    log = errlog_path.read_text(errors="replace")
+    print(log)
+    docs_warnings = [line for line in log.splitlines() if "watching" in line and str(tmp_path / "docs") in line]
+    manifest_warnings = [line for line in log.splitlines() if "watching" in line and "manifest" in line]
+    assert len(docs_warnings) == 1, log
+    assert len(manifest_warnings) == 1, log
+    assert "Traceback" not in log, log
+
+
+def test_only_the_folder_holding_the_bad_name_is_polled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Three sources, two of them on nested folders: a name that is not UTF-8 in one folder sends that folder (and
+    the source nested in it) to polling with one warning each; the other keeps its watcher, and every source
+    still hears of its changes."""
+    from aggregator.watch import POLL_SECONDS, Change, watch_folders
+
+    outer, inner, other = tmp_path / "outer", tmp_path / "outer" / "inner", tmp_path / "other"
+    for folder in (inner, other):
+        folder.mkdir(parents=True)
+    roots = {"outer": str(outer), "inner": str(inner), "other": str(other)}
+    heard: list[tuple[str, set[tuple[Change, str]]]] = []
+
+    async def on_change(source: str, changes: set[tuple[Change, str]]) -> None:
+        heard.append((source, changes))
+
+    def saw(source: str, path: str) -> bool:
+        return any(sid == source and any(p == path for _, p in changes) for sid, changes in heard)
+
+    async def until(condition: Any, timeout: float) -> None:
+        with anyio.fail_after(timeout):
+            while not condition():
+                await anyio.sleep(0.02)
+
+    async def main() -> None:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_folders, roots, on_change, stop)
+            await anyio.sleep(0.5)
+            (inner / "x.md").write_text("x")  # nested roots: both sources hear of it
+            await until(lambda: saw("outer", "inner/x.md") and saw("inner", "x.md"), 5)
+            create_bytes_name(inner, b"caf\xe9.md")
+            await anyio.sleep(0.5)
+            (other / "y.md").write_text("y")
+            await until(lambda: saw("other", "y.md"), 2)  # a watcher: well inside one poll interval
+            (inner / "z.md").write_text("z")
+            await until(lambda: saw("outer", "inner/z.md") and saw("inner", "z.md"), POLL_SECONDS * 4)
+            stop.set()
+
+    with caplog.at_level("WARNING", logger="aggregator.watch"):
+        anyio.run(main)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sorted(w.split("'")[1] for w in warnings) == ["inner", "outer"], warnings
+    assert all("polling" in w for w in warnings)
