@@ -77,7 +77,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
                 metrics = Metrics(live) if args.http or access_log else None
-                server = build_server(aggregator, notifier, metrics)
+                # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
+                server = build_server(aggregator, notifier, metrics,
+                                      legacy_notifications=not (args.http and args.stateless))
                 catalog = aggregator.catalog
                 gc.freeze()
                 gc.enable()
