@@ -55,12 +55,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Start-up creates hundreds of thousands of long-lived objects (the SDK's modules, the catalog) and the cyclic
     # collector would walk them all again and again; it resumes once serving, with them frozen out of its way.
     gc.disable()
-    from mcp.server.stdio import stdio_server
-
     from aggregator.live import LiveCatalog
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
     from aggregator.server import build_server, initialization_options, wire_summary
+    from aggregator.stdio import serve_stdio
 
     # One line per request is what an HTTP operator expects; over stdio the one caller is the local user and the
     # line would cost about a sixth of a cached read, so there it is asked for with --access-log.
@@ -95,8 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     if args.http:
                         await _serve_http(server, live, metrics, args, sock)
                     else:
-                        async with stdio_server() as (read_stream, write_stream):
-                            await server.run(read_stream, write_stream, initialization_options(server))
+                        await serve_stdio(server, initialization_options(server))
                     live.stop()
         except ManifestError as exc:
             _report(exc)
