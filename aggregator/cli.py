@@ -135,13 +135,18 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
     import uvicorn
 
     from aggregator.http import http_app
+    from aggregator.http_limits import limited_protocol, quiet_client_disconnects
 
     host, port = _host_port(args.http)
     app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
                    stateless=args.stateless)
+    limits = live.aggregator.manifest.server.http
+    quiet_client_disconnects()
     # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
+    # http=: uvicorn's httptools protocol plus header/body timeouts and the connection cap (aggregator.http_limits).
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=5, log_config=None)
+                            timeout_graceful_shutdown=5, log_config=None, http=limited_protocol(limits),
+                            timeout_keep_alive=limits.keep_alive_timeout)  # type: ignore[arg-type]
 
     class Quiet(uvicorn.Server):
         # The signals are ours (below): uvicorn would re-raise them after shutting down, ending with -SIGTERM.
