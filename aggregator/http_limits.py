@@ -75,8 +75,8 @@ class _LimitedProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def _read_headers(self) -> None:
-        self._reading_headers = True
         self._arm(self.header_timeout, self._headers_timed_out)
+        self._reading_headers = True  # after _arm, which clears it
 
     def _arm(self, seconds: float, then: Any) -> None:
         self._disarm()

@@ -69,18 +69,22 @@ async def _relay_requests(wire_in: ObjectReceiveStream[SessionMessage | Exceptio
     """stdin to the server, answering unreadable lines itself; at end of input, hold the server's input open
     until what was asked is answered."""
     async with to_server:
-        async for item in wire_in:
-            if isinstance(item, Exception):
-                error = unreadable_line_error(item)
-                if error is not None:
-                    await wire_out.send(SessionMessage(error))
-                continue
-            message = item.message
-            if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
-                unanswered.add(message.id)
-            elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
-                unanswered.discard((message.params or {}).get("requestId"))  # a cancelled request is never answered
-            await to_server.send(item)
+        try:
+            async for item in wire_in:
+                if isinstance(item, Exception):
+                    error = unreadable_line_error(item)
+                    if error is not None:
+                        await wire_out.send(SessionMessage(error))
+                    continue
+                message = item.message
+                if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
+                    unanswered.add(message.id)
+                elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                    # A cancelled request is never answered.
+                    unanswered.discard((message.params or {}).get("requestId"))
+                await to_server.send(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return  # the server stopped first: nothing left to hand it
         with anyio.move_on_after(drain_timeout) as waited:
             await unanswered.none.wait()
         if waited.cancelled_caught:
