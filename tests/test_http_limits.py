@@ -244,3 +244,25 @@ def test_connections_past_the_cap_are_refused_and_served_once_slots_free(tmp_pat
                     hog.close()
         assert httpx.get(base + "/healthz", timeout=5).status_code == 200
         anyio.run(_healthy_meanwhile, served)
+
+
+def test_the_header_deadline_counts_from_connecting_not_from_the_first_byte(tmp_path: Path) -> None:
+    """Staying silent and then trickling must not earn a second headerTimeout."""
+    with serving(tmp_path, "{headerTimeout: 3s}") as served:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
+            began = time.monotonic()
+            time.sleep(2.5)
+            took = None
+            for byte in long_headers(served.port):
+                try:
+                    sock.send(bytes([byte]))
+                except OSError:
+                    took = time.monotonic() - began
+                    break
+                waited, _ = closed_after(sock, time.monotonic(), 0.25)
+                if waited < 0.25:
+                    took = time.monotonic() - began
+                    break
+                if time.monotonic() - began > 3 + 2.5 + 1:  # what restarting the deadline would allow
+                    break
+    assert took is not None and took < 3 + 1.5, took
