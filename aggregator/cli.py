@@ -314,8 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reload", action="store_true", help="do not reload the manifest when it is saved")
     p.add_argument("--http", metavar="[HOST:]PORT", help="serve Streamable HTTP at /mcp instead of stdio "
                                                         "(host 127.0.0.1 unless given)")
-    p.add_argument("--stateless", action="store_true", help="HTTP: no sessions (the legacy wire offers no subscriptions; "
-                                                           "modern subscriptions/listen works)")
+    p.add_argument("--stateless", action="store_true",
+                   help="HTTP: no sessions (the legacy wire offers no subscriptions; modern listen works)")
     p.add_argument("--json-response", action="store_true", help="HTTP: answer with JSON instead of SSE streams")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="HTTP with --stateless: N server processes sharing the port (each its own catalog and cache)")
