@@ -55,12 +55,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Start-up creates hundreds of thousands of long-lived objects (the SDK's modules, the catalog) and the cyclic
     # collector would walk them all again and again; it resumes once serving, with them frozen out of its way.
     gc.disable()
-    from mcp.server.stdio import stdio_server
-
     from aggregator.live import LiveCatalog
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
     from aggregator.server import build_server, initialization_options, wire_summary
+    from aggregator.stdio import serve_stdio
 
     # One line per request is what an HTTP operator expects; over stdio the one caller is the local user and the
     # line would cost about a sixth of a cached read, so there it is asked for with --access-log.
@@ -77,7 +76,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
                 metrics = Metrics(live) if args.http or access_log else None
-                server = build_server(aggregator, notifier, metrics)
+                # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
+                server = build_server(aggregator, notifier, metrics,
+                                      legacy_notifications=not (args.http and args.stateless))
                 catalog = aggregator.catalog
                 gc.freeze()
                 gc.enable()
@@ -93,8 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     if args.http:
                         await _serve_http(server, live, metrics, args, sock)
                     else:
-                        async with stdio_server() as (read_stream, write_stream):
-                            await server.run(read_stream, write_stream, initialization_options(server))
+                        await serve_stdio(server, initialization_options(server))
                     live.stop()
         except ManifestError as exc:
             _report(exc)
@@ -135,13 +135,18 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
     import uvicorn
 
     from aggregator.http import http_app
+    from aggregator.http_limits import limited_protocol, quiet_client_disconnects
 
     host, port = _host_port(args.http)
     app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
                    stateless=args.stateless)
+    limits = live.aggregator.manifest.server.http
+    quiet_client_disconnects()
     # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
+    # http=: uvicorn's httptools protocol plus header/body timeouts and the connection cap (aggregator.http_limits).
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=5, log_config=None)
+                            timeout_graceful_shutdown=5, log_config=None, http=limited_protocol(limits),
+                            timeout_keep_alive=limits.keep_alive_timeout)  # type: ignore[arg-type]
 
     class Quiet(uvicorn.Server):
         # The signals are ours (below): uvicorn would re-raise them after shutting down, ending with -SIGTERM.
@@ -309,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reload", action="store_true", help="do not reload the manifest when it is saved")
     p.add_argument("--http", metavar="[HOST:]PORT", help="serve Streamable HTTP at /mcp instead of stdio "
                                                         "(host 127.0.0.1 unless given)")
-    p.add_argument("--stateless", action="store_true", help="HTTP: no sessions (legacy notifications are off)")
+    p.add_argument("--stateless", action="store_true",
+                   help="HTTP: no sessions (the legacy wire offers no subscriptions; modern listen works)")
     p.add_argument("--json-response", action="store_true", help="HTTP: answer with JSON instead of SSE streams")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="HTTP with --stateless: N server processes sharing the port (each its own catalog and cache)")

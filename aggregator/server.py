@@ -83,7 +83,7 @@ async def _guarded(ctx: ServerRequestContext[Any], uri: str | None, call: Callab
 
 
 _OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "ResourceTooLarge": "too_large",
-             "ResourceUnavailable": "unavailable"}
+             "ResourceUnavailable": "unavailable", "ResourceOverBudget": "over_budget"}
 
 
 def _scopes(ctx: ServerRequestContext[Any]) -> frozenset[str] | None:
@@ -166,13 +166,15 @@ def _ttl_ms(seconds: float) -> int:
     return max(0, int(seconds * 1000))
 
 
-def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metrics: Metrics | None = None
-                 ) -> Server[Any]:
+def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metrics: Metrics | None = None, *,
+                 legacy_notifications: bool = True) -> Server[Any]:
     """A low-level MCP server answering resources/list, resources/templates/list and resources/read, and with a
     notifier, resources/subscribe and unsubscribe (legacy wire) and subscriptions/listen (modern wire).
 
     Over HTTP a caller sees and reads only entries whose `access` scopes its token holds; over stdio (no HTTP
     request) everything. Results that depend on the caller say `cacheScope: private`.
+    `legacy_notifications=False` (stateless HTTP: no session outlives a request) makes the legacy wire advertise
+    neither subscribe nor listChanged and refuse `resources/subscribe`; the modern wire's listen is unaffected.
     """
 
     def listing(items: list[dict[str, Any]], key: str, next_cursor: str | None, private: bool) -> dict[str, Any]:
@@ -247,26 +249,40 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metri
         on_list_resource_templates=list_templates,  # type: ignore[arg-type]
         on_read_resource=read_resource,  # type: ignore[arg-type]
         on_completion=complete,  # type: ignore[arg-type]
+        legacy_notifications=legacy_notifications and notifier is not None,
     )
     if notifier is not None:
-        _add_subscriptions(server, aggregator, notifier, metrics)
+        _add_subscriptions(server, aggregator, notifier, metrics, legacy=legacy_notifications)
     if settings.tools:
         _add_tools(server, aggregator, metrics)
     return server
 
 
 class _Server(Server[Any]):
-    """The SDK's low-level Server, whose default initialization options advertise listChanged truthfully.
+    """The SDK's low-level Server, whose legacy-wire capabilities advertise subscribe and listChanged truthfully.
 
     `streamable_http_app()` builds its options with a bare `NotificationOptions()`; this default makes HTTP
-    sessions advertise what stdio ones do.
+    sessions advertise what stdio ones do. Without legacy notifications (stateless HTTP) the legacy wire
+    advertises neither; the modern wire's flags follow `subscriptions/listen` as the SDK derives them.
     """
+
+    def __init__(self, *args: Any, legacy_notifications: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.legacy_notifications = legacy_notifications
 
     def create_initialization_options(self, notification_options: NotificationOptions | None = None,
                                       *args: Any, **kwargs: Any) -> InitializationOptions:
-        live = self.get_request_handler("resources/subscribe") is not None
         return super().create_initialization_options(
-            notification_options or NotificationOptions(resources_changed=live), *args, **kwargs)
+            notification_options or NotificationOptions(resources_changed=self.legacy_notifications), *args, **kwargs)
+
+    def get_capabilities(self, *args: Any, protocol_version: str | None = None, **kwargs: Any
+                         ) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, protocol_version=protocol_version, **kwargs)
+        if (protocol_version not in MODERN_PROTOCOL_VERSIONS and not self.legacy_notifications
+                and capabilities.resources is not None):
+            # The subscribe handler stays registered (to refuse with a reason), so the SDK would say true.
+            capabilities.resources = types.ResourcesCapability(subscribe=False, list_changed=False)
+        return capabilities
 
 
 def _connection(ctx: ServerRequestContext[Any]) -> Any:
@@ -275,12 +291,20 @@ def _connection(ctx: ServerRequestContext[Any]) -> Any:
     return ctx.session._connection  # noqa: SLF001
 
 
+STATELESS_SUBSCRIBE = ("resources/subscribe is not available: this server runs stateless (--stateless), so no "
+                       "session outlives a request to deliver notifications/resources/updated on; use "
+                       "subscriptions/listen on the 2026-07-28 wire, or a server without --stateless")
+
+
 def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: Notifier,
-                       metrics: Metrics | None) -> None:
+                       metrics: Metrics | None, *, legacy: bool = True) -> None:
     async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
         uri = str(params.uri)
 
         async def body() -> types.EmptyResult:
+            if not legacy:
+                # Accepting would be a promise never kept: the session is thrown away with this request.
+                raise MCPError(types.METHOD_NOT_FOUND, STATELESS_SUBSCRIBE, data={"uri": uri})
             # Unknown or hidden URIs get the not-found error, not a silent subscription.
             aggregator.allowed(uri, _scopes(ctx))
             try:
@@ -313,7 +337,8 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
     server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
     server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
     server.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listen)
-    server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
+    if legacy:  # a stateless session is thrown away with its request: nothing to register
+        server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
 
 
 def _add_tools(server: Server[Any], aggregator: Aggregator, metrics: Metrics | None) -> None:

@@ -536,3 +536,19 @@ def test_a_refused_value_is_reported_once() -> None:
     assert [i[2:] for i in issues_of(HEAD + "resources:\n  - !!set {a}\n  - {uri: '${U}', name: u, text: t}\n")] == [
         ("resources[0]", "unsupported YAML value: tag 'tag:yaml.org,2002:set' is not allowed (only plain YAML data)"),
         ("resources[1].uri", "environment variable U is not set (set it, or give a default: ${U:-default})")]
+
+
+def test_http_limits_default_parse_and_refuse_zero() -> None:
+    from aggregator.manifest.model import HttpSettings
+
+    assert parse_manifest(HEAD, "m.yaml", Path("/srv"), env={}).server.http == HttpSettings(
+        header_timeout=10.0, body_timeout=30.0, keep_alive_timeout=5.0, max_connections=1000)
+    text = HEAD.replace("server: {name: t}", "server:\n  name: t\n  http: {headerTimeout: 2s, bodyTimeout: 1m, "
+                        "keepAliveTimeout: 500ms, maxConnections: 50}")
+    http = parse_manifest(text, "m.yaml", Path("/srv"), env={}).server.http
+    assert (http.header_timeout, http.body_timeout, http.keep_alive_timeout, http.max_connections) == (
+        2.0, 60.0, 0.5, 50)
+    found = keyed(text.replace("2s", "0s").replace("maxConnections: 50", "maxConnections: 0"))
+    assert found["server.http.maxConnections"][2] == "must be at least 1, got 0"
+    found = keyed(text.replace("2s", "0s"))
+    assert found["server.http.headerTimeout"][2] == "must be longer than 0 seconds, got '0s'"

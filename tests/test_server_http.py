@@ -302,3 +302,66 @@ def test_sigterm_with_a_listen_stream_open_stops_cleanly(tmp_path: Path, extra: 
     finally:
         if process.poll() is None:
             process.kill()
+
+
+@pytest.fixture
+def stateless_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    process = _start(tmp_path, port, ("--stateless",), subprocess.DEVNULL)
+    time.sleep(0.3)  # watchers up
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", tmp_path
+    finally:
+        process.terminate()
+        assert process.wait(15) == 0
+
+
+def test_stateless_legacy_wire_promises_no_notifications_and_refuses_subscribe(
+        stateless_server: tuple[str, Path]) -> None:
+    """--stateless has no session to deliver legacy notifications to: the legacy wire says so, in its capabilities
+    and in the error a subscribe gets, and keeps reading."""
+    from mcp.shared.exceptions import MCPError
+
+    url, _ = stateless_server
+
+    async def main() -> None:
+        async with Client(url, mode="legacy", cache=None) as client:
+            caps = client.server_capabilities.resources
+            assert caps is not None and not caps.subscribe and not caps.list_changed
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with pytest.raises(MCPError) as refused:
+                    await client.subscribe_resource("docs://a.md")
+            assert refused.value.error.code == -32601
+            assert "stateless" in refused.value.error.message
+            assert "subscriptions/listen" in refused.value.error.message
+            assert (await client.read_resource("docs://a.md")).contents[0].text == "# A\n"
+
+    anyio.run(main)
+
+
+def test_stateless_modern_wire_keeps_listen(stateless_server: tuple[str, Path]) -> None:
+    url, folder = stateless_server
+
+    async def main() -> None:
+        async with Client(url, mode="auto", cache=None) as client:
+            assert client.protocol_version == "2026-07-28"
+            caps = client.server_capabilities.resources
+            assert caps.subscribe and caps.list_changed
+            events: list[Any] = []
+            async with client.listen(resource_subscriptions=["docs://a.md"]) as sub:
+                async def collect() -> None:
+                    async for event in sub:
+                        events.append(event)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    await anyio.sleep(0.3)
+                    (folder / "docs" / "a.md").write_text("# A stateless\n")
+                    with anyio.fail_after(5):
+                        while not events:
+                            await anyio.sleep(0.02)
+                    tg.cancel_scope.cancel()
+            assert events == [ResourceUpdated(uri="docs://a.md")]
+
+    anyio.run(main)

@@ -185,3 +185,76 @@ def test_access_log_is_opt_in_over_stdio(docs_manifest: Path, tmp_path: Path, ex
     text = log.read_text()
     assert "serving 'test-docs'" in text  # the log itself is on
     assert ("aggregator.access: stdio resources/read docs://README.md ok" in text) is logged, text
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def _piped_lines(wire: str) -> list[str]:
+    """Raw JSON-RPC lines as a script would pipe them: a non-JSON line among the requests, the read last."""
+    if wire == "legacy":
+        opening = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+        meta: dict = {}
+    else:
+        opening = [{"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": MODERN_META}}]
+        meta = {"_meta": MODERN_META}
+    requests = [{"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {**meta}},
+                {"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "docs://README.md", **meta}}]
+    lines = [json.dumps(m) for m in opening]
+    return [*lines, "this is not JSON {", *[json.dumps(m) for m in requests]]
+
+
+def test_piped_requests_all_answered_and_a_non_json_line_gets_a_parse_error(docs_manifest: Path) -> None:
+    """stdin closing right after the last request must not drop its response (a race: run ten servers), and a
+    line that is not JSON gets -32700 with id null while the lines after it are still served."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import server_params
+
+    params = server_params(docs_manifest, "--no-reload")
+    env = {**os.environ, **(params.env or {})}
+    runs = []
+    for n in range(10):
+        wire = "legacy" if n % 2 == 0 else "modern"
+        process = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, env=env, text=True)
+        runs.append((wire, process))
+    for wire, process in runs:
+        out, _ = process.communicate("\n".join(_piped_lines(wire)) + "\n", timeout=60)
+        assert process.returncode == 0
+        answers = [json.loads(line) for line in out.splitlines() if line.strip()]
+        by_id = {a.get("id"): a for a in answers}
+        assert set(by_id) == {None, 1, 2, 3}, (wire, answers)
+        assert by_id[None]["error"]["code"] == -32700
+        assert any(r["uri"] == "docs://README.md" for r in by_id[2]["result"]["resources"])
+        assert by_id[3]["result"]["contents"][0]["text"] == "# Readme\n", (wire, by_id[3])
+
+
+def test_an_open_listen_stream_does_not_hold_the_exit_after_stdin_closes(docs_manifest: Path) -> None:
+    """A listen stream never ends by itself: end of input answers the read, then stops without waiting for it."""
+    import os
+    import subprocess
+    import time
+
+    from aggregator.stdio import DRAIN_TIMEOUT
+    from tests.conftest import server_params
+
+    params = server_params(docs_manifest, "--no-reload")
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+              "params": {"notifications": {"resourcesListChanged": True}, "_meta": MODERN_META}},
+             {"jsonrpc": "2.0", "id": 2, "method": "resources/read",
+              "params": {"uri": "docs://README.md", "_meta": MODERN_META}}]
+    process = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, env={**os.environ, **(params.env or {})}, text=True)
+    time.sleep(1)  # started: the time measured below is the shutdown's
+    began = time.monotonic()
+    out, _ = process.communicate("".join(json.dumps(m) + "\n" for m in lines), timeout=60)
+    took = time.monotonic() - began
+    answers = {a.get("id"): a for a in map(json.loads, out.splitlines()) if "id" in a}
+    assert answers[2]["result"]["contents"][0]["text"] == "# Readme\n"
+    assert process.returncode == 0 and took < DRAIN_TIMEOUT / 2, took

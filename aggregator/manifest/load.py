@@ -196,6 +196,13 @@ class _Builder:
                 allowed_origins=tuple(http.get("allowedOrigins", ())),
                 max_body_bytes=self.parsed(parse_size, http, "maxBodyBytes", ("server", "http"),
                                            HttpSettings().max_body_bytes),
+                header_timeout=self.parsed(_positive_duration, http, "headerTimeout", ("server", "http"),
+                                           HttpSettings().header_timeout),
+                body_timeout=self.parsed(_positive_duration, http, "bodyTimeout", ("server", "http"),
+                                         HttpSettings().body_timeout),
+                keep_alive_timeout=self.parsed(_positive_duration, http, "keepAliveTimeout", ("server", "http"),
+                                               HttpSettings().keep_alive_timeout),
+                max_connections=http.get("maxConnections", HttpSettings().max_connections),
             ),
             auth=self.auth(spec["auth"]) if "auth" in spec else None,
             tools=spec.get("tools", False),
@@ -302,6 +309,14 @@ def _display(spec: dict[str, Any]) -> Display:
     annotations = None if notes is None else Annotations(
         tuple(notes["audience"]) if "audience" in notes else None, notes.get("priority"), notes.get("lastModified"))
     return Display(spec.get("title"), spec.get("description"), spec.get("mimeType"), icons, annotations)
+
+
+def _positive_duration(value: Any) -> float:
+    """A duration that must not be zero: a zero timeout would close every connection at once."""
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"must be longer than 0 seconds, got {value!r}")
+    return seconds
 
 
 def _token_digest(spec: dict[str, Any]) -> str:

@@ -59,6 +59,14 @@ class HttpSettings:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 1024 * 1024
+    header_timeout: float = 10.0
+    """Seconds a connection has to send a request's line and headers (from connecting, or from its first byte)."""
+    body_timeout: float = 30.0
+    """Seconds a request's whole body has to arrive once its headers have."""
+    keep_alive_timeout: float = 5.0
+    """Seconds an idle connection is kept open after a response for the next request."""
+    max_connections: int = 1000
+    """Open connections one server process holds; past it new ones get 503 and are closed."""
 
 
 @dataclass(frozen=True, slots=True)
