@@ -116,7 +116,8 @@ class Aggregator:
         change are reused rather than listed again (a watcher keeps them current), and so are collections over other
         kept sources listed less than the source's `ttl` ago (source listings are cached with the source's ttl).
         """
-        manifest = load_manifest(self.manifest.path)
+        # Read with the running manifest's cap: the new file's own setting is not known before it is read.
+        manifest = load_manifest(self.manifest.path, max_bytes=self.manifest.server.max_manifest_bytes)
         kept = {sid: src for sid, src in self.sources.items()
                 if sid in manifest.sources and _same_source(self.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)

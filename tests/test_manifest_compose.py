@@ -18,6 +18,7 @@ from aggregator.core import Aggregator
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ManifestError
 from tests.conftest import connect, write_manifest
+from tests.http_server import serve
 
 TEAM = """
     version: 1
@@ -444,3 +445,43 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
                                      .replace("'${AGG_TEST_SECRET}'", "ok"))
     texts = {r.uri: r.text for r in load_manifest(including("env.yaml"), env={"AGG_TEST_SECRET": "s"}).resources}
     assert texts == {"x://z": "ok", "x://d": "none ${HOME}"}
+
+
+# --- hostile includes: whoever serves an unpinned URL cannot crash or exhaust the server ------------------------
+
+
+def test_deep_manifest_by_url_is_a_located_error(tmp_path: Path, web: tuple[str, Path]) -> None:
+    base, folder = web
+    (folder / "deep.yaml").write_text("[" * 40_000)  # segfaulted libyaml's composer
+    root = write_manifest(tmp_path, f'version: 1\nserver: {{name: x}}\ninclude: [{{url: "{base}/deep.yaml"}}]\n')
+    assert f"{base}/deep.yaml:1:65: <root>: values are nested more than 64 levels deep" in _errors(root)
+
+
+def test_include_by_url_is_read_no_further_than_max_manifest_bytes(tmp_path: Path, web: tuple[str, Path]) -> None:
+    base, folder = web
+    (folder / "big.yaml").write_text("version: 1\nserver: {name: big}\n" + "# padding\n" * 10_000)  # 100 KB
+    with serve() as upstream:
+        root = write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: x, maxManifestBytes: 64KiB}}
+            include:
+              - {{url: "{base}/big.yaml"}}
+              - {{url: "http://127.0.0.1:{upstream.port}/base/endless"}}
+            """)
+        found: list[str] = []
+        # An endless body: reading it whole would never return.
+        worker = threading.Thread(target=lambda: found.append(_errors(root)), daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive() and found
+    assert f"manifest.yaml:4:5: include[0]: included manifest '{base}/big.yaml' is larger than " \
+           "server.maxManifestBytes (64KiB)" in found[0]
+    assert f"manifest.yaml:5:5: include[1]: included manifest 'http://127.0.0.1:{upstream.port}/base/endless' is " \
+           "larger than server.maxManifestBytes (64KiB)" in found[0]
+
+
+def test_extends_base_over_the_cap_is_located_at_extends(tmp_path: Path) -> None:
+    write_manifest(tmp_path, "version: 1\nserver: {name: b}\n" + "# padding\n" * 500_000, name="base.yaml")
+    overlay = write_manifest(tmp_path, "extends: base.yaml\nserver: {name: o}\n")
+    assert "manifest.yaml:1:10: extends: base manifest 'base.yaml' is larger than server.maxManifestBytes (4MiB)" \
+        in _errors(overlay)

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from aggregator.manifest.model import (
+    DEFAULT_MAX_MANIFEST_BYTES,
     CollectionSpec,
     Location,
     Manifest,
@@ -43,9 +44,11 @@ from aggregator.manifest.model import (
     is_url,
     namespaced_uri,
 )
+from aggregator.manifest.units import format_size
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
-__all__ = ["IDENTITY", "apply_extends", "include_manifests", "namespaced_uri", "read_manifest_bytes", "resolve_ref"]
+__all__ = ["IDENTITY", "ManifestTooLarge", "apply_extends", "include_manifests", "namespaced_uri", "read_at_most",
+           "read_manifest_bytes", "resolve_ref"]
 
 IDENTITY = {"resources": "uri", "collections": "uri", "templates": "uriTemplate"}
 MAX_CHAIN = 16
@@ -53,6 +56,17 @@ MAX_CHAIN = 16
 
 class RefusedReference(ValueError):
     """A manifest named another it may not reach."""
+
+
+class ManifestTooLarge(ValueError):
+    """A manifest file holds more bytes than the cap it is read with."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"is larger than server.maxManifestBytes ({format_size(limit)})")
+
+
+_CHUNK = 64 * 1024
 
 
 def resolve_ref(ref: str, parent: str) -> str:
@@ -70,15 +84,37 @@ def resolve_ref(ref: str, parent: str) -> str:
     return os.path.normpath(os.path.join(os.path.dirname(parent), path))
 
 
-def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None) -> bytes:
+def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None,
+                        limit: int = DEFAULT_MAX_MANIFEST_BYTES) -> bytes:
     """The bytes of the manifest `name` (from `resolve_ref`): a local file or an fsspec URL (https://, s3://,
-    git://REPO:REF@PATH). OSError (or the filesystem's own error) when it cannot be read."""
+    git://REPO:REF@PATH). ManifestTooLarge past `limit` bytes, having read at most `limit + 1` of them;
+    OSError (or the filesystem's own error) when it cannot be read."""
     if not is_url(name):
-        return Path(name).read_bytes()
+        with Path(name).open("rb") as local:
+            return read_at_most(local, limit)
     import fsspec  # URLs only: local files need no filesystem layer
 
     with fsspec.open(name, "rb", **dict(options or {})) as handle:
-        return handle.read()
+        size = getattr(handle, "size", None)  # when the store says (Content-Length, object size): refuse unread
+        if isinstance(size, int) and size > limit:
+            raise ManifestTooLarge(limit)
+        return read_at_most(handle, limit)
+
+
+def read_at_most(handle: Any, limit: int) -> bytes:
+    """What `handle` holds, read in chunks; ManifestTooLarge as soon as more than `limit` bytes arrived (an
+    endless HTTP body is never read further)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total <= limit:
+        chunk = handle.read(min(_CHUNK, limit + 1 - total))  # a stream may answer fewer bytes than asked
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise ManifestTooLarge(limit)
+    return b"".join(chunks)
 
 
 def _inherited(options: Mapping[str, Any] | None, parent: str, ref: str) -> Mapping[str, Any] | None:
@@ -100,12 +136,13 @@ def _join_url(parent: str, ref: str) -> str:
 # --- extends ---------------------------------------------------------------------------------------------------
 
 
-def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Mapping[str, Any] | None = None
-                  ) -> tuple[Marked, list[ManifestIssue], tuple[str, ...]]:
+def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Mapping[str, Any] | None = None,
+                  max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> tuple[Marked, list[ManifestIssue], tuple[str, ...]]:
     """`marked` (the manifest named `here`) merged over the manifest its `extends:` names, recursively.
 
     Returns the merged manifest, issues located in either file, and the bases' canonical names, nearest first.
-    `options`: fsspec options for a base named relative to a manifest read from a URL.
+    `options`: fsspec options for a base named relative to a manifest read from a URL. A base larger than
+    `max_bytes` is an issue at the `extends` key.
     """
     ref = marked.data.get("extends")
     if ref is None:
@@ -114,7 +151,9 @@ def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Ma
         return marked, [marked.issue(("extends",), "extends: names one base manifest (a path or URL)")], ()
     try:
         name = resolve_ref(ref, here)
-        data = read_manifest_bytes(name, _inherited(options, here, ref))
+        data = read_manifest_bytes(name, _inherited(options, here, ref), max_bytes)
+    except ManifestTooLarge as exc:
+        return marked, [marked.issue(("extends",), f"base manifest {ref!r} {exc}")], ()
     except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the extends key
         return marked, [marked.issue(("extends",), f"cannot read base manifest {ref!r}: {_reason(exc)}")], ()
     if name in chain or len(chain) >= MAX_CHAIN:
@@ -123,7 +162,7 @@ def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Ma
     base, issues = load_marked(text, _display(name))
     if base is None or not isinstance(base.data, dict):
         return marked, issues, ()
-    base, more, bases = apply_extends(base, name, (*chain, name), _inherited(options, here, ref))
+    base, more, bases = apply_extends(base, name, (*chain, name), _inherited(options, here, ref), max_bytes)
     merged, merge_issues = _merge_marked(base, marked)
     return merged, issues + more + merge_issues, (name, *bases)
 
@@ -233,13 +272,14 @@ LoadText = Callable[[str, str, tuple[str, ...], Mapping[str, Any] | None], Manif
 
 
 def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...], bases: tuple[str, ...],
-                      load: LoadText, options: Mapping[str, Any] | None = None) -> Manifest:
+                      load: LoadText, options: Mapping[str, Any] | None = None,
+                      max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> Manifest:
     """`manifest` with everything its `include:` entries bring; ManifestError locating each failing include.
 
     `chain` ends with this manifest's canonical name and `bases` are its extends bases (from `apply_extends`): an
     entry a base wrote resolves against that base and has it on its chain. `options`: fsspec options for entries
     named relative to a manifest read from a URL. `load(text, name, chain, options)` checks and builds one
-    included manifest (recursively).
+    included manifest (recursively). An included file larger than `max_bytes` is an issue at its entry.
     """
     entries = marked.data.get("include") or []
     issues: list[ManifestIssue] = []
@@ -257,7 +297,10 @@ def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...]
         inherited = _inherited(options, parent, ref)
         try:
             name = resolve_ref(ref, parent)
-            data = read_manifest_bytes(name, spec.get("options") or inherited)
+            data = read_manifest_bytes(name, spec.get("options") or inherited, max_bytes)
+        except ManifestTooLarge as exc:
+            issues.append(marked.issue(path, f"included manifest {ref!r} {exc}"))
+            continue
         except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the include entry
             issues.append(marked.issue(path, f"cannot read included manifest {ref!r}: {_reason(exc)}"))
             continue
