@@ -670,3 +670,13 @@ def test_hot_reload_of_a_deep_or_too_big_manifest_keeps_the_last_good_catalog(tm
             assert (await client.read_resource("note://a")).contents[0].text == "first"
 
     anyio.run(main)
+
+
+def test_an_explicit_tag_the_value_does_not_fit_is_located() -> None:
+    """Found by the fuzzer: `!!int x` escaped as a bare ValueError (and `!!int` alone as an IndexError)."""
+    found = keyed(HEAD + "defaults: {maxConcurrency: !!int x, ttl: !!float y, timeout: !!bool maybe}\n")
+    assert found["defaults.maxConcurrency"][:2] == (5, 28)
+    assert "'x' is not a valid !!int" in found["defaults.maxConcurrency"][2]
+    assert "'y' is not a valid !!float" in found["defaults.ttl"][2]
+    assert "'maybe' is not a valid !!bool" in found["defaults.timeout"][2]
+    assert (1, 10, "version", "unsupported YAML value: '' is not a valid !!int") in issues_of("version: !!int\n")

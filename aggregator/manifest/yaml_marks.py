@@ -255,7 +255,10 @@ class _TreeBuilder:
             return self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as exc:
             self.fail(path, f"unsupported YAML value: {exc.problem}")
-            return None
+        except (ValueError, LookupError):  # an explicit tag the text does not fit: `!!int x`, `!!bool maybe`
+            short = node.tag.replace(_TAG, "!!")
+            self.fail(path, f"unsupported YAML value: {node.value[:40]!r} is not a valid {short}")
+        return None
 
     def mapping(self, node: yaml.MappingNode, path: KeyPath) -> dict[str, Any]:
         result: dict[str, Any] = {}
