@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -485,3 +486,22 @@ def test_extends_base_over_the_cap_is_located_at_extends(tmp_path: Path) -> None
     overlay = write_manifest(tmp_path, "extends: base.yaml\nserver: {name: o}\n")
     assert "manifest.yaml:1:10: extends: base manifest 'base.yaml' is larger than server.maxManifestBytes (4MiB)" \
         in _errors(overlay)
+
+
+def test_extends_merge_time_grows_linearly_with_the_base(tmp_path: Path) -> None:
+    """Every mark copied scanned every mark of the file (2,000 entries: 3 s, 20,000: minutes, on reload too)."""
+    def load_seconds(entries: int) -> float:
+        folder = tmp_path / str(entries)
+        folder.mkdir()
+        write_manifest(folder, "version: 1\nserver: {name: b}\nresources:\n" + "".join(
+            f"  - {{uri: 'n://{i}', name: n{i}, text: t}}\n" for i in range(entries)), name="base.yaml")
+        overlay = write_manifest(folder, "extends: base.yaml\nresources:\n  - {uri: 'n://x', name: x, text: y}\n")
+        best = float("inf")
+        for _ in range(2):
+            start = time.perf_counter()
+            assert len(load_manifest(overlay, env={}).resources) == entries + 1
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    small, large = load_seconds(500), load_seconds(4000)
+    assert large < 25 * small, (small, large)  # 8x the entries: linear ~8x, quadratic ~64x

@@ -22,10 +22,11 @@ only URLs: it never reaches this machine's files (the loader also refuses its lo
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -172,18 +173,25 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
     result = Marked(over.file, None)
     issues: list[ManifestIssue] = []
 
+    indexes: dict[tuple[int, str], _Subtree] = {}
+
+    def under(src: Marked, table: str, src_path: KeyPath) -> list[KeyPath]:
+        index = indexes.get((id(src), table))
+        if index is None:
+            index = indexes[(id(src), table)] = _Subtree(getattr(src, table))
+        return index.under(src_path)
+
     def copy(src: Marked, src_path: KeyPath, dst_path: KeyPath) -> None:
         n = len(src_path)
-        for table, dst_table in ((src.values, result.values), (src.keys, result.keys)):
-            for path, pos in table.items():
-                if path[:n] == src_path:
-                    new = dst_path + path[n:]
-                    dst_table[new] = pos
-                    result.origins[new] = src.file_of(path)
+        for table, dst_table in (("values", result.values), ("keys", result.keys)):
+            positions = getattr(src, table)
+            for path in under(src, table, src_path):
+                new = dst_path + path[n:]
+                dst_table[new] = positions[path]
+                result.origins[new] = src.file_of(path)
         for attr in ("plain", "interpolated", "refused"):
-            for path in getattr(src, attr):
-                if path[:n] == src_path:
-                    getattr(result, attr).add(dst_path + path[n:])
+            for path in under(src, attr, src_path):
+                getattr(result, attr).add(dst_path + path[n:])
 
     def merge(b: Any, o: Any, bpath: KeyPath, opath: KeyPath, rpath: KeyPath) -> Any:
         if isinstance(b, dict) and isinstance(o, dict):
@@ -264,6 +272,28 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
 
     result.data = merge(base.data, over.data, (), (), ())
     return result, issues
+
+
+class _Subtree:
+    """The paths of one table of marks in tree order: those under a path are found in O(log n + found), so a
+    merge copies each mark once rather than scanning them all for every entry."""
+
+    def __init__(self, paths: Iterable[KeyPath]) -> None:
+        self.paths = sorted(paths, key=_order)
+        self.orders = [_order(p) for p in self.paths]
+
+    def under(self, prefix: KeyPath) -> list[KeyPath]:
+        n, found = len(prefix), []
+        i = bisect.bisect_left(self.orders, _order(prefix))
+        while i < len(self.paths) and self.paths[i][:n] == prefix:
+            found.append(self.paths[i])
+            i += 1
+        return found
+
+
+def _order(path: KeyPath) -> tuple[tuple[bool, str | int], ...]:
+    # Keys and list indexes never compare with each other: indexes sort before keys at the same depth.
+    return tuple((isinstance(part, str), part) for part in path)
 
 
 # --- include ---------------------------------------------------------------------------------------------------
