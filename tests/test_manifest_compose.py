@@ -18,7 +18,7 @@ import pytest
 from aggregator.core import Aggregator
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ManifestError
-from tests.conftest import connect, write_manifest
+from tests.conftest import MODES, connect, write_manifest
 from tests.http_server import serve
 
 TEAM = """
@@ -505,3 +505,24 @@ def test_extends_merge_time_grows_linearly_with_the_base(tmp_path: Path) -> None
 
     small, large = load_seconds(500), load_seconds(4000)
     assert large < 25 * small, (small, large)  # 8x the entries: linear ~8x, quadratic ~64x
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reload_waiting_on_a_slow_include_does_not_stall_requests(tmp_path: Path, mode: str) -> None:
+    """The reload loaded the manifest on the event loop: a 10 s include URL froze every request for 10 s."""
+    root = write_manifest(tmp_path, 'version: 1\nserver: {name: r}\nresources: [{uri: "note://a", name: a, text: a}]\n')
+
+    async def main() -> None:
+        with serve() as upstream:
+            async with connect(root, mode) as client:
+                tmp = root.with_suffix(".tmp~")
+                tmp.write_text(root.read_text() + f'include: [{{url: "http://127.0.0.1:{upstream.port}/base/slow"}}]\n')
+                tmp.replace(root)
+                with anyio.fail_after(15):
+                    while not any(hit.endswith(" slow") for hit in upstream.hits):
+                        await anyio.sleep(0.05)  # the reload is now waiting on the include
+                with anyio.fail_after(5):  # the include answers after 10 s
+                    assert [r.uri for r in (await client.list_resources()).resources] == ["note://a"]
+                    assert (await client.read_resource("note://a")).contents[0].text == "a"
+
+    anyio.run(main)
