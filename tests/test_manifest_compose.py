@@ -526,3 +526,18 @@ def test_a_reload_waiting_on_a_slow_include_does_not_stall_requests(tmp_path: Pa
                     assert (await client.read_resource("note://a")).contents[0].text == "a"
 
     anyio.run(main)
+
+
+def test_one_load_reads_at_most_max_files_manifests(tmp_path: Path) -> None:
+    """Includes that name files again and again (or a tree of them) made a load read without end."""
+    write_manifest(tmp_path, "version: 1\nserver: {name: leaf}\n", name="leaf.yaml")
+    write_manifest(tmp_path, "version: 1\nserver: {name: mid}\ninclude: [" + ", ".join(["leaf.yaml"] * 10) + "]\n",
+                   name="mid.yaml")
+    fine = write_manifest(tmp_path, "version: 1\nserver: {name: r}\ninclude: [" + ", ".join(["mid.yaml"] * 5) + "]\n",
+                          name="fine.yaml")
+    assert load_manifest(fine, env={}).server.name == "r"  # 1 + 5 + 50 files
+    fan = write_manifest(tmp_path, "version: 1\nserver: {name: r}\ninclude:\n" + "  - mid.yaml\n" * 8)
+    errors = _errors(fan)
+    # The root, 5 mids and their 50 leaves, the 6th mid and 7 of its leaves: the 8th leaf is the 65th file.
+    assert "mid.yaml:3:" in errors and "include[7]: more than 64 manifest files in one load" in errors
+    assert errors.count("more than 64 manifest files") == 2  # where it happened, and the mid that was not read

@@ -15,6 +15,10 @@ Only the including manifest's `server:` applies; an included manifest's `default
 Renders of a namespaced include name the include's own URIs (`Render.uri`).
 A file met again on its own include or extends chain is a cycle, reported with the chain.
 
+Limits, each a located error: every file is read no further than `server.maxManifestBytes` (the root's own value
+for its includes; the value in force, the default at start, for the root and its bases), and one load reads at
+most MAX_FILES files.
+
 Relative names resolve against the file that wrote them: an overlay's against the overlay, a base's against the
 base, a URL manifest's against its URL (fetched with the same `options:`). A manifest read from a URL may name
 only URLs: it never reaches this machine's files (the loader also refuses its local sources and `${ENV}`).
@@ -48,11 +52,29 @@ from aggregator.manifest.model import (
 from aggregator.manifest.units import format_size
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
-__all__ = ["IDENTITY", "ManifestTooLarge", "apply_extends", "include_manifests", "namespaced_uri", "read_at_most",
+__all__ = ["IDENTITY", "MAX_FILES", "ManifestTooLarge", "Reads", "apply_extends", "include_manifests", "namespaced_uri", "read_at_most",
            "read_manifest_bytes", "resolve_ref"]
 
 IDENTITY = {"resources": "uri", "collections": "uri", "templates": "uriTemplate"}
 MAX_CHAIN = 16
+MAX_FILES = 64
+"""Manifest files one load reads at most (the root, its bases and includes at every level): an include list naming
+files again and again, or a tree of them, cannot make a load read and check without end."""
+
+
+class Reads:
+    """The manifest files one load has read so far, shared by every level of includes and extends."""
+
+    def __init__(self) -> None:
+        self.files = 1  # the root
+
+    def take(self) -> bool:
+        """Count one more file; False (and it must not be read) past MAX_FILES."""
+        self.files += 1
+        return self.files <= MAX_FILES
+
+
+_TOO_MANY = f"more than {MAX_FILES} manifest files in one load (includes and extends bases at every level)"
 
 
 class RefusedReference(ValueError):
@@ -138,18 +160,22 @@ def _join_url(parent: str, ref: str) -> str:
 
 
 def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Mapping[str, Any] | None = None,
-                  max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> tuple[Marked, list[ManifestIssue], tuple[str, ...]]:
+                  max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES, reads: Reads | None = None
+                  ) -> tuple[Marked, list[ManifestIssue], tuple[str, ...]]:
     """`marked` (the manifest named `here`) merged over the manifest its `extends:` names, recursively.
 
     Returns the merged manifest, issues located in either file, and the bases' canonical names, nearest first.
     `options`: fsspec options for a base named relative to a manifest read from a URL. A base larger than
-    `max_bytes` is an issue at the `extends` key.
+    `max_bytes` is an issue at the `extends` key, and so is one past the load's MAX_FILES (`reads`).
     """
     ref = marked.data.get("extends")
     if ref is None:
         return marked, [], ()
     if not isinstance(ref, str) or not ref:
         return marked, [marked.issue(("extends",), "extends: names one base manifest (a path or URL)")], ()
+    reads = reads or Reads()
+    if not reads.take():
+        return marked, [marked.issue(("extends",), _TOO_MANY)], ()
     try:
         name = resolve_ref(ref, here)
         data = read_manifest_bytes(name, _inherited(options, here, ref), max_bytes)
@@ -163,7 +189,7 @@ def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Ma
     base, issues = load_marked(text, _display(name))
     if base is None or not isinstance(base.data, dict):
         return marked, issues, ()
-    base, more, bases = apply_extends(base, name, (*chain, name), _inherited(options, here, ref), max_bytes)
+    base, more, bases = apply_extends(base, name, (*chain, name), _inherited(options, here, ref), max_bytes, reads)
     merged, merge_issues = _merge_marked(base, marked)
     return merged, issues + more + merge_issues, (name, *bases)
 
@@ -303,14 +329,16 @@ LoadText = Callable[[str, str, tuple[str, ...], Mapping[str, Any] | None], Manif
 
 def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...], bases: tuple[str, ...],
                       load: LoadText, options: Mapping[str, Any] | None = None,
-                      max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> Manifest:
+                      max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES, reads: Reads | None = None) -> Manifest:
     """`manifest` with everything its `include:` entries bring; ManifestError locating each failing include.
 
     `chain` ends with this manifest's canonical name and `bases` are its extends bases (from `apply_extends`): an
     entry a base wrote resolves against that base and has it on its chain. `options`: fsspec options for entries
     named relative to a manifest read from a URL. `load(text, name, chain, options)` checks and builds one
-    included manifest (recursively). An included file larger than `max_bytes` is an issue at its entry.
+    included manifest (recursively). An included file larger than `max_bytes` is an issue at its entry, and so
+    is the first past the load's MAX_FILES (`reads`; the entries after it are not read).
     """
+    reads = reads or Reads()
     entries = marked.data.get("include") or []
     issues: list[ManifestIssue] = []
     sources = dict(manifest.sources)
@@ -325,6 +353,9 @@ def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...]
         at = writers.get(marked.file_of(path), chain)
         parent = at[-1]
         inherited = _inherited(options, parent, ref)
+        if not reads.take():
+            issues.append(marked.issue(path, _TOO_MANY))
+            break
         try:
             name = resolve_ref(ref, parent)
             data = read_manifest_bytes(name, spec.get("options") or inherited, max_bytes)

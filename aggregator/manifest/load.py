@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aggregator.manifest.checks import check_references
-from aggregator.manifest.compose import ManifestTooLarge, apply_extends, include_manifests, read_at_most
+from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, include_manifests, read_at_most
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -78,7 +78,7 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None,
 
 def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None,
                    chain: tuple[str, ...] = (), options: Mapping[str, Any] | None = None,
-                   max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> Manifest:
+                   max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES, reads: Reads | None = None) -> Manifest:
     """Check manifest `text` (named `file` in issues); relative local source paths resolve against `base`.
 
     `chain` holds the canonical names (absolute paths or URLs) of the manifests that include this one, then its
@@ -86,7 +86,9 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     may not declare local folders or read the server's environment. `options`: fsspec options for manifests
     it names relative to its URL. `max_bytes` caps each extends base; includes are capped by the root manifest's
     own `server.maxManifestBytes` (an included manifest's `server:` never applies), passed down as `max_bytes`.
+    `reads` counts the files the whole load read (a new count for a root manifest).
     """
+    reads = reads or Reads()
     here = chain[-1] if chain else os.path.normpath(os.path.join(base, os.path.basename(file)))
     chain = chain or (here,)
     marked, issues = load_marked(text, file)
@@ -94,7 +96,7 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
         raise ManifestError(issues)
     bases: tuple[str, ...] = ()
     if "extends" in marked.data:
-        marked, more, bases = apply_extends(marked, here, chain, options, max_bytes)
+        marked, more, bases = apply_extends(marked, here, chain, options, max_bytes, reads)
         issues += more  # reported with everything the checks below find in the merged manifest
     # Nothing below stops at the first problem: the author gets every one in a single run.
     issues += interpolate(marked, os.environ if env is None else env)
@@ -119,9 +121,9 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
                           ) -> Manifest:
             # An included manifest's relative source paths resolve against its own folder.
             folder = base if is_url(chain[-1]) else Path(chain[-1]).parent
-            return parse_manifest(text, name, folder, env, chain, options, limit)
+            return parse_manifest(text, name, folder, env, chain, options, limit, reads)
 
-        manifest = include_manifests(manifest, marked, chain, bases, load_included, options, limit)
+        manifest = include_manifests(manifest, marked, chain, bases, load_included, options, limit, reads)
     return manifest
 
 
