@@ -152,27 +152,53 @@ def _check_outcome(load: object) -> None:
     assert time.monotonic() - start < SECONDS
 
 
-@FUZZ
-@given(TEXTS)
-def test_parse_manifest_only_raises_located_manifest_errors(tmp_path_factory: pytest.TempPathFactory,
-                                                            text: str) -> None:
-    base = tmp_path_factory.getbasetemp()
-    _check_outcome(lambda: parse_manifest(text, "m.yaml", base, env={"X": "1", "Y": "two words"}))
+BASE = """version: 1
+server: {name: base, pageSize: 3}
+defaults: {ttl: 1m}
+sources: {docs: {url: ./docs}, old: {url: ./old}}
+resources:
+  - {uri: "n://a", name: a, text: hi}
+  - &r {uri: "n://b", name: b, source: docs, path: a.md}
+collections: [{source: docs, glob: "*.md", uri: "docs://{path}"}]
+templates: [{uriTemplate: "t://{x}", name: t, source: docs, path: "{x}.md"}]
+include: [other.yaml]
+"""
+OTHER = """version: 1
+server: {name: other}
+resources: [{uri: "o://a", name: a, text: from other}]
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where fuzzed manifests are loaded: `extends: base.yaml` and `include: [other.yaml]` find real files."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    (folder / "base.yaml").write_text(BASE)
+    (folder / "other.yaml").write_text(OTHER)
+    return folder
 
 
 @FUZZ
-@given(st.one_of(st.binary(max_size=300), TEXTS.map(lambda t: t.encode("utf-8", "surrogatepass")),
+@given(text=TEXTS)
+def test_parse_manifest_only_raises_located_manifest_errors(folder: Path, text: str) -> None:
+    _check_outcome(lambda: parse_manifest(text, "m.yaml", folder, env={"X": "1", "Y": "two words"}))
+
+
+@FUZZ
+@given(data=st.one_of(st.binary(max_size=300), TEXTS.map(lambda t: t.encode("utf-8", "surrogatepass")),
                  st.tuples(st.sampled_from([b"\xef\xbb\xbf", b"\xff\xfe", b"\x00", b""]), TEXTS).map(
                      lambda p: p[0] + p[1].encode("utf-8", "surrogatepass"))))
-def test_load_manifest_of_any_bytes_only_raises_located_manifest_errors(tmp_path_factory: pytest.TempPathFactory,
-                                                                        data: bytes) -> None:
-    path = tmp_path_factory.getbasetemp() / "fuzz.yaml"
+def test_load_manifest_of_any_bytes_only_raises_located_manifest_errors(folder: Path, data: bytes) -> None:
+    path = folder / "fuzz.yaml"
     path.write_bytes(data)
     _check_outcome(lambda: load_manifest(path, env={}))
 
 
-def test_the_fuzzer_reaches_valid_manifests_too(tmp_path: Path) -> None:
-    """The generators are not all noise: the skeleton they start from loads."""
+def test_the_fuzzer_reaches_valid_manifests_too(folder: Path) -> None:
+    """The generators are not all noise: the skeleton they start from loads, and so do the files they name."""
     manifest = parse_manifest("version: 1\nserver: {name: fuzz}\nsources: {docs: {url: ./docs}}\n", "m.yaml",
-                              tmp_path, env={})
+                              folder, env={})
     assert manifest.server.name == "fuzz" and "docs" in manifest.sources
+    overlay = parse_manifest("extends: base.yaml\nserver: {name: o}\nresources: [{uri: 'n://a', remove: true}]\n",
+                             "m.yaml", folder, env={})
+    assert [r.uri for r in overlay.resources] == ["n://b", "o://a"]
