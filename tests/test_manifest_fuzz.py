@@ -18,7 +18,8 @@ SECONDS = 20.0
 """Per example, far above what any takes (under 0.1 s alone): only a runaway load fails it, even on a busy CI."""
 
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.large_base_example])
 
 # The manifest's own keys, so generated trees reach the schema, the cross-reference checks and the model builder.
 KEYS = ["version", "server", "name", "title", "defaults", "sources", "resources", "collections", "templates",
@@ -65,7 +66,8 @@ def flow(draw: st.DrawFn, depth: int = 0) -> str:
 VALUES = st.one_of(st.sampled_from(ODD_SCALARS), flow(4))
 URIS = st.sampled_from(["n://a", "n://{x}", "n://{+p}", "n://{/s*}{?q}", "n://{x:3}{.e}{;m}{&a}", "docs://{path}",
                         "n://{", "{x}", "n://{x}{x}", "", "n://%zz", "n://a b", "n://{#f}", "n://{x}/{y}{?x}",
-                        "n://{x:99999}", "n://{x*}", "n://{=x}"]).map(lambda u: yaml.safe_dump(u, default_style="'").strip())
+                        "n://{x:99999}", "n://{x*}", "n://{=x}"]).map(
+    lambda u: yaml.safe_dump(u, default_style="'").strip())
 
 
 @st.composite

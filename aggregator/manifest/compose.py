@@ -52,8 +52,8 @@ from aggregator.manifest.model import (
 from aggregator.manifest.units import format_size
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
-__all__ = ["IDENTITY", "MAX_FILES", "ManifestTooLarge", "Reads", "apply_extends", "include_manifests", "namespaced_uri", "read_at_most",
-           "read_manifest_bytes", "resolve_ref"]
+__all__ = ["IDENTITY", "MAX_FILES", "ManifestTooLarge", "Reads", "apply_extends", "include_manifests",
+           "namespaced_uri", "read_at_most", "read_manifest_bytes", "resolve_ref"]
 
 IDENTITY = {"resources": "uri", "collections": "uri", "templates": "uriTemplate"}
 MAX_CHAIN = 16
