@@ -5,6 +5,7 @@ This is what protocol handlers call; it knows nothing of MCP. Reads go catalog -
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -13,6 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+import anyio
+import anyio.to_thread
 from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
@@ -140,7 +143,11 @@ class Aggregator:
         collections over other kept sources listed less than the source's `ttl` ago (source listings are cached with
         the source's ttl).
         """
-        manifest = load_manifest(self.manifest.path)
+        # Off the event loop: includes may be URLs, and a big manifest takes seconds to check. Read with the running
+        # manifest's cap: the new file's own setting is not known before it is read.
+        manifest = await anyio.to_thread.run_sync(functools.partial(
+            load_manifest, self.manifest.path, max_bytes=self.manifest.server.max_manifest_bytes),
+            abandon_on_cancel=True)  # a shutdown does not wait for a slow include
         kept = {sid: src for sid, src in self.sources.items()
                 if sid in manifest.sources and _same_source(self.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)

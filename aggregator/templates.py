@@ -343,7 +343,10 @@ class _Matcher:
         self.regex = _engine.compile("(?s)" + "".join(pattern))
 
     def match(self, uri: str) -> dict[str, Value] | None:
-        m = self.regex.fullmatch(uri)
+        try:
+            m = self.regex.fullmatch(uri)
+        except UnicodeEncodeError:  # a lone surrogate (JSON allows "\udcff"): RE2 reads UTF-8, and no URI holds one
+            return None
         if m is None:
             return None
         values: dict[str, Value] = {}

@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 from aggregator.core import Aggregator
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ManifestError
-from tests.conftest import connect, write_manifest
+from tests.conftest import MODES, connect, write_manifest
+from tests.http_server import serve
 
 TEAM = """
     version: 1
@@ -444,3 +446,98 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
                                      .replace("'${AGG_TEST_SECRET}'", "ok"))
     texts = {r.uri: r.text for r in load_manifest(including("env.yaml"), env={"AGG_TEST_SECRET": "s"}).resources}
     assert texts == {"x://z": "ok", "x://d": "none ${HOME}"}
+
+
+# --- hostile includes: whoever serves an unpinned URL cannot crash or exhaust the server ------------------------
+
+
+def test_deep_manifest_by_url_is_a_located_error(tmp_path: Path, web: tuple[str, Path]) -> None:
+    base, folder = web
+    (folder / "deep.yaml").write_text("[" * 40_000)  # segfaulted libyaml's composer
+    root = write_manifest(tmp_path, f'version: 1\nserver: {{name: x}}\ninclude: [{{url: "{base}/deep.yaml"}}]\n')
+    assert f"{base}/deep.yaml:1:65: <root>: values are nested more than 64 levels deep" in _errors(root)
+
+
+def test_include_by_url_is_read_no_further_than_max_manifest_bytes(tmp_path: Path, web: tuple[str, Path]) -> None:
+    base, folder = web
+    (folder / "big.yaml").write_text("version: 1\nserver: {name: big}\n" + "# padding\n" * 10_000)  # 100 KB
+    with serve() as upstream:
+        root = write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: x, maxManifestBytes: 64KiB}}
+            include:
+              - {{url: "{base}/big.yaml"}}
+              - {{url: "http://127.0.0.1:{upstream.port}/base/endless"}}
+            """)
+        found: list[str] = []
+        # An endless body: reading it whole would never return.
+        worker = threading.Thread(target=lambda: found.append(_errors(root)), daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive() and found
+    assert f"manifest.yaml:4:5: include[0]: included manifest '{base}/big.yaml' is larger than " \
+           "server.maxManifestBytes (64KiB)" in found[0]
+    assert f"manifest.yaml:5:5: include[1]: included manifest 'http://127.0.0.1:{upstream.port}/base/endless' is " \
+           "larger than server.maxManifestBytes (64KiB)" in found[0]
+
+
+def test_extends_base_over_the_cap_is_located_at_extends(tmp_path: Path) -> None:
+    write_manifest(tmp_path, "version: 1\nserver: {name: b}\n" + "# padding\n" * 500_000, name="base.yaml")
+    overlay = write_manifest(tmp_path, "extends: base.yaml\nserver: {name: o}\n")
+    assert "manifest.yaml:1:10: extends: base manifest 'base.yaml' is larger than server.maxManifestBytes (4MiB)" \
+        in _errors(overlay)
+
+
+def test_extends_merge_time_grows_linearly_with_the_base(tmp_path: Path) -> None:
+    """Every mark copied scanned every mark of the file (2,000 entries: 3 s, 20,000: minutes, on reload too)."""
+    def load_seconds(entries: int) -> float:
+        folder = tmp_path / str(entries)
+        folder.mkdir()
+        write_manifest(folder, "version: 1\nserver: {name: b}\nresources:\n" + "".join(
+            f"  - {{uri: 'n://{i}', name: n{i}, text: t}}\n" for i in range(entries)), name="base.yaml")
+        overlay = write_manifest(folder, "extends: base.yaml\nresources:\n  - {uri: 'n://x', name: x, text: y}\n")
+        best = float("inf")
+        for _ in range(2):
+            start = time.perf_counter()
+            assert len(load_manifest(overlay, env={}).resources) == entries + 1
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    small, large = load_seconds(500), load_seconds(4000)
+    assert large < 25 * small, (small, large)  # 8x the entries: linear ~8x, quadratic ~64x
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reload_waiting_on_a_slow_include_does_not_stall_requests(tmp_path: Path, mode: str) -> None:
+    """The reload loaded the manifest on the event loop: a 10 s include URL froze every request for 10 s."""
+    root = write_manifest(tmp_path, 'version: 1\nserver: {name: r}\nresources: [{uri: "note://a", name: a, text: a}]\n')
+
+    async def main() -> None:
+        with serve() as upstream:
+            async with connect(root, mode) as client:
+                tmp = root.with_suffix(".tmp~")
+                tmp.write_text(root.read_text() + f'include: [{{url: "http://127.0.0.1:{upstream.port}/base/slow"}}]\n')
+                tmp.replace(root)
+                with anyio.fail_after(15):
+                    while not any(hit.endswith(" slow") for hit in upstream.hits):
+                        await anyio.sleep(0.05)  # the reload is now waiting on the include
+                with anyio.fail_after(5):  # the include answers after 10 s
+                    assert [r.uri for r in (await client.list_resources()).resources] == ["note://a"]
+                    assert (await client.read_resource("note://a")).contents[0].text == "a"
+
+    anyio.run(main)
+
+
+def test_one_load_reads_at_most_max_files_manifests(tmp_path: Path) -> None:
+    """Includes that name files again and again (or a tree of them) made a load read without end."""
+    write_manifest(tmp_path, "version: 1\nserver: {name: leaf}\n", name="leaf.yaml")
+    write_manifest(tmp_path, "version: 1\nserver: {name: mid}\ninclude: [" + ", ".join(["leaf.yaml"] * 10) + "]\n",
+                   name="mid.yaml")
+    fine = write_manifest(tmp_path, "version: 1\nserver: {name: r}\ninclude: [" + ", ".join(["mid.yaml"] * 5) + "]\n",
+                          name="fine.yaml")
+    assert load_manifest(fine, env={}).server.name == "r"  # 1 + 5 + 50 files
+    fan = write_manifest(tmp_path, "version: 1\nserver: {name: r}\ninclude:\n" + "  - mid.yaml\n" * 8)
+    errors = _errors(fan)
+    # The root, 5 mids and their 50 leaves, the 6th mid and 7 of its leaves: the 8th leaf is the 65th file.
+    assert "mid.yaml:3:" in errors and "include[7]: more than 64 manifest files in one load" in errors
+    assert errors.count("more than 64 manifest files") == 2  # where it happened, and the mid that was not read

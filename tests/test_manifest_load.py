@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 import yaml
 
@@ -14,9 +18,9 @@ from aggregator.manifest import (
     load_manifest,
     parse_manifest,
 )
-from aggregator.manifest.model import DEFAULT_PAGE_SIZE, Defaults, Location
-from aggregator.manifest.yaml_marks import load_marked
-from tests.conftest import write_manifest
+from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_PAGE_SIZE, Defaults, Location
+from aggregator.manifest.yaml_marks import MAX_DEPTH, MAX_VALUES, load_marked
+from tests.conftest import MODES, connect, write_manifest
 
 HEAD = "version: 1\nserver: {name: t}\nsources:\n  docs: {url: ./docs}\n"
 """Four lines: whatever a test appends starts on line 5."""
@@ -552,3 +556,143 @@ def test_http_limits_default_parse_and_refuse_zero() -> None:
     assert found["server.http.maxConnections"][2] == "must be at least 1, got 0"
     found = keyed(text.replace("2s", "0s"))
     assert found["server.http.headerTimeout"][2] == "must be longer than 0 seconds, got '0s'"
+
+
+# --- hostile manifests: nesting, aliases and size are capped before anything recursive runs ------------------------
+
+DEEP = "[" * 40_000
+"""80 KB that made libyaml's C composer recurse until the process segfaulted."""
+
+
+def _validate(manifest: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": os.environ.get("PATH", "")}
+    return subprocess.run([sys.executable, "-m", "aggregator", "validate", "--offline", str(manifest)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_deep_nesting_is_a_located_error_from_validate(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(DEEP)
+    done = _validate(path)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])  # a negative code is a signal (SIGSEGV)
+    assert f"{path}:1:{MAX_DEPTH + 1}: <root>: " in done.stderr
+    assert f"nested more than {MAX_DEPTH} levels deep" in done.stderr
+
+
+@pytest.mark.parametrize("text, line, col", [
+    ("version: 1\nserver: {name: t}\nx: " + "{a: " * 200, 3, 4 + 4 * (MAX_DEPTH - 1)),
+    ("version: 1\nserver: {name: t}\nx:\n" + "".join(" " * i + "- \n" for i in range(200)), 4 + MAX_DEPTH - 1,
+     MAX_DEPTH),
+    ("version: 1\nserver: {name: t}\nx: " + "[" * 200 + "]" * 200 + "\n", 3, 4 + MAX_DEPTH - 1),
+])
+def test_deep_nesting_is_located_at_the_first_node_too_deep(text: str, line: int, col: int) -> None:
+    found = issues_of(text)
+    assert [(i[0], i[1]) for i in found] == [(line, col)], found
+    assert f"nested more than {MAX_DEPTH} levels deep" in found[0][3]
+
+
+def test_nesting_built_through_aliases_is_capped_too() -> None:
+    # Each anchor nests 30 levels and holds the previous one: the text is shallow, the tree is not.
+    text = "version: 1\nserver: {name: t}\n" + "".join(
+        f"a{i}: &a{i} " + "[" * 30 + (f"*a{i - 1}" if i else "x") + "]" * 30 + "\n" for i in range(4))
+    found = issues_of(text)
+    assert any(f"nested more than {MAX_DEPTH} levels deep" in i[3] and i[2].startswith("a2") for i in found), found
+
+
+def test_billion_laughs_is_a_located_error() -> None:
+    laughs = 'l0: &l0 "lol"\n' + "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n"
+                                        for i in range(1, 10))
+    found = issues_of("version: 1\nserver: {name: t}\n" + laughs)
+    assert [i[3] for i in found if "more than 100000 values" in i[3]], found
+    assert all(i[0] > 2 for i in found)  # located on the alias line that crossed the cap, not at 1:1
+
+
+def test_too_many_values_are_refused_before_composing() -> None:
+    text = "version: 1\nserver: {name: t}\nx: [" + "1, " * (MAX_VALUES + 10) + "]\n"
+    found = issues_of(text)
+    assert [(i[0], i[1]) for i in found] == [(3, 5 + 3 * (MAX_VALUES - 5))], found  # 5 values before x's
+    assert f"more than {MAX_VALUES} values" in found[0][3]
+
+
+def test_a_manifest_over_the_default_size_is_a_located_error(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, HEAD.replace("./docs", str(tmp_path)))
+    with path.open("a") as out:
+        out.write("# padding\n" * (DEFAULT_MAX_MANIFEST_BYTES // 10))
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path, env={})
+    assert [(i.file, i.line, i.col) for i in caught.value.issues] == [(str(path), 1, 1)]
+    assert "larger than server.maxManifestBytes (4MiB)" in str(caught.value)
+
+
+def test_max_manifest_bytes_of_the_root_applies_to_its_includes(tmp_path: Path) -> None:
+    big = write_manifest(tmp_path, "version: 1\nserver: {name: big}\n" + "# padding\n" * 600_000, name="big.yaml")
+    root = write_manifest(tmp_path, "version: 1\nserver: {name: t, maxManifestBytes: 8MiB}\ninclude: [big.yaml]\n")
+    assert load_manifest(root, env={}).server.max_manifest_bytes == 8 * 1024 * 1024  # 6 MB: over the default
+    small = write_manifest(tmp_path, "version: 1\nserver: {name: t, maxManifestBytes: 1KiB}\n"
+                                     "include: [{path: big.yaml}]\n", name="small.yaml")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(small, env={})
+    assert [(i.line, i.col, i.key) for i in caught.value.issues] == [(3, 11, "include[0]")]
+    assert "'big.yaml' is larger than server.maxManifestBytes (1KiB)" in str(caught.value)
+    assert big.stat().st_size > 6_000_000
+
+
+def test_max_manifest_bytes_is_checked() -> None:
+    assert keyed(HEAD.replace("{name: t}", "{name: t, maxManifestBytes: lots}"))["server.maxManifestBytes"]
+    assert keyed(HEAD.replace("{name: t}", "{name: t, maxManifestBytes: 0}"))["server.maxManifestBytes"]
+
+
+LIVE = """version: 1
+server: {name: live, maxManifestBytes: 2KiB}
+resources:
+  - {uri: "note://a", name: a, text: first}
+"""
+
+
+def _save(path: Path, text: str) -> None:
+    """Save as editors do: a temporary file renamed over the manifest."""
+    tmp = path.with_suffix(".tmp~")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+async def _listed(client: Any) -> list[str]:
+    return [r.uri for r in (await client.list_resources()).resources]
+
+
+async def _still_serving(client: Any, expected: list[str], seconds: float = 2.0) -> None:
+    """The old listing keeps answering while the server had time to try (and refuse) the reload."""
+    for _ in range(int(seconds / 0.25)):
+        assert await _listed(client) == expected
+        await anyio.sleep(0.25)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hot_reload_of_a_deep_or_too_big_manifest_keeps_the_last_good_catalog(tmp_path: Path, mode: str) -> None:
+    manifest = write_manifest(tmp_path, LIVE)
+
+    async def main() -> None:
+        async with connect(manifest, mode) as client:
+            assert await _listed(client) == ["note://a"]
+            _save(manifest, DEEP)  # segfaulted the server
+            await _still_serving(client, ["note://a"])
+            # Valid, but over the 2KiB the running manifest allows (the new file's own setting cannot apply).
+            _save(manifest, LIVE.replace("2KiB", "1MiB") + "# padding\n" * 300)
+            await _still_serving(client, ["note://a"])
+            _save(manifest, LIVE + '  - {uri: "note://b", name: b, text: second}\n')
+            with anyio.fail_after(15):
+                while await _listed(client) != ["note://a", "note://b"]:
+                    await anyio.sleep(0.1)
+            assert (await client.read_resource("note://a")).contents[0].text == "first"
+
+    anyio.run(main)
+
+
+def test_an_explicit_tag_the_value_does_not_fit_is_located() -> None:
+    """Found by the fuzzer: `!!int x` escaped as a bare ValueError (and `!!int` alone as an IndexError)."""
+    found = keyed(HEAD + "defaults: {maxConcurrency: !!int x, ttl: !!float y, timeout: !!bool maybe}\n")
+    assert found["defaults.maxConcurrency"][:2] == (5, 28)
+    assert "'x' is not a valid !!int" in found["defaults.maxConcurrency"][2]
+    assert "'y' is not a valid !!float" in found["defaults.ttl"][2]
+    assert "'maybe' is not a valid !!bool" in found["defaults.timeout"][2]
+    assert (1, 10, "version", "unsupported YAML value: '' is not a valid !!int") in issues_of("version: !!int\n")

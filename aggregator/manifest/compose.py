@@ -15,6 +15,10 @@ Only the including manifest's `server:` applies; an included manifest's `default
 Renders of a namespaced include name the include's own URIs (`Render.uri`).
 A file met again on its own include or extends chain is a cycle, reported with the chain.
 
+Limits, each a located error: every file is read no further than `server.maxManifestBytes` (the root's own value
+for its includes; the value in force, the default at start, for the root and its bases), and one load reads at
+most MAX_FILES files.
+
 Relative names resolve against the file that wrote them: an overlay's against the overlay, a base's against the
 base, a URL manifest's against its URL (fetched with the same `options:`). A manifest read from a URL may name
 only URLs: it never reaches this machine's files (the loader also refuses its local sources and `${ENV}`).
@@ -22,16 +26,18 @@ only URLs: it never reaches this machine's files (the loader also refuses its lo
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
 from aggregator.manifest.model import (
+    DEFAULT_MAX_MANIFEST_BYTES,
     CollectionSpec,
     Location,
     Manifest,
@@ -43,16 +49,47 @@ from aggregator.manifest.model import (
     is_url,
     namespaced_uri,
 )
+from aggregator.manifest.units import format_size
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
-__all__ = ["IDENTITY", "apply_extends", "include_manifests", "namespaced_uri", "read_manifest_bytes", "resolve_ref"]
+__all__ = ["IDENTITY", "MAX_FILES", "ManifestTooLarge", "Reads", "apply_extends", "include_manifests",
+           "namespaced_uri", "read_at_most", "read_manifest_bytes", "resolve_ref"]
 
 IDENTITY = {"resources": "uri", "collections": "uri", "templates": "uriTemplate"}
 MAX_CHAIN = 16
+MAX_FILES = 64
+"""Manifest files one load reads at most (the root, its bases and includes at every level): an include list naming
+files again and again, or a tree of them, cannot make a load read and check without end."""
+
+
+class Reads:
+    """The manifest files one load has read so far, shared by every level of includes and extends."""
+
+    def __init__(self) -> None:
+        self.files = 1  # the root
+
+    def take(self) -> bool:
+        """Count one more file; False (and it must not be read) past MAX_FILES."""
+        self.files += 1
+        return self.files <= MAX_FILES
+
+
+_TOO_MANY = f"more than {MAX_FILES} manifest files in one load (includes and extends bases at every level)"
 
 
 class RefusedReference(ValueError):
     """A manifest named another it may not reach."""
+
+
+class ManifestTooLarge(ValueError):
+    """A manifest file holds more bytes than the cap it is read with."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"is larger than server.maxManifestBytes ({format_size(limit)})")
+
+
+_CHUNK = 64 * 1024
 
 
 def resolve_ref(ref: str, parent: str) -> str:
@@ -70,15 +107,37 @@ def resolve_ref(ref: str, parent: str) -> str:
     return os.path.normpath(os.path.join(os.path.dirname(parent), path))
 
 
-def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None) -> bytes:
+def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None,
+                        limit: int = DEFAULT_MAX_MANIFEST_BYTES) -> bytes:
     """The bytes of the manifest `name` (from `resolve_ref`): a local file or an fsspec URL (https://, s3://,
-    git://REPO:REF@PATH). OSError (or the filesystem's own error) when it cannot be read."""
+    git://REPO:REF@PATH). ManifestTooLarge past `limit` bytes, having read at most `limit + 1` of them;
+    OSError (or the filesystem's own error) when it cannot be read."""
     if not is_url(name):
-        return Path(name).read_bytes()
+        with Path(name).open("rb") as local:
+            return read_at_most(local, limit)
     import fsspec  # URLs only: local files need no filesystem layer
 
     with fsspec.open(name, "rb", **dict(options or {})) as handle:
-        return handle.read()
+        size = getattr(handle, "size", None)  # when the store says (Content-Length, object size): refuse unread
+        if isinstance(size, int) and size > limit:
+            raise ManifestTooLarge(limit)
+        return read_at_most(handle, limit)
+
+
+def read_at_most(handle: Any, limit: int) -> bytes:
+    """What `handle` holds, read in chunks; ManifestTooLarge as soon as more than `limit` bytes arrived (an
+    endless HTTP body is never read further)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total <= limit:
+        chunk = handle.read(min(_CHUNK, limit + 1 - total))  # a stream may answer fewer bytes than asked
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise ManifestTooLarge(limit)
+    return b"".join(chunks)
 
 
 def _inherited(options: Mapping[str, Any] | None, parent: str, ref: str) -> Mapping[str, Any] | None:
@@ -100,21 +159,28 @@ def _join_url(parent: str, ref: str) -> str:
 # --- extends ---------------------------------------------------------------------------------------------------
 
 
-def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Mapping[str, Any] | None = None
+def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Mapping[str, Any] | None = None,
+                  max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES, reads: Reads | None = None
                   ) -> tuple[Marked, list[ManifestIssue], tuple[str, ...]]:
     """`marked` (the manifest named `here`) merged over the manifest its `extends:` names, recursively.
 
     Returns the merged manifest, issues located in either file, and the bases' canonical names, nearest first.
-    `options`: fsspec options for a base named relative to a manifest read from a URL.
+    `options`: fsspec options for a base named relative to a manifest read from a URL. A base larger than
+    `max_bytes` is an issue at the `extends` key, and so is one past the load's MAX_FILES (`reads`).
     """
     ref = marked.data.get("extends")
     if ref is None:
         return marked, [], ()
     if not isinstance(ref, str) or not ref:
         return marked, [marked.issue(("extends",), "extends: names one base manifest (a path or URL)")], ()
+    reads = reads or Reads()
+    if not reads.take():
+        return marked, [marked.issue(("extends",), _TOO_MANY)], ()
     try:
         name = resolve_ref(ref, here)
-        data = read_manifest_bytes(name, _inherited(options, here, ref))
+        data = read_manifest_bytes(name, _inherited(options, here, ref), max_bytes)
+    except ManifestTooLarge as exc:
+        return marked, [marked.issue(("extends",), f"base manifest {ref!r} {exc}")], ()
     except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the extends key
         return marked, [marked.issue(("extends",), f"cannot read base manifest {ref!r}: {_reason(exc)}")], ()
     if name in chain or len(chain) >= MAX_CHAIN:
@@ -123,7 +189,7 @@ def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Ma
     base, issues = load_marked(text, _display(name))
     if base is None or not isinstance(base.data, dict):
         return marked, issues, ()
-    base, more, bases = apply_extends(base, name, (*chain, name), _inherited(options, here, ref))
+    base, more, bases = apply_extends(base, name, (*chain, name), _inherited(options, here, ref), max_bytes, reads)
     merged, merge_issues = _merge_marked(base, marked)
     return merged, issues + more + merge_issues, (name, *bases)
 
@@ -133,18 +199,25 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
     result = Marked(over.file, None)
     issues: list[ManifestIssue] = []
 
+    indexes: dict[tuple[int, str], _Subtree] = {}
+
+    def under(src: Marked, table: str, src_path: KeyPath) -> list[KeyPath]:
+        index = indexes.get((id(src), table))
+        if index is None:
+            index = indexes[(id(src), table)] = _Subtree(getattr(src, table))
+        return index.under(src_path)
+
     def copy(src: Marked, src_path: KeyPath, dst_path: KeyPath) -> None:
         n = len(src_path)
-        for table, dst_table in ((src.values, result.values), (src.keys, result.keys)):
-            for path, pos in table.items():
-                if path[:n] == src_path:
-                    new = dst_path + path[n:]
-                    dst_table[new] = pos
-                    result.origins[new] = src.file_of(path)
+        for table, dst_table in (("values", result.values), ("keys", result.keys)):
+            positions = getattr(src, table)
+            for path in under(src, table, src_path):
+                new = dst_path + path[n:]
+                dst_table[new] = positions[path]
+                result.origins[new] = src.file_of(path)
         for attr in ("plain", "interpolated", "refused"):
-            for path in getattr(src, attr):
-                if path[:n] == src_path:
-                    getattr(result, attr).add(dst_path + path[n:])
+            for path in under(src, attr, src_path):
+                getattr(result, attr).add(dst_path + path[n:])
 
     def merge(b: Any, o: Any, bpath: KeyPath, opath: KeyPath, rpath: KeyPath) -> Any:
         if isinstance(b, dict) and isinstance(o, dict):
@@ -227,20 +300,45 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
     return result, issues
 
 
+class _Subtree:
+    """The paths of one table of marks in tree order: those under a path are found in O(log n + found), so a
+    merge copies each mark once rather than scanning them all for every entry."""
+
+    def __init__(self, paths: Iterable[KeyPath]) -> None:
+        self.paths = sorted(paths, key=_order)
+        self.orders = [_order(p) for p in self.paths]
+
+    def under(self, prefix: KeyPath) -> list[KeyPath]:
+        n, found = len(prefix), []
+        i = bisect.bisect_left(self.orders, _order(prefix))
+        while i < len(self.paths) and self.paths[i][:n] == prefix:
+            found.append(self.paths[i])
+            i += 1
+        return found
+
+
+def _order(path: KeyPath) -> tuple[tuple[bool, str | int], ...]:
+    # Keys and list indexes never compare with each other: indexes sort before keys at the same depth.
+    return tuple((isinstance(part, str), part) for part in path)
+
+
 # --- include ---------------------------------------------------------------------------------------------------
 
 LoadText = Callable[[str, str, tuple[str, ...], Mapping[str, Any] | None], Manifest]
 
 
 def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...], bases: tuple[str, ...],
-                      load: LoadText, options: Mapping[str, Any] | None = None) -> Manifest:
+                      load: LoadText, options: Mapping[str, Any] | None = None,
+                      max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES, reads: Reads | None = None) -> Manifest:
     """`manifest` with everything its `include:` entries bring; ManifestError locating each failing include.
 
     `chain` ends with this manifest's canonical name and `bases` are its extends bases (from `apply_extends`): an
     entry a base wrote resolves against that base and has it on its chain. `options`: fsspec options for entries
     named relative to a manifest read from a URL. `load(text, name, chain, options)` checks and builds one
-    included manifest (recursively).
+    included manifest (recursively). An included file larger than `max_bytes` is an issue at its entry, and so
+    is the first past the load's MAX_FILES (`reads`; the entries after it are not read).
     """
+    reads = reads or Reads()
     entries = marked.data.get("include") or []
     issues: list[ManifestIssue] = []
     sources = dict(manifest.sources)
@@ -255,9 +353,15 @@ def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...]
         at = writers.get(marked.file_of(path), chain)
         parent = at[-1]
         inherited = _inherited(options, parent, ref)
+        if not reads.take():
+            issues.append(marked.issue(path, _TOO_MANY))
+            break
         try:
             name = resolve_ref(ref, parent)
-            data = read_manifest_bytes(name, spec.get("options") or inherited)
+            data = read_manifest_bytes(name, spec.get("options") or inherited, max_bytes)
+        except ManifestTooLarge as exc:
+            issues.append(marked.issue(path, f"included manifest {ref!r} {exc}"))
+            continue
         except Exception as exc:  # noqa: BLE001 - any failure to fetch is reported at the include entry
             issues.append(marked.issue(path, f"cannot read included manifest {ref!r}: {_reason(exc)}"))
             continue

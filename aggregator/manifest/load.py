@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aggregator.manifest.checks import check_references
-from aggregator.manifest.compose import apply_extends, include_manifests
+from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, include_manifests, read_at_most
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
+    DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_PAGE_SIZE,
     Annotations,
     AuthSettings,
@@ -44,17 +45,25 @@ from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_ma
 __all__ = ["load_manifest", "parse_manifest"]
 
 _T = TypeVar("_T")
+MIN_MANIFEST_BYTES = 1024
 _SERVER_DEFAULTS = ServerSettings(name="")
 
 
-def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Manifest:
+def load_manifest(path: str | Path, env: Mapping[str, str] | None = None,
+                  max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> Manifest:
     """Read and check the manifest at `path` (variables from `env`, default os.environ).
 
-    ManifestError lists every located problem, naming the file as `path` was given; FileNotFoundError
-    (an OSError) if it cannot be read at all.
+    `max_bytes` caps the file and its extends bases, read before the manifest's own settings are known: the
+    default at start, the running manifest's `server.maxManifestBytes` on reload. ManifestError lists every
+    located problem, naming the file as `path` was given; FileNotFoundError (an OSError) if it cannot be read.
     """
     file = str(path)
-    data = Path(path).read_bytes()
+    try:
+        with Path(path).open("rb") as handle:
+            data = read_at_most(handle, max_bytes)
+    except ManifestTooLarge as exc:
+        raise ManifestError([ManifestIssue(file, 1, 1, "", f"the manifest {exc}; split it into files joined by "
+                                                           "include:")]) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -64,18 +73,23 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None) -> Man
     # The folder the manifest is seen in, symlinks left alone: a mounted ConfigMap's `m.yaml -> ..data/m.yaml`
     # still means paths relative to the mount.
     base = Path(os.path.abspath(path)).parent
-    return parse_manifest(text, file, base=base, env=env, chain=(os.path.normpath(os.path.abspath(path)),))
+    return parse_manifest(text, file, base=base, env=env, chain=(os.path.normpath(os.path.abspath(path)),),
+                          max_bytes=max_bytes)
 
 
 def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None,
-                   chain: tuple[str, ...] = (), options: Mapping[str, Any] | None = None) -> Manifest:
+                   chain: tuple[str, ...] = (), options: Mapping[str, Any] | None = None,
+                   max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES, reads: Reads | None = None) -> Manifest:
     """Check manifest `text` (named `file` in issues); relative local source paths resolve against `base`.
 
     `chain` holds the canonical names (absolute paths or URLs) of the manifests that include this one, then its
     own (cycle detection, and what relative includes resolve against). What a manifest read from a URL writes
     may not declare local folders or read the server's environment. `options`: fsspec options for manifests
-    it names relative to its URL.
+    it names relative to its URL. `max_bytes` caps each extends base; includes are capped by the root manifest's
+    own `server.maxManifestBytes` (an included manifest's `server:` never applies), passed down as `max_bytes`.
+    `reads` counts the files the whole load read (a new count for a root manifest).
     """
+    reads = reads or Reads()
     here = chain[-1] if chain else os.path.normpath(os.path.join(base, os.path.basename(file)))
     chain = chain or (here,)
     marked, issues = load_marked(text, file)
@@ -83,7 +97,7 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
         raise ManifestError(issues)
     bases: tuple[str, ...] = ()
     if "extends" in marked.data:
-        marked, more, bases = apply_extends(marked, here, chain, options)
+        marked, more, bases = apply_extends(marked, here, chain, options, max_bytes, reads)
         issues += more  # reported with everything the checks below find in the merged manifest
     # Nothing below stops at the first problem: the author gets every one in a single run.
     issues += interpolate(marked, os.environ if env is None else env)
@@ -102,13 +116,15 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     files = {Path(os.path.abspath(f)) for f in (file, *marked.origins.values()) if "://" not in f}
     manifest = replace(manifest, files=tuple(sorted(files)))
     if marked.data.get("include"):
+        limit = manifest.server.max_manifest_bytes if len(chain) == 1 else max_bytes
+
         def load_included(text: str, name: str, chain: tuple[str, ...], options: Mapping[str, Any] | None
                           ) -> Manifest:
             # An included manifest's relative source paths resolve against its own folder.
             folder = base if is_url(chain[-1]) else Path(chain[-1]).parent
-            return parse_manifest(text, name, folder, env, chain, options)
+            return parse_manifest(text, name, folder, env, chain, options, limit, reads)
 
-        manifest = include_manifests(manifest, marked, chain, bases, load_included, options)
+        manifest = include_manifests(manifest, marked, chain, bases, load_included, options, limit, reads)
     return manifest
 
 
@@ -206,6 +222,7 @@ class _Builder:
             ),
             auth=self.auth(spec["auth"]) if "auth" in spec else None,
             tools=spec.get("tools", False),
+            max_manifest_bytes=self.max_manifest_bytes(spec),
         )
 
     def render_settings(self, spec: dict[str, Any]) -> RenderSettings:
@@ -214,6 +231,13 @@ class _Builder:
         if timeout <= 0:  # the schema allows 0 for every duration; a render with no time at all never succeeds
             self.issues.append(self.marked.issue(path + ("timeout",), "a render timeout must be longer than 0s"))
         return RenderSettings(timeout=timeout, max_iterations=spec.get("maxIterations", base.max_iterations))
+
+    def max_manifest_bytes(self, spec: dict[str, Any]) -> int:
+        size = self.parsed(parse_size, spec, "maxManifestBytes", ("server",), DEFAULT_MAX_MANIFEST_BYTES)
+        if size < MIN_MANIFEST_BYTES:  # smaller, the next reload could not even read the manifest itself
+            self.issues.append(self.marked.issue(("server", "maxManifestBytes"), "must be at least 1KiB"))
+            return DEFAULT_MAX_MANIFEST_BYTES
+        return size
 
     def auth(self, spec: dict[str, Any]) -> AuthSettings:
         jwt = spec.get("jwt")

@@ -54,6 +54,10 @@ DEFAULT_PAGE_SIZE = 500
 """Resources per resources/list page unless the manifest says otherwise: ~75 KB of JSON, few round trips."""
 
 
+DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+"""Largest manifest file read (the root, extends bases, includes) unless `server.maxManifestBytes` says otherwise."""
+
+
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
     allowed_hosts: tuple[str, ...] = ()
@@ -114,6 +118,8 @@ class ServerSettings:
     auth: AuthSettings | None = None
     tools: bool = False
     """Expose resources as tools too, for clients that cannot use resources."""
+    max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES
+    """Cap on each manifest file a load reads: its includes (and, on reload, the manifest itself and its bases)."""
 
 
 @dataclass(frozen=True, slots=True)

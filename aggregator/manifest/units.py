@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["DURATION_PATTERN", "SIZE_PATTERN", "parse_duration", "parse_size"]
+__all__ = ["DURATION_PATTERN", "SIZE_PATTERN", "format_size", "parse_duration", "parse_size"]
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 # KB/MB are powers of 1000 (as disks and networks count), KiB/MiB and the bare K/M/G/T of 1024.
@@ -60,6 +60,14 @@ def parse_size(value: str | int) -> int:
     if match is None or unit not in _SIZE_UNITS or (unit in ("", "b") and "." in match.group(1)):
         raise ValueError("not a size: write e.g. 512KB, 10MiB, 1GiB, or a whole number of bytes")
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def format_size(size: int) -> str:
+    """A size as a manifest would write it: `4MiB`, `512KiB`, else bytes (`1000` -> `1000 bytes`)."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size} bytes"
 
 
 def _non_negative_seconds(seconds: float) -> float:

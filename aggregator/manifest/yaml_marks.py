@@ -7,6 +7,7 @@ strings: the schema checks them as `date-time` text, and the model hands them to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -24,8 +25,10 @@ _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TAG = "tag:yaml.org,2002:"
 _STANDARD_TAGS = frozenset(_TAG + t for t in ("map", "seq", "str", "int", "float", "bool", "null", "timestamp"))
 MAX_VALUES = 100_000
-"""Aliases let a small file expand into a huge tree ("billion laughs"); a manifest never needs this many."""
-MAX_DEPTH = 100
+"""Values a manifest may hold, counted as written and again with aliases expanded ("billion laughs")."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists, as written and with aliases expanded; real manifests need under 10.
+libyaml's composer recurses in C, so the text's nesting is checked on the (iterative) event stream first."""
 _EMPTY = "the manifest is empty; it needs at least 'version: 1' and 'server: {name: ...}'"
 
 
@@ -104,6 +107,9 @@ def format_path(path: KeyPath) -> str:
 def load_marked(text: str, file: str) -> tuple[Marked | None, list[ManifestIssue]]:
     """Parse `text` (named `file` in issues); the marked tree, or None when there is nothing to check."""
     try:
+        too_much = _scan(text, file)
+        if too_much is not None:
+            return None, [too_much]
         node = _compose(text)
     except yaml.MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file, text)]
@@ -128,6 +134,43 @@ def load_marked(text: str, file: str) -> tuple[Marked | None, list[ManifestIssue
         builder.issues.append(marked.issue((), f"the manifest must be a mapping of keys (version:, server:, ...) "
                                                f"at the top level, not {kind}"))
     return marked, builder.issues
+
+
+def _scan(text: str, file: str) -> ManifestIssue | None:
+    """A located issue when `text` nests deeper than MAX_DEPTH or writes more than MAX_VALUES values; found on the
+    parser's event stream, which is iterative, before any composer recurses. YAML errors are raised."""
+    try:
+        return _limits(yaml.parse(text, Loader=_FAST_LOADER), file)
+    except yaml.MarkedYAMLError:
+        if _FAST_LOADER is yaml.SafeLoader:
+            raise
+    # The pure-Python parser names what it expected and what it found; it is iterative too.
+    return _limits(yaml.parse(text, Loader=yaml.SafeLoader), file)
+
+
+def _limits(events: Iterator[yaml.Event], file: str) -> ManifestIssue | None:
+    open_: list[list[int]] = []  # per open collection: [is a mapping, nodes in it so far]
+    values = 0
+    for event in events:
+        if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+            parent = open_[-1] if open_ else None
+            if parent is not None:
+                parent[1] += 1
+            if not (parent is not None and parent[0] and parent[1] % 2):  # a mapping's odd nodes are its keys
+                values += 1
+                if values > MAX_VALUES:
+                    return _issue_at(event, file, f"the manifest holds more than {MAX_VALUES} values")
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(open_) >= MAX_DEPTH:
+                    return _issue_at(event, file, f"values are nested more than {MAX_DEPTH} levels deep")
+                open_.append([isinstance(event, yaml.MappingStartEvent), 0])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            open_.pop()
+    return None
+
+
+def _issue_at(event: yaml.Event, file: str, message: str) -> ManifestIssue:
+    return ManifestIssue(file, event.start_mark.line + 1, event.start_mark.column + 1, "", message)
 
 
 def _compose(text: str) -> yaml.Node | None:
@@ -192,7 +235,7 @@ class _TreeBuilder:
         if id(node) in self.active:
             self.fail(path, "an alias refers to a value that contains it (a cycle)")
             return None
-        if len(path) > MAX_DEPTH:
+        if len(path) >= MAX_DEPTH:  # the top-level mapping is level 1
             self.fail(path, f"values are nested more than {MAX_DEPTH} levels deep")
             return None
         self.active.add(id(node))
@@ -212,7 +255,10 @@ class _TreeBuilder:
             return self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as exc:
             self.fail(path, f"unsupported YAML value: {exc.problem}")
-            return None
+        except (ValueError, LookupError):  # an explicit tag the text does not fit: `!!int x`, `!!bool maybe`
+            short = node.tag.replace(_TAG, "!!")
+            self.fail(path, f"unsupported YAML value: {node.value[:40]!r} is not a valid {short}")
+        return None
 
     def mapping(self, node: yaml.MappingNode, path: KeyPath) -> dict[str, Any]:
         result: dict[str, Any] = {}
