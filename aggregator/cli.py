@@ -359,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, args.log_format)
+    if args.command != "serve":  # `aggregator list M | head` stops quietly; serve's stdout is the protocol's
+        from aggregator.stdout import tolerate_reader_leaving
+
+        tolerate_reader_leaving()
     try:
         return int(args.func(args))
     except FileNotFoundError as exc:
