@@ -52,6 +52,10 @@ async def _opened(path: str) -> AsyncIterator[Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if not args.http and sys.stdin.isatty():  # a person, not a client: say what this is (never on stdout)
+        from aggregator.terminal_hint import stdio_hint
+
+        print(stdio_hint(args.manifest), end="", file=sys.stderr, flush=True)
     # Start-up creates hundreds of thousands of long-lived objects (the SDK's modules, the catalog) and the cyclic
     # collector would walk them all again and again; it resumes once serving, with them frozen out of its way.
     gc.disable()
