@@ -8,15 +8,17 @@ SAMPLE ?= sample-configs/quickstart.yaml
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
-# -q: no progress lines; the version check is a network call whose advice is not ours to give. Warnings stay
-# (PIP_QUIET=-qq hides them too, e.g. a pip configuration naming index locations that do not exist).
+# -q: no progress lines; the version check is a network call whose advice is not ours to give. pip's warnings stay
+# (PIP_QUIET=-qq hides them too, e.g. a pip configuration naming index locations that do not exist). The build
+# backend's UserWarning is setuptools' caution about folders named like the package: here that folder is the package.
 PIP_QUIET ?= -q
-PIP := $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check
+PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check
 
 .PHONY: run test demo validate-samples bench bench-full conformance clean
 
-$(BIN)/python:
+$(BIN)/python:  # a current pip: the one a venv starts with (23.2 on Python 3.11.7) gives up resolving the test extra
 	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
 
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) -e .
