@@ -26,11 +26,11 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test]'
-	touch $@
+	touch $@ $(RUN_STAMP)
 
 $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test,bench]'
-	touch $@
+	touch $@ $(TEST_STAMP) $(RUN_STAMP)
 
 run: $(RUN_STAMP)  ## serve the bundled sample over stdio (connect an MCP client; logs go to stderr)
 	@$(BIN)/aggregator validate $(SAMPLE) >&2
@@ -71,4 +71,4 @@ conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from n
 	PYTHON=$(BIN)/python .ci/conformance
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .venv-run .pytest_cache build *.egg-info

@@ -213,16 +213,42 @@ def test_readme_http_example_serves_at_its_url() -> None:
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
 
-    async def check() -> None:
-        async with Client(url) as client:
-            listed = await client.list_resources()
-            assert "handbook://docs/README.md" in [str(r.uri) for r in listed.resources]
-
+    snippet = re.search(r"```python\n(.*?)```", README, re.S)
+    assert snippet and "http://127.0.0.1:8000/mcp" in snippet.group(1), "the README shows a client over HTTP"
     try:
         deadline = time.monotonic() + 60
         while not listening(port) and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.1)
-        anyio.run(check)
+        client = subprocess.run([sys.executable, "-c", snippet.group(1).replace("8000", str(port))],
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert client.returncode == 0, client.stderr
+        assert "handbook://docs/README.md" in client.stdout.splitlines()
     finally:
         process.terminate()
         assert process.wait(15) == 0
+
+
+def test_readme_systemd_command_line_is_one_the_cli_takes() -> None:
+    """The Deploying section's ExecStart parses as written: HTTP on all addresses, stateless workers, JSON logs."""
+    import shlex
+
+    from aggregator.cli import build_parser
+
+    line = re.search(r"^ExecStart=(.*)$", README, re.M)
+    assert line and "container image and Kubernetes files are planned (issue 18)" in README
+    words = shlex.split(line.group(1))
+    assert words[0].endswith("/.venv/bin/aggregator")
+    args = build_parser().parse_args(words[1:])
+    assert (args.command, args.http, args.stateless, args.workers, args.log_format) == \
+        ("serve", "0.0.0.0:8000", True, 4, "json")
+
+
+def test_demo_into_a_closed_pipe_exits_quietly() -> None:
+    """`make demo | head`: the demo stops quietly once its reader has gone."""
+    process = subprocess.Popen([sys.executable, "-m", "aggregator.demo", str(SAMPLE)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    process.stdout.close()  # type: ignore[union-attr]
+    err = process.stderr.read().decode()  # type: ignore[union-attr]
+    assert process.wait(60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
