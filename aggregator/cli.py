@@ -52,7 +52,7 @@ async def _opened(path: str) -> AsyncIterator[Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    if not args.http and sys.stdin.isatty():  # a person, not a client: say what this is (never on stdout)
+    if not args.http and sys.stdin is not None and sys.stdin.isatty():  # a person, not a client: never on stdout
         from aggregator.terminal_hint import stdio_hint
 
         print(stdio_hint(args.manifest), end="", file=sys.stderr, flush=True)

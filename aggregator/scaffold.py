@@ -94,6 +94,7 @@ def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None)
     picked = [ext for ext, _ in counts.most_common(_TOP_EXTENSIONS) if ext]
     glob = "**/*" if not picked else (f"**/*.{picked[0]}" if len(picked) == 1 else "**/*.{" + ",".join(picked) + "}")
     url = _relative_within(folder.resolve(), manifest_path.resolve().parent) or str(folder.resolve())
+    where = "relative to this manifest" if url.startswith(".") else "absolute: outside this manifest's folder"
     found = ", ".join(f"{counts[e]} .{e}" for e in picked) or "no files yet"
     return f"""\
 # yaml-language-server: $schema={_comment(_schema_reference(manifest_path))}
@@ -113,7 +114,7 @@ defaults:
 
 sources:
   files:
-    url: {_yaml_text(url)}            # {"relative to this manifest" if url.startswith(".") else "absolute: outside this manifest's folder"}
+    url: {_yaml_text(url)}            # {where}
 
 collections:
   # One listed resource per matching file; {{path}}, {{name}}, {{stem}} and {{ext}} are available.

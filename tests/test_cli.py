@@ -163,7 +163,8 @@ def test_output_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     other = write_manifest(tmp_path, (manifest.read_text() + "resources:\n  - {uri: 'n://a', name: a, text: a}\n"),
                            name="other.yaml")
     commands = [("list", str(manifest)), ("list", str(manifest), "--json"), ("read", str(manifest), "docs://big.md"),
-                ("schema",), ("diff", str(manifest), str(other)), ("diff", str(manifest), str(other), "--format", "json"),
+                ("schema",), ("diff", str(manifest), str(other)),
+                ("diff", str(manifest), str(other), "--format", "json"),
                 ("validate", str(manifest)), ("validate", str(manifest), "--format", "json")]
     for command in commands:
         process = subprocess.Popen([sys.executable, "-m", "aggregator", *command], stdout=subprocess.PIPE,
