@@ -1,46 +1,65 @@
 # Two commands matter: `make run` (serve the bundled sample over stdio) and `make test` (the whole suite).
+# Each installs what it needs into .venv and no more: `make run`/`make demo` the package alone, `make test` its
+# test extra, `make bench` the bench extra too. A stamp per install, so `make run` then `make test` adds the rest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 SAMPLE ?= sample-configs/quickstart.yaml
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
+# -q: no progress lines; the version check is a network call whose advice is not ours to give. pip's warnings stay
+# (PIP_QUIET=-qq hides them too, e.g. a pip configuration naming index locations that do not exist). The build
+# backend's UserWarning is setuptools' caution about folders named like the package: here that folder is the package.
+PIP_QUIET ?= -q
+PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check
 
 .PHONY: run test demo validate-samples bench bench-full conformance clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:  # a current pip: the one a venv starts with (23.2 on Python 3.11.7) gives up resolving the test extra
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	touch $(STAMP)
+	$(PIP) --upgrade pip
 
-run: $(STAMP)  ## serve the bundled sample over stdio (connect an MCP client; logs go to stderr)
-	$(BIN)/aggregator validate $(SAMPLE)
-	$(BIN)/aggregator serve $(SAMPLE)
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e .
+	touch $@
 
-demo: $(STAMP)  ## what an assistant sees: list and read the sample through the official MCP client
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[test]'
+	touch $@ $(RUN_STAMP)
+
+$(BENCH_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[test,bench]'
+	touch $@ $(TEST_STAMP) $(RUN_STAMP)
+
+run: $(RUN_STAMP)  ## serve the bundled sample over stdio (connect an MCP client; logs go to stderr)
+	@$(BIN)/aggregator validate $(SAMPLE) >&2
+	@$(BIN)/aggregator serve $(SAMPLE)
+
+demo: $(RUN_STAMP)  ## what an assistant sees: list and read the sample through the official MCP client
 	$(BIN)/python -m aggregator.demo $(SAMPLE)
 
-test: $(STAMP)  ## the whole test suite
+test: $(TEST_STAMP)  ## the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-validate-samples: $(STAMP)
+validate-samples: $(RUN_STAMP)
 	@for m in sample-configs/*.yaml; do $(BIN)/aggregator validate --offline $$m || exit 1; done
 
 FASTMCP := benchmarks/.venv-fastmcp/.installed
 
 $(FASTMCP):  # the fastmcp peer lives in its own venv: it brings its own mcp
 	$(PYTHON) -m venv benchmarks/.venv-fastmcp
-	benchmarks/.venv-fastmcp/bin/python -m pip install --quiet 'fastmcp>=2.12,<5'
+	benchmarks/.venv-fastmcp/bin/python -m pip install $(PIP_QUIET) --disable-pip-version-check 'fastmcp>=2.12,<5'
 	touch $@
 
-bench: $(STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (under 5 min); rewrites docs/benchmarks.md and .png
+bench: $(BENCH_STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (under 5 min); rewrites docs/benchmarks.md and .png
 	$(BIN)/python -m benchmarks.run --quick
 	$(BIN)/python -m benchmarks.templates
 	$(BIN)/python -m benchmarks.live --rounds 5
 	$(BIN)/python -m benchmarks.remote --objects 2000 --skip-listing
 	$(BIN)/python -m benchmarks.http_load --rounds 2 --seconds 2
 
-bench-full: $(STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source and reliability figures
+bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source and reliability figures
 	$(BIN)/python -m benchmarks.run --full
 	$(BIN)/python -m benchmarks.templates --repeat 3 --reads 2000 --budget 8
 	$(BIN)/python -m benchmarks.live --rounds 20
@@ -48,8 +67,8 @@ bench-full: $(STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each;
 	$(BIN)/python -m benchmarks.http_load --rounds 5 --seconds 5
 	$(BIN)/python -m benchmarks.reliability
 
-conformance: $(STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
+conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
 	PYTHON=$(BIN)/python .ci/conformance
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .venv-run .pytest_cache build *.egg-info

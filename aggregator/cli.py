@@ -52,6 +52,10 @@ async def _opened(path: str) -> AsyncIterator[Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if not args.http and sys.stdin is not None and sys.stdin.isatty():  # a person, not a client: never on stdout
+        from aggregator.terminal_hint import stdio_hint
+
+        print(stdio_hint(args.manifest), end="", file=sys.stderr, flush=True)
     # Start-up creates hundreds of thousands of long-lived objects (the SDK's modules, the catalog) and the cyclic
     # collector would walk them all again and again; it resumes once serving, with them frozen out of its way.
     gc.disable()
@@ -365,6 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, args.log_format)
+    if args.command != "serve":  # `aggregator list M | head` stops quietly; serve's stdout is the protocol's
+        from aggregator.stdout import tolerate_reader_leaving
+
+        tolerate_reader_leaving()
     try:
         return int(args.func(args))
     except FileNotFoundError as exc:

@@ -34,6 +34,9 @@ async def demo(manifest: str, mode: str = "auto") -> None:
 
 
 def main() -> None:
+    from aggregator.stdout import tolerate_reader_leaving
+
+    tolerate_reader_leaving()  # `make demo | head` stops quietly
     if len(sys.argv) < 2:
         print("usage: python -m aggregator.demo MANIFEST [legacy|auto]", file=sys.stderr)
         raise SystemExit(2)

@@ -112,7 +112,8 @@ def metrics_route(metrics: Metrics, guard: Any = None) -> Route:
         if refused is not None:
             return refused
         if metrics.registry is None:
-            return Response("metrics need the 'metrics' extra: pip install 'aggregator[metrics]'\n", 404,
+            return Response("metrics need the 'metrics' extra: pip install 'mcp-aggregator[metrics]' "
+                            "(in a checkout: pip install -e '.[metrics]')\n", 404,
                             media_type="text/plain")
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)

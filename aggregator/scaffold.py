@@ -40,14 +40,23 @@ def _yaml_name(value: str) -> str:
 
 
 def _schema_reference(manifest_path: Path) -> str:
-    """The installed schema, relative to the manifest (editors resolve it offline), else the schema's `$id`."""
+    """The installed schema (editors resolve it offline): relative inside the manifest's folder, else absolute;
+    the schema's `$id` when it is not installed as a file."""
     schema = Path(str(resources.files("aggregator") / "manifest.schema.json"))
     if not schema.is_file():
         return SCHEMA_ID
-    try:
-        return os.path.relpath(schema.resolve(), manifest_path.resolve().parent)
-    except ValueError:  # another drive on Windows
-        return schema.resolve().as_uri()
+    return _relative_within(schema.resolve(), manifest_path.resolve().parent) or str(schema.resolve())
+
+
+def _relative_within(target: Path, base: Path) -> str | None:
+    """`target` relative to `base` (`./sub`, `.`) when it lies inside `base`, else None.
+
+    A path that climbs out (`../../usr/share/doc`) breaks as soon as the manifest moves, and says nothing to a reader,
+    so only paths inside the manifest's own tree, which move with it, are written relative."""
+    if not target.is_relative_to(base):
+        return None
+    inner = target.relative_to(base).as_posix()
+    return "." if inner == "." else f"./{inner}"
 
 
 def _comment(text: str) -> str:
@@ -78,13 +87,14 @@ def extensions(folder: Path) -> Counter[str]:
 
 
 def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None) -> str:
-    """The text of a starter manifest at `manifest_path` serving `folder` (paths relative to the manifest)."""
+    """The text of a starter manifest at `manifest_path` serving `folder`: relative to the manifest when the folder is
+    inside the manifest's folder, else absolute."""
     counts = extensions(folder)
     server = _slug(name or folder.resolve().name)
     picked = [ext for ext, _ in counts.most_common(_TOP_EXTENSIONS) if ext]
     glob = "**/*" if not picked else (f"**/*.{picked[0]}" if len(picked) == 1 else "**/*.{" + ",".join(picked) + "}")
-    url = os.path.relpath(folder.resolve(), manifest_path.resolve().parent)
-    url = url if url.startswith((".", "/")) else f"./{url}"
+    url = _relative_within(folder.resolve(), manifest_path.resolve().parent) or str(folder.resolve())
+    where = "relative to this manifest" if url.startswith(".") else "absolute: outside this manifest's folder"
     found = ", ".join(f"{counts[e]} .{e}" for e in picked) or "no files yet"
     return f"""\
 # yaml-language-server: $schema={_comment(_schema_reference(manifest_path))}
@@ -104,7 +114,7 @@ defaults:
 
 sources:
   files:
-    url: {_yaml_text(url)}            # relative to this manifest
+    url: {_yaml_text(url)}            # {where}
 
 collections:
   # One listed resource per matching file; {{path}}, {{name}}, {{stem}} and {{ext}} are available.

@@ -133,3 +133,55 @@ def sample_services() -> Iterator[dict[str, str]]:
     finally:
         web.shutdown()
         s3.stop()
+
+
+def many_files_manifest(folder: Path, count: int = 3000) -> Path:
+    """A manifest listing `count` files: more output than a pipe holds, so a writer meets a closed reader."""
+    docs = folder / "docs"
+    docs.mkdir()
+    for i in range(count):
+        (docs / f"page-{i:05}-with-a-long-enough-name.md").write_text(f"# {i}\n" * 40)
+    return write_manifest(folder, """
+        version: 1
+        server: {name: many}
+        sources: {docs: {url: ./docs}}
+        collections:
+          - {source: docs, glob: "*.md", uri: "docs://{path}", name: "{path}"}
+        """)
+
+
+def assert_quiet_exit(result: subprocess.CompletedProcess[bytes]) -> None:
+    err = result.stderr.decode()
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+    assert result.returncode == 0, err
+
+
+def test_output_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`aggregator list M | head`: once the reader is gone, every printing command stops without a traceback."""
+    manifest = many_files_manifest(tmp_path)
+    (tmp_path / "docs" / "big.md").write_text("x" * 1_000_000)
+    other = write_manifest(tmp_path, (manifest.read_text() + "resources:\n  - {uri: 'n://a', name: a, text: a}\n"),
+                           name="other.yaml")
+    commands = [("list", str(manifest)), ("list", str(manifest), "--json"), ("read", str(manifest), "docs://big.md"),
+                ("schema",), ("diff", str(manifest), str(other)),
+                ("diff", str(manifest), str(other), "--format", "json"),
+                ("validate", str(manifest)), ("validate", str(manifest), "--format", "json")]
+    for command in commands:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", *command], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        process.stdout.close()  # type: ignore[union-attr]  # the reader went away before the first line
+        err = process.stderr.read()  # type: ignore[union-attr]
+        process.wait(60)
+        expected = 1 if command[0] == "diff" else 0  # diff says "different" by its exit code, pipe or not
+        assert "Traceback" not in err.decode() and "Exception ignored" not in err.decode(), (command, err.decode())
+        assert process.returncode == expected, (command, err.decode())
+
+
+def test_list_into_head_exits_quietly(tmp_path: Path) -> None:
+    manifest = many_files_manifest(tmp_path)
+    for command in (f"list {manifest}", f"list {manifest} --json"):
+        result = subprocess.run(f"set -o pipefail; {sys.executable} -m aggregator {command} | head -n 3", shell=True,
+                                executable="/bin/bash", capture_output=True, timeout=120,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert len(result.stdout.splitlines()) == 3
+        assert_quiet_exit(result)

@@ -158,3 +158,29 @@ def test_reference_covers_every_schema_key() -> None:
     for key in ("server.auth", "`include[].sha256`", "`sources.<id>.access`", "`templates[].render`",
                 "`templates[].values`", "`extends`", "`jwt.jwksUrl`"):
         assert key in text
+
+
+def test_init_writes_an_absolute_path_for_a_folder_outside_the_manifests_tree(tmp_path: Path) -> None:
+    """`init /usr/share/doc` from a project writes that path, not `../../../usr/share/doc`, which breaks as soon as
+    the manifest moves; a folder under the manifest's own folder stays relative so the tree can move together."""
+    outside = tmp_path / "elsewhere" / "shared docs"
+    outside.mkdir(parents=True)
+    (outside / "a.md").write_text("# A\n")
+    project = tmp_path / "work" / "project"
+    (project / "handbook" / "guides").mkdir(parents=True)
+    (project / "handbook" / "guides" / "b.md").write_text("# B\n")
+    from aggregator.manifest import load_manifest
+
+    assert aggregator("init", str(outside), "-o", "out.yaml", cwd=project).returncode == 0
+    text = (project / "out.yaml").read_text()
+    assert f"url: {json.dumps(str(outside.resolve()))}" in text and "../" not in text.split("sources:")[1], text
+    assert Path(load_manifest(project / "out.yaml").sources["files"].url) == outside.resolve()
+
+    assert aggregator("init", "handbook/guides", "-o", "in.yaml", cwd=project).returncode == 0
+    assert 'url: "./handbook/guides"' in (project / "in.yaml").read_text()
+    assert aggregator("init", "..", "-o", "up.yaml", cwd=project / "handbook").returncode == 0  # the parent: outside
+    assert f"url: {json.dumps(str(project.resolve()))}" in (project / "handbook" / "up.yaml").read_text()
+    assert aggregator("init", ".", "-o", "here.yaml", cwd=project).returncode == 0
+    assert 'url: "."' in (project / "here.yaml").read_text() or 'url: "./."' in (project / "here.yaml").read_text()
+    listed = aggregator("list", "out.yaml", cwd=project)
+    assert listed.returncode == 0 and "a.md" in listed.stdout, listed.stderr

@@ -35,7 +35,8 @@ def _http(spec: SourceSpec) -> Source:
     try:
         from aggregator.sources.http import HttpSource
     except ImportError:
-        raise SourceError("HTTP sources need aiohttp: pip install 'aggregator[http]'") from None
+        raise SourceError("HTTP sources need aiohttp: pip install 'mcp-aggregator[http]' "
+                          "(in a checkout: pip install -e '.[http]')") from None
     return HttpSource(spec.id, spec.url, headers=spec.headers, allow_private_network=spec.allow_private_network,
                       timeout=spec.timeout, max_concurrency=spec.max_concurrency)
 

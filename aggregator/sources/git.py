@@ -46,7 +46,8 @@ def open_git(id: str, url: str, ref: str | None, **limits: Any) -> GitSource:
         import pygit2
         from fsspec.implementations.git import GitFileSystem
     except ImportError:
-        raise SourceError("git sources need pygit2: pip install 'aggregator[git]'") from None
+        raise SourceError("git sources need pygit2: pip install 'mcp-aggregator[git]' "
+                          "(in a checkout: pip install -e '.[git]')") from None
     if ref is not None and (ref.startswith("-") or not ref.strip()):
         raise SourceError("a git ref may not start with '-'")
     label = url if not _REMOTE.match(url) else _redact(url)

@@ -46,7 +46,8 @@ class SqlSource:
         try:
             import sqlalchemy
         except ImportError:
-            raise SourceError("SQL sources need SQLAlchemy: pip install 'aggregator[sql]'") from None
+            raise SourceError("SQL sources need SQLAlchemy: pip install 'mcp-aggregator[sql]' "
+                              "(in a checkout: pip install -e '.[sql]')") from None
         self.id = id
         self._label = f"database {_redact(url)}"
         self._tables = [compile_glob(t).fullmatch for t in tables] if tables else None
