@@ -375,8 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tolerate_reader_leaving()
     try:
         return int(args.func(args))
-    except FileNotFoundError as exc:
-        print(f"aggregator: {exc.filename or exc}: no such file", file=sys.stderr)
+    except OSError as exc:  # the manifest itself: missing, a folder, a FIFO, unreadable
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+        reason = reason[:1].lower() + reason[1:]
+        print(f"aggregator: {exc.filename or exc}: {reason}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

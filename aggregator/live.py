@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from pathlib import Path
 
 import anyio
 
 from aggregator.core import Aggregator, SuspiciousReload
-from aggregator.manifest.model import ManifestError
+from aggregator.manifest.compose import open_regular_file
+from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
 from aggregator.notify import Notifier
 from aggregator.sources import LocalSource
 from aggregator.watch import Change, watch_folders, watch_manifest
@@ -33,11 +35,17 @@ _FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("max
 """Server settings bound when serving starts (the HTTP app, its auth, registered tools, the notifier)."""
 
 
-def _digest(path: Path) -> str | None:
+def _digest(path: Path, limit: int = DEFAULT_MAX_MANIFEST_BYTES) -> str | None:
+    """A digest of the file's first `limit` + 1 bytes and its size (None if it cannot be read): a FIFO or a huge
+    file put where a manifest was is never waited on or read whole (the reload then refuses it, located)."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with open_regular_file(path) as handle:
+            info = os.fstat(handle.fileno())
+            digest = hashlib.sha256(handle.read(limit + 1))
     except OSError:
         return None
+    digest.update(f":{info.st_size}:{info.st_mtime_ns}".encode())
+    return digest.hexdigest()
 
 
 class LiveCatalog:
@@ -82,11 +90,13 @@ class LiveCatalog:
 
     def _files_digest(self) -> str | None:
         """One digest over the manifest and the local files it is built from; None if the manifest is gone."""
-        own = _digest(self._manifest_path)
+        limit = self.aggregator.manifest.server.max_manifest_bytes
+        own = _digest(self._manifest_path, limit)
         if own is None:
             return None
         others = sorted(str(f) for f in self.aggregator.manifest.files if Path(f) != self._manifest_path)
-        return hashlib.sha256("".join([own, *(f"{f}:{_digest(Path(f))}" for f in others)]).encode()).hexdigest()
+        parts = [own, *(f"{f}:{_digest(Path(f), limit)}" for f in others)]
+        return hashlib.sha256("".join(parts).encode()).hexdigest()
 
     async def _manifest_touched(self) -> None:
         self._dirty.set()

@@ -185,3 +185,30 @@ def test_list_into_head_exits_quietly(tmp_path: Path) -> None:
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert len(result.stdout.splitlines()) == 3
         assert_quiet_exit(result)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_manifest_that_is_no_regular_file_is_one_line_at_once(tmp_path: Path, kind: str) -> None:
+    # A FIFO used to block the loader forever (waiting for a writer); a folder gave an IsADirectoryError traceback.
+    target = tmp_path / "m.yaml"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    other = write_manifest(tmp_path, "version: 1\nserver: {name: t}\n", name="other.yaml")
+    for args in (("validate", str(target)), ("list", str(target)), ("diff", str(other), str(target))):
+        done = subprocess.run([sys.executable, "-m", "aggregator", *args], capture_output=True, timeout=30,
+                              env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": os.environ["PATH"]})
+        lines = done.stderr.decode().strip().splitlines()
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(lines) == 1 and lines[0].startswith(f"aggregator: {target}: "), (args, lines)
+        assert ("not a regular file" if kind == "fifo" else "is a folder") in lines[0]
+
+
+def test_an_include_that_is_a_fifo_is_a_located_error(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "side.yaml")
+    manifest = write_manifest(tmp_path, "version: 1\nserver: {name: t}\ninclude: [side.yaml]\n")
+    done = run("validate", str(manifest))
+    assert done.returncode == 1
+    assert f"{manifest}:3:11: include[0]: cannot read included manifest 'side.yaml': is not a regular file" in (
+        done.stderr.decode())

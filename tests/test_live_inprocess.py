@@ -398,3 +398,27 @@ def test_reload_settle_is_a_located_duration(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as err:
         load_manifest(bad)
     assert "reloadSettle" in str(err.value) and "manifest.yaml:2" in str(err.value)
+
+
+def test_a_fifo_put_where_the_manifest_was_is_never_waited_on(docs: Path) -> None:
+    """The digest check used to read the manifest whole on the event loop: a FIFO in its place froze the server
+    (no writer ever comes). Now it is refused unread, the catalog keeps serving, and a real file after it reloads."""
+    fifo = docs.parent / "fifo"
+    os.mkfifo(fifo)
+
+    async def main() -> None:
+        async with running(docs) as (server, live):
+            os.replace(fifo, docs)
+            async with Client(server, cache=None) as client:
+                for _ in range(3):  # past a digest check (every 2 s) and a settle window
+                    with anyio.fail_after(5):
+                        assert (await client.read_resource("docs://a.md")).contents[0].text == "# a.md\n"
+                    await anyio.sleep(1)
+                tmp = docs.parent / "next.yaml"
+                tmp.write_text(BASE + 'resources:\n  - {uri: "note://back", name: back, text: back}\n')
+                os.replace(tmp, docs)
+                with anyio.fail_after(10):
+                    while live.aggregator.catalog.get("note://back") is None:
+                        await anyio.sleep(0.05)
+
+    anyio.run(main)

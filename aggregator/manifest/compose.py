@@ -27,13 +27,15 @@ only URLs: it never reaches this machine's files (the loader also refuses its lo
 from __future__ import annotations
 
 import bisect
+import errno
 import hashlib
 import os
 import posixpath
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urljoin
 
 from aggregator.manifest.model import (
@@ -107,13 +109,30 @@ def resolve_ref(ref: str, parent: str) -> str:
     return os.path.normpath(os.path.join(os.path.dirname(parent), path))
 
 
+def open_regular_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """`path` opened for reading if it is a regular file; OSError otherwise. Opened without blocking, so a FIFO
+    or a device put where a manifest was expected is refused instead of waiting forever for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a manifest file", str(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "is not a regular file (a FIFO, socket or device)", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None,
                         limit: int = DEFAULT_MAX_MANIFEST_BYTES) -> bytes:
     """The bytes of the manifest `name` (from `resolve_ref`): a local file or an fsspec URL (https://, s3://,
     git://REPO:REF@PATH). ManifestTooLarge past `limit` bytes, having read at most `limit + 1` of them;
     OSError (or the filesystem's own error) when it cannot be read."""
     if not is_url(name):
-        with Path(name).open("rb") as local:
+        with open_regular_file(name) as local:
             return read_at_most(local, limit)
     import fsspec  # URLs only: local files need no filesystem layer
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aggregator.manifest.checks import check_references
-from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, include_manifests, read_at_most
+from aggregator.manifest.compose import (ManifestTooLarge, Reads, apply_extends, include_manifests, open_regular_file,
+                                         read_at_most)
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -59,7 +60,7 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None,
     """
     file = str(path)
     try:
-        with Path(path).open("rb") as handle:
+        with open_regular_file(path) as handle:
             data = read_at_most(handle, max_bytes)
     except ManifestTooLarge as exc:
         raise ManifestError([ManifestIssue(file, 1, 1, "", f"the manifest {exc}; split it into files joined by "
