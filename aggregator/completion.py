@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from aggregator.catalog import TemplateEntry, expand_path
-from aggregator.paths import has_raw_bytes
+from aggregator.paths import has_raw_bytes, is_hidden, is_servable
 from aggregator.sources import Source, SourceError
 
 __all__ = ["Completions", "Completer", "MAX_VALUES"]
@@ -69,10 +69,6 @@ class Completer:
             m = pattern.fullmatch(path)
             if m is None:
                 continue
-            values = {var: m.group(group) for group, var in groups.items()}
-            values.update({k: v for k, v in chosen.items() if k not in values and v})
-            if expand_path(template, values, url_path, byte_names) != path:
-                continue  # reading it through this template would be refused: do not offer it
             value = _offered(m.group("target"), name in reserved)
             if value is None or not value.startswith(prefix):
                 continue
@@ -81,6 +77,14 @@ class Completer:
                 cut = value.find("/", len(prefix))
                 if cut != -1:
                     value = value[: cut + 1]
+            if value in found:
+                continue
+            if not _plain(path, byte_names):
+                # A name the template might refuse: ask the reader's own rule.
+                values = {var: m.group(group) for group, var in groups.items()}
+                values.update({k: v for k, v in chosen.items() if k not in values and v})
+                if expand_path(template, values, url_path, byte_names) != path:
+                    continue
             found.add(value)
         return _rank(list(found), folders=multi)
 
@@ -127,6 +131,11 @@ def _path_regex(path: str, target: str, context: Mapping[str, str],
         pos = m.end()
     out.append(re.escape(path[pos:]))
     return (re.compile("".join(out), re.DOTALL) if seen else None), groups
+
+
+def _plain(path: str, byte_names: bool) -> bool:
+    """A path every file template reads back as it is (safe, nothing hidden, no raw bytes a source cannot name)."""
+    return not is_hidden(path) and is_servable(path) and (byte_names or not has_raw_bytes(path))
 
 
 _TRIPLET = re.compile(r"%(?=[0-9A-Fa-f]{2})")

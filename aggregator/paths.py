@@ -24,6 +24,8 @@ __all__ = ["UnsafePath", "display_text", "has_raw_bytes", "is_hidden", "is_serva
 # Percent-encoded dot, slash and backslash left after decoding mean double encoding: an attack, not a name.
 _ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
 _DRIVE = re.compile(r"^[A-Za-z]:")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_BAD_SEGMENT = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")  # an empty, '.' or '..' segment
 
 
 class UnsafePath(ValueError):
@@ -38,15 +40,14 @@ def safe_relpath(path: str) -> str:
     """
     if not path or len(path) > 4096:
         raise UnsafePath("empty or overlong path")
-    if any(ord(c) < 0x20 or c == "\x7f" for c in path):
+    if _CONTROL.search(path):
         raise UnsafePath("control character in path")
     if "\\" in path or path.startswith("/") or _DRIVE.match(path) or "://" in path or "::" in path:
         raise UnsafePath("absolute path, URL or foreign separator")
     if _ENCODED_SEPARATOR.search(path):
         raise UnsafePath("encoded separator in path")
-    segments = path.split("/")
     # A trailing slash names a folder, never a file.
-    if any(seg in ("", ".", "..") for seg in segments):
+    if _BAD_SEGMENT.search(path):
         raise UnsafePath("empty, '.' or '..' segment")
     return path
 
