@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 import time
-from urllib.parse import quote
 
 import anyio
 
@@ -32,7 +31,7 @@ from aggregator.manifest.model import (
     ResourceSpec,
     TemplateSpec,
 )
-from aggregator.paths import UnsafePath, safe_relpath
+from aggregator.paths import UnsafePath, display_text, has_raw_bytes, is_servable, safe_relpath, uri_path
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
 from aggregator.templates import UriTemplate
 
@@ -125,10 +124,12 @@ class Catalog:
     """Listed entries in URI order, templates in match order, and lookup of both."""
 
     def __init__(self, entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int = 1,
-                 url_sources: Mapping[str, bool] | None = None) -> None:
+                 url_sources: Mapping[str, bool] | None = None, byte_sources: frozenset[str] = frozenset()) -> None:
         self.generation = generation
         # Sources whose paths are URL paths: template values get percent-encoded into them.
         self._url_sources = dict(url_sources or {})
+        # Sources whose names are bytes (local folders): a %XX that is not UTF-8 in a URI names those bytes.
+        self._byte_sources = byte_sources
         # Entries each collection produced (by collection_key) and when they were listed (time.monotonic()),
         # for reloads that can reuse them.
         self.collections: dict[CollectionSpec, list[Entry]] = {}
@@ -223,10 +224,12 @@ class Catalog:
             return Target(uri, entry.mime_type, entry.source, entry.path, entry.text,
                           entry.display.mime_type is not None, access=entry.access, render=entry.render)
         for candidate in self._candidates(uri):
-            values = candidate.template.match(uri)
+            spec = candidate.spec
+            # File paths keep undecodable bytes (surrogate escapes); values that are data stay valid Unicode.
+            is_file = spec.render is None and spec.query is None
+            values = candidate.template.match(uri, "surrogateescape" if is_file else "replace")
             if values is None:
                 continue
-            spec = candidate.spec
             if spec.render is not None:
                 # Values reach the template as data only.
                 params = tuple((name, _hashable(values.get(name))) for name in candidate.template.variables)
@@ -239,7 +242,8 @@ class Catalog:
                               mime_declared=True, query=spec.query, params=params, format=spec.format,
                               access=spec.access)
             # A match refused for safety never falls through to a looser template.
-            path = expand_path(candidate, values, self._url_sources.get(candidate.spec.source, False))
+            path = expand_path(candidate, values, self._url_sources.get(candidate.spec.source, False),
+                               candidate.spec.source in self._byte_sources)
             if path is None:
                 raise ResourceNotFound(uri)
             declared = candidate.spec.display.mime_type
@@ -257,37 +261,56 @@ def _hashable(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-def expand_path(entry: TemplateEntry, values: Mapping[str, str], url_path: bool = False) -> str | None:
+def expand_path(entry: TemplateEntry, values: Mapping[str, str | list[str]], url_path: bool = False,
+                byte_names: bool = False) -> str | None:
     """Fill a template's source path from matched values; None if any value is unsafe.
 
-    For URL sources each value is checked as a path, then percent-encoded, so it can never add a query
-    parameter, a fragment or another host.
+    For URL sources each value is checked as a path, then percent-encoded (raw bytes included), so it can never
+    add a query parameter, a fragment or another host. A value may not start a hidden segment (`.env`, `.git/`)
+    unless the template says `hidden: true`; a dot the manifest's `path` spells itself is the author's choice.
+    Undecodable bytes (surrogate escapes) are kept only for sources whose names are bytes, or URL paths.
     """
-    template = entry.template
-
-    def fill(m: re.Match[str]) -> str:
-        name = m.group(1)
-        value = values.get(name)
-        if isinstance(value, list):  # an exploded {/segments*}: the segments make a relative path
-            value = "/".join(value)
-        if not value:
-            raise UnsafePath(f"missing value for {name}")
-        multi = name in template.multi_segment
-        if not multi and "/" in value:
-            raise UnsafePath(f"'/' in single-segment variable {name}")
-        if url_path:
-            safe_relpath(value)
-            return quote(value, safe="/" if multi else "")
-        return value
-
+    template, spec = entry.template, entry.spec
+    assert spec.path is not None
+    out: list[str] = []
+    pos = 0
     try:
-        filled = _PLACEHOLDER.sub(fill, entry.spec.path)
+        for m in _PLACEHOLDER.finditer(spec.path):
+            out.append(spec.path[pos : m.start()])
+            pos = m.end()
+            name = m.group(1)
+            value = values.get(name)
+            if isinstance(value, list):  # an exploded {/segments*}: the segments make a relative path
+                value = "/".join(value)
+            if not value:
+                raise UnsafePath(f"missing value for {name}")
+            multi = name in template.multi_segment
+            if not multi and "/" in value:
+                raise UnsafePath(f"'/' in single-segment variable {name}")
+            if not spec.hidden and ("/." in value or (value.startswith(".") and _at_segment_start(out))):
+                raise UnsafePath(f"hidden name in {name}")
+            if not (byte_names or url_path) and has_raw_bytes(value):
+                raise UnsafePath(f"bytes that are not UTF-8 in {name}")
+            if url_path:
+                safe_relpath(value)
+                value = uri_path(value, "/" if multi else "")
+            out.append(value)
+        out.append(spec.path[pos:])
+        filled = "".join(out)
         if url_path:
             path, _, query = filled.partition("?")
             return safe_relpath(path) + ("?" + query if query else "")
         return safe_relpath(filled)
     except UnsafePath:
         return None
+
+
+def _at_segment_start(parts: list[str]) -> bool:
+    """Whether text appended to `parts` starts a path segment."""
+    for part in reversed(parts):
+        if part:
+            return part.endswith("/")
+    return True
 
 
 def encode_cursor(key: str) -> str:
@@ -347,7 +370,7 @@ _URI_SAFE = re.compile(r"[A-Za-z0-9._~/-]*")
 
 
 def _uri_quote(value: str, safe: str) -> str:
-    return value if _URI_SAFE.fullmatch(value) and (safe or "/" not in value) else quote(value, safe=safe)
+    return value if _URI_SAFE.fullmatch(value) and (safe or "/" not in value) else uri_path(value, safe)
 
 
 class _Pattern:
@@ -389,9 +412,15 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
     display, fixed_mime, access = spec.display, spec.display.mime_type, spec.access
     mime_by_ext: dict[str, str | None] = {}
     append = entries.append
+    refused: list[str] = []
     for info in files:
         path = info.path
+        if not is_servable(path):  # it could never be read back: listing it would promise what reads refuse
+            refused.append(path)
+            continue
         raw = _file_values(path, raw_keys, encode=False)
+        if has_raw_bytes(path):
+            raw = {k: display_text(v) for k, v in raw.items()}
         mime = fixed_mime or info.mime_type
         if mime is None:
             ext = path[path.rfind("."):] if "." in path.rsplit("/", 1)[-1] else ""
@@ -402,7 +431,24 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
         append(Entry(uri_pattern.fill(_file_values(path, uri_pattern.keys, encode=True)), name_pattern.fill(raw),
                      display, title_pattern.fill(raw) if title_pattern else None, mime, info.size, info.mtime,
                      spec.source, path, access=access))
+    if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
+        logger.warning("%s: %s: %d file(s) of source %r not listed: their names cannot be served (control "
+                       "characters, backslashes, encoded separators ...), e.g. %s", spec.where, spec.key, len(refused),
+                       spec.source, ", ".join(repr(p) for p in refused[:3]))
     return entries
+
+
+_warned: dict[object, None] = {}
+
+
+def _first_warning(key: object) -> bool:
+    """True the first time `key` is seen (bounded): a relisting after every file change does not warn again."""
+    if key in _warned:
+        return False
+    if len(_warned) >= 1024:
+        _warned.pop(next(iter(_warned)))
+    _warned[key] = None
+    return True
 
 
 def collection_key(spec: CollectionSpec) -> CollectionSpec:
@@ -435,7 +481,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             built[i] = known
             return
         try:
-            files = await sources[spec.source].list(spec.glob, spec.exclude)
+            files = await sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden)
         except SourceError as exc:
             issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
             return
@@ -479,7 +525,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
     if issues:
         raise ManifestError(issues)
-    catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()})
+    catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
+                      frozenset(sid for sid, src in sources.items() if getattr(src, "byte_names", False)))
     now = time.monotonic()
     catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: (reused_at or {}).get(key, now) if key in reuse else now for key in catalog.collections}

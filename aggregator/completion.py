@@ -3,6 +3,11 @@
 A file template's `path` (e.g. `{team}/{doc}.md`) is matched against the source listing with the arguments
 already chosen filled in, so `{team}` narrows `{doc}`. Multi-segment variables (`{+path}`) complete one folder
 at a time, folders first. Listings are kept a few seconds, so typing does not list a remote source per keystroke.
+
+A file is offered only if reading it through the template would be served: the catalog's own `expand_path` decides
+(unsafe names, hidden segments without `hidden: true`). Values are what a client expands: for `{+var}` an
+undecodable byte is offered percent-encoded (`caf%E9.md`, which reserved expansion keeps as it is) and a literal
+'%' before two hex digits as `%25`; a `{var}` encodes every '%', so such names cannot be offered for it.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote
 
-from aggregator.catalog import TemplateEntry
+from aggregator.catalog import TemplateEntry, expand_path
+from aggregator.paths import has_raw_bytes, is_hidden, is_servable
 from aggregator.sources import Source, SourceError
 
 __all__ = ["Completions", "Completer", "MAX_VALUES"]
@@ -50,22 +57,34 @@ class Completer:
         if spec.path is None or source is None:
             return NONE
         multi = name in template.template.multi_segment
-        pattern = _path_regex(spec.path, name, dict(context or {}), template.template.multi_segment)
+        reserved = template.template.reserved
+        chosen = {k: unquote(v, errors="surrogateescape") if k in reserved else v for k, v in (context or {}).items()}
+        pattern, groups = _path_regex(spec.path, name, chosen, template.template.multi_segment)
         if pattern is None:
             return NONE
+        url_path = getattr(source, "url_paths", False)
+        byte_names = getattr(source, "byte_names", False)
         found: set[str] = set()
         for path in await self._paths(source):
             m = pattern.fullmatch(path)
             if m is None:
                 continue
-            value = m.group("target")
-            if not value.startswith(prefix):
+            value = _offered(m.group("target"), name in reserved)
+            if value is None or not value.startswith(prefix):
                 continue
             if multi:
                 # One folder level at a time: `docs/` before everything under it.
                 cut = value.find("/", len(prefix))
                 if cut != -1:
                     value = value[: cut + 1]
+            if value in found:
+                continue
+            if not _plain(path, byte_names):
+                # A name the template might refuse: ask the reader's own rule.
+                values = {var: m.group(group) for group, var in groups.items()}
+                values.update({k: v for k, v in chosen.items() if k not in values and v})
+                if expand_path(template, values, url_path, byte_names) != path:
+                    continue
             found.add(value)
         return _rank(list(found), folders=multi)
 
@@ -75,7 +94,8 @@ class Completer:
         if cached is not None and now - cached[0] < LISTING_TTL_S:
             return cached[1]
         try:
-            paths = [info.path for info in await source.list("**")]
+            # Hidden files too: whether one is offered is the template's rule (`hidden:`), applied per path.
+            paths = [info.path for info in await source.list("**", hidden=True)]
         except SourceError:
             paths = []  # a source that cannot be listed (HTTP) has nothing to offer
         if len(self._listings) > 64:
@@ -84,25 +104,52 @@ class Completer:
         return paths
 
 
-def _path_regex(path: str, target: str, context: Mapping[str, str], multi: frozenset[str]) -> re.Pattern[str] | None:
-    """A regex over source paths capturing `target`, with chosen arguments as literals and the rest as wildcards."""
+def _path_regex(path: str, target: str, context: Mapping[str, str],
+                multi: frozenset[str]) -> tuple[re.Pattern[str] | None, dict[str, str]]:
+    """A regex over source paths capturing `target`, with chosen arguments as literals and the rest as wildcards,
+    and which group holds which other variable."""
     out, pos, seen = [], 0, False
+    groups: dict[str, str] = {}
     for m in _PLACEHOLDER.finditer(path):
         out.append(re.escape(path[pos : m.start()]))
         var = m.group(1)
         span = ".+" if var in multi else "[^/]+"
         if var == target and not seen:
             out.append(f"(?P<target>{span})")
+            groups["target"] = var
             seen = True
         elif var == target:
             out.append("(?P=target)")
         elif var in context and context[var]:
             out.append(re.escape(context[var]))
+        elif var in groups.values():
+            out.append(f"(?P={next(g for g, v in groups.items() if v == var)})")
         else:
-            out.append(span)
+            group = f"v{len(groups)}"
+            out.append(f"(?P<{group}>{span})")
+            groups[group] = var
         pos = m.end()
     out.append(re.escape(path[pos:]))
-    return re.compile("".join(out), re.DOTALL) if seen else None
+    return (re.compile("".join(out), re.DOTALL) if seen else None), groups
+
+
+def _plain(path: str, byte_names: bool) -> bool:
+    """A path every file template reads back as it is (safe, nothing hidden, no raw bytes a source cannot name)."""
+    return not is_hidden(path) and is_servable(path) and (byte_names or not has_raw_bytes(path))
+
+
+_TRIPLET = re.compile(r"%(?=[0-9A-Fa-f]{2})")
+_RAW_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def _offered(value: str, reserved: bool) -> str | None:
+    """`value` as a client should expand it to reach the same file, or None when no expansion can."""
+    if not reserved:
+        return None if has_raw_bytes(value) else value
+    # Reserved expansion keeps %XX triplets: spell a literal '%' that precedes two hex digits as %25, so it
+    # stays a '%', and each undecodable byte as its own triplet.
+    value = _TRIPLET.sub("%25", value)
+    return _RAW_BYTE.sub(lambda m: f"%{ord(m.group(0)) - 0xDC00:02X}", value) if has_raw_bytes(value) else value
 
 
 def _rank(values: Sequence[str], folders: bool) -> Completions:

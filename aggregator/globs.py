@@ -2,7 +2,8 @@
 
 `*` and `?` stay within one path segment, `**` spans any number of segments (including none),
 `[abc]`/`[!abc]` are character classes and `{md,txt}` alternatives. As in a shell, a wildcard at the start of a
-segment does not match a leading dot: hidden files and folders (`.git/`) are matched only by patterns that spell the dot.
+segment does not match a leading dot: hidden files and folders (`.git/`) are matched only by patterns that spell the dot,
+or by any pattern compiled with `hidden=True` (an entry that says `hidden: true`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ __all__ = ["compile_glob", "glob_prefix"]
 
 
 @lru_cache(maxsize=256)
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """Compile a glob into a regex matching whole relative paths."""
-    return re.compile(_translate(pattern), re.DOTALL)
+def compile_glob(pattern: str, hidden: bool = False) -> re.Pattern[str]:
+    """Compile a glob into a regex matching whole relative paths; wildcards match a leading dot only if `hidden`."""
+    return re.compile(_translate(pattern, hidden), re.DOTALL)
 
 
 def glob_prefix(pattern: str) -> str:
@@ -29,7 +30,8 @@ def glob_prefix(pattern: str) -> str:
     return "/".join(literal)
 
 
-def _translate(pattern: str) -> str:
+def _translate(pattern: str, hidden: bool = False) -> str:
+    visible = "" if hidden else r"(?!\.)"
     out: list[str] = []
     i, n = 0, len(pattern)
     depth = 0  # inside {...}
@@ -37,17 +39,17 @@ def _translate(pattern: str) -> str:
         c = pattern[i]
         segment_start = i == 0 or pattern[i - 1] == "/"
         if c in "*?" and segment_start:
-            out.append(r"(?!\.)")
+            out.append(visible)
         if c == "*":
             if pattern.startswith("**", i):
                 at_start = i == 0 or pattern[i - 1] == "/"
                 after = i + 2
                 if at_start and pattern.startswith("/", after):
-                    out.append(r"(?:(?!\.)[^/]*/)*")  # '**/' : zero or more whole, visible folders
+                    out.append(rf"(?:{visible}[^/]*/)*")  # '**/' : zero or more whole, visible folders
                     i = after + 1
                     continue
                 # A bare '**' spans segments but, like '**/', never enters hidden ones.
-                out.append(r"[^/]*(?:/(?!\.)[^/]*)*" if at_start else r".*")
+                out.append(rf"[^/]*(?:/{visible}[^/]*)*" if at_start else r".*")
                 i = after
                 continue
             out.append(r"[^/]*")

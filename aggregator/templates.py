@@ -7,7 +7,9 @@ and mapping values.
 Matching is the reverse where one is well defined, and runs in time linear in the URI's length for any input:
 one RE2 automaton (no backtracking) finds where each expression's text lies, then each expression's text is split
 by its operator's separators in a single pass. Values come back percent-decoded: strings, or lists of strings for
-exploded variables (`{/path*}` gives ["a", "b", "c"] for `/a/b/c`, `{?tag*}` every `tag=` value). Query
+exploded variables (`{/path*}` gives ["a", "b", "c"] for `/a/b/c`, `{?tag*}` every `tag=` value). Percent-encoded
+bytes that are not UTF-8 decode to U+FFFD, or, for file paths (`undecodable="surrogateescape"`), to surrogate
+escapes that `os.fsencode` turns back into those bytes (`caf%E9.md` names the file `b"caf\xe9.md"`). Query
 operators match their parameters in any order and treat them as optional, but a parameter the template does not
 name, or a second value for a variable that is not exploded, means no match: an expansion never produces either.
 A prefix variable (`{var:3}`) matches at most that many characters: its value is the prefix, not the original.
@@ -96,7 +98,8 @@ _Part = str | _Expr
 class UriTemplate:
     """A parsed URI template. `variables` lists variable names in order of appearance."""
 
-    __slots__ = ("text", "_parts", "variables", "multi_segment", "_matcher", "literal_length", "ambiguity")
+    __slots__ = ("text", "_parts", "variables", "multi_segment", "reserved", "_matcher", "literal_length",
+                 "ambiguity")
 
     def __init__(self, text: str, parts: tuple[_Part, ...]) -> None:
         self.text = text
@@ -110,6 +113,10 @@ class UriTemplate:
         self.multi_segment: frozenset[str] = frozenset(
             v.name for p in parts if isinstance(p, _Expr) for v in p.variables
             if p.operator in ("+", "#") or (p.operator == "/" and v.explode))
+        # Variables expanded without encoding reserved characters or %XX triplets (`{+var}`, `{#var}`): a value
+        # may carry percent-encoded bytes, e.g. a completion offering `caf%E9.md` for an undecodable file name.
+        self.reserved: frozenset[str] = frozenset(
+            v.name for p in parts if isinstance(p, _Expr) and p.operator in ("+", "#") for v in p.variables)
         self.literal_length = sum(len(p) for p in parts if isinstance(p, str))
         self._matcher: _Matcher | None = None
         self.ambiguity: str | None = _ambiguity(parts)
@@ -155,14 +162,15 @@ class UriTemplate:
         """RFC 6570 expansion: values are strings (or numbers), lists or mappings; absent or None ones vanish."""
         return "".join(part if isinstance(part, str) else _expand_expression(part, values) for part in self._parts)
 
-    def match(self, uri: str) -> dict[str, Value] | None:
+    def match(self, uri: str, undecodable: str = "replace") -> dict[str, Value] | None:
         """The percent-decoded variable values if `uri` is an expansion of this template, else None;
-        TemplateSyntaxError if the template is ambiguous (only `parse(..., for_matching=False)` makes one)."""
+        TemplateSyntaxError if the template is ambiguous (only `parse(..., for_matching=False)` makes one).
+        `undecodable` is how %XX bytes that are not UTF-8 decode: "replace" (U+FFFD) or "surrogateescape"."""
         if self.ambiguity is not None:
             raise TemplateSyntaxError(self.ambiguity)
         if self._matcher is None:
             self._matcher = _Matcher(self._parts)  # compiled on first use: validation only needs the parse
-        return self._matcher.match(uri)
+        return self._matcher.match(uri, undecodable)
 
     def __repr__(self) -> str:
         return f"UriTemplate({self.text!r})"
@@ -342,7 +350,7 @@ class _Matcher:
             self.exprs.append((group, part))
         self.regex = _engine.compile("(?s)" + "".join(pattern))
 
-    def match(self, uri: str) -> dict[str, Value] | None:
+    def match(self, uri: str, errors: str = "replace") -> dict[str, Value] | None:
         try:
             m = self.regex.fullmatch(uri)
         except UnicodeEncodeError:  # a lone surrogate (JSON allows "\udcff"): RE2 reads UTF-8, and no URI holds one
@@ -351,13 +359,13 @@ class _Matcher:
             return None
         values: dict[str, Value] = {}
         for group, expr in self.exprs:
-            found = _split(expr, m.group(group) or "")
+            found = _split(expr, m.group(group) or "", errors)
             if found is None or not _merge(values, found):
                 return None
         query = m.group("q") if self.query_vars else None
         if query:
             given: dict[str, list[str]] = {}
-            for name, value in parse_qsl(query[1:], keep_blank_values=True):
+            for name, value in parse_qsl(query[1:], keep_blank_values=True, errors=errors):
                 var = self.query_vars.get(name)
                 # A name the template lacks is what an exploded mapping's expansion looks like: no reverse.
                 if var is None or (name in given and not var.explode):
@@ -373,11 +381,11 @@ class _Matcher:
         return values
 
 
-def _decode(text: str) -> str:
-    return unquote(text) if "%" in text else text
+def _decode(text: str, errors: str = "replace") -> str:
+    return unquote(text, errors=errors) if "%" in text else text
 
 
-def _split(expr: _Expr, text: str) -> dict[str, Value] | None:
+def _split(expr: _Expr, text: str, errors: str = "replace") -> dict[str, Value] | None:
     """The values an expression's text holds, or None when it cannot be an expansion of the expression."""
     op, variables = expr.operator, expr.variables
     if op in ("/", ".", ";"):
@@ -391,22 +399,22 @@ def _split(expr: _Expr, text: str) -> dict[str, Value] | None:
     elif len(variables) > 1 or variables[0].explode:
         items = text.split(",") if text else []
     else:
-        return {variables[0].name: _decode(text)}
+        return {variables[0].name: _decode(text, errors)}
     if op == ";":
-        return _named_items(variables, items)
+        return _named_items(variables, items, errors)
     values: dict[str, Value] = {}
     for i, var in enumerate(variables):
         if var.explode:
-            values[var.name] = [_decode(item) for item in items[i:]]
+            values[var.name] = [_decode(item, errors) for item in items[i:]]
             return values
         if i < len(items):
-            values[var.name] = _decode(items[i])
+            values[var.name] = _decode(items[i], errors)
     if len(items) > len(variables):
         return None
     return values
 
 
-def _named_items(variables: tuple[_Var, ...], items: list[str]) -> dict[str, Value] | None:
+def _named_items(variables: tuple[_Var, ...], items: list[str], errors: str = "replace") -> dict[str, Value] | None:
     """`;name=value` parameters, in any order; an exploded variable collects every value of its name."""
     wanted = {v.name: v for v in variables}
     values: dict[str, Value] = {}
@@ -416,11 +424,11 @@ def _named_items(variables: tuple[_Var, ...], items: list[str]) -> dict[str, Val
         if var is None:
             return None
         if var.explode:
-            values.setdefault(var.name, []).append(_decode(value))  # type: ignore[union-attr]
+            values.setdefault(var.name, []).append(_decode(value, errors))  # type: ignore[union-attr]
         elif name in values:
             return None
         else:
-            values[name] = _decode(value)
+            values[name] = _decode(value, errors)
     return values
 
 

@@ -39,3 +39,13 @@ def test_glob_prefix() -> None:
 def test_unclosed_brace_is_an_error() -> None:
     with pytest.raises(ValueError):
         compile_glob("*.{md")
+
+
+def test_hidden_true_lets_wildcards_match_dotfiles() -> None:
+    from aggregator.globs import compile_glob
+
+    for pattern, path in (("**", ".env"), ("**", ".git/config"), ("**/*.md", "a/.b/c.md"), ("*", ".x"),
+                          ("docs/**", "docs/.hidden/a")):
+        assert not compile_glob(pattern).fullmatch(path), (pattern, path)
+        assert compile_glob(pattern, hidden=True).fullmatch(path), (pattern, path)
+    assert compile_glob(".*").fullmatch(".env")  # a pattern that spells the dot still matches

@@ -25,3 +25,22 @@ def test_is_within_is_component_wise() -> None:
     assert not is_within("/srv/docs", "/srv/docs_old")
     assert not is_within("/srv/docs", "/srv/docs_old/a")
     assert not is_within("/srv/docs", "/srv")
+
+
+def test_hidden_means_a_segment_starting_with_a_dot() -> None:
+    from aggregator.paths import is_hidden
+
+    assert all(is_hidden(p) for p in (".env", ".git/config", "a/.ssh/id_rsa", "a/b/.x"))
+    assert not any(is_hidden(p) for p in ("a.md", "a/b.c/d", "x..y", "dir/file.env"))
+
+
+def test_undecodable_names_keep_their_bytes_in_uris_and_show_replacement_characters() -> None:
+    import os
+
+    from aggregator.paths import display_text, has_raw_bytes, uri_path
+
+    name = os.fsdecode(b"d/caf\xe9 \xff.md")
+    assert has_raw_bytes(name) and not has_raw_bytes("café")
+    assert uri_path(name) == "d/caf%E9%20%FF.md" and uri_path("café") == "caf%C3%A9"
+    assert display_text(name) == "d/caf\ufffd \ufffd.md" and display_text("café") == "café"
+    assert os.fsencode(name) == b"d/caf\xe9 \xff.md"

@@ -305,14 +305,15 @@ class _Builder:
         path: KeyPath = ("collections", i)
         return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"), _display(spec),
                               self.at(path), format_path(path), tuple(spec.get("exclude", ())),
-                              self.access(spec, spec["source"]))
+                              self.access(spec, spec["source"]), spec.get("hidden", False))
 
     def template(self, i: int, spec: dict[str, Any]) -> TemplateSpec:
         path: KeyPath = ("templates", i)
         return TemplateSpec(spec["uriTemplate"], spec["name"], spec.get("source"), spec.get("path"), _display(spec),
                             self.at(path), format_path(path), spec.get("query"), spec.get("format", "json"),
                             self.access(spec, spec.get("source")),
-                            {k: tuple(v) for k, v in spec.get("values", {}).items()}, self.render(spec, path))
+                            {k: tuple(v) for k, v in spec.get("values", {}).items()}, self.render(spec, path),
+                            spec.get("hidden", False))
 
     def render(self, spec: dict[str, Any], path: KeyPath) -> Render | None:
         """The entry's `render` template, checked for syntax (a located issue when it is broken)."""

@@ -252,6 +252,8 @@ class CollectionSpec:
     exclude: tuple[str, ...] = ()
     access: frozenset[str] = frozenset()
     """Scopes a caller needs (the source's included) to list, read or subscribe."""
+    hidden: bool = False
+    """Wildcards match hidden names (`.env`, `.git/`) too; otherwise only a glob that spells the dot does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +276,8 @@ class TemplateSpec:
     """Completion values per variable name."""
     render: Render | None = None
     """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
+    hidden: bool = False
+    """Variables may name hidden files and folders (a segment starting with '.'); refused otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

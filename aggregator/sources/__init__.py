@@ -28,7 +28,7 @@ SourceFactory = Callable[[SourceSpec], Source]
 
 
 def _local(spec: SourceSpec) -> Source:
-    return LocalSource(spec.id, spec.url)
+    return LocalSource(spec.id, spec.url, timeout=spec.timeout, max_concurrency=spec.max_concurrency)
 
 
 def _http(spec: SourceSpec) -> Source:

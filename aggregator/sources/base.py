@@ -59,8 +59,9 @@ class Source(Protocol):
     url_paths: bool
     """True when paths become URL paths and queries (HTTP): template values are percent-encoded into them."""
 
-    async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
-        """Every file whose relative path matches the glob `pattern` and none of `exclude`."""
+    async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
+        """Every file whose relative path matches the glob `pattern` and none of `exclude` (wildcards match
+        hidden names only when `hidden`)."""
         ...
 
     async def stat(self, path: str) -> FileInfo:

@@ -35,8 +35,8 @@ class GitSource(FsspecSource):
         info = await super().stat(path)
         return FileInfo(info.path, info.size, self._commit_time, info.version)
 
-    async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
-        files = await super().list(pattern, exclude)
+    async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
+        files = await super().list(pattern, exclude, hidden)
         return [FileInfo(f.path, f.size, self._commit_time, f.version) for f in files]
 
 

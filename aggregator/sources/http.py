@@ -163,7 +163,7 @@ class HttpSource:
 
         return await self._guarded("HEAD", path, body)
 
-    async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
+    async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         raise SourceError("an HTTP source cannot be listed: use resources or templates for it")
 
 

@@ -1,43 +1,70 @@
-"""A local folder, read through fsspec's local filesystem and confined to its real root.
+"""A local folder, confined to its real root; only regular files are ever opened.
 
 Every path is resolved (symlinks included) and must stay inside the root, component-wise. Listing walks
-with `os.scandir` rather than fsspec's `find`: it is twice as fast, never loops on symlink cycles and
-skips links that point outside the root.
+with `os.scandir`: it never loops on symlink cycles and skips links that point outside the root.
+
+A FIFO, socket or device is refused before it is opened (and opened with O_NONBLOCK, so one swapped in meanwhile
+cannot block the open). Every call (resolve, stat, open, read, walk) runs in the source's own threads under its
+`timeout` and `maxConcurrency` (see `threads.ThreadSlots`): a hung mount fails its reads after `timeout` and holds at
+most `maxConcurrency` threads, while other sources keep serving.
+
+Names are `os.fsdecode` strings (`byte_names`): a name that is not UTF-8 keeps its bytes as surrogate escapes.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as stat_mode
-from collections.abc import Iterator, Sequence
-
-import anyio.to_thread
-import fsspec
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from aggregator.globs import compile_glob, glob_prefix
 from aggregator.paths import UnsafePath, is_within, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.threads import ThreadSlots
 
 __all__ = ["LocalSource"]
+
+T = TypeVar("T")
+# Open flags: never follow a link swapped in after resolving, never block on a FIFO, never become a terminal.
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_NOCTTY", 0))
+# Errors that mean "there is no such file to serve" rather than "the folder failed".
+_ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
 
 class LocalSource:
     """Files under one folder on this machine."""
 
     url_paths = False
+    byte_names = True
+    """Paths are `os.fsdecode` names: undecodable bytes are surrogate escapes, encoded back by the OS calls."""
 
-    def __init__(self, id: str, root: str) -> None:
+    def __init__(self, id: str, root: str, *, timeout: float = 30.0, max_concurrency: int = 8) -> None:
         self.id = id
         self.root = os.path.realpath(root)
-        self._fs = fsspec.filesystem("file")
+        self.timeout = timeout
+        self.max_concurrency = max_concurrency
+        self._threads = ThreadSlots(max_concurrency, f"source {id}")
         if not os.path.isdir(self.root):
             raise SourceError(f"folder {root!r} does not exist or is not a folder")
 
     def describe(self) -> str:
         return f"local folder {self.root}"
 
+    def busy_threads(self) -> int:
+        """Threads running a call of this source now (stuck ones included)."""
+        return self._threads.busy
+
+    async def _call(self, func: Callable[..., T], *args: Any) -> T:
+        try:
+            return await self._threads.run(self.timeout, func, *args)
+        except TimeoutError:
+            raise SourceError(f"{self.describe()}: no answer within {self.timeout:g}s") from None
+
     def resolve(self, path: str) -> str:
-        """The real absolute path of `path`, or SourceNotFound if it is unsafe or escapes the root."""
+        """The real absolute path of `path`, or SourceNotFound if it is unsafe or escapes the root (blocking)."""
         try:
             safe_relpath(path)
         except UnsafePath as exc:
@@ -48,50 +75,43 @@ class LocalSource:
         return real
 
     async def stat(self, path: str) -> FileInfo:
-        real = self.resolve(path)
-        return await anyio.to_thread.run_sync(self._stat_file, path, real)
+        return await self._call(self._stat_file, path)
 
-    def _stat_file(self, path: str, real: str) -> FileInfo:
-        try:
-            info = self._fs.info(real)
-        except FileNotFoundError:
-            raise SourceNotFound("no such file") from None
-        except OSError as exc:
-            raise SourceError(f"stat failed: {exc.strerror or exc}") from None
-        if info.get("type") != "file":
-            raise SourceNotFound("not a file")
-        size, mtime = int(info["size"]), float(info["mtime"])
-        return FileInfo(path, size, mtime, _version(mtime, size))
+    def _stat_file(self, path: str) -> FileInfo:
+        st = _regular_file(self.resolve(path))
+        return FileInfo(path, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size))
 
     async def read(self, path: str, max_bytes: int) -> Blob:
-        real = self.resolve(path)
-        return await anyio.to_thread.run_sync(self._read_file, real, max_bytes)
+        return await self._call(self._read_file, path, max_bytes)
 
-    def _read_file(self, real: str, max_bytes: int) -> Blob:
+    def _read_file(self, path: str, max_bytes: int) -> Blob:
+        real = self.resolve(path)
+        _regular_file(real)  # checked before open: a FIFO, socket or device is never opened
         try:
-            with self._fs.open(real, "rb") as handle:
-                st = os.fstat(handle.fileno())
-                size = st.st_size
-                if not stat_mode.S_ISREG(st.st_mode):
-                    raise SourceNotFound("not a file")
-                if size > max_bytes:
-                    raise SourceTooLarge(size, max_bytes)
-                # Read one byte past the limit: the file may have grown since fstat.
-                data = handle.read(max_bytes + 1)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise SourceNotFound("no such file") from None
+            fd = os.open(real, _OPEN_FLAGS)
         except OSError as exc:
-            raise SourceError(f"read failed: {exc.strerror or exc}") from None
+            raise _os_error("open", exc) from None
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(fd)
+            if not stat_mode.S_ISREG(st.st_mode):  # swapped after the check
+                raise SourceNotFound("not a regular file")
+            if st.st_size > max_bytes:
+                raise SourceTooLarge(st.st_size, max_bytes)
+            try:
+                # One byte past the limit: the file may have grown since fstat.
+                data = handle.read(max_bytes + 1)
+            except OSError as exc:
+                raise _os_error("read", exc) from None
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
-        return Blob(data, version=_version(st.st_mtime, size))
+        return Blob(data, version=_version(st.st_mtime, st.st_size))
 
-    async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
-        return await anyio.to_thread.run_sync(self._list, pattern, tuple(exclude))
+    async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
+        return await self._call(self._list, pattern, tuple(exclude), hidden)
 
-    def _list(self, pattern: str, exclude: tuple[str, ...]) -> list[FileInfo]:
-        match = compile_glob(pattern).fullmatch
-        excluded = [compile_glob(e).fullmatch for e in exclude]
+    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> list[FileInfo]:
+        match = compile_glob(pattern, hidden).fullmatch
+        excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
         prefix = glob_prefix(pattern)
         files: list[FileInfo] = []
         for rel, st in self._walk(prefix):
@@ -132,6 +152,23 @@ class LocalSource:
                         yield rel, entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+
+
+def _regular_file(real: str) -> os.stat_result:
+    """The stat of `real` if it is a regular file; SourceNotFound for anything else or nothing."""
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        raise _os_error("stat", exc) from None
+    if not stat_mode.S_ISREG(st.st_mode):
+        raise SourceNotFound("not a regular file")
+    return st
+
+
+def _os_error(call: str, exc: OSError) -> SourceError:
+    if exc.errno in _ABSENT:
+        return SourceNotFound(f"{call}: {exc.strerror}")
+    return SourceError(f"{call} failed: {exc.strerror or exc}")
 
 
 def _version(mtime: float, size: int) -> str:

@@ -151,13 +151,13 @@ class FsspecSource:
             raise SourceError(f"read failed: {type(exc).__name__}: {_short(exc)}") from None
         return Blob(b"".join(chunks), version=info_version(info))
 
-    async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
+    async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         # A listing is many paged requests: `timeout` bounds each read, the backend's own timeouts each page.
-        return await self._call(self._list, pattern, tuple(exclude), timeout=None)
+        return await self._call(self._list, pattern, tuple(exclude), hidden, timeout=None)
 
-    def _list(self, pattern: str, exclude: tuple[str, ...]) -> list[FileInfo]:
-        match = compile_glob(pattern).fullmatch
-        excluded = [compile_glob(e).fullmatch for e in exclude]
+    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool = False) -> list[FileInfo]:
+        match = compile_glob(pattern, hidden).fullmatch
+        excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
         prefix = glob_prefix(pattern)
         start = f"{self.root}/{prefix}" if prefix else self.root
         try:

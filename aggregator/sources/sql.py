@@ -91,9 +91,9 @@ class SqlSource:
         except sqlalchemy.exc.SQLAlchemyError as exc:
             raise SourceError(f"listing tables failed: {type(exc).__name__}") from None
 
-    async def list(self, pattern: str, exclude: Sequence[str] = ()) -> list[FileInfo]:
-        match = compile_glob(pattern).fullmatch
-        excluded = [compile_glob(e).fullmatch for e in exclude]
+    async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
+        match = compile_glob(pattern, hidden).fullmatch
+        excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
         names = await self._call(self._names)
         version = await self._version()
         return [FileInfo(n, None, None, version, "application/json") for n in names

@@ -1,0 +1,277 @@
+"""Local folders: only regular files are opened, every call honours the source's timeout, a hung mount holds at most
+`maxConcurrency` threads, and any file name (bytes) round-trips list -> URI -> resolve -> read, or is never listed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import anyio
+import anyio.to_thread
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp.shared.exceptions import MCPError
+
+from aggregator.catalog import compile_catalog
+from aggregator.core import Aggregator
+from aggregator.errors import ResourceNotFound, ResourceUnavailable
+from aggregator.manifest import load_manifest
+from aggregator.paths import UnsafePath, safe_relpath
+from aggregator.sources import LocalSource, SourceError, SourceNotFound, open_source
+from tests.conftest import MODES, connect, write_manifest
+
+
+@pytest.fixture
+def special(tmp_path: Path) -> Path:
+    root = tmp_path / "special"
+    root.mkdir()
+    (root / "ok.md").write_text("ok")
+    os.mkfifo(root / "pipe.md")
+    (root / "folder.md").mkdir()
+    return root
+
+
+def test_only_regular_files_are_opened(special: Path) -> None:
+    source = LocalSource("s", str(special), timeout=5)
+
+    async def main() -> None:
+        assert (await source.read("ok.md", 100)).data == b"ok"
+        for name in ("pipe.md", "folder.md", "missing.md"):
+            with pytest.raises(SourceNotFound):
+                with anyio.fail_after(10):
+                    await source.read(name, 100)
+            with pytest.raises(SourceNotFound):
+                await source.stat(name)
+        assert [f.path for f in await source.list("**")] == ["ok.md"]
+
+    anyio.run(main)
+
+
+def test_source_timeout_and_concurrency_come_from_the_manifest(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    manifest = load_manifest(write_manifest(tmp_path, """
+        version: 1
+        server: {name: limits}
+        defaults: {timeout: 7s, maxConcurrency: 3}
+        sources:
+          d: {url: ./d}
+          e: {url: ./d, timeout: 2s, maxConcurrency: 1}
+        """))
+    d, e = (open_source(manifest.sources[sid]) for sid in ("d", "e"))
+    assert isinstance(d, LocalSource) and isinstance(e, LocalSource)
+    assert (d.timeout, d.max_concurrency) == (7.0, 3)
+    assert (e.timeout, e.max_concurrency) == (2.0, 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fifo_reads_through_a_template_fail_promptly_and_stall_nothing(special: Path, mode: str) -> None:
+    """45 concurrent reads of a FIFO (more than anyio's 40 default threads) while another source is read."""
+    (special.parent / "other").mkdir()
+    (special.parent / "other" / "b.md").write_text("other")
+    manifest = write_manifest(special.parent, """
+        version: 1
+        server: {name: fifo}
+        sources:
+          s: {url: ./special}
+          o: {url: ./other}
+        templates:
+          - {uriTemplate: "s://{+path}", name: s, source: s, path: "{path}"}
+          - {uriTemplate: "o://{+path}", name: o, source: o, path: "{path}"}
+        """)
+    codes: list[int] = []
+
+    async def main() -> None:
+        async with connect(manifest, mode) as client:
+            async def fifo() -> None:
+                try:
+                    await client.read_resource("s://pipe.md")
+                except MCPError as exc:
+                    codes.append(exc.code)
+
+            started = time.monotonic()
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(45):
+                        tg.start_soon(fifo)
+                    (other,) = (await client.read_resource("o://b.md")).contents
+                    assert other.text == "other"
+            elapsed = time.monotonic() - started
+            print(f"45 FIFO reads and one other read answered in {elapsed * 1000:.0f} ms")
+            assert (await client.read_resource("s://ok.md")).contents[0].text == "ok"
+
+    anyio.run(main)
+    assert codes == [-32002 if mode == "legacy" else -32602] * 45
+
+
+class HungSource(LocalSource):
+    """A folder on a mount that stopped answering: every read blocks in open() of a FIFO nobody writes to."""
+
+    def __init__(self, root: str, fifo: Path, **limits: float) -> None:
+        super().__init__("hung", root, **limits)
+        self.fifo = fifo
+
+    def _read_file(self, path: str, max_bytes: int):  # type: ignore[override]
+        with open(self.fifo, "rb"):  # blocks until a writer opens the FIFO: a hung syscall, not a sleep
+            pass
+        return super()._read_file(path, max_bytes)
+
+
+def test_a_hung_source_holds_at_most_its_own_threads(tmp_path: Path) -> None:
+    root = tmp_path / "hung"
+    root.mkdir()
+    (root / "a.md").write_text("a")
+    fifo = tmp_path / "stuck"
+    os.mkfifo(fifo)
+    healthy_root = tmp_path / "healthy"
+    healthy_root.mkdir()
+    (healthy_root / "b.md").write_text("b")
+    hung = HungSource(str(root), fifo, timeout=0.5, max_concurrency=2)
+    healthy = LocalSource("healthy", str(healthy_root), timeout=5, max_concurrency=2)
+    outcomes: list[str] = []
+
+    def unblock() -> None:
+        """Open the FIFO's write end until every stuck reader has returned."""
+        while hung.busy_threads():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader waiting right now
+                time.sleep(0.01)
+                continue
+            os.close(fd)
+
+    def threads_of(source_id: str) -> int:
+        return sum(1 for t in threading.enumerate() if t.name == f"aggregator source {source_id}")
+
+    async def main() -> None:
+        async def read_hung() -> None:
+            try:
+                await hung.read("a.md", 100)
+            except SourceError as exc:
+                outcomes.append(str(exc))
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for _ in range(45):
+                tg.start_soon(read_hung)
+            await anyio.sleep(0.1)
+            # The hung source holds its two threads; the default pool and the other source are untouched.
+            assert hung.busy_threads() == 2
+            assert anyio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
+            healthy_started = time.monotonic()
+            for _ in range(20):
+                assert (await healthy.read("b.md", 100)).data == b"b"
+            healthy_ms = (time.monotonic() - healthy_started) * 1000
+        elapsed = time.monotonic() - started
+        # Every hung read gave up after the source's timeout (0.5 s), waiting for a slot included.
+        assert len(outcomes) == 45 and all("no answer within 0.5s" in o for o in outcomes), outcomes[:3]
+        assert elapsed < 10, elapsed
+        # The stuck threads still run and still hold their slots: no thread beyond maxConcurrency was started.
+        assert hung.busy_threads() == 2 and threads_of("hung") == 2
+        print(f"45 hung reads failed in {elapsed:.2f} s; 20 reads of another source took {healthy_ms:.0f} ms")
+        await anyio.to_thread.run_sync(unblock)
+        with anyio.fail_after(5):
+            while hung.busy_threads():
+                await anyio.sleep(0.01)
+        # Once the mount answers again, the source serves again.
+        writer = threading.Thread(target=unblock_once, args=(fifo,), daemon=True)
+        writer.start()
+        assert (await hung.read("a.md", 100)).data == b"a"
+
+    anyio.run(main)
+
+
+def unblock_once(fifo: Path) -> None:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+def test_a_timed_out_read_is_unavailable_naming_the_uri(tmp_path: Path) -> None:
+    root = tmp_path / "hung"
+    root.mkdir()
+    (root / "a.md").write_text("a")
+    fifo = tmp_path / "stuck"
+    os.mkfifo(fifo)
+    manifest = load_manifest(write_manifest(tmp_path, """
+        version: 1
+        server: {name: hung}
+        sources:
+          hung: {url: ./hung, timeout: 300ms}
+        resources:
+          - {uri: "h://a", name: a, source: hung, path: a.md}
+        """))
+
+    async def main() -> None:
+        sources = {"hung": HungSource(str(root), fifo, timeout=0.3, max_concurrency=1)}
+        aggregator = Aggregator(manifest, sources, await compile_catalog(manifest, sources))
+        with pytest.raises(ResourceUnavailable) as err:
+            await aggregator.read("h://a")
+        assert err.value.uri == "h://a" and "h://a" in err.value.message
+        await anyio.to_thread.run_sync(unblock_once, fifo)
+
+    anyio.run(main)
+
+
+# --- any file name: list -> uri -> resolve -> read ------------------------------------------------------------
+
+NAME_BYTES = st.binary(min_size=1, max_size=24).filter(lambda b: b"/" not in b and b"\0" not in b
+                                                       and b not in (b".", b".."))
+
+
+def _servable(name: str) -> bool:
+    """A one-segment name is listed and read unless it is hidden or `safe_relpath` refuses it."""
+    try:
+        safe_relpath(name)
+    except UnsafePath:
+        return False
+    return not name.startswith(".")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(NAME_BYTES, min_size=1, max_size=4, unique=True))
+def test_any_file_name_round_trips_or_is_never_listed(names: list[bytes]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "r"
+        root.mkdir()
+        for i, name in enumerate(names):
+            with open(os.path.join(os.fsencode(root), name), "wb") as handle:
+                handle.write(b"file %d" % i)
+        manifest = load_manifest(write_manifest(Path(tmp), """
+            version: 1
+            server: {name: names}
+            sources:
+              r: {url: ./r}
+            collections:
+              - {source: r, glob: "**", uri: "c://{path}", name: "{name}", title: "{stem}"}
+            templates:
+              - {uriTemplate: "t://{+path}", name: t, source: r, path: "{path}"}
+            """))
+
+        async def main() -> None:
+            sources = {"r": LocalSource("r", str(root))}
+            aggregator = Aggregator(manifest, sources, await compile_catalog(manifest, sources))
+            listed = {entry.uri: entry for entry in aggregator.catalog.entries}
+            for i, name in enumerate(names):
+                rel = os.fsdecode(name)
+                uri_path = quote(name, safe="/")
+                if _servable(rel):
+                    entry = listed.pop("c://" + uri_path)
+                    entry.name.encode("utf-8")  # valid Unicode, whatever the bytes
+                    assert (entry.title or "").encode("utf-8") is not None
+                    for uri in ("c://" + uri_path, "t://" + uri_path):
+                        assert (await aggregator.read(uri)).text == f"file {i}"
+                else:
+                    with pytest.raises(ResourceNotFound):
+                        await aggregator.read("t://" + uri_path)
+            assert not listed, listed
+
+        anyio.run(main)
