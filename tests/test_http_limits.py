@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
 from mcp.shared.subscriptions import ResourceUpdated
 
-from tests.test_live import BASE, Inbox
+from tests.test_live import BASE, Inbox, listened
 from tests.test_server_http import ROOT, free_port
 
 MARGIN = 4.0  # seconds past a timeout a connection may take to be closed: generous, the machine is shared
@@ -187,20 +186,8 @@ def test_listen_and_legacy_streams_outlive_the_timeouts(limited: Served) -> None
 
     async def modern() -> None:
         async with Client(limited.url, mode="auto", cache=None) as client:
-            events: list[Any] = []
-            async with client.listen(resource_subscriptions=["docs://a.md"]) as sub:
-                async def collect() -> None:
-                    async for event in sub:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    await anyio.sleep(hold)
-                    (limited.folder / "docs" / "a.md").write_text("# A later\n")
-                    with anyio.fail_after(5):
-                        while not events:
-                            await anyio.sleep(0.02)
-                    tg.cancel_scope.cancel()
+            events = await listened(client, [(lambda: (limited.folder / "docs" / "a.md").write_text("# A later\n"), 1)],
+                                    settle=hold, resource_subscriptions=["docs://a.md"])
             assert events == [ResourceUpdated(uri="docs://a.md")]
 
     async def legacy() -> None:

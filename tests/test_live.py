@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,25 @@ async def _until_listed(client: Client, uri: str, timeout: float = SOON) -> None
     with anyio.fail_after(timeout):
         while uri not in await uris(client):
             await anyio.sleep(0.05)
+
+
+async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], settle: float = 0.3,
+                   **listen: Any) -> list[Any]:
+    """The events a modern-wire `client.listen(**listen)` stream hears while `steps` run: each is an action and the
+    number of events that must have arrived (within 5 s) before the next one; the stream is opened `settle` s first."""
+    events: list[Any] = []
+    async with client.listen(**listen) as sub:
+        async def collect() -> None:
+            async for event in sub:
+                events.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            await anyio.sleep(settle)
+            for action, count in steps:
+                action()
+                with anyio.fail_after(5):
+                    while len(events) < count:
+                        await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    return events

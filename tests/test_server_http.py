@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
-from tests.test_live import BASE, Inbox, save
+from tests.test_live import BASE, Inbox, listened, save
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,24 +88,11 @@ def test_http_modern_capabilities_and_listen(http_server: tuple[str, Path]) -> N
             assert client.protocol_version == "2026-07-28"
             caps = client.server_capabilities.resources
             assert caps.subscribe and caps.list_changed
-            events: list[Any] = []
-            async with client.listen(resources_list_changed=True, resource_subscriptions=["docs://a.md"]) as sub:
-                async def collect() -> None:
-                    async for event in sub:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    await anyio.sleep(0.3)
-                    save(folder / "manifest.yaml", BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n')
-                    with anyio.fail_after(5):
-                        while not events:
-                            await anyio.sleep(0.02)
-                    (folder / "docs" / "a.md").write_text("# A2\n")
-                    with anyio.fail_after(5):
-                        while len(events) < 2:
-                            await anyio.sleep(0.02)
-                    tg.cancel_scope.cancel()
+            events = await listened(client, [
+                (lambda: save(folder / "manifest.yaml", BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n'),
+                 1),
+                (lambda: (folder / "docs" / "a.md").write_text("# A2\n"), 2),
+            ], resources_list_changed=True, resource_subscriptions=["docs://a.md"])
             assert events == [ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
             assert (await client.read_resource("docs://a.md")).contents[0].text == "# A2\n"
 
@@ -348,20 +335,8 @@ def test_stateless_modern_wire_keeps_listen(stateless_server: tuple[str, Path]) 
             assert client.protocol_version == "2026-07-28"
             caps = client.server_capabilities.resources
             assert caps.subscribe and caps.list_changed
-            events: list[Any] = []
-            async with client.listen(resource_subscriptions=["docs://a.md"]) as sub:
-                async def collect() -> None:
-                    async for event in sub:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    await anyio.sleep(0.3)
-                    (folder / "docs" / "a.md").write_text("# A stateless\n")
-                    with anyio.fail_after(5):
-                        while not events:
-                            await anyio.sleep(0.02)
-                    tg.cancel_scope.cancel()
+            events = await listened(client, [(lambda: (folder / "docs" / "a.md").write_text("# A stateless\n"), 1)],
+                                    resource_subscriptions=["docs://a.md"])
             assert events == [ResourceUpdated(uri="docs://a.md")]
 
     anyio.run(main)

@@ -23,19 +23,41 @@ KEYS = {"latest/r1.md": b"# Report 1\n", "latest/sub/r2.md": b"# Report 2\n", "l
         "latest/data.json": b'{"n": 3}', "private/secret.md": b"TOP SECRET", "latest-old/old.md": b"OLD"}
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[str]:
+@dataclass
+class Store:
+    """A moto server of one test's own, which the test may stop (an S3 outage), and a client to write with."""
+
+    endpoint: str
+    client: Any
+    stop: Callable[[], None]
+
+
+def start_store() -> Store:
+    """moto's threaded S3 server on a free loopback port, with a client holding the tests' credentials."""
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test-key",
                           aws_secret_access_key="test-secret-value", region_name="us-east-1")
-    client.create_bucket(Bucket="source-tests")
+    running = [True]
+
+    def stop() -> None:
+        if running:
+            running.clear()
+            server.stop()
+
+    return Store(endpoint, client, stop)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    store = start_store()
+    store.client.create_bucket(Bucket="source-tests")
     for key, body in KEYS.items():
-        client.put_object(Bucket="source-tests", Key=key, Body=body)
-    yield endpoint
-    server.stop()
+        store.client.put_object(Bucket="source-tests", Key=key, Body=body)
+    yield store.endpoint
+    store.stop()
 
 
 def manifest(tmp_path: Path, endpoint: str, extra: str = "") -> Path:
@@ -125,32 +147,11 @@ def test_s3_bad_credentials_give_a_generic_error(tmp_path: Path, s3: str, caplog
     assert "wrong-secret-value" not in caplog.text
 
 
-@dataclass
-class Store:
-    """A moto server of one test's own, which the test may stop (an S3 outage), and a client to write with."""
-
-    endpoint: str
-    client: Any
-    stop: Callable[[], None]
-
-
 @pytest.fixture
 def own_s3() -> Iterator[Store]:
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test-key",
-                          aws_secret_access_key="test-secret-value", region_name="us-east-1")
-    running = [True]
-
-    def stop() -> None:
-        if running:
-            running.clear()
-            server.stop()
-
-    yield Store(endpoint, client, stop)
-    stop()
+    store = start_store()
+    yield store
+    store.stop()
 
 
 def refresh_manifest(tmp_path: Path, endpoint: str, bucket: str, extra: str = "") -> Path:

@@ -34,7 +34,6 @@ import posixpath
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urljoin
 
