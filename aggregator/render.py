@@ -78,17 +78,20 @@ class RenderOverBudget(RenderError):
 class _Budget:
     """What a render, and the renders it reads, may still spend: a deadline and a number of loop iterations."""
 
-    __slots__ = ("deadline", "iterations_left", "limits")
+    __slots__ = ("deadline", "iterations_left", "limits", "spent")
 
     def __init__(self, limits: RenderSettings) -> None:
         self.limits = limits
         self.deadline = time.monotonic() + limits.timeout
         self.iterations_left = limits.max_iterations
+        self.spent = False
+        """Set when a check found the budget spent: the render is unwinding on its own."""
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
     def timed_out(self) -> RenderOverBudget:
+        self.spent = True
         return RenderOverBudget(f"the render took longer than its {self.limits.timeout:g}s time limit (render.timeout)")
 
     def check(self) -> None:
@@ -100,6 +103,7 @@ class _Budget:
         for item in iterable:
             self.iterations_left -= 1
             if self.iterations_left < 0:
+                self.spent = True
                 raise RenderOverBudget(f"the render ran more than {self.limits.max_iterations} loop iterations "
                                        "(render.maxIterations)")
             self.check()
@@ -577,6 +581,8 @@ class _Job:
     async def stop_when_overdue(self) -> None:
         """On the event loop, once: past the deadline and the grace, interrupt the render if it still runs."""
         await anyio.sleep(max(self.budget.remaining(), 0.0) + _GRACE)
+        if self.budget.spent:  # already unwinding: an exception landing in its clean-up would only be lost noise
+            await anyio.sleep(10 * _GRACE)  # unless something swallowed the budget's error and carried on
         with self._lock:
             if self._thread is not None:
                 _raise_in(self._thread, _Stopped)
