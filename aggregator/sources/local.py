@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from aggregator.globs import compile_glob, glob_prefix
 from aggregator.paths import UnsafePath, is_within, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.progress import ListingProgress
 from aggregator.sources.threads import ThreadSlots
 
 __all__ = ["LocalSource"]
@@ -119,9 +120,12 @@ class LocalSource:
         prefix = glob_prefix(pattern)
         files: list[FileInfo] = []
         outside: list[str] = []
+        progress = ListingProgress(self.id, "files")
         for rel, st in self._walk(prefix, outside):
+            progress.add()
             if match(rel) and not any(x(rel) for x in excluded):
                 files.append(FileInfo(rel, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size)))
+        progress.done(len(files))
         self._note_outside_links(outside)
         return files
 
