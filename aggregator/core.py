@@ -46,7 +46,8 @@ def _content_changed(old: Catalog, new: Catalog, replaced: set[str]) -> set[str]
     changed = set()
     for entry in new.entries:
         before = old.get(entry.uri)
-        if before is not None and ((before.source, before.path, before.text) != (entry.source, entry.path, entry.text)
+        if before is not None and ((before.source, before.path, before.text, before.decompress)
+                                   != (entry.source, entry.path, entry.text, entry.decompress)
                                    or entry.source in replaced):
             changed.add(entry.uri)
     return changed
@@ -339,7 +340,9 @@ class Aggregator:
 
         async def load() -> tuple[Content, str | None]:
             blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes), self.source_errors)
-            data = _gunzip(target, blob.data, limits.max_bytes) if gzipped else blob.data
+            # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
+            undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
+            data = _gunzip(target, blob.data, limits.max_bytes) if gzipped and not undone else blob.data
             # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
             upstream = None if gzipped else blob.mime_type
             declared = target.mime_type if target.mime_declared or not upstream else upstream

@@ -97,7 +97,7 @@ def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None)
     gzipped = "gz" in picked
     if gzipped:
         picked = [ext for ext in picked if ext != "gz"] + ["gz"]
-    decompress = (f"    decompress: true      # {counts['gz']} .gz file(s): served decompressed, as the text they hold\n"
+    decompress = (f"    decompress: true      # {counts['gz']} .gz file(s): served decompressed, as what they hold\n"
                   if gzipped else "")
     glob = "**/*" if not picked else (f"**/*.{picked[0]}" if len(picked) == 1 else "**/*.{" + ",".join(picked) + "}")
     url = _relative_within(folder.resolve(), manifest_path.resolve().parent) or str(folder.resolve())

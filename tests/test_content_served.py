@@ -138,3 +138,63 @@ def test_decompress_serves_gz_text_as_text_bounded_by_max_bytes(tmp_path: Path, 
             assert (await client.read_resource("z://notes.txt.gz")).contents[0].text == "plain notes\n"
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_decompress_over_http_plain_gzip_bytes_and_content_encoding(tmp_path: Path, mode: str) -> None:
+    """An HTTP `.gz` comes as gzip bytes (application/gzip) or, from some servers, with Content-Encoding: gzip
+    that the client already undid: both read as the text inside, typed by the name; the raw one, undecompressed,
+    keeps the upstream's type."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.path == "/base/notes.txt.gz":
+            return web.Response(body=gzip.compress(b"gz notes\n"), content_type="application/gzip")
+        if request.path == "/base/encoded.txt.gz":
+            return web.Response(body=gzip.compress(b"encoded notes\n"), content_type="application/gzip",
+                                headers={"Content-Encoding": "gzip"})
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    ports: list[int] = []
+
+    async def start() -> None:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+    thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
+    thread.start()
+    while not ports:
+        threading.Event().wait(0.01)
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: t}}
+        sources:
+          api: {{url: "http://127.0.0.1:{ports[0]}/base", allowPrivateNetwork: ["127.0.0.1/32"]}}
+        templates:
+          - {{uriTemplate: "gz://{{+path}}", name: gz, source: api, path: "{{path}}", decompress: true}}
+          - {{uriTemplate: "raw://{{+path}}", name: raw, source: api, path: "{{path}}"}}
+        """)
+
+    async def main() -> None:
+        async with connect(manifest, mode) as client:
+            for uri, text in (("gz://notes.txt.gz", "gz notes\n"), ("gz://encoded.txt.gz", "encoded notes\n")):
+                content = (await client.read_resource(uri)).contents[0]
+                assert content.mime_type == "text/plain" and content.text == text, uri
+            raw = (await client.read_resource("raw://notes.txt.gz")).contents[0]
+            assert raw.mime_type == "application/gzip" and raw.blob
+
+    try:
+        anyio.run(main)
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
