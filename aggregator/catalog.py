@@ -18,7 +18,7 @@ import time
 
 import anyio
 
-from aggregator.content import guess_mime_type
+from aggregator.content import file_mime_type, served_name
 from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import (
     CollectionSpec,
@@ -65,6 +65,8 @@ class Entry:
     """Scopes a caller needs to see or read this entry."""
     render: Render | None = None
     """A Jinja2 template (from the manifest) that produces the content."""
+    decompress: bool = False
+    """Served decompressed when the file's name ends in `.gz` (the manifest's `decompress: true`)."""
 
     @property
     def last_modified(self) -> str | None:
@@ -112,6 +114,8 @@ class Target:
     """Scopes a caller needs to read it."""
     render: Render | None = None
     """A Jinja2 template producing the content, with `params` as its variables."""
+    decompress: bool = False
+    """Served decompressed when the file's name ends in `.gz`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +226,8 @@ class Catalog:
         entry = self._index.get(uri)
         if entry is not None:
             return Target(uri, entry.mime_type, entry.source, entry.path, entry.text,
-                          entry.display.mime_type is not None, access=entry.access, render=entry.render)
+                          entry.display.mime_type is not None, access=entry.access, render=entry.render,
+                          decompress=entry.decompress)
         for candidate in self._candidates(uri):
             spec = candidate.spec
             # File paths keep undecodable bytes (surrogate escapes); values that are data stay valid Unicode.
@@ -242,13 +247,15 @@ class Catalog:
                               mime_declared=True, query=spec.query, params=params, format=spec.format,
                               access=spec.access)
             # A match refused for safety never falls through to a looser template.
-            path = expand_path(candidate, values, self._url_sources.get(candidate.spec.source, False),
-                               candidate.spec.source in self._byte_sources)
+            url_path = self._url_sources.get(candidate.spec.source, False)
+            path = expand_path(candidate, values, url_path, candidate.spec.source in self._byte_sources)
             if path is None:
                 raise ResourceNotFound(uri)
             declared = candidate.spec.display.mime_type
-            return Target(uri, declared or guess_mime_type(path.split("?", 1)[0]), candidate.spec.source, path,
-                          mime_declared=declared is not None, access=spec.access)
+            # Only a URL path has a query to leave out; in a folder `what?#frag.md` is a file name.
+            named = path.split("?", 1)[0] if url_path else path
+            return Target(uri, file_mime_type(named, declared, spec.decompress), candidate.spec.source, path,
+                          mime_declared=declared is not None, access=spec.access, decompress=spec.decompress)
         raise ResourceNotFound(uri)
 
 
@@ -362,8 +369,9 @@ async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> 
     except SourceError as exc:
         logger.warning("%s: %s: cannot stat %r: %s", spec.where, spec.key, spec.path, exc)
     size = spec.size if spec.size is not None else (info.size if info else None)
-    return Entry(spec.uri, spec.name, display, display.title, display.mime_type or guess_mime_type(spec.path), size,
-                 info.mtime if info else None, source=spec.source, path=spec.path, access=spec.access)
+    return Entry(spec.uri, spec.name, display, display.title,
+                 file_mime_type(spec.path, display.mime_type, spec.decompress), size, info.mtime if info else None,
+                 source=spec.source, path=spec.path, access=spec.access, decompress=spec.decompress)
 
 
 _URI_SAFE = re.compile(r"[A-Za-z0-9._~/-]*")
@@ -409,7 +417,7 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
     uri_pattern, name_pattern = _Pattern(spec.uri), _Pattern(spec.name)
     title_pattern = _Pattern(spec.display.title) if spec.display.title else None
     raw_keys = name_pattern.keys | (title_pattern.keys if title_pattern else frozenset())
-    display, fixed_mime, access = spec.display, spec.display.mime_type, spec.access
+    display, fixed_mime, access, decompress = spec.display, spec.display.mime_type, spec.access, spec.decompress
     mime_by_ext: dict[str, str | None] = {}
     append = entries.append
     refused: list[str] = []
@@ -423,14 +431,16 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
             raw = {k: display_text(v) for k, v in raw.items()}
         mime = fixed_mime or info.mime_type
         if mime is None:
-            ext = path[path.rfind("."):] if "." in path.rsplit("/", 1)[-1] else ""
+            # file_mime_type is the one decision; its answer depends only on the last suffix of the served name.
+            named = served_name(path, decompress)
+            ext = named[named.rfind("."):] if "." in named.rsplit("/", 1)[-1] else ""
             if ext in mime_by_ext:
                 mime = mime_by_ext[ext]
             else:
-                mime = mime_by_ext[ext] = guess_mime_type(path)
+                mime = mime_by_ext[ext] = file_mime_type(path, None, decompress)
         append(Entry(uri_pattern.fill(_file_values(path, uri_pattern.keys, encode=True)), name_pattern.fill(raw),
                      display, title_pattern.fill(raw) if title_pattern else None, mime, info.size, info.mtime,
-                     spec.source, path, access=access))
+                     spec.source, path, access=access, decompress=decompress))
     if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
         logger.warning("%s: %s: %d file(s) of source %r not listed: their names cannot be served (control "
                        "characters, backslashes, encoded separators ...), e.g. %s", spec.where, spec.key, len(refused),

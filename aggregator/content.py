@@ -1,11 +1,13 @@
-"""Resource bodies: MIME type guessing and the text-or-binary decision."""
+"""Resource bodies: the one MIME type decision, gzip decompression, and the text-or-binary decision."""
 
 from __future__ import annotations
 
 import mimetypes
+import zlib
 from dataclasses import dataclass
 
-__all__ = ["Content", "decode_body", "guess_mime_type", "is_text_mime"]
+__all__ = ["Content", "GzipError", "GzipTooLarge", "decode_body", "file_mime_type", "guess_mime_type", "gunzip",
+           "is_text_mime", "served_name"]
 
 _EXTRA_TYPES = {
     ".md": "text/markdown",
@@ -50,7 +52,18 @@ _TEXT_APPLICATION_TYPES = {
     "application/x-sh",
     "application/graphql",
 }
+# A compressed file is what its bytes are: `notes.txt.gz` is gzip, not text (mimetypes calls it text/plain).
+_COMPRESSED_TYPES = {
+    ".gz": "application/gzip",
+    ".tgz": "application/gzip",
+    ".svgz": "application/gzip",
+    ".bz2": "application/x-bzip2",
+    ".xz": "application/x-xz",
+    ".zst": "application/zstd",
+}
+GZIP_SUFFIX = ".gz"
 _SNIFF_BYTES = 8192
+_GUNZIP_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +84,80 @@ class Content:
 
 
 def guess_mime_type(path: str) -> str | None:
-    """The MIME type a file name suggests, or None."""
-    dot = path.rfind(".")
-    if dot != -1:
-        extra = _EXTRA_TYPES.get(path[dot:].lower())
-        if extra:
-            return extra
-    return mimetypes.guess_type(path, strict=False)[0]
+    """The MIME type a file name suggests (compressed names are their compressor's type), or None.
+
+    Only the last path segment counts: `what?#frag.md` is Markdown, whatever `?` and `#` would mean in a URL."""
+    name = path.rsplit("/", 1)[-1]
+    dot = name.rfind(".")
+    if dot == -1:
+        return None
+    suffix = name[dot:].lower()
+    known = _COMPRESSED_TYPES.get(suffix) or _EXTRA_TYPES.get(suffix)
+    if known:
+        return known
+    # A dummy folder keeps mimetypes from reading the name as a URL (it splits at '?' and '#' otherwise).
+    return mimetypes.guess_type("x/x" + suffix, strict=False)[0]
+
+
+def served_name(path: str, decompress: bool) -> str:
+    """The name whose type a file is served with: without `.gz` when the entry decompresses it."""
+    if decompress and path.lower().endswith(GZIP_SUFFIX) and len(path.rsplit("/", 1)[-1]) > len(GZIP_SUFFIX):
+        return path[: -len(GZIP_SUFFIX)]
+    return path
+
+
+def is_gzip_name(path: str) -> bool:
+    """Whether `decompress: true` decompresses this file (its name ends in `.gz`)."""
+    return served_name(path, True) != path
+
+
+def file_mime_type(path: str, declared: str | None = None, decompress: bool = False) -> str | None:
+    """The mimeType a file is listed and read with: the manifest's declared type, else what its name says (the
+    name without `.gz` when decompressed), else None (a read then serves text/plain or application/octet-stream by
+    looking at the bytes). Listings, reads and template reads all ask this function."""
+    return declared or guess_mime_type(served_name(path, decompress))
+
+
+class GzipError(ValueError):
+    """The bytes are not a complete gzip stream."""
+
+
+class GzipTooLarge(Exception):
+    """Decompressing would give more than the limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} bytes once decompressed")
+        self.limit = limit
+
+
+def gunzip(data: bytes, max_bytes: int) -> bytes:
+    """The decompressed bytes of one or more gzip members; GzipTooLarge as soon as they pass `max_bytes` (at most
+    `max_bytes + 1` bytes are ever decompressed: a gzip bomb costs no more memory than the limit), GzipError if
+    the data is corrupt or truncated."""
+    if not data:
+        raise GzipError("empty file")
+    out = bytearray()
+    pending = data
+    while pending:
+        stream = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer, CRC checked
+        while True:
+            try:
+                chunk = stream.decompress(pending, min(_GUNZIP_CHUNK, max_bytes + 1 - len(out)))
+            except zlib.error as exc:
+                raise GzipError(str(exc)) from None
+            out += chunk
+            if len(out) > max_bytes:
+                raise GzipTooLarge(max_bytes)
+            if stream.eof:
+                pending = stream.unused_data
+                break
+            pending = stream.unconsumed_tail
+            if not pending and not chunk:
+                raise GzipError("truncated gzip data")
+        # Zero padding after the last member (some tools write it) ends the data.
+        if not pending.strip(b"\x00"):
+            break
+    return bytes(out)
 
 
 def is_text_mime(mime_type: str) -> bool:

@@ -20,8 +20,9 @@ from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
-from aggregator.content import Content, decode_body
-from aggregator.errors import ResourceNotFound, ResourceOverBudget, ResourceTooLarge, ResourceUnavailable
+from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip, is_gzip_name
+from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceTooLarge,
+                               ResourceUnavailable)
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source
@@ -45,7 +46,8 @@ def _content_changed(old: Catalog, new: Catalog, replaced: set[str]) -> set[str]
     changed = set()
     for entry in new.entries:
         before = old.get(entry.uri)
-        if before is not None and ((before.source, before.path, before.text) != (entry.source, entry.path, entry.text)
+        if before is not None and ((before.source, before.path, before.text, before.decompress)
+                                   != (entry.source, entry.path, entry.text, entry.decompress)
                                    or entry.source in replaced):
             changed.add(entry.uri)
     return changed
@@ -334,16 +336,23 @@ class Aggregator:
         assert target.source is not None and target.path is not None
         source, limits, path = self.sources[target.source], self._limits[target.source], target.path
 
+        gzipped = target.decompress and is_gzip_name(path.split("?", 1)[0] if source.url_paths else path)
+
         async def load() -> tuple[Content, str | None]:
             blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes), self.source_errors)
-            declared = target.mime_type if target.mime_declared or not blob.mime_type else blob.mime_type
-            return decode_body(blob.data, declared), blob.version
+            # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
+            undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
+            data = _gunzip(target, blob.data, limits.max_bytes) if gzipped and not undone else blob.data
+            # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
+            upstream = None if gzipped else blob.mime_type
+            declared = target.mime_type if target.mime_declared or not upstream else upstream
+            return decode_body(data, declared), blob.version
 
         async def revalidate(version: str) -> bool:
             info = await _backend_call(target, source, lambda: source.stat(path), self.source_errors)
             return info.version == version
 
-        key = (target.source, path, target.mime_type)
+        key = (target.source, path, target.mime_type, gzipped)
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
 
     async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:
@@ -430,6 +439,18 @@ async def _backend_call(target: Target, source: Source, call: Callable[[], Await
         errors[target.source or ""] += 1
         logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
         raise ResourceUnavailable(target.uri) from None
+
+
+def _gunzip(target: Target, data: bytes, max_bytes: int) -> bytes:
+    """`data` decompressed, at most `max_bytes` of it; a bomb is too large and corrupt data a permanent error."""
+    try:
+        return gunzip(data, max_bytes)
+    except GzipTooLarge:
+        logger.warning("read %s: more than %d bytes once decompressed", target.uri, max_bytes)
+        raise ResourceTooLarge(target.uri, max_bytes + 1, max_bytes) from None
+    except GzipError as exc:
+        logger.warning("read %s: cannot decompress: %s", target.uri, exc)
+        raise ResourceCorrupt(target.uri, "it is not valid gzip data") from None
 
 
 def _entry_facts(entry: Entry) -> dict[str, object]:

@@ -5,7 +5,8 @@ Messages here are safe for clients: they name the URI, never a server path, secr
 
 from __future__ import annotations
 
-__all__ = ["InvalidCursor", "RequestError", "ResourceNotFound", "ResourceOverBudget", "ResourceTooLarge",
+__all__ = ["InvalidCursor", "RequestError", "ResourceCorrupt", "ResourceNotFound", "ResourceOverBudget",
+           "ResourceTooLarge",
            "ResourceUnavailable"]
 
 
@@ -45,6 +46,14 @@ class ResourceOverBudget(RequestError):
 
     def __init__(self, uri: str) -> None:
         super().__init__(f"Resource {uri} could not be rendered within the server's render limits", uri)
+
+
+class ResourceCorrupt(RequestError):
+    """The stored bytes cannot be served as the manifest asks (a `.gz` that is not gzip): asking again gives the
+    same answer until the file changes."""
+
+    def __init__(self, uri: str, why: str) -> None:
+        super().__init__(f"Resource {uri} cannot be served: {why}", uri)
 
 
 class InvalidCursor(RequestError):

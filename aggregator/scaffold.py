@@ -92,6 +92,13 @@ def starter_manifest(folder: Path, manifest_path: Path, name: str | None = None)
     counts = extensions(folder)
     server = _slug(name or folder.resolve().name)
     picked = [ext for ext, _ in counts.most_common(_TOP_EXTENSIONS) if ext]
+    # `.gz` says how a file is stored, not what it is: it goes last, and the files are served decompressed
+    # (only names ending in .gz are touched, so the setting is harmless for the rest).
+    gzipped = "gz" in picked
+    if gzipped:
+        picked = [ext for ext in picked if ext != "gz"] + ["gz"]
+    decompress = (f"    decompress: true      # {counts['gz']} .gz file(s): served decompressed, as what they hold\n"
+                  if gzipped else "")
     glob = "**/*" if not picked else (f"**/*.{picked[0]}" if len(picked) == 1 else "**/*.{" + ",".join(picked) + "}")
     url = _relative_within(folder.resolve(), manifest_path.resolve().parent) or str(folder.resolve())
     where = "relative to this manifest" if url.startswith(".") else "absolute: outside this manifest's folder"
@@ -121,7 +128,7 @@ collections:
   - source: files
     glob: {_yaml_text(glob)}
     exclude: ["**/node_modules/**", "**/draft-*"]
-    uri: "{server}://{{path}}"
+{decompress}    uri: "{server}://{{path}}"
     name: "{{path}}"
 
 templates:
@@ -131,6 +138,6 @@ templates:
     description: Read any file of the folder by its relative path.
     source: files
     path: "{{path}}"
-
+{"    decompress: true" + chr(10) if gzipped else ""}
 # More: access scopes, rendered digests (render:), SQL/S3/HTTP/git sources, include: and extends: - see the README.
 """

@@ -184,3 +184,41 @@ def test_init_writes_an_absolute_path_for_a_folder_outside_the_manifests_tree(tm
     assert 'url: "."' in (project / "here.yaml").read_text() or 'url: "./."' in (project / "here.yaml").read_text()
     listed = aggregator("list", "out.yaml", cwd=project)
     assert listed.returncode == 0 and "a.md" in listed.stdout, listed.stderr
+
+
+def test_init_over_gzipped_docs_serves_them_as_text(tmp_path: Path) -> None:
+    """A /usr/share/doc-like folder, mostly `.gz`: the glob leads with what the files are, `*.gz` comes last, and
+    `decompress: true` makes the compressed text readable as text."""
+    import gzip
+
+    import anyio
+
+    from tests.conftest import connect
+
+    folder = tmp_path / "doc"
+    for i in range(6):
+        pkg = folder / f"pkg{i}"
+        pkg.mkdir(parents=True)
+        (pkg / "changelog.Debian.gz").write_bytes(gzip.compress(f"pkg{i} (1.0) unstable\n".encode()))
+        (pkg / "NEWS.md.gz").write_bytes(gzip.compress(b"# News\n"))
+        (pkg / "copyright").write_text("Copyright\n")
+    (folder / "pkg0" / "README.md").write_text("# Readme\n")
+    (folder / "pkg1" / "index.html").write_text("<p>hi</p>\n")
+    made = aggregator("init", str(folder), "-o", "m.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "m.yaml").read_text()
+    glob = next(line for line in text.splitlines() if line.strip().startswith("glob:"))
+    assert glob.strip() in ('glob: "**/*.{md,html,gz}"', 'glob: "**/*.{html,md,gz}"'), glob
+    assert "decompress: true" in text
+
+    async def main() -> None:
+        async with connect(tmp_path / "m.yaml", "auto") as client:
+            listed = {str(r.uri): r for r in (await client.list_resources()).resources}
+            news = listed["doc://pkg3/NEWS.md.gz"]
+            assert news.mime_type == "text/markdown"
+            content = (await client.read_resource("doc://pkg3/NEWS.md.gz")).contents[0]
+            assert content.text == "# News\n"
+            changelog = (await client.read_resource("doc://pkg2/changelog.Debian.gz")).contents[0]
+            assert changelog.text == "pkg2 (1.0) unstable\n"
+
+    anyio.run(main)

@@ -275,3 +275,32 @@ def test_any_file_name_round_trips_or_is_never_listed(names: list[bytes]) -> Non
             assert not listed, listed
 
         anyio.run(main)
+
+
+def test_folder_links_inside_the_root_are_followed_once_and_outside_ones_skipped_with_one_log_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The rule the README states: links (to files or folders) that stay inside the root are listed, a cycle is
+    walked once; links leading outside are not listed, and the source says so once, with how many."""
+    root = tmp_path / "root"
+    (root / "real" / "deep").mkdir(parents=True)
+    (root / "real" / "deep" / "a.md").write_text("a")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.md").write_text("secret")
+    os.symlink(root / "real", root / "alias")  # a folder link inside the root
+    os.symlink(root, root / "real" / "deep" / "loop")  # a cycle back to the root
+    os.symlink(tmp_path / "outside", root / "out-dir")
+    os.symlink(tmp_path / "outside" / "secret.md", root / "out-file.md")
+    os.symlink(root / "missing", root / "dangling")
+    source = LocalSource("s", str(root), timeout=10)
+    caplog.set_level("INFO", logger="aggregator")
+
+    def listed() -> list[str]:
+        return sorted(f.path for f in anyio.run(source.list, "**/*.md"))
+
+    paths = listed()
+    assert paths == ["alias/deep/a.md", "real/deep/a.md"]
+    notes = [r.getMessage() for r in caplog.records if "outside" in r.getMessage()]
+    assert len(notes) == 1 and "2 link(s)" in notes[0] and "'s'" in notes[0]
+    caplog.clear()
+    assert listed() == paths
+    assert not [r for r in caplog.records if "outside" in r.getMessage()]  # once per source, not per listing

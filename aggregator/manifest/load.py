@@ -299,13 +299,15 @@ class _Builder:
         path: KeyPath = ("resources", i)
         return ResourceSpec(spec["uri"], spec["name"], _display(spec), self.at(path), format_path(path),
                             spec.get("source"), spec.get("path"), spec.get("text"), spec.get("size"),
-                            self.access(spec, spec.get("source")), self.render(spec, path))
+                            self.access(spec, spec.get("source")), self.render(spec, path),
+                            spec.get("decompress", False))
 
     def collection(self, i: int, spec: dict[str, Any]) -> CollectionSpec:
         path: KeyPath = ("collections", i)
         return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"), _display(spec),
                               self.at(path), format_path(path), tuple(spec.get("exclude", ())),
-                              self.access(spec, spec["source"]), spec.get("hidden", False))
+                              self.access(spec, spec["source"]), spec.get("hidden", False),
+                              spec.get("decompress", False))
 
     def template(self, i: int, spec: dict[str, Any]) -> TemplateSpec:
         path: KeyPath = ("templates", i)
@@ -313,7 +315,7 @@ class _Builder:
                             self.at(path), format_path(path), spec.get("query"), spec.get("format", "json"),
                             self.access(spec, spec.get("source")),
                             {k: tuple(v) for k, v in spec.get("values", {}).items()}, self.render(spec, path),
-                            spec.get("hidden", False))
+                            spec.get("hidden", False), spec.get("decompress", False))
 
     def render(self, spec: dict[str, Any], path: KeyPath) -> Render | None:
         """The entry's `render` template, checked for syntax (a located issue when it is broken)."""

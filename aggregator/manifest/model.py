@@ -233,6 +233,8 @@ class ResourceSpec:
     """Scopes a caller needs (the source's included) to list, read or subscribe."""
     render: Render | None = None
     """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
+    decompress: bool = False
+    """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +256,8 @@ class CollectionSpec:
     """Scopes a caller needs (the source's included) to list, read or subscribe."""
     hidden: bool = False
     """Wildcards match hidden names (`.env`, `.git/`) too; otherwise only a glob that spells the dot does."""
+    decompress: bool = False
+    """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +282,8 @@ class TemplateSpec:
     """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
     hidden: bool = False
     """Variables may name hidden files and folders (a segment starting with '.'); refused otherwise."""
+    decompress: bool = False
+    """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
 
 
 @dataclass(frozen=True, slots=True)

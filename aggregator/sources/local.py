@@ -1,7 +1,8 @@
 """A local folder, confined to its real root; only regular files are ever opened.
 
 Every path is resolved (symlinks included) and must stay inside the root, component-wise. Listing walks
-with `os.scandir`: it never loops on symlink cycles and skips links that point outside the root.
+with `os.scandir`: links to files or folders that stay inside the root are followed (each folder is walked once
+through links, so a cycle ends), links that point outside the root are skipped, and the source logs once how many.
 
 A FIFO, socket or device is refused before it is opened (and opened with O_NONBLOCK, so one swapped in meanwhile
 cannot block the open). Every call (resolve, stat, open, read, walk) runs in the source's own threads under its
@@ -14,6 +15,7 @@ Names are `os.fsdecode` strings (`byte_names`): a name that is not UTF-8 keeps i
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat as stat_mode
 from collections.abc import Callable, Iterator, Sequence
@@ -22,11 +24,13 @@ from typing import Any, TypeVar
 from aggregator.globs import compile_glob, glob_prefix
 from aggregator.paths import UnsafePath, is_within, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.progress import ListingProgress
 from aggregator.sources.threads import ThreadSlots
 
 __all__ = ["LocalSource"]
 
 T = TypeVar("T")
+logger = logging.getLogger("aggregator.sources.local")
 # Open flags: never follow a link swapped in after resolving, never block on a FIFO, never become a terminal.
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
                | getattr(os, "O_NOCTTY", 0))
@@ -47,6 +51,7 @@ class LocalSource:
         self.timeout = timeout
         self.max_concurrency = max_concurrency
         self._threads = ThreadSlots(max_concurrency, f"source {id}")
+        self._outside_logged: set[tuple[str, ...]] = set()
         if not os.path.isdir(self.root):
             raise SourceError(f"folder {root!r} does not exist or is not a folder")
 
@@ -114,13 +119,28 @@ class LocalSource:
         excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
         prefix = glob_prefix(pattern)
         files: list[FileInfo] = []
-        for rel, st in self._walk(prefix):
+        outside: list[str] = []
+        progress = ListingProgress(self.id, "files")
+        for rel, st in self._walk(prefix, outside):
+            progress.add()
             if match(rel) and not any(x(rel) for x in excluded):
                 files.append(FileInfo(rel, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size)))
+        progress.done(len(files))
+        self._note_outside_links(outside)
         return files
 
-    def _walk(self, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
-        """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks."""
+    def _note_outside_links(self, outside: list[str]) -> None:
+        """Log the links a walk skipped for leading outside the root: once per source and set of links."""
+        key = tuple(sorted(outside))
+        if not key or key in self._outside_logged or len(self._outside_logged) >= 64:
+            return
+        self._outside_logged.add(key)
+        logger.info("source %r: %d link(s) lead outside the folder and are not listed, e.g. %s", self.id, len(key),
+                    ", ".join(repr(p) for p in key[:3]))
+
+    def _walk(self, prefix: str, outside: list[str]) -> Iterator[tuple[str, os.stat_result]]:
+        """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks;
+        links leading outside the root are added to `outside`."""
         start = os.path.realpath(os.path.join(self.root, *prefix.split("/"))) if prefix else self.root
         if not is_within(self.root, start) or not os.path.isdir(start):
             return
@@ -138,6 +158,8 @@ class LocalSource:
                     if entry.is_symlink():
                         real = os.path.realpath(entry.path)
                         if not is_within(self.root, real):
+                            if os.path.exists(real):  # a dangling link is no file to tell about
+                                outside.append(rel)
                             continue
                         st = os.stat(real)
                         if stat_mode.S_ISDIR(st.st_mode):

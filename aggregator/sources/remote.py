@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 import fsspec
+import fsspec.asyn
 
 from aggregator.globs import compile_glob, glob_prefix
 from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.progress import ListingProgress
 
 __all__ = ["FsspecSource", "info_version"]
 
@@ -160,8 +162,9 @@ class FsspecSource:
         excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
         prefix = glob_prefix(pattern)
         start = f"{self.root}/{prefix}" if prefix else self.root
+        progress = ListingProgress(self.id, "objects")
         try:
-            found = self.fs.find(start, detail=True)
+            found = self._find(start, progress)
         except FileNotFoundError:
             return []
         except Exception as exc:
@@ -179,7 +182,36 @@ class FsspecSource:
             except UnsafePath:
                 continue  # a key no request could name safely is not listed either
             files.append(FileInfo(rel, _int_or_none(info.get("size")), _mtime(info), info_version(info)))
+        progress.done(len(files))
         return files
+
+    def _find(self, start: str, progress: ListingProgress) -> Mapping[str, Mapping[str, Any]]:
+        """Every file under `start` with its info, as `fs.find(detail=True)` gives it; S3 listings count their
+        objects as the pages arrive (s3fs's own find returns only once the last page is in)."""
+        if type(self.fs).__name__ == "S3FileSystem" and hasattr(self.fs, "_iterdir"):
+            return fsspec.asyn.sync(self.fs.loop, _s3_find, self.fs, start, progress)
+        found = self.fs.find(start, detail=True)
+        progress.add(len(found))
+        return found
+
+
+async def _s3_find(fs: Any, start: str, progress: ListingProgress) -> dict[str, Mapping[str, Any]]:
+    """s3fs's flat listing of `start` (one list_objects_v2 request per 1,000 keys), counted as it goes."""
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    bucket, key, _ = fs.split_path(start)
+    prefix = key.strip("/") + "/" if key.strip("/") else ""
+    found: dict[str, Mapping[str, Any]] = {}
+    try:
+        async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
+            if info.get("type") == "file":
+                found[info["name"]] = info
+            progress.add()
+    except ClientError as exc:
+        raise translate_boto_error(exc) from None
+    progress.check()
+    return found
 
 
 def _int_or_none(value: object) -> int | None:
