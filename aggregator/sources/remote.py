@@ -100,6 +100,18 @@ class FsspecSource:
             except TimeoutError:
                 raise SourceError(f"{self._label}: no answer within {limit:g}s") from None
 
+    async def probe(self) -> None:
+        """Reach the store once (its root folder or bucket); SourceError saying why not."""
+        await self._call(self._probe)
+
+    def _probe(self) -> None:
+        try:
+            self.fs.info(self.root or "/")
+        except FileNotFoundError:
+            raise SourceError("no such bucket or folder") from None
+        except Exception as exc:
+            raise SourceError(f"{type(exc).__name__}: {_short(exc)}") from None
+
     async def stat(self, path: str) -> FileInfo:
         full = self.full_path(path)
         info = await self._call(self._info, full)
