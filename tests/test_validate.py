@@ -148,3 +148,32 @@ def test_validate_renders_each_static_render_once(tmp_path: Path) -> None:
     assert "resources[1]" not in done.stderr and "templates[0]" not in done.stderr  # templates need values
     report = json.loads(run("validate", "--format", "json", str(manifest)).stdout)
     assert report["valid"] is False and {e["key"] for e in report["errors"]} == {"resources[2]", "resources[3]"}
+
+
+def test_an_s3_bucket_that_is_missing_or_unreachable_is_a_located_error(tmp_path: Path) -> None:
+    import pytest
+
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        options = '{key: test-key, secret: "s3-secret-4b1e", endpoint_url: "%s"}'
+        manifest = write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: t}}
+            sources:
+              gone: {{url: "s3://no-such-bucket-15/x", options: {options % f"http://{host}:{port}"}}}
+              down: {{url: "s3://bucket/x", timeout: 3s, options: {options % f"http://127.0.0.1:{closed_port()}"}}}
+            templates:
+              - {{uriTemplate: "gone://{{+key}}", name: gone, source: gone, path: "{{key}}"}}
+              - {{uriTemplate: "down://{{+key}}", name: down, source: down, path: "{{key}}"}}
+            """)
+        done = run("validate", str(manifest))
+    finally:
+        server.stop()
+    assert done.returncode == 1, done.stderr
+    assert f"{manifest}:4:3: sources.gone: cannot reach s3://no-such-bucket-15/x: no such bucket or folder" in (
+        done.stderr)
+    assert f"{manifest}:5:3: sources.down: cannot reach s3://bucket/x: " in done.stderr
+    assert "s3-secret-4b1e" not in done.stderr + done.stdout
