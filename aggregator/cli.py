@@ -237,14 +237,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 counts = (len(manifest.resources), len(manifest.templates), len(manifest.sources))
                 findings = check_manifest(manifest)
             else:
-                with quiet_stat_warnings():
-                    opened = _opened(args.manifest)
-                    aggregator = await opened.__aenter__()
+                from aggregator.core import Aggregator
+
+                with quiet_stat_warnings():  # each of those becomes a located finding below
+                    aggregator = await Aggregator.open(args.manifest)
                 try:
                     counts = (len(aggregator.catalog), len(aggregator.catalog.templates), len(aggregator.sources))
                     findings = check_manifest(aggregator.manifest) + await check_serving(aggregator)
                 finally:
-                    await opened.__aexit__(None, None, None)
+                    await aggregator.aclose()
         except ManifestError as exc:
             _report(exc, args.format)
             return EXIT_INVALID
