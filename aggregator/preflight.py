@@ -98,7 +98,9 @@ async def _probe_sources(aggregator: Aggregator, findings: list[Finding]) -> set
             await probe()
         except SourceError as exc:
             unreachable.add(sid)
-            findings.append(_at(spec.where, spec.key, f"cannot reach {source.describe()}: {exc}", _severity(spec)))
+            label, reason = source.describe(), str(exc)
+            reason = reason.removeprefix(f"{label}: ")  # timeouts name the source already
+            findings.append(_at(spec.where, spec.key, f"cannot reach {label}: {reason}", _severity(spec)))
     return unreachable
 
 
