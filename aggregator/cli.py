@@ -226,6 +226,8 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from aggregator.preflight import check_manifest, check_serving, quiet_stat_warnings
+
     async def run() -> int:
         try:
             if args.offline:
@@ -233,21 +235,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
                 manifest = load_manifest(args.manifest)
                 counts = (len(manifest.resources), len(manifest.templates), len(manifest.sources))
+                findings = check_manifest(manifest)
             else:
-                async with _opened(args.manifest) as aggregator:
+                from aggregator.core import Aggregator
+
+                with quiet_stat_warnings():  # each of those becomes a located finding below
+                    aggregator = await Aggregator.open(args.manifest)
+                try:
                     counts = (len(aggregator.catalog), len(aggregator.catalog.templates), len(aggregator.sources))
+                    findings = check_manifest(aggregator.manifest) + await check_serving(aggregator)
+                finally:
+                    await aggregator.aclose()
         except ManifestError as exc:
             _report(exc, args.format)
             return EXIT_INVALID
-        summary = {"valid": True, "resources": counts[0], "templates": counts[1], "sources": counts[2],
-                   "sourcesChecked": not args.offline}
+        findings.sort(key=lambda f: (f.issue.file, f.issue.line, f.issue.col, f.issue.key))
+        errors = [f.issue for f in findings if f.severity == "error"]
+        warnings = [f.issue for f in findings if f.severity == "warning"]
+        summary = {"valid": not errors, "resources": counts[0], "templates": counts[1], "sources": counts[2],
+                   "sourcesChecked": not args.offline, "errors": [i.to_dict() for i in errors],
+                   "warnings": [i.to_dict() for i in warnings]}
         if args.format == "json":
             print(json.dumps(summary, indent=2))
         else:
+            for finding in findings:
+                print(finding, file=sys.stderr)
             listed = "listed resources" if args.offline else "resources"
             note = " (offline: sources not opened, collections not listed)" if args.offline else ""
-            print(f"{args.manifest}: valid ({summary['sources']} sources, {summary['resources']} {listed}, "
+            verdict = f"invalid: {len(errors)} error(s)" if errors else "valid"
+            also = f", {len(warnings)} warning(s)" if warnings else ""
+            print(f"{args.manifest}: {verdict}{also} ({summary['sources']} sources, {summary['resources']} {listed}, "
                   f"{summary['templates']} templates){note}")
+        if errors or (warnings and args.strict):
+            return EXIT_INVALID
         return EXIT_OK
 
     return anyio.run(run)
@@ -340,9 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("uri")
     p.set_defaults(func=cmd_read)
 
-    p = sub.add_parser("validate", help="check a manifest; exit 0 when valid, 1 otherwise")
+    p = sub.add_parser("validate", help="check a manifest, open its sources, list its collections and render its "
+                                        "renders once; exit 0 valid, 1 invalid (or warnings with --strict), "
+                                        "2 unreadable")
     p.add_argument("manifest")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 on warnings too (a collection matching nothing, an unused or optional source "
+                        "that is unreachable): for CI")
     p.add_argument("--offline", action="store_true",
                    help="check the manifest only: do not open sources or list collections (URI collisions with "
                         "collections and unreachable sources go unchecked)")

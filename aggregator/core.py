@@ -21,7 +21,8 @@ from cachetools import LRUCache
 from aggregator.cache import CachePolicy, ContentCache
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip, is_gzip_name
-from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceTooLarge,
+from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceRenderFailed,
+                               ResourceTooLarge,
                                ResourceUnavailable)
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
@@ -388,10 +389,17 @@ class Aggregator:
         except (RenderOverBudget, ResourceOverBudget) as exc:  # the latter: a render this one read, same budget
             logger.warning("render %s failed: %s", target.uri, exc)
             raise ResourceOverBudget(target.uri) from None
-        except (RenderError, ResourceNotFound, ResourceTooLarge, ResourceUnavailable) as exc:
-            # What failed inside may be another URI or a data value: the log gets it, the client a generic error.
-            logger.warning("render %s failed: %s", target.uri, exc)
-            raise ResourceUnavailable(target.uri) from None
+        except (RenderError, ResourceRenderFailed) as exc:  # the latter: a render this one read failed by itself
+            # The template itself is wrong (an undefined name ...): permanent until the manifest changes. What failed
+            # may name another URI or a data value: the log gets it, the client a generic error.
+            reason = _render_reason(exc)
+            logger.warning("render %s failed: %s", target.uri, reason)
+            raise ResourceRenderFailed(target.uri, reason) from None
+        except (ResourceNotFound, ResourceTooLarge, ResourceUnavailable) as exc:
+            # A resource it reads is missing or down: that may pass, so the render is unavailable, not broken.
+            reason = _render_reason(exc)
+            logger.warning("render %s failed: %s", target.uri, reason)
+            raise ResourceUnavailable(target.uri, reason) from None
         finally:
             self._render_inputs[target.uri] = (frozenset(read_uris), listed)
         return Content(target.mime_type or "text/markdown", text=text)
@@ -438,7 +446,15 @@ async def _backend_call(target: Target, source: Source, call: Callable[[], Await
     except SourceError as exc:
         errors[target.source or ""] += 1
         logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
-        raise ResourceUnavailable(target.uri) from None
+        raise ResourceUnavailable(target.uri, f"{source.describe()}: {exc}") from None
+
+
+def _render_reason(exc: Exception) -> str:
+    """Why a render failed, for the log and validate: the inner reason of a read it made, when there is one."""
+    if isinstance(exc, (ResourceRenderFailed, ResourceUnavailable)) and exc.reason:
+        # Nested renders: the innermost failure, named once rather than once per level.
+        return exc.reason if exc.reason.startswith("reading ") else f"reading {exc.uri}: {exc.reason}"
+    return exc.message if isinstance(exc, (ResourceNotFound, ResourceTooLarge, ResourceUnavailable)) else str(exc)
 
 
 def _gunzip(target: Target, data: bytes, max_bytes: int) -> bytes:

@@ -6,17 +6,20 @@ Messages here are safe for clients: they name the URI, never a server path, secr
 from __future__ import annotations
 
 __all__ = ["InvalidCursor", "RequestError", "ResourceCorrupt", "ResourceNotFound", "ResourceOverBudget",
-           "ResourceTooLarge",
-           "ResourceUnavailable"]
+           "ResourceRenderFailed", "ResourceTooLarge", "ResourceUnavailable"]
 
 
 class RequestError(Exception):
-    """A request the catalog cannot serve. `uri` is None for errors not about one resource."""
+    """A request the catalog cannot serve. `uri` is None for errors not about one resource.
 
-    def __init__(self, message: str, uri: str | None = None) -> None:
+    `reason` says why for the operator (the log, `validate`): never part of `message`, never sent to a client.
+    """
+
+    def __init__(self, message: str, uri: str | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.uri = uri
+        self.reason = reason
 
 
 class ResourceNotFound(RequestError):
@@ -36,8 +39,8 @@ class ResourceTooLarge(RequestError):
 class ResourceUnavailable(RequestError):
     """The backend failed; details went to the server log."""
 
-    def __init__(self, uri: str) -> None:
-        super().__init__(f"Resource {uri} could not be read right now", uri)
+    def __init__(self, uri: str, reason: str | None = None) -> None:
+        super().__init__(f"Resource {uri} could not be read right now", uri, reason)
 
 
 class ResourceOverBudget(RequestError):
@@ -54,6 +57,14 @@ class ResourceCorrupt(RequestError):
 
     def __init__(self, uri: str, why: str) -> None:
         super().__init__(f"Resource {uri} cannot be served: {why}", uri)
+
+
+class ResourceRenderFailed(RequestError):
+    """A `render:` template failed by itself (an undefined name, a template error): asking again gives the same
+    answer until the manifest changes. The cause went to the server log."""
+
+    def __init__(self, uri: str, reason: str | None = None) -> None:
+        super().__init__(f"Resource {uri} could not be rendered (see the server log)", uri, reason)
 
 
 class InvalidCursor(RequestError):

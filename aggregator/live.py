@@ -61,6 +61,7 @@ class LiveCatalog:
         """Reloads held back one more settle window because they would empty a source or the catalog."""
         self.last_error: str | None = None
         """Why the last reload failed, for /healthz: a count, never the messages (they name files on this host)."""
+        self._last_logged_error: str | None = None
         self._manifest_path = Path(aggregator.manifest.path)
         self._digest = self._files_digest()
         self._dirty = anyio.Event()
@@ -163,8 +164,11 @@ class LiveCatalog:
         except ManifestError as exc:
             self.reload_errors += 1
             self.last_error = f"the manifest has {len(exc.issues)} problem(s); see the server log"
-            logger.error("manifest reload failed; still serving generation %d:\n%s",
-                         self.aggregator.catalog.generation, exc)
+            # The same broken files are tried again on every check (a source may come back); said once.
+            if str(exc) != self._last_logged_error:
+                self._last_logged_error = str(exc)
+                logger.error("manifest reload failed; still serving generation %d:\n%s",
+                             self.aggregator.catalog.generation, exc)
             return False
         except Exception:
             self.reload_errors += 1
@@ -175,7 +179,11 @@ class LiveCatalog:
         # a new file set has no such digest yet, and None makes the next check reload once more to take one.
         self._digest = digest if self.aggregator.manifest.files == files_before else None
         self.reloads += 1
+        if self.last_error is not None:
+            logger.warning("%s recovered: the last reload failed (%s); this one succeeded", self._manifest_path,
+                           self.last_error)
         self.last_error = None
+        self._last_logged_error = None
         server = self.aggregator.manifest.server
         fixed = [key for key, attr in _FIXED_AT_START if getattr(server, attr) != getattr(server_before, attr)]
         if fixed:

@@ -84,7 +84,7 @@ async def _guarded(ctx: ServerRequestContext[Any], uri: str | None, call: Callab
 
 _OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "ResourceTooLarge": "too_large",
              "ResourceUnavailable": "unavailable", "ResourceOverBudget": "over_budget",
-             "ResourceCorrupt": "corrupt"}
+             "ResourceCorrupt": "corrupt", "ResourceRenderFailed": "render_failed"}
 
 
 def _scopes(ctx: ServerRequestContext[Any]) -> frozenset[str] | None:

@@ -212,3 +212,43 @@ def test_an_include_that_is_a_fifo_is_a_located_error(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert f"{manifest}:3:11: include[0]: cannot read included manifest 'side.yaml': is not a regular file" in (
         done.stderr.decode())
+
+
+def test_an_unknown_or_uninstalled_protocol_is_one_located_line_each(tmp_path: Path) -> None:
+    """`nope://`, `sftp://` without paramiko, `ftp://` whose filesystem fails to build: a located line each and
+    nothing else on stderr (no "Exception ignored" from a half-built filesystem's destructor)."""
+    sources = write_manifest(tmp_path, """
+        version: 1
+        server: {name: t}
+        sources:
+          f: {url: "ftp:///x"}
+          n: {url: "nope://bucket/x"}
+          s: {url: "sftp://example.com/x"}
+        collections:
+          - {source: f, glob: "*", uri: "f://{path}", name: "{stem}"}
+          - {source: n, glob: "*", uri: "n://{path}", name: "{stem}"}
+          - {source: s, glob: "*", uri: "s://{path}", name: "{stem}"}
+        """)
+    done = run("validate", str(sources))
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 1
+    assert [line.split(": ")[1] for line in lines] == ["sources.f.url", "sources.n.url", "sources.s.url"], lines
+    assert lines[0].startswith(f"{sources}:4:3: sources.f.url: cannot open a ftp filesystem: TypeError: ")
+    assert lines[1] == f"{sources}:5:3: sources.n.url: no filesystem for protocol 'nope': Protocol not known: nope"
+    assert lines[2].startswith(f"{sources}:6:3: sources.s.url: no filesystem for protocol 'sftp': ")
+    included = write_manifest(tmp_path, 'version: 1\nserver: {name: t}\ninclude: ["nope://x/y.yaml"]\n',
+                              name="inc.yaml")
+    done = run("validate", str(included))
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        f"{included}:3:11: include[0]: cannot read included manifest 'nope://x/y.yaml': Protocol not known: nope"]
+
+
+def test_a_binary_file_as_the_manifest_is_one_located_line(tmp_path: Path) -> None:
+    binary = tmp_path / "m.yaml"
+    binary.write_bytes(PNG_BYTES)
+    for args in (("validate", str(binary)), ("list", str(binary))):
+        done = run(*args)
+        lines = done.stderr.decode().splitlines()
+        assert done.returncode == 1 and len(lines) == 1, (args, lines)
+        assert lines[0].startswith(f"{binary}:1:") and "not UTF-8 text" in lines[0]

@@ -233,3 +233,55 @@ async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], s
                         await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
     return events
+
+
+def test_writing_back_the_last_good_manifest_clears_the_reload_error(tmp_path: Path) -> None:
+    """After a broken save, saving exactly the content that last loaded reloads it (its mtime changed), clears
+    /healthz's lastReloadError and says in the log that the manifest recovered."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx2 as httpx
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    good = BASE.replace("server: {name: live}", "server: {name: live, reloadSettle: 0s}")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(good)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "server.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)], stderr=log,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+
+    def health_until(done: Any, seconds: float = 20.0) -> dict[str, Any]:
+        deadline, health = time.monotonic() + seconds, {}
+        while time.monotonic() < deadline:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()
+                if done(health):
+                    return health
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"/healthz never got there: {health}")
+
+    try:
+        before = health_until(lambda h: h["resources"] == 1)
+        save(manifest, good + "resources:\n  - {uri: 'note://x', name: x, source: nope, path: x}\n")
+        failed = health_until(lambda h: h["lastReloadError"] is not None)
+        assert failed["generation"] == before["generation"]  # still serving the last good catalog
+        save(manifest, good)
+        recovered = health_until(lambda h: h["lastReloadError"] is None)
+        assert recovered["resources"] == 1
+    finally:
+        process.terminate()
+        assert process.wait(15) == 0
+        log.close()
+    text = (tmp_path / "server.log").read_text()
+    assert f"{manifest} recovered: the last reload failed" in text, text
+    assert text.count("manifest reload failed;") == 1, text  # retries of the same broken files say it once

@@ -368,6 +368,24 @@ def test_yaml_syntax_error_located() -> None:
     assert (line, col) == (4, 2) and "indentation" in message
 
 
+@pytest.mark.parametrize(("text", "where", "hint"), [
+    ("version: 1\nserver:\n\tname: t\n", (3, 1), "use spaces for indentation, not tabs"),
+    ("version: 1\nserver:\n  name: t\n  title: a: b\n", (4, 11),
+     "check the indentation of this key, or quote a value containing ': '"),
+    ('version: 1\nserver: {name: "t}\n', (2, 16), "the quote opened on line 2 is never closed"),
+    ("version: 1\nserver: {name: 'it's}\n", (2, 20), "a ' inside a '...' value is written ''"),
+    ("version: 1\nsources: [a, b\n", (2, 10), "the [ opened on line 2 is never closed"),
+    ("version: 1\nserver: {name: t\n", (2, 9), "the { opened on line 2 is never closed"),
+    ("version: 1\nserver: {name: t, title: @home}\n", (2, 26), "quote a value that starts with @ or `"),
+    ("version: 1\nserver:\n  name: t\n  - x\n", (4, 3),
+     "a '- ' list item belongs under a key of its own"),
+])
+def test_yaml_syntax_errors_carry_a_hint(text: str, where: tuple[int, int], hint: str) -> None:
+    ((line, col, key, message),) = issues_of(text)
+    assert message.startswith("YAML syntax error: ") and hint in message, message
+    assert (line, col, key) == (*where, "")
+
+
 def test_unsafe_tag_refused() -> None:
     found = issues_of(HEAD + "resources:\n  - !!python/object/apply:os.system ['echo hi']\n")
     assert found == [(6, 5, "resources[0]", ("unsupported YAML value: tag 'tag:yaml.org,2002:python/object/apply:"

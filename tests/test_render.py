@@ -15,7 +15,8 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from aggregator.core import Aggregator
-from aggregator.errors import ResourceNotFound, ResourceOverBudget, ResourceTooLarge, ResourceUnavailable
+from aggregator.errors import (ResourceNotFound, ResourceOverBudget, ResourceRenderFailed, ResourceTooLarge,
+                               ResourceUnavailable)
 from tests.conftest import MODES, connect, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,9 +120,9 @@ def test_render_failures_are_clean_errors(rendered: Path) -> None:
     async def main() -> None:
         aggregator = await Aggregator.open(rendered)
         try:
-            with pytest.raises(ResourceUnavailable):
+            with pytest.raises(ResourceRenderFailed):
                 await aggregator.read("loop://self")  # nesting stops; no hang, no RecursionError
-            with pytest.raises(ResourceUnavailable):
+            with pytest.raises(ResourceRenderFailed):
                 await aggregator.read("evil://mro")  # the sandbox refuses the attribute
             with pytest.raises(ResourceTooLarge):
                 await aggregator.read("big://out")  # 1 MB of output against a 4 KiB cap
@@ -447,3 +448,61 @@ def test_render_settings_come_from_the_root_manifest_only(tmp_path: Path) -> Non
         with pytest.raises(ManifestError) as failed:
             load_manifest(bad)
         assert f"bad.yaml:3:" in str(failed.value) and problem in str(failed.value)
+
+
+def _port_nobody_listens_on() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_broken_render_is_a_permanent_error_and_a_missing_input_a_transient_one(tmp_path: Path, mode: str) -> None:
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: t}}
+        sources:
+          down: {{url: "http://127.0.0.1:{_port_nobody_listens_on()}/", allowPrivateNetwork: true, optional: true}}
+        resources:
+          - {{uri: "note://a", name: a, text: "alpha"}}
+          - {{uri: "digest://typo", name: typo, render: "Hello {{{{ nmae }}}}"}}
+          - {{uri: "digest://nested", name: nested, render: "{{{{ read('digest://typo') }}}}"}}
+          - {{uri: "web://a", name: web, source: down, path: a.md}}
+          - {{uri: "digest://down", name: down, render: "{{{{ read('web://a') }}}}"}}
+        """)
+
+    async def main() -> None:
+        async with connect(manifest, mode) as client:
+            for uri in ("digest://typo", "digest://nested"):
+                with pytest.raises(MCPError) as failed:
+                    await client.read_resource(uri)
+                assert failed.value.error.message == f"Resource {uri} could not be rendered (see the server log)"
+                assert "nmae" not in str(failed.value.error)
+            with pytest.raises(MCPError) as failed:
+                await client.read_resource("digest://down")
+            assert failed.value.error.message == "Resource digest://down could not be read right now"
+
+    anyio.run(main)
+
+
+def test_a_render_failure_logs_its_cause(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: t}
+        resources:
+          - {uri: "digest://typo", name: typo, render: "Hello {{ nmae }}"}
+        """)
+
+    async def main() -> None:
+        aggregator = await Aggregator.open(manifest)
+        try:
+            with pytest.raises(ResourceRenderFailed) as failed:
+                await aggregator.read("digest://typo")
+            assert "right now" not in failed.value.message and "nmae" not in failed.value.message
+        finally:
+            await aggregator.aclose()
+
+    anyio.run(main)
+    assert "render digest://typo failed: UndefinedError: 'nmae' is undefined" in caplog.text

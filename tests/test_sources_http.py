@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -308,3 +309,36 @@ def test_collection_over_http_is_a_located_error(tmp_path: Path, upstream: Upstr
     with pytest.raises(ManifestError) as err:
         anyio.run(Aggregator.open, path)
     assert "cannot be listed" in str(err.value) and "collections[0]" in str(err.value)
+
+
+def test_connection_failures_name_the_reason_for_the_operator(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: http-why}}
+        sources:
+          refused: {{url: "http://127.0.0.1:{port}/", allowPrivateNetwork: true,
+                    headers: {{Authorization: "Bearer tok-77f1"}}}}
+          nowhere: {{url: "https://no-such-host.invalid/", headers: {{X-Api-Key: key-91c2}}}}
+        resources:
+          - {{uri: "web://a", name: a, source: refused, path: a.md}}
+          - {{uri: "web://b", name: b, source: nowhere, path: b.md}}
+        """)
+
+    async def main() -> None:
+        agg = await Aggregator.open(path)
+        try:
+            for uri in ("web://a", "web://b"):
+                with pytest.raises(ResourceUnavailable) as err:
+                    await agg.read(uri)
+                assert err.value.message == f"Resource {uri} could not be read right now"
+        finally:
+            await agg.aclose()
+
+    anyio.run(main)
+    assert f"connection refused 127.0.0.1:{port}" in caplog.text
+    assert "DNS name not resolved: no-such-host.invalid" in caplog.text
+    assert "tok-77f1" not in caplog.text and "key-91c2" not in caplog.text

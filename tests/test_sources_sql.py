@@ -372,3 +372,40 @@ def test_in_memory_sqlite_still_opens(tmp_path: Path) -> None:
         await agg.aclose()
 
     anyio.run(main)
+
+
+def test_failures_tell_the_operator_why_and_the_client_nothing(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The log says what the database said (`no such table: customers`, `database ... does not exist`); the
+    client's message names only the URI; the password in the URL appears nowhere."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    lite = tmp_path / "empty.db"
+    engine = sqlalchemy.create_engine(f"sqlite:///{lite}")
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE other (id INTEGER)"))
+    engine.dispose()
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: sql-why}}
+        sources:
+          lite: {{url: "sqlite:///{lite}"}}
+          pg: {{url: "postgresql+psycopg://postgres:pw-0c8e1d@127.0.0.1:5432/no_such_db_15", timeout: 5s}}
+        templates:
+          - {{uriTemplate: "lite://{{id}}", name: lite, source: lite, query: "SELECT * FROM customers WHERE id = :id"}}
+          - {{uriTemplate: "pg://{{id}}", name: pg, source: pg, query: "SELECT :id AS id"}}
+        """)
+
+    async def main() -> None:
+        agg = await Aggregator.open(path)
+        try:
+            for uri in ("lite://1", "pg://1"):
+                with pytest.raises(ResourceUnavailable) as err:
+                    await agg.read(uri)
+                assert err.value.message == f"Resource {uri} could not be read right now"
+        finally:
+            await agg.aclose()
+
+    anyio.run(main)
+    assert "query failed: OperationalError: no such table: customers" in caplog.text
+    assert 'database "no_such_db_15" does not exist' in caplog.text
+    assert "pw-0c8e1d" not in caplog.text and "SELECT" not in caplog.text

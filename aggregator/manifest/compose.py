@@ -427,6 +427,8 @@ def _reason(exc: BaseException) -> str:
         return "no such file"
     if isinstance(exc, RefusedReference):
         return str(exc)
+    if isinstance(exc, (ImportError, ValueError)) and str(exc):  # fsspec: an unknown or uninstalled protocol
+        return str(exc).splitlines()[0][:200]
     return getattr(exc, "strerror", None) or type(exc).__name__
 
 

@@ -292,7 +292,7 @@ class _Builder:
             poll=self.parsed(parse_duration, spec, "poll", path, None),
             tables=tuple(spec.get("tables", ())), sample_rows=spec.get("sampleRows", 0),
             row_limit=spec.get("rowLimit", 1000), checksum=spec.get("checksum"),
-            access=frozenset(spec.get("access", {}).get("scopes", ())),
+            access=frozenset(spec.get("access", {}).get("scopes", ())), optional=spec.get("optional", False),
         )
 
     def resource(self, i: int, spec: dict[str, Any]) -> ResourceSpec:

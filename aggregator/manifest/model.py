@@ -177,6 +177,8 @@ class SourceSpec:
     """HTTP sources: allow loopback, link-local and private addresses (True) or only these networks."""
     access: frozenset[str] = frozenset()
     """Scopes a caller needs for every entry this source serves."""
+    optional: bool = False
+    """validate reports this source being unreachable (or a file it lacks) as a warning rather than an error."""
 
 
 def is_url(name: str) -> bool:

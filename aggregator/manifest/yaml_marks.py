@@ -185,19 +185,60 @@ def _compose(text: str) -> yaml.Node | None:
 
 def _syntax_issue(exc: yaml.MarkedYAMLError, file: str, text: str) -> ManifestIssue:
     mark = exc.problem_mark or exc.context_mark
-    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     message = exc.problem or "invalid YAML"
+    started = exc.context_mark
+    opener = _unclosed(exc, text)
+    if opener is not None and started is not None:
+        mark = started  # where the quote or bracket opened: the end of the file is no place to look
+    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     if exc.context:
-        started = exc.context_mark
         where = f" started on line {started.line + 1}" if started and started.line + 1 != line else ""
         message = f"{message} ({exc.context}{where})"
-    if "expected <block end>" in message:
-        message += "; check this line's indentation against the lines above"
     lines = text.splitlines()
-    if mark and line <= len(lines) and "${" in lines[line - 1][max(col - 2, 0):col + 1]:
+    here = lines[line - 1] if mark and line <= len(lines) else ""
+    message += _hint(exc, opener, started, here, col)
+    if mark and "${" in here[max(col - 2, 0):col + 1]:
         # `key: ${VAR}` inside {...} or [...]: the `{` reads as a nested mapping.
         message += "; put a value holding ${...} in quotes"
     return ManifestIssue(file, line, col, "", f"YAML syntax error: {message}")
+
+
+def _unclosed(exc: yaml.MarkedYAMLError, text: str) -> str | None:
+    """The quote or bracket a syntax error at the end of the file shows was never closed, if that is what it is."""
+    problem, context, started = exc.problem or "", exc.context or "", exc.context_mark
+    if started is None or "end of stream" not in problem and "<stream end>" not in problem:
+        return None
+    if "quoted scalar" in context:
+        return "quote"
+    if "flow sequence" in context:
+        return "["
+    if "flow mapping" in context:
+        return "{"
+    return None
+
+
+def _hint(exc: yaml.MarkedYAMLError, opener: str | None, started: Any, here: str, col: int) -> str:
+    """What a person needs to fix the commonest YAML mistakes; "" when there is nothing better to say."""
+    problem = exc.problem or ""
+    if opener is not None:
+        return f"; the {opener} opened on line {started.line + 1} is never closed"
+    if "'\\t'" in problem or "tab character" in problem:
+        return "; use spaces for indentation, not tabs"
+    if problem.startswith("mapping values are not allowed"):
+        return "; check the indentation of this key, or quote a value containing ': '"
+    if problem.startswith("found character") and ("'@'" in problem or "'`'" in problem):
+        return "; quote a value that starts with @ or `"
+    before = here[col - 2] if 2 <= col <= len(here) + 1 else ""
+    if "but got '<scalar>'" in problem and before in ("'", '"'):
+        return ("; a ' inside a '...' value is written ''" if before == "'"
+                else '; a " inside a "..." value is written \\"')
+    if "expected <block end>, but found '-'" in problem:
+        return "; a '- ' list item belongs under a key of its own (`key:`, then the items indented below it)"
+    if "expected <block end>" in problem:
+        return "; check this line's indentation against the lines above"
+    if problem.startswith("could not find expected ':'"):
+        return "; write `key: value` with a space after the colon, or quote a value that spans lines"
+    return ""
 
 
 class _TreeBuilder:

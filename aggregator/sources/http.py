@@ -13,6 +13,7 @@ that for all such addresses (true) or for listed networks only.
 from __future__ import annotations
 
 import email.utils
+import errno
 import ipaddress
 import socket
 from collections.abc import Mapping, Sequence
@@ -110,7 +111,7 @@ class HttpSource:
                 # aiohttp wraps what the resolver raised: a refusal stays a refusal in the log.
                 if isinstance(exc.os_error, _Refused):
                     raise SourceError(f"refused a request to {url.origin()}: {exc.os_error}") from None
-                raise SourceError(f"request failed: {type(exc).__name__}") from None
+                raise SourceError(_connect_failure(exc)) from None
             except aiohttp.ClientError as exc:
                 raise SourceError(f"request failed: {type(exc).__name__}") from None
             if response.status not in _REDIRECTS:
@@ -163,8 +164,33 @@ class HttpSource:
 
         return await self._guarded("HEAD", path, body)
 
+    async def probe(self) -> None:
+        """Reach the base URL once (a HEAD; any HTTP answer will do); SourceError saying why not."""
+        async def body(response: Any) -> None:
+            return None
+
+        await self._guarded("HEAD", "", body)
+
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         raise SourceError("an HTTP source cannot be listed: use resources or templates for it")
+
+
+def _connect_failure(exc: aiohttp.ClientConnectorError) -> str:
+    """Why a connection failed, for the operator: the host and port and the system's reason (never headers)."""
+    where = f"{exc.host}:{exc.port}"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"DNS name not resolved: {exc.host}"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"TLS certificate refused for {where}: {exc.certificate_error}"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return f"TLS handshake with {where} failed"
+    os_error = exc.os_error
+    if isinstance(os_error, ConnectionRefusedError) or os_error.errno == errno.ECONNREFUSED:
+        return f"connection refused {where}"
+    if isinstance(os_error, TimeoutError):
+        return f"connection to {where} timed out"
+    reason = os_error.strerror or type(os_error).__name__
+    return f"cannot connect to {where}: {reason[:1].lower()}{reason[1:]}"
 
 
 def _check_status(response: Any) -> None:

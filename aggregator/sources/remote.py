@@ -8,8 +8,10 @@ by the source's `maxConcurrency` and `timeout`. Filesystems are opened without a
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -72,13 +74,12 @@ class FsspecSource:
             fs_class = fsspec.get_filesystem_class(protocol)
         except (ValueError, ImportError) as exc:
             raise SourceError(f"no filesystem for protocol {protocol!r}: {exc}") from None
-        try:
-            # No listings cache: s3fs and others answer info() from the last listing, so an updated object would
-            # keep its old version (and a store that went down would look fine) for as long as the process lives.
-            # Revalidation must ask the store for the object itself.
-            fs = fs_class(**{**options, "use_listings_cache": False})
-        except Exception as exc:  # backend constructors raise anything; never echo options (credentials)
-            raise SourceError(f"cannot open a {protocol} filesystem: {type(exc).__name__}") from None
+        # No listings cache: s3fs and others answer info() from the last listing, so an updated object would
+        # keep its old version (and a store that went down would look fine) for as long as the process lives.
+        # Revalidation must ask the store for the object itself.
+        fs, failure = _construct(fs_class, {**options, "use_listings_cache": False})
+        if fs is None:
+            raise SourceError(f"cannot open a {protocol} filesystem: {failure}")
         root = fs_class._strip_protocol(url)
         return cls(id, fs, root, label=f"{protocol}://{root}", **limits)
 
@@ -101,6 +102,18 @@ class FsspecSource:
                     return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
             except TimeoutError:
                 raise SourceError(f"{self._label}: no answer within {limit:g}s") from None
+
+    async def probe(self) -> None:
+        """Reach the store once (its root folder or bucket); SourceError saying why not."""
+        await self._call(self._probe)
+
+    def _probe(self) -> None:
+        try:
+            self.fs.info(self.root or "/")
+        except FileNotFoundError:
+            raise SourceError("no such bucket or folder") from None
+        except Exception as exc:
+            raise SourceError(f"{type(exc).__name__}: {_short(exc)}") from None
 
     async def stat(self, path: str) -> FileInfo:
         full = self.full_path(path)
@@ -212,6 +225,36 @@ async def _s3_find(fs: Any, start: str, progress: ListingProgress) -> dict[str, 
         raise translate_boto_error(exc) from None
     progress.check()
     return found
+
+
+def _construct(fs_class: type, options: Mapping[str, Any]) -> tuple[Any, str]:
+    """An instance of `fs_class`, or None and why not: the exception's class and first line, with no option
+    value in it (options carry credentials).
+
+    A constructor that fails part-way leaves an object whose destructor may fail in turn (ftp's closes a
+    connection it never opened): such complaints about `fs_class` are silenced while it is built and dropped,
+    rather than printed as "Exception ignored" whenever the object goes.
+    """
+    previous = sys.unraisablehook
+
+    def ignore_its_destructor(unraisable: Any) -> None:
+        if getattr(unraisable.object, "__qualname__", "") != f"{fs_class.__qualname__}.__del__":
+            previous(unraisable)
+
+    sys.unraisablehook = ignore_its_destructor
+    try:
+        try:
+            return fs_class(**options), ""
+        except Exception as exc:  # backend constructors raise anything
+            failure = f"{type(exc).__name__}: {_short(exc)}" if str(exc) else type(exc).__name__
+            exc.__traceback__ = None  # the frames holding the half-built object go now, not later
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    for value in options.values():
+        if isinstance(value, str) and len(value) >= 4:
+            failure = failure.replace(value, "***")
+    return None, failure
 
 
 def _int_or_none(value: object) -> int | None:

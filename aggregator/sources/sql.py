@@ -36,6 +36,18 @@ def _redact(url: str) -> str:
     return re.sub(r"//([^:/@]*)(:[^@/]*)?@", r"//\1@", url)
 
 
+def _reason(exc: BaseException, secrets: Sequence[str] = ()) -> str:
+    """What the database said, for the operator ("no such table: customers", "database "x" does not exist"):
+    the driver's exception class and first line, bounded, with URL credentials and `secrets` blanked out."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    text = _redact(lines[0] if lines else "")[:300]
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return f"{type(orig).__name__}: {text}" if text else type(orig).__name__
+
+
 class SqlSource:
     """One database; `tables` (names or globs) limits what is listed and readable."""
 
@@ -50,6 +62,7 @@ class SqlSource:
                               "(in a checkout: pip install -e '.[sql]')") from None
         self.id = id
         self._label = f"database {_redact(url)}"
+        self._secrets = _url_secrets(url)
         self._tables = [compile_glob(t).fullmatch for t in tables] if tables else None
         self._sample_rows = sample_rows
         self.row_limit = row_limit
@@ -62,7 +75,7 @@ class SqlSource:
         except SourceError:
             raise
         except Exception as exc:  # a bad URL or a missing driver: never echo the URL (credentials)
-            raise SourceError(f"cannot open {self._label}: {type(exc).__name__}") from None
+            raise SourceError(f"cannot open {self._label}: {_reason(exc, self._secrets)}") from None
         _make_read_only(sqlalchemy, self._engine, timeout)
 
     def describe(self) -> str:
@@ -89,7 +102,11 @@ class SqlSource:
             inspector = sqlalchemy.inspect(self._engine)
             return sorted(n for n in inspector.get_table_names() + inspector.get_view_names() if self._allowed(n))
         except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise SourceError(f"listing tables failed: {type(exc).__name__}") from None
+            raise SourceError(f"listing tables failed: {_reason(exc, self._secrets)}") from None
+
+    async def probe(self) -> None:
+        """Connect once and list the tables; SourceError saying why not."""
+        await self._call(self._names)
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         match = compile_glob(pattern, hidden).fullmatch
@@ -174,10 +191,21 @@ class SqlSource:
                 rows = [tuple(r) for r in result.fetchmany(limit + 1)]
                 conn.rollback()  # read-only: nothing a query did is ever kept
         except sqlalchemy.exc.SQLAlchemyError as exc:
-            # The statement and its parameters stay out of the message: only the kind of failure.
-            orig = getattr(exc, "orig", None)
-            raise SourceError(f"query failed: {type(orig or exc).__name__}") from None
+            # The database's own words (they may quote a value; this goes to the operator only, never a client),
+            # not SQLAlchemy's, which append the statement and its parameters.
+            raise SourceError(f"query failed: {_reason(exc, self._secrets)}") from None
         return columns, rows[:limit], len(rows) > limit
+
+
+def _url_secrets(url: str) -> tuple[str, ...]:
+    """The password in a database URL, as written and decoded (what must never reach a log line)."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return ()
+    return tuple({password, unquote(password)}) if password else ()
 
 
 def _plain(value: Any) -> Any:

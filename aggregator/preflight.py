@@ -1,0 +1,131 @@
+"""What `validate` checks beyond loading a manifest: what would break or surprise once serving.
+
+Each finding is located at the manifest entry it is about. Errors are what a client would meet as a failure
+(an unreachable source, a file an explicit resource names that is not there, a render that cannot render);
+warnings are what serves but is likely a mistake (a collection that lists nothing, a source nothing uses).
+A source marked `optional: true` turns its errors into warnings.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from aggregator.catalog import collection_key
+from aggregator.errors import RequestError
+from aggregator.manifest.model import Location, Manifest, ManifestIssue, SourceSpec
+from aggregator.sources import SourceError, SourceNotFound
+
+if TYPE_CHECKING:
+    from aggregator.core import Aggregator
+
+__all__ = ["Finding", "check_manifest", "check_serving", "quiet_stat_warnings"]
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    issue: ManifestIssue
+    severity: Severity
+
+    def __str__(self) -> str:
+        if self.severity == "error":
+            return str(self.issue)
+        i = self.issue
+        return f"{i.file}:{i.line}:{i.col}: {i.key or '<root>'}: warning: {i.message}"
+
+
+def _at(where: Location, key: str, message: str, severity: Severity) -> Finding:
+    return Finding(ManifestIssue(where.file, where.line, where.col, key, message), severity)
+
+
+def _severity(spec: SourceSpec | None) -> Severity:
+    return "warning" if spec is not None and spec.optional else "error"
+
+
+def check_manifest(manifest: Manifest) -> list[Finding]:
+    """What the manifest alone shows (also offline): sources no resource, collection or template uses."""
+    used = {spec.source for spec in (*manifest.resources, *manifest.collections, *manifest.templates)}
+    return [_at(spec.where, spec.key, f"source {sid!r} is used by no resource, collection or template", "warning")
+            for sid, spec in manifest.sources.items() if sid not in used]
+
+
+async def check_serving(aggregator: Aggregator) -> list[Finding]:
+    """What opening the sources shows: empty collections, unreachable sources, missing files, failing renders."""
+    manifest, catalog = aggregator.manifest, aggregator.catalog
+    findings: list[Finding] = []
+    for spec in manifest.collections:
+        if not catalog.collections.get(collection_key(spec)):
+            findings.append(_at(spec.where, spec.key, f"glob {spec.glob!r} matches no file in source {spec.source!r}",
+                                "warning"))
+    unreachable = await _probe_sources(aggregator, findings)
+    for rspec in manifest.resources:
+        if rspec.source is None or rspec.path is None or rspec.source in unreachable:
+            continue
+        sspec = manifest.sources.get(rspec.source)
+        try:
+            await aggregator.sources[rspec.source].stat(rspec.path)
+        except SourceNotFound:
+            findings.append(_at(rspec.where, rspec.key, f"file {rspec.path!r} not found in source {rspec.source!r}",
+                                _severity(sspec)))
+        except SourceError as exc:
+            findings.append(_at(rspec.where, rspec.key, f"cannot stat {rspec.path!r} in source {rspec.source!r}: "
+                                                        f"{exc}", _severity(sspec)))
+    for rspec in manifest.resources:
+        if rspec.render is None:
+            continue
+        try:
+            with _quiet("aggregator", "render %s failed", "read %s from %s failed"):
+                await aggregator.read(rspec.uri)
+        except RequestError as exc:
+            findings.append(_at(rspec.where, rspec.key, f"render failed: {exc.reason or exc.message}", "error"))
+    return findings
+
+
+async def _probe_sources(aggregator: Aggregator, findings: list[Finding]) -> set[str]:
+    """Reach every source that can be probed (remote ones); the ids of those that could not be reached."""
+    unreachable: set[str] = set()
+    for sid, source in aggregator.sources.items():
+        probe = getattr(source, "probe", None)
+        if probe is None:
+            continue
+        spec = aggregator.manifest.sources[sid]
+        try:
+            await probe()
+        except SourceError as exc:
+            unreachable.add(sid)
+            label, reason = source.describe(), str(exc)
+            reason = reason.removeprefix(f"{label}: ")  # timeouts name the source already
+            findings.append(_at(spec.where, spec.key, f"cannot reach {label}: {reason}", _severity(spec)))
+    return unreachable
+
+
+class _Drop(logging.Filter):
+    """Drops records a finding already says."""
+
+    def __init__(self, says: tuple[str, ...]) -> None:
+        super().__init__()
+        self.says = says
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and any(part in record.msg for part in self.says))
+
+
+@contextmanager
+def _quiet(logger: str, *says: str) -> Iterator[None]:
+    target, drop = logging.getLogger(logger), _Drop(says)
+    target.addFilter(drop)
+    try:
+        yield
+    finally:
+        target.removeFilter(drop)
+
+
+def quiet_stat_warnings() -> AbstractContextManager[None]:
+    """While validating opens the manifest: the catalog's warnings about explicit resources that cannot be
+    stat'ed are left out (validate reports each one, located)."""
+    return _quiet("aggregator.catalog", "listed without size", ": cannot stat ")
