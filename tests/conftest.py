@@ -88,3 +88,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     if os.environ.get("AGGREGATOR_FAIL_ON_SKIP") == "1" and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped, which CI treats as a failure: {report.longrepr}"
+
+
+def reads_are_unavailable(manifest: Path, uris: list[str]) -> None:
+    """Each of `uris` read from `manifest`'s aggregator fails as a client sees it: unavailable, naming only the URI
+    (what the operator is told goes to the log, which the caller checks)."""
+    import anyio
+
+    from aggregator.core import Aggregator
+    from aggregator.errors import ResourceUnavailable
+
+    async def main() -> None:
+        agg = await Aggregator.open(manifest)
+        try:
+            for uri in uris:
+                with pytest.raises(ResourceUnavailable) as err:
+                    await agg.read(uri)
+                assert err.value.message == f"Resource {uri} could not be read right now"
+        finally:
+            await agg.aclose()
+
+    anyio.run(main)

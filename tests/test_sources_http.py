@@ -18,7 +18,7 @@ import pytest
 from aggregator.core import Aggregator
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
 from aggregator.manifest import ManifestError
-from tests.conftest import MODES, connect, write_manifest
+from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
 from tests.http_server import BINARY, Upstream, serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -328,17 +328,7 @@ def test_connection_failures_name_the_reason_for_the_operator(tmp_path: Path,
           - {{uri: "web://b", name: b, source: nowhere, path: b.md}}
         """)
 
-    async def main() -> None:
-        agg = await Aggregator.open(path)
-        try:
-            for uri in ("web://a", "web://b"):
-                with pytest.raises(ResourceUnavailable) as err:
-                    await agg.read(uri)
-                assert err.value.message == f"Resource {uri} could not be read right now"
-        finally:
-            await agg.aclose()
-
-    anyio.run(main)
+    reads_are_unavailable(path, ["web://a", "web://b"])
     assert f"connection refused 127.0.0.1:{port}" in caplog.text
     assert "DNS name not resolved: no-such-host.invalid" in caplog.text
     assert "tok-77f1" not in caplog.text and "key-91c2" not in caplog.text

@@ -14,7 +14,7 @@ import pytest
 
 from aggregator.core import Aggregator
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
-from tests.conftest import MODES, connect, write_manifest
+from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
 
 sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
 
@@ -395,17 +395,7 @@ def test_failures_tell_the_operator_why_and_the_client_nothing(tmp_path: Path,
           - {{uriTemplate: "pg://{{id}}", name: pg, source: pg, query: "SELECT :id AS id"}}
         """)
 
-    async def main() -> None:
-        agg = await Aggregator.open(path)
-        try:
-            for uri in ("lite://1", "pg://1"):
-                with pytest.raises(ResourceUnavailable) as err:
-                    await agg.read(uri)
-                assert err.value.message == f"Resource {uri} could not be read right now"
-        finally:
-            await agg.aclose()
-
-    anyio.run(main)
+    reads_are_unavailable(path, ["lite://1", "pg://1"])
     assert "query failed: OperationalError: no such table: customers" in caplog.text
     assert 'database "no_such_db_15" does not exist' in caplog.text
     assert "pw-0c8e1d" not in caplog.text and "SELECT" not in caplog.text
