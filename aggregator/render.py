@@ -583,9 +583,13 @@ class _Job:
         await anyio.sleep(max(self.budget.remaining(), 0.0) + _GRACE)
         if self.budget.spent:  # already unwinding: an exception landing in its clean-up would only be lost noise
             await anyio.sleep(10 * _GRACE)  # unless something swallowed the budget's error and carried on
-        with self._lock:
-            if self._thread is not None:
+        while True:
+            with self._lock:
+                if self._thread is None:
+                    return
                 _raise_in(self._thread, _Stopped)
+            # Raised inside a destructor or a gc callback, the exception is reported and lost: send it again.
+            await anyio.sleep(5 * _GRACE)
 
 
 def _raise_in(thread: int, exception: type[BaseException] | None) -> None:
