@@ -18,7 +18,7 @@ import time
 
 import anyio
 
-from aggregator.content import file_mime_type, served_name
+from aggregator.content import file_mime_type, is_gzip_name, served_name
 from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import (
     CollectionSpec,
@@ -115,7 +115,7 @@ class Target:
     render: Render | None = None
     """A Jinja2 template producing the content, with `params` as its variables."""
     decompress: bool = False
-    """Served decompressed when the file's name ends in `.gz`."""
+    """The read decompresses: the entry says `decompress: true` and the file's name ends in `.gz`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +227,8 @@ class Catalog:
         if entry is not None:
             return Target(uri, entry.mime_type, entry.source, entry.path, entry.text,
                           entry.display.mime_type is not None, access=entry.access, render=entry.render,
-                          decompress=entry.decompress)
+                          decompress=entry.decompress and entry.path is not None
+                          and is_gzip_name(self._file_name(entry.source, entry.path)))
         for candidate in self._candidates(uri):
             spec = candidate.spec
             # File paths keep undecodable bytes (surrogate escapes); values that are data stay valid Unicode.
@@ -252,11 +253,16 @@ class Catalog:
             if path is None:
                 raise ResourceNotFound(uri)
             declared = candidate.spec.display.mime_type
-            # Only a URL path has a query to leave out; in a folder `what?#frag.md` is a file name.
-            named = path.split("?", 1)[0] if url_path else path
+            named = self._file_name(spec.source, path)
             return Target(uri, file_mime_type(named, declared, spec.decompress), candidate.spec.source, path,
-                          mime_declared=declared is not None, access=spec.access, decompress=spec.decompress)
+                          mime_declared=declared is not None, access=spec.access,
+                          decompress=spec.decompress and is_gzip_name(named))
         raise ResourceNotFound(uri)
+
+    def _file_name(self, source: str | None, path: str) -> str:
+        """The file a source path names: only a URL path has a query to leave out (in a folder `what?#frag.md` is
+        a file name)."""
+        return path.split("?", 1)[0] if self._url_sources.get(source or "", False) else path
 
 
 def _joined(value: object) -> str | None:

@@ -20,7 +20,7 @@ from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
-from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip, is_gzip_name
+from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
 from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceRenderFailed,
                                ResourceTooLarge,
                                ResourceUnavailable)
@@ -337,15 +337,13 @@ class Aggregator:
         assert target.source is not None and target.path is not None
         source, limits, path = self.sources[target.source], self._limits[target.source], target.path
 
-        gzipped = target.decompress and is_gzip_name(path.split("?", 1)[0] if source.url_paths else path)
-
         async def load() -> tuple[Content, str | None]:
             blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes), self.source_errors)
             # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
             undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
-            data = _gunzip(target, blob.data, limits.max_bytes) if gzipped and not undone else blob.data
+            data = _gunzip(target, blob.data, limits.max_bytes) if target.decompress and not undone else blob.data
             # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
-            upstream = None if gzipped else blob.mime_type
+            upstream = None if target.decompress else blob.mime_type
             declared = target.mime_type if target.mime_declared or not upstream else upstream
             return decode_body(data, declared), blob.version
 
@@ -353,7 +351,7 @@ class Aggregator:
             info = await _backend_call(target, source, lambda: source.stat(path), self.source_errors)
             return info.version == version
 
-        key = (target.source, path, target.mime_type, gzipped)
+        key = (target.source, path, target.mime_type, target.decompress)
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
 
     async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:

@@ -9,15 +9,23 @@ or by any pattern compiled with `hidden=True` (an entry that says `hidden: true`
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-__all__ = ["compile_glob", "glob_prefix"]
+__all__ = ["compile_glob", "glob_prefix", "path_filter"]
 
 
 @lru_cache(maxsize=256)
 def compile_glob(pattern: str, hidden: bool = False) -> re.Pattern[str]:
     """Compile a glob into a regex matching whole relative paths; wildcards match a leading dot only if `hidden`."""
     return re.compile(_translate(pattern, hidden), re.DOTALL)
+
+
+def path_filter(pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> Callable[[str], bool]:
+    """A test for relative paths: matched by `pattern` and by none of `exclude` (a collection's glob and exclude:)."""
+    match = compile_glob(pattern, hidden).fullmatch
+    excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
+    return lambda path: match(path) is not None and not any(x(path) for x in excluded)
 
 
 def glob_prefix(pattern: str) -> str:

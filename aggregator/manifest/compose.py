@@ -54,7 +54,7 @@ from aggregator.manifest.units import format_size
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
 __all__ = ["IDENTITY", "MAX_FILES", "ManifestTooLarge", "Reads", "apply_extends", "include_manifests",
-           "namespaced_uri", "read_at_most", "read_manifest_bytes", "resolve_ref"]
+           "namespaced_uri", "read_at_most", "read_file_at_most", "read_manifest_bytes", "resolve_ref"]
 
 IDENTITY = {"resources": "uri", "collections": "uri", "templates": "uriTemplate"}
 MAX_CHAIN = 16
@@ -131,14 +131,19 @@ def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None,
     git://REPO:REF@PATH). ManifestTooLarge past `limit` bytes, having read at most `limit + 1` of them;
     OSError (or the filesystem's own error) when it cannot be read."""
     if not is_url(name):
-        with open_regular_file(name) as local:
-            return read_at_most(local, limit)
+        return read_file_at_most(name, limit)
     import fsspec  # URLs only: local files need no filesystem layer
 
     with fsspec.open(name, "rb", **dict(options or {})) as handle:
         size = getattr(handle, "size", None)  # when the store says (Content-Length, object size): refuse unread
         if isinstance(size, int) and size > limit:
             raise ManifestTooLarge(limit)
+        return read_at_most(handle, limit)
+
+
+def read_file_at_most(path: str | os.PathLike[str], limit: int) -> bytes:
+    """A local manifest file's bytes: ManifestTooLarge past `limit`, OSError if it is not a readable regular file."""
+    with open_regular_file(path) as handle:
         return read_at_most(handle, limit)
 
 

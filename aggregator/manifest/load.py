@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aggregator.manifest.checks import check_references
-from aggregator.manifest.compose import (ManifestTooLarge, Reads, apply_extends, include_manifests, open_regular_file,
-                                         read_at_most)
+from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, include_manifests, read_file_at_most
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -60,8 +59,7 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None,
     """
     file = str(path)
     try:
-        with open_regular_file(path) as handle:
-            data = read_at_most(handle, max_bytes)
+        data = read_file_at_most(path, max_bytes)
     except ManifestTooLarge as exc:
         raise ManifestError([ManifestIssue(file, 1, 1, "", f"the manifest {exc}; split it into files joined by "
                                                            "include:")]) from None

@@ -21,7 +21,7 @@ import stat as stat_mode
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from aggregator.globs import compile_glob, glob_prefix
+from aggregator.globs import glob_prefix, path_filter
 from aggregator.paths import UnsafePath, is_within, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
@@ -115,15 +115,14 @@ class LocalSource:
         return await self._call(self._list, pattern, tuple(exclude), hidden)
 
     def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> list[FileInfo]:
-        match = compile_glob(pattern, hidden).fullmatch
-        excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
+        wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
         files: list[FileInfo] = []
         outside: list[str] = []
         progress = ListingProgress(self.id, "files")
         for rel, st in self._walk(prefix, outside):
             progress.add()
-            if match(rel) and not any(x(rel) for x in excluded):
+            if wanted(rel):
                 files.append(FileInfo(rel, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size)))
         progress.done(len(files))
         self._note_outside_links(outside)

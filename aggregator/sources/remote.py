@@ -20,7 +20,7 @@ import anyio.to_thread
 import fsspec
 import fsspec.asyn
 
-from aggregator.globs import compile_glob, glob_prefix
+from aggregator.globs import glob_prefix, path_filter
 from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
@@ -171,8 +171,7 @@ class FsspecSource:
         return await self._call(self._list, pattern, tuple(exclude), hidden, timeout=None)
 
     def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool = False) -> list[FileInfo]:
-        match = compile_glob(pattern, hidden).fullmatch
-        excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
+        wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
         start = f"{self.root}/{prefix}" if prefix else self.root
         progress = ListingProgress(self.id, "objects")
@@ -188,7 +187,7 @@ class FsspecSource:
             if info.get("type", "file") != "file":
                 continue
             rel = self.fs._strip_protocol(name)[cut:]
-            if not rel or not match(rel) or any(x(rel) for x in excluded):
+            if not rel or not wanted(rel):
                 continue
             try:
                 safe_relpath(rel)

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import anyio
 import anyio.to_thread
 
-from aggregator.globs import compile_glob
+from aggregator.globs import compile_glob, path_filter
 from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["SqlSource", "render_rows"]
@@ -109,12 +109,10 @@ class SqlSource:
         await self._call(self._names)
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
-        match = compile_glob(pattern, hidden).fullmatch
-        excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
+        wanted = path_filter(pattern, exclude, hidden)
         names = await self._call(self._names)
         version = await self._version()
-        return [FileInfo(n, None, None, version, "application/json") for n in names
-                if match(n) and not any(x(n) for x in excluded)]
+        return [FileInfo(n, None, None, version, "application/json") for n in names if wanted(n)]
 
     async def stat(self, path: str) -> FileInfo:
         if path not in await self._call(self._names):
