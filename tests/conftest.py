@@ -80,6 +80,19 @@ async def connect(manifest: Path, mode: str) -> AsyncIterator[Client]:
         yield client
 
 
+async def list_all(client: Client) -> tuple[list, int]:
+    """Every listed resource, following cursors to the last page, and how many pages that took."""
+    resources: list = []
+    pages, cursor = 0, None
+    while True:
+        page = await client.list_resources(cursor=cursor)
+        resources.extend(page.resources)
+        pages += 1
+        cursor = page.next_cursor
+        if not cursor:
+            return resources, pages
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
     """In CI (AGGREGATOR_FAIL_ON_SKIP=1) a skipped test is a failure: a missing service must not pass silently."""

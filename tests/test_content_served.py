@@ -8,12 +8,13 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import MODES, connect, write_manifest
+from tests.conftest import MODES, connect, list_all, write_manifest
 
 ODD_NAMES = {
     "what?#frag.md": "text/markdown",
@@ -35,14 +36,8 @@ def _odd_folder(tmp_path: Path) -> Path:
     return folder
 
 
-async def _listing(client) -> dict[str, object]:
-    found, cursor = {}, None
-    while True:
-        page = await client.list_resources(cursor=cursor)
-        found.update({str(r.uri): r for r in page.resources})
-        cursor = page.next_cursor
-        if not cursor:
-            return found
+async def _listing(client: Any) -> dict[str, Any]:
+    return {str(r.uri): r for r in (await list_all(client))[0]}
 
 
 @pytest.mark.parametrize("mode", MODES)

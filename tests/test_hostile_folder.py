@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import anyio
@@ -19,7 +20,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 
 from aggregator.templates import UriTemplate
-from tests.conftest import MODES, connect, write_manifest
+from tests.conftest import MODES, connect, list_all, write_manifest
 from tests.hostile import (
     HOSTILE_MANIFEST,
     LATIN1_NAME,
@@ -51,14 +52,8 @@ def hostile(tmp_path: Path) -> tuple[HostileFolder, Path]:
     os.chmod(folder.root / folder.locked, 0o600)  # let pytest clean up
 
 
-async def list_all(client) -> list[types.Resource]:
-    found, cursor = [], None
-    while True:
-        page = await client.list_resources(cursor=cursor)
-        found += page.resources
-        cursor = page.next_cursor
-        if not cursor:
-            return found
+async def every_resource(client: Any) -> list[types.Resource]:
+    return (await list_all(client))[0]
 
 
 async def read_text(client, uri: str) -> str:
@@ -80,7 +75,7 @@ def test_every_listed_uri_reads_or_fails_as_documented(hostile: tuple[HostileFol
 
     async def main() -> None:
         async with connect(manifest, mode) as client:
-            listed = await list_all(client)
+            listed = await every_resource(client)
             by_uri = {r.uri: r for r in listed}
             plain = {u for u in by_uri if u.startswith("h://")}
             expected = {uri_of("h://", rel) for rel in [*folder.readable, folder.locked, folder.doomed]}
@@ -119,10 +114,10 @@ def test_every_listed_uri_reads_or_fails_as_documented(hostile: tuple[HostileFol
             # The render's resources() shows what the listing shows, under the same URIs and names (compared on one
             # catalog: the watcher may relist after the deletion above at any moment).
             for _ in range(50):
-                before = {r.uri: r.name for r in await list_all(client) if r.uri.startswith("h://")}
+                before = {r.uri: r.name for r in await every_resource(client) if r.uri.startswith("h://")}
                 index = await read_text(client, "idx://all")
                 shown = {item.split(" ", 1)[0]: item.split(" ", 1)[1] for item in index.split("|") if item}
-                after = {r.uri: r.name for r in await list_all(client) if r.uri.startswith("h://")}
+                after = {r.uri: r.name for r in await every_resource(client) if r.uri.startswith("h://")}
                 if before == after:
                     break
                 await anyio.sleep(0.1)
@@ -247,7 +242,7 @@ def test_hostile_folder_over_http(hostile: tuple[HostileFolder, Path], mode: str
                 except OSError:
                     await anyio.sleep(0.05)
         async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, cache=None) as client:
-            listed = {r.uri: r for r in await list_all(client)}
+            listed = {r.uri: r for r in await every_resource(client)}
             assert listed["h://caf%E9.md"].name == "caf\ufffd.md"
             assert not any("%0A" in uri for uri in listed)
             assert await read_text(client, "h://caf%E9.md") == LATIN1_TEXT

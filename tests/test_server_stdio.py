@@ -10,7 +10,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import MODES, PNG_BYTES, connect
+from tests.conftest import MODES, PNG_BYTES, connect, list_all
 
 LEGACY_NOT_FOUND = -32002
 INVALID_PARAMS = -32602
@@ -18,17 +18,6 @@ INVALID_PARAMS = -32602
 
 def expected_not_found(mode: str) -> int:
     return LEGACY_NOT_FOUND if mode == "legacy" else INVALID_PARAMS
-
-
-async def list_all(client) -> tuple[list, int]:
-    resources, pages, cursor = [], 0, None
-    while True:
-        page = await client.list_resources(cursor=cursor)
-        resources.extend(page.resources)
-        pages += 1
-        cursor = page.next_cursor
-        if not cursor:
-            return resources, pages
 
 
 @pytest.mark.parametrize("mode", MODES)
