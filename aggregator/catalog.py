@@ -542,7 +542,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     if issues:
         raise ManifestError(issues)
     catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
-                      frozenset(sid for sid, src in sources.items() if getattr(src, "byte_names", False)))
+                      frozenset(sid for sid, src in sources.items() if src.byte_names))
     now = time.monotonic()
     catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: (reused_at or {}).get(key, now) if key in reuse else now for key in catalog.collections}

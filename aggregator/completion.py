@@ -62,8 +62,7 @@ class Completer:
         pattern, groups = _path_regex(spec.path, name, chosen, template.template.multi_segment)
         if pattern is None:
             return NONE
-        url_path = getattr(source, "url_paths", False)
-        byte_names = getattr(source, "byte_names", False)
+        url_path, byte_names = source.url_paths, source.byte_names
         found: set[str] = set()
         for path in await self._paths(source):
             m = pattern.fullmatch(path)

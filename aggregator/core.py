@@ -26,7 +26,7 @@ from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBu
                                ResourceUnavailable)
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
-from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source
+from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
 
 __all__ = ["Aggregator", "SuspiciousReload", "open_sources"]
 
@@ -99,9 +99,7 @@ def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[st
 
 async def close_sources(sources: Iterable[Source]) -> None:
     for source in sources:
-        close = getattr(source, "aclose", None)
-        if close is not None:
-            await close()
+        await source.aclose()
 
 
 class Aggregator:
@@ -212,7 +210,7 @@ class Aggregator:
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
         """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""
         catalog, backend = self.catalog, self.sources[source]
-        found: dict[str, str | None] = {}
+        wanted: dict[str, str | None] = {}  # URI -> the path whose version it has (None: the query data's)
         for uri in uris:
             try:
                 target = catalog.resolve(uri)
@@ -221,18 +219,11 @@ class Aggregator:
             if target.source != source:
                 continue
             if target.query is not None:
-                version_of = getattr(backend, "data_version", None)
-                if version_of is not None:
-                    found[uri] = await version_of()
-                continue
-            if target.path is None:
-                continue
-            try:
-                info = await backend.stat(target.path)
-                found[uri] = info.version or f"{info.mtime}:{info.size}"
-            except SourceNotFound:
-                found[uri] = None
-        return found
+                wanted[uri] = None
+            elif target.path is not None:
+                wanted[uri] = target.path
+        versions = await backend.poll(set(wanted.values()))
+        return {uri: versions[path] for uri, path in wanted.items()}
 
     def render_inputs(self, of: Iterable[str] | None = None) -> set[str]:
         """The URIs recent renders read: of every render, or of the renders `of` names and those they read."""
@@ -348,8 +339,7 @@ class Aggregator:
             return decode_body(data, declared), blob.version
 
         async def revalidate(version: str) -> bool:
-            info = await _backend_call(target, source, lambda: source.stat(path), self.source_errors)
-            return info.version == version
+            return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
 
         key = (target.source, path, target.mime_type, target.decompress)
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
@@ -405,9 +395,7 @@ class Aggregator:
     async def _query(self, target: Target) -> Content:
         assert target.source is not None and target.query is not None
         source, limits = self.sources[target.source], self._limits[target.source]
-        run = getattr(source, "query", None)
-        if run is None:
-            raise ResourceNotFound(target.uri)
+        run = source.query
         sql, params, fmt = target.query, dict(target.params), target.format
 
         async def load() -> tuple[Content, str | None]:
@@ -434,7 +422,7 @@ async def _backend_call(target: Target, source: Source, call: Callable[[], Await
     Failures other than not-found are counted per source in `errors`."""
     try:
         return await call()
-    except SourceNotFound as exc:
+    except (SourceNotFound, SourceUnsupported) as exc:
         logger.info("read %s: not found (%s)", target.uri, exc)
         raise ResourceNotFound(target.uri) from None
     except SourceTooLarge as exc:

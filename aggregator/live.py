@@ -21,7 +21,6 @@ from aggregator.core import Aggregator, SuspiciousReload
 from aggregator.manifest.compose import open_regular_file
 from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
 from aggregator.notify import Notifier
-from aggregator.sources import LocalSource
 from aggregator.watch import Change, watch_folders, watch_manifest
 
 __all__ = ["LiveCatalog"]
@@ -205,7 +204,7 @@ class LiveCatalog:
     def _watch_plan(self) -> tuple[object, ...]:
         """What the watchers and pollers cover: local roots (by source object) and poll intervals."""
         sources = self.aggregator.sources
-        return (tuple(sorted((sid, id(src)) for sid, src in sources.items() if isinstance(src, LocalSource))),
+        return (tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.watch_root() is not None)),
                 tuple(sorted((sid, spec.poll) for sid, spec in self.aggregator.manifest.sources.items() if spec.poll)))
 
     # --- local folders -------------------------------------------------------------------------------
@@ -213,7 +212,7 @@ class LiveCatalog:
     async def _watch_sources(self) -> None:
         """Watch the local folders of the current manifest; start again when a reload changes them."""
         while True:
-            roots = {sid: src.root for sid, src in self.aggregator.sources.items() if isinstance(src, LocalSource)}
+            roots = {sid: root for sid, src in self.aggregator.sources.items() if (root := src.watch_root()) is not None}
             self._watched = set(roots)
             self._sources_changed = anyio.Event()
             stop = anyio.Event()
@@ -256,7 +255,8 @@ class LiveCatalog:
         """Poll every remote source that sets `poll:`; start again when a reload changes them."""
         while True:
             polled = {sid: spec.poll for sid, spec in self.aggregator.manifest.sources.items()
-                      if spec.poll and not isinstance(self.aggregator.sources.get(sid), LocalSource)}
+                      if spec.poll and sid in self.aggregator.sources
+                      and self.aggregator.sources[sid].watch_root() is None}
             changed = self._sources_changed
             async with anyio.create_task_group() as tg:
                 for sid, interval in polled.items():

@@ -90,12 +90,9 @@ async def _probe_sources(aggregator: Aggregator, findings: list[Finding]) -> set
     """Reach every source that can be probed (remote ones); the ids of those that could not be reached."""
     unreachable: set[str] = set()
     for sid, source in aggregator.sources.items():
-        probe = getattr(source, "probe", None)
-        if probe is None:
-            continue
         spec = aggregator.manifest.sources[sid]
         try:
-            await probe()
+            await source.probe()
         except SourceError as exc:
             unreachable.add(sid)
             label, reason = source.describe(), str(exc)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aggregator.manifest.model import SourceSpec
-from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge,
+                                    SourceUnsupported)
 from aggregator.sources.local import LocalSource
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "SourceError",
     "SourceNotFound",
     "SourceTooLarge",
+    "SourceUnsupported",
     "open_source",
     "register_source_kind",
 ]

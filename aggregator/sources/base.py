@@ -6,9 +6,12 @@ callers pass them through `aggregator.paths.safe_relpath` first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar
+
+import anyio
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,27 +54,80 @@ class SourceTooLarge(SourceError):
         self.limit = limit
 
 
-@runtime_checkable
-class Source(Protocol):
-    """A place files come from: list them, stat one, read one."""
+class SourceUnsupported(SourceError):
+    """The source cannot do what was asked (a query on a source that runs none)."""
+
+
+POLL_CONCURRENCY = 8
+"""Version checks one `poll` runs at once by default."""
+
+
+class Source(ABC):
+    """A place files come from: list them, stat one, read one (in the spirit of httpx's `AsyncBaseTransport`).
+
+    A kind implements the four abstract methods; the others have defaults a kind overrides when its backend can do
+    better (a SQL source versions its data, a local folder has change events, an HTTP client holds a pool to close).
+    """
 
     id: str
-    url_paths: bool
+    url_paths: ClassVar[bool] = False
     """True when paths become URL paths and queries (HTTP): template values are percent-encoded into them."""
+    byte_names: ClassVar[bool] = False
+    """True when names are bytes (local folders): a %XX that is not UTF-8 in a URI names those bytes."""
 
+    @abstractmethod
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         """Every file whose relative path matches the glob `pattern` and none of `exclude` (wildcards match
         hidden names only when `hidden`)."""
-        ...
 
+    @abstractmethod
     async def stat(self, path: str) -> FileInfo:
         """Size and modification time of one file; SourceNotFound if absent."""
-        ...
 
+    @abstractmethod
     async def read(self, path: str, max_bytes: int) -> Blob:
         """The whole file; SourceTooLarge if it holds more than `max_bytes`."""
-        ...
 
+    @abstractmethod
     def describe(self) -> str:
         """A short label for logs (no credentials)."""
-        ...
+
+    async def aclose(self) -> None:
+        """Release what the source holds open (connection pools); called once, after its last read."""
+
+    async def probe(self) -> None:
+        """Reach the backend once (validate); SourceError if it cannot be reached. Nothing to check by default."""
+
+    async def version(self, path: str | None) -> str | None:
+        """The current version of file `path` (None when it is gone), or with None, of the data queries read (None
+        when the backend keeps none): equal versions mean equal bytes. By default a stat's version, else
+        mtime and size."""
+        if path is None:
+            return None
+        try:
+            info = await self.stat(path)
+        except SourceNotFound:
+            return None
+        return info.version or f"{info.mtime}:{info.size}"
+
+    async def poll(self, paths: Collection[str | None]) -> Mapping[str | None, str | None]:
+        """The current `version` of each of `paths` (what a `poll:` interval compares), a few at a time."""
+        found: dict[str | None, str | None] = {}
+        slots = anyio.Semaphore(POLL_CONCURRENCY)
+
+        async def one(path: str | None) -> None:
+            async with slots:
+                found[path] = await self.version(path)
+
+        async with anyio.create_task_group() as tg:
+            for path in paths:
+                tg.start_soon(one, path)
+        return found
+
+    async def query(self, sql: str, params: Mapping[str, str | None], fmt: str, max_bytes: int) -> Blob:
+        """Run a template's query with `params` bound; SourceUnsupported unless the kind runs queries."""
+        raise SourceUnsupported(f"{self.describe()} runs no queries")
+
+    def watch_root(self) -> str | None:
+        """The local folder whose file events say what changed, or None: such a source is watched, not polled."""
+        return None

@@ -26,7 +26,7 @@ from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import ThreadedResolver
 
 from aggregator.sources.addresses import AddressPolicy
-from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["AddressPolicy", "HttpSource"]
 
@@ -42,7 +42,7 @@ def _literal_ip(host: str) -> str | None:
         return None
 
 
-class HttpSource:
+class HttpSource(Source):
     """Files under one base URL; listing is not possible over HTTP (use resources and templates)."""
 
     url_paths = True

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from aggregator.globs import glob_prefix, path_filter
 from aggregator.paths import UnsafePath, is_within, safe_relpath
-from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
 from aggregator.sources.threads import ThreadSlots
 
@@ -38,10 +38,9 @@ _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOL
 _ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
 
-class LocalSource:
+class LocalSource(Source):
     """Files under one folder on this machine."""
 
-    url_paths = False
     byte_names = True
     """Paths are `os.fsdecode` names: undecodable bytes are surrogate escapes, encoded back by the OS calls."""
 
@@ -57,6 +56,9 @@ class LocalSource:
 
     def describe(self) -> str:
         return f"local folder {self.root}"
+
+    def watch_root(self) -> str:
+        return self.root
 
     def busy_threads(self) -> int:
         """Threads running a call of this source now (stuck ones included)."""

@@ -22,7 +22,7 @@ import fsspec.asyn
 
 from aggregator.globs import glob_prefix, path_filter
 from aggregator.paths import UnsafePath, safe_relpath
-from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
 
 __all__ = ["FsspecSource", "info_version"]
@@ -53,10 +53,9 @@ def _mtime(info: Mapping[str, Any]) -> float | None:
     return None
 
 
-class FsspecSource:
+class FsspecSource(Source):
     """Files under `root` of an fsspec filesystem."""
 
-    url_paths = False
 
     def __init__(self, id: str, fs: fsspec.AbstractFileSystem, root: str, *, label: str,
                  timeout: float = 30.0, max_concurrency: int = 8) -> None:

@@ -25,7 +25,7 @@ import anyio
 import anyio.to_thread
 
 from aggregator.globs import compile_glob, path_filter
-from aggregator.sources.base import Blob, FileInfo, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["SqlSource", "render_rows"]
 
@@ -48,10 +48,9 @@ def _reason(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     return f"{type(orig).__name__}: {text}" if text else type(orig).__name__
 
 
-class SqlSource:
+class SqlSource(Source):
     """One database; `tables` (names or globs) limits what is listed and readable."""
 
-    url_paths = False
 
     def __init__(self, id: str, url: str, *, tables: Sequence[str] = (), sample_rows: int = 0, row_limit: int = 1000,
                  timeout: float = 30.0, max_concurrency: int = 8, checksum: str | None = None) -> None:
@@ -119,9 +118,11 @@ class SqlSource:
             raise SourceNotFound("no such table")
         return FileInfo(path, None, None, await self._version(path))
 
-    async def data_version(self) -> str | None:
-        """What polling compares for query templates: the `checksum:` query's result."""
-        return await self._version()
+    async def version(self, path: str | None) -> str | None:
+        """For query templates (None) the `checksum:` query's result; for a table its stat's version."""
+        if path is None:
+            return await self._version()
+        return await super().version(path)
 
     async def _version(self, table: str | None = None) -> str | None:
         """The `checksum:` query's result, else (for one table) its row count: what polling compares."""
