@@ -41,14 +41,14 @@ def _report(error: ManifestError, fmt: str = "text") -> None:
 
 @asynccontextmanager
 async def _opened(path: str) -> AsyncIterator[Any]:
-    """The Aggregator for a manifest (imported lazily so `schema` stays instant), closed on the way out."""
-    from aggregator.core import Aggregator
+    """The ResourceService for a manifest (imported lazily so `schema` stays instant), closed on the way out."""
+    from aggregator.service import ResourceService
 
-    aggregator = await Aggregator.open(path)
+    service = await ResourceService.open(path)
     try:
-        yield aggregator
+        yield service
     finally:
-        await aggregator.aclose()
+        await service.aclose()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -59,7 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Start-up creates hundreds of thousands of long-lived objects (the SDK's modules, the catalog) and the cyclic
     # collector would walk them all again and again; it resumes once serving, with them frozen out of its way.
     gc.disable()
-    from aggregator.live import LiveCatalog
+    from aggregator.supervisor import Supervisor
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
     from aggregator.server import build_server, initialization_options, wire_summary
@@ -74,22 +74,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def run(sock: Any = None) -> int:
         started = time.perf_counter()
         try:
-            async with _opened(args.manifest) as aggregator:
+            async with _opened(args.manifest) as service:
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
-                                    aggregator.manifest.server.max_subscriptions)
-                live = LiveCatalog(aggregator, notifier, reload=not args.no_reload)
+                                    service.manifest.server.max_subscriptions)
+                live = Supervisor(service, notifier, reload=not args.no_reload)
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
                 metrics = Metrics(live) if args.http or access_log else None
                 # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
-                server = build_server(aggregator, notifier, metrics,
+                server = build_server(service, notifier, metrics,
                                       legacy_notifications=not (args.http and args.stateless))
-                catalog = aggregator.catalog
+                catalog = service.catalog
                 gc.freeze()
                 gc.enable()
                 transport = "HTTP on http://{}:{}/mcp".format(*_host_port(args.http)) if args.http else "stdio"
                 logger.info(
                     "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
-                    "ready in %.0f ms", aggregator.manifest.server.name, args.manifest, len(aggregator.sources),
+                    "ready in %.0f ms", service.manifest.server.name, args.manifest, len(service.sources),
                     len(catalog), len(catalog.templates), wire_summary(), transport,
                     "off" if args.no_reload else "on", (time.perf_counter() - started) * 1000,
                 )
@@ -138,13 +138,13 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
     on `sock` when given (a socket shared by workers)."""
     import uvicorn
 
-    from aggregator.http import http_app
+    from aggregator.http_app import http_app
     from aggregator.http_limits import limited_protocol, quiet_client_disconnects
 
     host, port = _host_port(args.http)
     app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
                    stateless=args.stateless)
-    limits = live.aggregator.manifest.server.http
+    limits = live.service.manifest.server.http
     quiet_client_disconnects()
     # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
     # http=: uvicorn's httptools protocol plus header/body timeouts and the connection cap (aggregator.http_limits).
@@ -180,8 +180,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         try:
-            async with _opened(args.manifest) as aggregator:
-                catalog = aggregator.catalog
+            async with _opened(args.manifest) as service:
+                catalog = service.catalog
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
@@ -207,8 +207,8 @@ def cmd_read(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         try:
-            async with _opened(args.manifest) as aggregator:
-                content = await aggregator.read(args.uri)
+            async with _opened(args.manifest) as service:
+                content = await service.read(args.uri)
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
@@ -237,15 +237,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 counts = (len(manifest.resources), len(manifest.templates), len(manifest.sources))
                 findings = check_manifest(manifest)
             else:
-                from aggregator.core import Aggregator
+                from aggregator.service import ResourceService
 
                 with quiet_stat_warnings():  # each of those becomes a located finding below
-                    aggregator = await Aggregator.open(args.manifest)
+                    service = await ResourceService.open(args.manifest)
                 try:
-                    counts = (len(aggregator.catalog), len(aggregator.catalog.templates), len(aggregator.sources))
-                    findings = check_manifest(aggregator.manifest) + await check_serving(aggregator)
+                    counts = (len(service.catalog), len(service.catalog.templates), len(service.sources))
+                    findings = check_manifest(service.manifest) + await check_serving(service)
                 finally:
-                    await aggregator.aclose()
+                    await service.aclose()
         except ManifestError as exc:
             _report(exc, args.format)
             return EXIT_INVALID

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from aggregator.catalog import TemplateEntry, expand_path
+from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import has_raw_bytes, is_hidden, is_servable
 from aggregator.sources import Source, SourceError
 
@@ -26,7 +27,6 @@ __all__ = ["Completions", "Completer", "MAX_VALUES"]
 
 MAX_VALUES = 100  # the protocol's cap on one answer
 LISTING_TTL_S = 5.0
-_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.]+)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,7 @@ def _path_regex(path: str, target: str, context: Mapping[str, str],
     and which group holds which other variable."""
     out, pos, seen = [], 0, False
     groups: dict[str, str] = {}
-    for m in _PLACEHOLDER.finditer(path):
+    for m in PLACEHOLDER.finditer(path):
         out.append(re.escape(path[pos : m.start()]))
         var = m.group(1)
         span = ".+" if var in multi else "[^/]+"

@@ -6,6 +6,9 @@ import mimetypes
 import zlib
 from dataclasses import dataclass
 
+QUERY_FORMATS = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
+"""The media type of a query template's result in each `format:` it may ask for."""
+
 __all__ = ["Content", "GzipError", "GzipTooLarge", "decode_body", "file_mime_type", "guess_mime_type", "gunzip",
            "is_text_mime", "served_name"]
 

@@ -19,7 +19,7 @@ from aggregator.manifest.model import HttpSettings
 
 __all__ = ["limited_protocol", "quiet_client_disconnects"]
 
-logger = logging.getLogger("aggregator.http")
+logger = logging.getLogger("aggregator.http_app")
 
 _TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 15\r\n"
               b"connection: close\r\n\r\nRequest Timeout")

@@ -73,8 +73,8 @@ class _LiveCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        aggregator = self.live.aggregator
-        cache = aggregator.cache
+        service = self.live.service
+        cache = service.cache
         yield _counter(CounterMetricFamily, "aggregator_cache_hits", "Reads answered from the content cache.",
                        cache.hits)
         yield _counter(CounterMetricFamily, "aggregator_cache_misses", "Reads that went to a source.", cache.misses)
@@ -83,7 +83,7 @@ class _LiveCollector:
         yield GaugeMetricFamily("aggregator_cache_entries", "Entries held by the content cache.", value=len(cache))
         errors = CounterMetricFamily("aggregator_source_errors", "Failed source calls, by source id.",
                                      labels=["source"])
-        for source, count in sorted(aggregator.source_errors.items()):
+        for source, count in sorted(service.source_errors.items()):
             errors.add_metric([source], count)
         yield errors
         reloads = CounterMetricFamily("aggregator_reloads", "Manifest reloads, by outcome.", labels=["outcome"])
@@ -91,9 +91,9 @@ class _LiveCollector:
         reloads.add_metric(["error"], self.live.reload_errors)
         yield reloads
         yield GaugeMetricFamily("aggregator_catalog_generation", "Generation of the catalog being served.",
-                                value=aggregator.catalog.generation)
+                                value=service.catalog.generation)
         yield GaugeMetricFamily("aggregator_catalog_resources", "Resources listed by the catalog.",
-                                value=len(aggregator.catalog))
+                                value=len(service.catalog))
 
 
 def _counter(family: Callable[..., Any], name: str, doc: str, value: float) -> Any:

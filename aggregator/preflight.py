@@ -14,13 +14,13 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from aggregator.catalog import collection_key
+from aggregator.compiler import collection_key
 from aggregator.errors import RequestError
 from aggregator.manifest.model import Location, Manifest, ManifestIssue, SourceSpec
 from aggregator.sources import SourceError, SourceNotFound
 
 if TYPE_CHECKING:
-    from aggregator.core import Aggregator
+    from aggregator.service import ResourceService
 
 __all__ = ["Finding", "check_manifest", "check_serving", "quiet_stat_warnings"]
 
@@ -54,21 +54,21 @@ def check_manifest(manifest: Manifest) -> list[Finding]:
             for sid, spec in manifest.sources.items() if sid not in used]
 
 
-async def check_serving(aggregator: Aggregator) -> list[Finding]:
+async def check_serving(service: ResourceService) -> list[Finding]:
     """What opening the sources shows: empty collections, unreachable sources, missing files, failing renders."""
-    manifest, catalog = aggregator.manifest, aggregator.catalog
+    manifest, catalog = service.manifest, service.catalog
     findings: list[Finding] = []
     for spec in manifest.collections:
         if not catalog.collections.get(collection_key(spec)):
             findings.append(_at(spec.where, spec.key, f"glob {spec.glob!r} matches no file in source {spec.source!r}",
                                 "warning"))
-    unreachable = await _probe_sources(aggregator, findings)
+    unreachable = await _probe_sources(service, findings)
     for rspec in manifest.resources:
         if rspec.source is None or rspec.path is None or rspec.source in unreachable:
             continue
         sspec = manifest.sources.get(rspec.source)
         try:
-            await aggregator.sources[rspec.source].stat(rspec.path)
+            await service.sources[rspec.source].stat(rspec.path)
         except SourceNotFound:
             findings.append(_at(rspec.where, rspec.key, f"file {rspec.path!r} not found in source {rspec.source!r}",
                                 _severity(sspec)))
@@ -80,17 +80,17 @@ async def check_serving(aggregator: Aggregator) -> list[Finding]:
             continue
         try:
             with _quiet("aggregator", "render %s failed", "read %s from %s failed"):
-                await aggregator.read(rspec.uri)
+                await service.read(rspec.uri)
         except RequestError as exc:
             findings.append(_at(rspec.where, rspec.key, f"render failed: {exc.reason or exc.message}", "error"))
     return findings
 
 
-async def _probe_sources(aggregator: Aggregator, findings: list[Finding]) -> set[str]:
+async def _probe_sources(service: ResourceService, findings: list[Finding]) -> set[str]:
     """Reach every source that can be probed (remote ones); the ids of those that could not be reached."""
     unreachable: set[str] = set()
-    for sid, source in aggregator.sources.items():
-        spec = aggregator.manifest.sources[sid]
+    for sid, source in service.sources.items():
+        spec = service.manifest.sources[sid]
         try:
             await source.probe()
         except SourceError as exc:

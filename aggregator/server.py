@@ -1,4 +1,4 @@
-"""MCP wiring: thin handlers that translate protocol requests into `Aggregator` calls and back.
+"""MCP wiring: thin handlers that translate protocol requests into `ResourceService` calls and back.
 
 One low-level `Server` speaks both wires. The wire in use decides error codes (not-found is -32002 on the
 legacy wire, -32602 on the modern one) and the modern wire's results carry `ttlMs`/`cacheScope`.
@@ -24,7 +24,7 @@ from aggregator.catalog import FILE_MTIME, Entry, TemplateEntry
 from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.completion import Completer
 from aggregator.content import Content
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.manifest.model import Annotations, Display, Icon
 from aggregator.auth import caller_name, caller_scopes
@@ -59,7 +59,7 @@ def to_mcp_error(exc: RequestError, modern: bool) -> MCPError:
     return MCPError(INTERNAL_ERROR, exc.message, data=data)
 
 
-async def _guarded(ctx: ServerRequestContext[Any], uri: str | None, call: Callable[[], Awaitable[R]],
+async def _run_handler(ctx: ServerRequestContext[Any], uri: str | None, call: Callable[[], Awaitable[R]],
                    metrics: Metrics | None = None) -> R:
     """Run a handler body; catalog errors become MCP errors, anything else a generic one (logged, not leaked).
     With `metrics`, the request is counted and access-logged with its outcome."""
@@ -167,7 +167,7 @@ def _ttl_ms(seconds: float) -> int:
     return max(0, int(seconds * 1000))
 
 
-def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metrics: Metrics | None = None, *,
+def build_server(service: ResourceService, notifier: Notifier | None = None, metrics: Metrics | None = None, *,
                  legacy_notifications: bool = True) -> Server[Any]:
     """A low-level MCP server answering resources/list, resources/templates/list and resources/read, and with a
     notifier, resources/subscribe and unsubscribe (legacy wire) and subscriptions/listen (modern wire).
@@ -179,7 +179,7 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metri
     """
 
     def listing(items: list[dict[str, Any]], key: str, next_cursor: str | None, private: bool) -> dict[str, Any]:
-        result = {key: items, "ttlMs": _ttl_ms(aggregator.default_ttl), "cacheScope": _cache_scope(private),
+        result = {key: items, "ttlMs": _ttl_ms(service.default_ttl), "cacheScope": _cache_scope(private),
                   **COMPLETE}
         if next_cursor is not None:
             result["nextCursor"] = next_cursor
@@ -191,11 +191,11 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metri
 
         async def body() -> dict[str, Any]:
             scopes = _scopes(ctx)
-            page = aggregator.list_page(cursor, scopes)
+            page = service.list_page(cursor, scopes)
             return listing([resource_dict(e) for e in page.items], "resources", page.next_cursor,  # type: ignore[arg-type]
-                           scopes is not None and aggregator.catalog.restricted)
+                           scopes is not None and service.catalog.restricted)
 
-        return await _guarded(ctx, None, body, metrics)
+        return await _run_handler(ctx, None, body, metrics)
 
     async def list_templates(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                              ) -> dict[str, Any]:
@@ -203,11 +203,11 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metri
 
         async def body() -> dict[str, Any]:
             scopes = _scopes(ctx)
-            page = aggregator.template_page(cursor, scopes)
+            page = service.template_page(cursor, scopes)
             return listing([template_dict(t) for t in page.items], "resourceTemplates", page.next_cursor,  # type: ignore[arg-type]
-                           scopes is not None and aggregator.catalog.restricted)
+                           scopes is not None and service.catalog.restricted)
 
-        return await _guarded(ctx, None, body, metrics)
+        return await _run_handler(ctx, None, body, metrics)
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
                             ) -> dict[str, Any]:
@@ -215,12 +215,12 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metri
 
         async def body() -> dict[str, Any]:
             scopes = _scopes(ctx)
-            content = await aggregator.read(uri, scopes)
-            private = scopes is not None and aggregator.is_restricted(uri)
-            return {"contents": [contents_dict(uri, content)], "ttlMs": _ttl_ms(aggregator.ttl_for(uri)),
+            content = await service.read(uri, scopes)
+            private = scopes is not None and service.is_restricted(uri)
+            return {"contents": [contents_dict(uri, content)], "ttlMs": _ttl_ms(service.ttl_for(uri)),
                     "cacheScope": _cache_scope(private), **COMPLETE}
 
-        return await _guarded(ctx, uri, body, metrics)
+        return await _run_handler(ctx, uri, body, metrics)
 
     completer = Completer()
 
@@ -229,18 +229,18 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metri
             found = NO_COMPLETIONS
             ref = params.ref
             if isinstance(ref, types.ResourceTemplateReference):
-                template = aggregator.template_for(ref.uri, _scopes(ctx))
+                template = service.template_for(ref.uri, _scopes(ctx))
                 if template is not None:
                     context = params.context.arguments if params.context else None
-                    found = await completer.complete(template, aggregator.sources.get(template.spec.source),
+                    found = await completer.complete(template, service.sources.get(template.spec.source),
                                                      params.argument.name, params.argument.value, context)
             # Unknown references (prompts: there are none) complete to nothing rather than fail.
             return {"completion": {"values": found.values, "total": found.total, "hasMore": found.has_more},
                     **COMPLETE}
 
-        return await _guarded(ctx, None, body, metrics)
+        return await _run_handler(ctx, None, body, metrics)
 
-    settings = aggregator.manifest.server
+    settings = service.manifest.server
     server: Server[Any] = _Server(
         settings.name,
         version=settings.version or __version__,
@@ -253,9 +253,9 @@ def build_server(aggregator: Aggregator, notifier: Notifier | None = None, metri
         legacy_notifications=legacy_notifications and notifier is not None,
     )
     if notifier is not None:
-        _add_subscriptions(server, aggregator, notifier, metrics, legacy=legacy_notifications)
+        _add_subscriptions(server, service, notifier, metrics, legacy=legacy_notifications)
     if settings.tools:
-        _add_tools(server, aggregator, metrics)
+        _add_tools(server, service, metrics)
     return server
 
 
@@ -297,7 +297,7 @@ STATELESS_SUBSCRIBE = ("resources/subscribe is not available: this server runs s
                        "subscriptions/listen on the 2026-07-28 wire, or a server without --stateless")
 
 
-def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: Notifier,
+def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: Notifier,
                        metrics: Metrics | None, *, legacy: bool = True) -> None:
     async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
         uri = str(params.uri)
@@ -307,14 +307,14 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
                 # Accepting would be a promise never kept: the session is thrown away with this request.
                 raise MCPError(types.METHOD_NOT_FOUND, STATELESS_SUBSCRIBE, data={"uri": uri})
             # Unknown or hidden URIs get the not-found error, not a silent subscription.
-            aggregator.allowed(uri, _scopes(ctx))
+            service.allowed(uri, _scopes(ctx))
             try:
-                notifier.subscribe(_connection(ctx), ctx.session, uri, _visible_to(aggregator, _scopes(ctx)))
+                notifier.subscribe(_connection(ctx), ctx.session, uri, _visible_to(service, _scopes(ctx)))
             except TooManySubscriptions as exc:
                 raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
             return types.EmptyResult()
 
-        return await _guarded(ctx, uri, body, metrics)
+        return await _run_handler(ctx, uri, body, metrics)
 
     async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         notifier.unsubscribe(_connection(ctx), str(params.uri))
@@ -322,13 +322,13 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
 
     async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
         scopes, uris = _scopes(ctx), params.notifications.resource_subscriptions or []
-        kept = [uri for uri in uris if scopes is None or _listenable(aggregator, uri, scopes)]
+        kept = [uri for uri in uris if scopes is None or _listenable(service, uri, scopes)]
         if len(kept) != len(uris):
             # Hidden URIs are dropped as silently as unknown ones are kept: a caller cannot probe for them.
             notifications = params.notifications.model_copy(update={"resource_subscriptions": kept})
             params = params.model_copy(update={"notifications": notifications})
         try:
-            return await notifier.listen(ctx, params, _visible_to(aggregator, scopes))
+            return await notifier.listen(ctx, params, _visible_to(service, scopes))
         except TooManySubscriptions as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
@@ -342,13 +342,13 @@ def _add_subscriptions(server: Server[Any], aggregator: Aggregator, notifier: No
         server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
 
 
-def _add_tools(server: Server[Any], aggregator: Aggregator, metrics: Metrics | None) -> None:
+def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics | None) -> None:
     """The tool fallback: `read_resource` and one tool per template the caller may see; results are the same
     contents `resources/read` gives, as embedded resources."""
     by_generation: dict[int, list[ToolSpec]] = {}
 
     def tools_for(scopes: frozenset[str] | None) -> list[ToolSpec]:
-        catalog = aggregator.catalog
+        catalog = service.catalog
         tools = by_generation.get(catalog.generation)
         if tools is None:
             by_generation.clear()
@@ -359,10 +359,10 @@ def _add_tools(server: Server[Any], aggregator: Aggregator, metrics: Metrics | N
                          ) -> dict[str, Any]:
         async def body() -> dict[str, Any]:
             scopes = _scopes(ctx)
-            return {"tools": [t.definition for t in tools_for(scopes)], "ttlMs": _ttl_ms(aggregator.default_ttl),
-                    "cacheScope": _cache_scope(scopes is not None and aggregator.catalog.restricted), **COMPLETE}
+            return {"tools": [t.definition for t in tools_for(scopes)], "ttlMs": _ttl_ms(service.default_ttl),
+                    "cacheScope": _cache_scope(scopes is not None and service.catalog.restricted), **COMPLETE}
 
-        return await _guarded(ctx, None, body, metrics)
+        return await _run_handler(ctx, None, body, metrics)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         scopes = _scopes(ctx)
@@ -376,13 +376,13 @@ def _add_tools(server: Server[Any], aggregator: Aggregator, metrics: Metrics | N
 
         async def body() -> dict[str, Any]:
             try:
-                content = await aggregator.read(uri, scopes)
+                content = await service.read(uri, scopes)
             except RequestError as exc:
                 return _tool_error(exc.message)
             return {"content": [{"type": "resource", "resource": contents_dict(uri, content)}], "isError": False,
                     **COMPLETE}
 
-        return await _guarded(ctx, uri, body, metrics)
+        return await _run_handler(ctx, uri, body, metrics)
 
     server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)  # type: ignore[arg-type]
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
@@ -392,28 +392,28 @@ def _tool_error(message: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": message}], "isError": True, **COMPLETE}
 
 
-def _readable(aggregator: Aggregator, uri: str, scopes: frozenset[str]) -> bool:
+def _readable(service: ResourceService, uri: str, scopes: frozenset[str]) -> bool:
     try:
-        aggregator.allowed(uri, scopes)
+        service.allowed(uri, scopes)
     except ResourceNotFound:
         return False
     return True
 
 
-def _visible_to(aggregator: Aggregator, scopes: frozenset[str] | None) -> Callable[[str], bool] | None:
+def _visible_to(service: ResourceService, scopes: frozenset[str] | None) -> Callable[[str], bool] | None:
     """Whether a caller may hear `updated` for a URI, asked when it is sent: a reload may have added `access` to
     it, or it may have appeared hidden. None for a trusted (stdio) caller, who hears everything."""
     if scopes is None:
         return None
-    return lambda uri: _readable(aggregator, uri, scopes)
+    return lambda uri: _readable(service, uri, scopes)
 
 
-def _listenable(aggregator: Aggregator, uri: str, scopes: frozenset[str]) -> bool:
+def _listenable(service: ResourceService, uri: str, scopes: frozenset[str]) -> bool:
     """Unknown URIs may be listened to (they may appear); known ones only with the scopes they need."""
-    if _readable(aggregator, uri, scopes):
+    if _readable(service, uri, scopes):
         return True
     try:
-        aggregator.catalog.resolve(uri)
+        service.catalog.resolve(uri)
     except ResourceNotFound:
         return True
     return False

@@ -108,11 +108,11 @@ def reads_are_unavailable(manifest: Path, uris: list[str]) -> None:
     (what the operator is told goes to the log, which the caller checks)."""
     import anyio
 
-    from aggregator.core import Aggregator
+    from aggregator.service import ResourceService
     from aggregator.errors import ResourceUnavailable
 
     async def main() -> None:
-        agg = await Aggregator.open(manifest)
+        agg = await ResourceService.open(manifest)
         try:
             for uri in uris:
                 with pytest.raises(ResourceUnavailable) as err:

@@ -7,7 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aggregator.catalog import Catalog, Entry, compile_catalog
+from aggregator.catalog import Catalog, Entry
+from aggregator.compiler import compile_catalog
 from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import (
     Annotations,

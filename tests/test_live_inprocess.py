@@ -18,8 +18,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
-from aggregator.core import Aggregator
-from aggregator.live import LiveCatalog
+from aggregator.service import ResourceService
+from aggregator.supervisor import Supervisor
 from aggregator.notify import Notifier
 from aggregator.server import build_server
 from tests.conftest import write_manifest
@@ -28,20 +28,20 @@ from tests.test_live import BASE, save
 
 
 @asynccontextmanager
-async def running(manifest: Path, max_subscriptions: int = 1000) -> AsyncIterator[tuple[Any, LiveCatalog]]:
-    """An Aggregator with its LiveCatalog watching, and the MCP server for in-process clients."""
-    aggregator = await Aggregator.open(manifest)
+async def running(manifest: Path, max_subscriptions: int = 1000) -> AsyncIterator[tuple[Any, Supervisor]]:
+    """An ResourceService with its Supervisor watching, and the MCP server for in-process clients."""
+    service = await ResourceService.open(manifest)
     notifier = Notifier(max_subscriptions=max_subscriptions)
-    live = LiveCatalog(aggregator, notifier)
+    live = Supervisor(service, notifier)
     async with anyio.create_task_group() as tg:
         tg.start_soon(live.run)
         await anyio.sleep(0.2)  # watchers up
         try:
-            yield build_server(aggregator, notifier), live
+            yield build_server(service, notifier), live
         finally:
             live.stop()
             tg.cancel_scope.cancel()
-    await aggregator.aclose()
+    await service.aclose()
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_configmap_symlink_swap_reloads(tmp_path: Path) -> None:
             os.symlink("..2026_02", mount / "..data_tmp")
             os.replace(mount / "..data_tmp", mount / "..data")
             with anyio.fail_after(5):
-                while live.aggregator.catalog.get("note://cm") is None:
+                while live.service.catalog.get("note://cm") is None:
                     await anyio.sleep(0.02)
             assert live.reloads == 1
 
@@ -150,7 +150,7 @@ def test_soak_200_saves_bounded_notifications_no_leaks(docs: Path) -> None:
                     save(docs, BASE + f'resources:\n  - {{uri: "note://n{i % 7}", name: n, text: "{i}"}}\n')
                     await anyio.sleep(0.002)
                 with anyio.fail_after(10):  # the saves settle, then one reload serves the last
-                    while live.aggregator.catalog.get("note://n3") is None:
+                    while live.service.catalog.get("note://n3") is None:
                         await anyio.sleep(0.05)
                 await anyio.sleep(0.5)
                 gc.collect()
@@ -187,7 +187,7 @@ def test_reload_reuses_remote_listing_within_its_ttl(tmp_path: Path) -> None:
 
     async def main() -> None:
         manifest = write_manifest(tmp_path, text % ("1h", "one"))
-        agg = await Aggregator.open(manifest)
+        agg = await ResourceService.open(manifest)
         fs.pipe({"/ttl-test/b.md": b"b"})
         write_manifest(tmp_path, text % ("1h", "two"))
         await agg.reload()
@@ -224,10 +224,10 @@ def test_settings_fixed_at_start_are_named_on_reload(docs: Path, caplog: pytest.
             save(docs, BASE.replace("server: {name: live}", "server: {name: live, tools: true}") +
                  'resources:\n  - {uri: "note://n", name: n, text: "n"}\n')
             with anyio.fail_after(5):
-                while live.aggregator.catalog.get("note://n") is None:
+                while live.service.catalog.get("note://n") is None:
                     await anyio.sleep(0.02)
 
-    with caplog.at_level("WARNING", logger="aggregator.live"):
+    with caplog.at_level("WARNING", logger="aggregator.supervisor"):
         anyio.run(main)
     assert "server.tools changed: it applies when the server restarts" in caplog.text
 
@@ -299,14 +299,14 @@ def test_reload_waits_until_the_manifest_settles(docs: Path) -> None:
 
     async def main() -> None:
         async with running(docs) as (server, live):
-            assert live.aggregator.manifest.server.reload_settle == 1.0
+            assert live.service.manifest.server.reload_settle == 1.0
             for _ in _write_in_place(docs, [new[i:i + step] for i in range(0, len(new), step)]):
                 await anyio.sleep(0.1)
             with anyio.fail_after(10):
-                while live.aggregator.catalog.get("note://n") is None:
+                while live.service.catalog.get("note://n") is None:
                     await anyio.sleep(0.02)
             assert (live.reloads, live.reload_errors, live.suspicious_reloads) == (1, 0, 0)
-            assert live.aggregator.catalog.get("docs://a.md") is not None
+            assert live.service.catalog.get("docs://a.md") is not None
 
     anyio.run(main)
 
@@ -328,7 +328,7 @@ def test_suspicious_reload_waits_and_the_rest_of_the_save_wins(docs: Path, caplo
             async def watch_catalog() -> None:
                 nonlocal missing
                 while not done.is_set():
-                    missing += live.aggregator.catalog.get("docs://a.md") is None
+                    missing += live.service.catalog.get("docs://a.md") is None
                     await anyio.sleep(0.005)
 
             async with anyio.create_task_group() as tg:
@@ -340,12 +340,12 @@ def test_suspicious_reload_waits_and_the_rest_of_the_save_wins(docs: Path, caplo
                         await anyio.sleep(0.01)
                 next(writer, None)
                 with anyio.fail_after(5):
-                    while live.aggregator.catalog.get("note://n") is None:
+                    while live.service.catalog.get("note://n") is None:
                         await anyio.sleep(0.02)
                 done.set()
             assert (live.reloads, live.reload_errors, live.suspicious_reloads) == (1, 0, 1)
 
-    with caplog.at_level("INFO", logger="aggregator.live"):
+    with caplog.at_level("INFO", logger="aggregator.supervisor"):
         anyio.run(main)
     assert missing == 0
     assert "would remove every resource of source(s) 'docs'" in caplog.text
@@ -368,7 +368,7 @@ def test_deliberate_emptying_applies_after_one_more_window(docs: Path, caplog: p
                     with anyio.fail_after(5):
                         while live.suspicious_reloads == 0:
                             await anyio.sleep(0.01)
-                    assert live.aggregator.catalog.get("docs://a.md") is not None  # held back
+                    assert live.service.catalog.get("docs://a.md") is not None  # held back
                     with anyio.fail_after(5):
                         await sub.__anext__()  # list_changed once applied
                     assert [r.uri for r in (await client.list_resources()).resources] == ["note://only"]
@@ -380,7 +380,7 @@ def test_deliberate_emptying_applies_after_one_more_window(docs: Path, caplog: p
                     assert (await client.list_resources()).resources == []
                     assert (live.reloads, live.suspicious_reloads) == (2, 2)
 
-    with caplog.at_level("WARNING", logger="aggregator.live"):
+    with caplog.at_level("WARNING", logger="aggregator.supervisor"):
         anyio.run(main)
     assert "would remove every resource of source(s) 'docs'" in caplog.text
     assert "would remove every resource of the catalog" in caplog.text
@@ -418,7 +418,7 @@ def test_a_fifo_put_where_the_manifest_was_is_never_waited_on(docs: Path) -> Non
                 tmp.write_text(BASE + 'resources:\n  - {uri: "note://back", name: back, text: back}\n')
                 os.replace(tmp, docs)
                 with anyio.fail_after(10):
-                    while live.aggregator.catalog.get("note://back") is None:
+                    while live.service.catalog.get("note://back") is None:
                         await anyio.sleep(0.05)
 
     anyio.run(main)

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ManifestError
 from tests.conftest import MODES, connect, write_manifest
@@ -62,7 +62,7 @@ def test_include_with_namespaces(teams: Path) -> None:
         """)
 
     async def main() -> None:
-        aggregator = await Aggregator.open(root)
+        aggregator = await ResourceService.open(root)
         try:
             uris = [e.uri for e in aggregator.catalog.entries]
             assert uris == ["note://hello", "team-a+docs://guide.md", "team-b+docs://guide.md"]
@@ -354,7 +354,7 @@ def test_renders_in_a_namespaced_include_read_their_own_uris(teams: Path) -> Non
         """)
 
     async def main() -> None:
-        aggregator = await Aggregator.open(root)
+        aggregator = await ResourceService.open(root)
         try:
             text = (await aggregator.read("team-a+digest://all")).text
             assert text == "team-a+docs://guide.md: # Team a guide\n# Team a guide\n"
@@ -372,7 +372,7 @@ def test_nested_namespaces_reach_the_inner_manifests_resources(teams: Path) -> N
     root = write_manifest(teams, "version: 1\nserver: {name: top}\ninclude: [{path: mid.yaml, namespace: m}]\n")
 
     async def main() -> None:
-        aggregator = await Aggregator.open(root)
+        aggregator = await ResourceService.open(root)
         try:
             assert (await aggregator.read("m+a+d://x")).text == "# Team a guide\n"
         finally:

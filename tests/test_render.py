@@ -14,7 +14,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import (ResourceNotFound, ResourceOverBudget, ResourceRenderFailed, ResourceTooLarge,
                                ResourceUnavailable)
 from tests.conftest import MODES, connect, write_manifest
@@ -106,7 +106,7 @@ def test_rendered_reads_through_the_client(rendered: Path, mode: str) -> None:
 
 def test_uri_values_are_data_never_source(rendered: Path) -> None:
     async def main() -> None:
-        aggregator = await Aggregator.open(rendered)
+        aggregator = await ResourceService.open(rendered)
         try:
             text = (await aggregator.read("echo://%7B%7B7*7%7D%7D%7B%25%20if%20true%20%25%7D")).text
             assert text == "{{7*7}}{% if true %}|{{7*7}}{% if true %}"
@@ -118,7 +118,7 @@ def test_uri_values_are_data_never_source(rendered: Path) -> None:
 
 def test_render_failures_are_clean_errors(rendered: Path) -> None:
     async def main() -> None:
-        aggregator = await Aggregator.open(rendered)
+        aggregator = await ResourceService.open(rendered)
         try:
             with pytest.raises(ResourceRenderFailed):
                 await aggregator.read("loop://self")  # nesting stops; no hang, no RecursionError
@@ -134,7 +134,7 @@ def test_render_failures_are_clean_errors(rendered: Path) -> None:
 
 def test_render_respects_access_scopes(rendered: Path) -> None:
     async def main() -> None:
-        aggregator = await Aggregator.open(rendered)
+        aggregator = await ResourceService.open(rendered)
         try:
             assert (await aggregator.read("secrets://digest", frozenset({"vault"}))).text == "VAULT SECRET"
             # Without the scope the vault's files are invisible to the template too.
@@ -386,7 +386,7 @@ def test_nested_renders_share_the_budget_and_never_wait_on_each_other(tmp_path: 
         """)
 
     async def main() -> None:
-        aggregator = await Aggregator.open(manifest)
+        aggregator = await ResourceService.open(manifest)
         try:
             assert aggregator.manifest.render.max_iterations == 25
             results: list[str] = []
@@ -430,7 +430,7 @@ def test_render_settings_come_from_the_root_manifest_only(tmp_path: Path) -> Non
     assert load_manifest(tmp_path / "team.yaml").render == RenderSettings(timeout=0.001, max_iterations=1)
 
     async def main() -> None:
-        aggregator = await Aggregator.open(root)
+        aggregator = await ResourceService.open(root)
         try:
             assert (await aggregator.read("team://x")).text == "012"
         finally:
@@ -496,7 +496,7 @@ def test_a_render_failure_logs_its_cause(tmp_path: Path, caplog: pytest.LogCaptu
         """)
 
     async def main() -> None:
-        aggregator = await Aggregator.open(manifest)
+        aggregator = await ResourceService.open(manifest)
         try:
             with pytest.raises(ResourceRenderFailed) as failed:
                 await aggregator.read("digest://typo")

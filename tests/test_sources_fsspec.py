@@ -8,7 +8,7 @@ import anyio
 import fsspec
 import pytest
 
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceTooLarge
 from aggregator.manifest import ManifestError
 from tests.conftest import write_manifest
@@ -36,7 +36,7 @@ def test_memory_protocol_lists_reads_and_confines(tmp_path: Path, memfs: fsspec.
         """)
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         assert [e.uri for e in agg.catalog.entries] == ["mem://a.md", "mem://big.bin", "mem://sub/b.txt"]
         assert (await agg.read("mem://sub/b.txt")).text == "bee"
         assert (await agg.read("mem://by-path/a.md")).text == "# A\n"
@@ -57,6 +57,6 @@ def test_unknown_protocol_is_a_located_error(tmp_path: Path) -> None:
           odd: {url: "nosuchproto://bucket/x"}
         """)
     with pytest.raises(ManifestError) as err:
-        anyio.run(Aggregator.open, path)
+        anyio.run(ResourceService.open, path)
     issue = err.value.issues[0]
     assert issue.key == "sources.odd.url" and issue.line == 4 and "nosuchproto" in issue.message

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound
 from aggregator.manifest import ManifestError
 from tests.conftest import MODES, connect, write_manifest
@@ -77,13 +77,13 @@ def test_tree_at_branch_and_tag(repo: Path, mode: str) -> None:
 
 def test_refs_starting_with_a_dash_are_refused(repo: Path) -> None:
     with pytest.raises(ManifestError) as err:
-        anyio.run(Aggregator.open, manifest(repo.parent, "--upload-pack=evil"))
+        anyio.run(ResourceService.open, manifest(repo.parent, "--upload-pack=evil"))
     assert "sources.repo.ref" in str(err.value)
 
 
 def test_unknown_ref_is_a_located_error(repo: Path) -> None:
     with pytest.raises(ManifestError) as err:
-        anyio.run(Aggregator.open, manifest(repo.parent, "no-such-branch"))
+        anyio.run(ResourceService.open, manifest(repo.parent, "no-such-branch"))
     assert "sources.repo.url" in str(err.value) and "no-such-branch" in str(err.value)
 
 
@@ -118,7 +118,7 @@ def test_remote_url_is_cloned_into_the_cache(repo: Path, tmp_path: Path, monkeyp
             """, name="remote.yaml")
 
         async def main() -> None:
-            agg = await Aggregator.open(path)
+            agg = await ResourceService.open(path)
             assert (await agg.read("git://docs/guide.md")).text == "# Guide v1\n"
             with pytest.raises(ResourceNotFound):
                 await agg.read("git://docs/new.md")  # not in v1

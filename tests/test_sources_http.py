@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
 from aggregator.manifest import ManifestError
 from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
@@ -86,7 +86,7 @@ HOSTILE = ["api://raw/..%2f..%2fsecret", "api://raw/../secret", "api://raw/%2f%2
 def test_hostile_variables_never_leave_the_base(tmp_path: Path, upstream: Upstream) -> None:
 
     async def main() -> None:
-        agg = await Aggregator.open(manifest(tmp_path, upstream))
+        agg = await ResourceService.open(manifest(tmp_path, upstream))
         for uri in HOSTILE:
             try:
                 await agg.read(uri)
@@ -114,7 +114,7 @@ def test_private_addresses_refused_in_every_spelling(tmp_path: Path, upstream: U
         """)
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         with pytest.raises(ResourceUnavailable):
             await agg.read("api://a")
         await agg.aclose()
@@ -158,7 +158,7 @@ def test_a_refused_ip_literal_is_a_located_error(tmp_path: Path, upstream: Upstr
     assert f"{path}:4:3: sources.api.url: refused: " in output and LITERALS[host] in output, output
     assert "allowPrivateNetwork" in output
     with pytest.raises(ManifestError):
-        anyio.run(Aggregator.open, path)
+        anyio.run(ResourceService.open, path)
     assert sum(upstream.hits.values()) == 0
 
 
@@ -192,7 +192,7 @@ def test_a_listed_network_does_not_open_the_others(tmp_path: Path, upstream: Ups
           api: {{url: "http://[::ffff:127.0.0.1]:{upstream.port}/base", allowPrivateNetwork: ["10.0.0.0/8"]}}
         """)
     with pytest.raises(ManifestError) as err:
-        anyio.run(Aggregator.open, path)
+        anyio.run(ResourceService.open, path)
     assert "sources.api.url" in str(err.value) and "127.0.0.1 (loopback)" in str(err.value)
     assert sum(upstream.hits.values()) == 0
 
@@ -215,7 +215,7 @@ def test_every_redirect_hop_is_checked(tmp_path: Path, upstream: Upstream, targe
         """)
 
     async def hop() -> None:
-        agg2 = await Aggregator.open(path)
+        agg2 = await ResourceService.open(path)
         with pytest.raises(ResourceUnavailable):
             await agg2.read("api://hop")
         await agg2.aclose()
@@ -239,7 +239,7 @@ def test_redirect_within_allowed_network_is_followed(tmp_path: Path, upstream: U
         """)
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         assert json.loads((await agg.read("api://hop")).text) == {"ok": True}
         await agg.aclose()
 
@@ -249,7 +249,7 @@ def test_redirect_within_allowed_network_is_followed(tmp_path: Path, upstream: U
 def test_limits_timeout_size_bomb_and_failures(tmp_path: Path, upstream: Upstream, caplog: pytest.LogCaptureFixture) -> None:
 
     async def main() -> None:
-        agg = await Aggregator.open(manifest(tmp_path, upstream))
+        agg = await ResourceService.open(manifest(tmp_path, upstream))
         started = time.monotonic()
         with pytest.raises(ResourceUnavailable):
             await agg.read("api://raw/slow")
@@ -273,7 +273,7 @@ def test_limits_timeout_size_bomb_and_failures(tmp_path: Path, upstream: Upstrea
 def test_single_flight_revalidation_and_stale_if_error(tmp_path: Path, upstream: Upstream) -> None:
 
     async def main() -> None:
-        agg = await Aggregator.open(manifest(tmp_path, upstream))
+        agg = await ResourceService.open(manifest(tmp_path, upstream))
         results: list[str] = []
 
         async def read() -> None:
@@ -307,7 +307,7 @@ def test_collection_over_http_is_a_located_error(tmp_path: Path, upstream: Upstr
 
     path = manifest(tmp_path, upstream, extra='collections:\n          - {source: api, glob: "*.md", uri: "api://{path}"}')
     with pytest.raises(ManifestError) as err:
-        anyio.run(Aggregator.open, path)
+        anyio.run(ResourceService.open, path)
     assert "cannot be listed" in str(err.value) and "collections[0]" in str(err.value)
 
 

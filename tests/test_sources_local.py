@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.shared.exceptions import MCPError
 
-from aggregator.catalog import compile_catalog
-from aggregator.core import Aggregator
+from aggregator.compiler import compile_catalog
+from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from aggregator.manifest import load_manifest
 from aggregator.paths import UnsafePath, safe_relpath
@@ -212,7 +212,7 @@ def test_a_timed_out_read_is_unavailable_naming_the_uri(tmp_path: Path) -> None:
 
     async def main() -> None:
         sources = {"hung": HungSource(str(root), fifo, timeout=0.3, max_concurrency=1)}
-        aggregator = Aggregator(manifest, sources, await compile_catalog(manifest, sources))
+        aggregator = ResourceService(manifest, sources, await compile_catalog(manifest, sources))
         with pytest.raises(ResourceUnavailable) as err:
             await aggregator.read("h://a")
         assert err.value.uri == "h://a" and "h://a" in err.value.message
@@ -258,7 +258,7 @@ def test_any_file_name_round_trips_or_is_never_listed(names: list[bytes]) -> Non
 
         async def main() -> None:
             sources = {"r": LocalSource("r", str(root))}
-            aggregator = Aggregator(manifest, sources, await compile_catalog(manifest, sources))
+            aggregator = ResourceService(manifest, sources, await compile_catalog(manifest, sources))
             listed = {entry.uri: entry for entry in aggregator.catalog.entries}
             for i, name in enumerate(names):
                 rel = os.fsdecode(name)

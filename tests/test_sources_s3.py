@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from tests.conftest import MODES, connect, write_manifest
 
@@ -107,7 +107,7 @@ def test_s3_collection_templates_and_hostile_keys(tmp_path: Path, s3: str, mode:
 
 def test_s3_single_flight_and_cache(tmp_path: Path, s3: str) -> None:
     async def main() -> None:
-        agg = await Aggregator.open(manifest(tmp_path, s3))
+        agg = await ResourceService.open(manifest(tmp_path, s3))
         texts: list[str] = []
 
         async def read() -> None:
@@ -137,7 +137,7 @@ def test_s3_bad_credentials_give_a_generic_error(tmp_path: Path, s3: str, caplog
         """, name="gone.yaml")
 
     async def main() -> None:
-        agg = await Aggregator.open(path_file)
+        agg = await ResourceService.open(path_file)
         with pytest.raises((ResourceNotFound, ResourceUnavailable)) as err:
             await agg.read("gone://a.md")
         assert "wrong-secret-value" not in err.value.message
@@ -234,7 +234,7 @@ def test_an_unchanged_object_is_revalidated_not_downloaded(tmp_path: Path, own_s
     own_s3.client.put_object(Bucket="revalidate", Key="latest/a.md", Body=b"# same\n")
 
     async def main() -> None:
-        agg = await Aggregator.open(refresh_manifest(tmp_path, own_s3.endpoint, "revalidate"))
+        agg = await ResourceService.open(refresh_manifest(tmp_path, own_s3.endpoint, "revalidate"))
         assert (await agg.read("reports://a.md")).text == "# same\n"
         await anyio.sleep(TTL_PASSED)
         assert (await agg.read("reports://a.md")).text == "# same\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
 
@@ -94,7 +94,7 @@ def test_schemas_queries_formats_injection_and_read_only(db_url: str, tmp_path: 
     path.write_text(path.read_text().replace("{slow}", SLOW[dialect]))
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         uris = [e.uri for e in agg.catalog.entries]
         assert uris == ["db://crm/customer_totals/schema", "db://crm/customers/schema", "db://crm/orders/schema"]
         assert agg.catalog.get("db://crm/orders/schema").mime_type == "application/json"
@@ -154,7 +154,7 @@ def test_errors_hide_sql_and_credentials(tmp_path: Path, caplog: pytest.LogCaptu
         """)
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         with pytest.raises(ResourceUnavailable) as err:
             await agg.read("db://x/1")
         assert "hunter2" not in err.value.message and "secret_column" not in err.value.message
@@ -187,7 +187,7 @@ def test_checksum_poll_sends_updated_and_new_tables_change_the_listing(tmp_path:
     from mcp import Client
     from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
-    from aggregator.live import LiveCatalog
+    from aggregator.supervisor import Supervisor
     from aggregator.notify import Notifier
     from aggregator.server import build_server
 
@@ -204,9 +204,9 @@ def test_checksum_poll_sends_updated_and_new_tables_change_the_listing(tmp_path:
         """)
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         notifier = Notifier()
-        live = LiveCatalog(agg, notifier)
+        live = Supervisor(agg, notifier)
         async with anyio.create_task_group() as tg:
             tg.start_soon(live.run)
             async with Client(build_server(agg, notifier), mode="auto", cache=None) as client:
@@ -257,7 +257,7 @@ def aggregator_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProce
 
 
 def test_a_missing_sqlite_file_is_a_located_error_and_is_never_created(tmp_path: Path) -> None:
-    from aggregator.core import open_sources
+    from aggregator.service import open_sources
     from aggregator.manifest import ManifestError, load_manifest
 
     path = missing_db_manifest(tmp_path)
@@ -309,7 +309,7 @@ def test_sqlite_cannot_be_written_even_with_query_only_turned_off(tmp_path: Path
         """, name="ro.yaml")
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         for uri in ["db://crm/unlock", "db://crm/create", "db://crm/unlock", "db://crm/insert"]:
             try:
                 await agg.read(uri)
@@ -367,7 +367,7 @@ def test_in_memory_sqlite_still_opens(tmp_path: Path) -> None:
         """)
 
     async def main() -> None:
-        agg = await Aggregator.open(path)
+        agg = await ResourceService.open(path)
         assert json.loads((await agg.read("db://mem/41")).text)["rows"] == [{"next": 42}]
         await agg.aclose()
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aggregator.catalog import Target
-from aggregator.core import Aggregator
+from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound
 from tests.conftest import write_manifest
 
@@ -67,7 +67,7 @@ PIECES = ["/", "//", "..", ".", "%2e%2e", "%2F", "%00", "%", "%zz", "%C3%A9", "%
 
 
 @pytest.fixture(scope="module")
-def aggregator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aggregator]:
+def aggregator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ResourceService]:
     folder = tmp_path_factory.mktemp("uri-fuzz")
     docs = folder / "docs"
     (docs / "guides").mkdir(parents=True)
@@ -78,7 +78,7 @@ def aggregator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aggregator]
     with sqlite3.connect(folder / "db.sqlite") as db:
         db.execute("create table people (id integer primary key, name text)")
         db.execute("insert into people values (1, 'ada')")
-    opened = anyio.run(Aggregator.open, write_manifest(folder, MANIFEST))
+    opened = anyio.run(ResourceService.open, write_manifest(folder, MANIFEST))
     yield opened
     anyio.run(opened.aclose)
 
@@ -94,7 +94,7 @@ URIS = st.one_of(
 SCOPES = st.one_of(st.none(), st.frozensets(st.sampled_from(["docs", "web", "other"])))
 
 
-def _resolved(uri: str, aggregator: Aggregator, scopes: frozenset[str] | None) -> None:
+def _resolved(uri: str, aggregator: ResourceService, scopes: frozenset[str] | None) -> None:
     start = time.monotonic()
     for resolve in (aggregator.catalog.resolve, lambda u: aggregator.allowed(u, scopes)):
         try:
@@ -110,12 +110,12 @@ def _resolved(uri: str, aggregator: Aggregator, scopes: frozenset[str] | None) -
 
 @FUZZ
 @given(uri=URIS, scopes=SCOPES)
-def test_resolve_only_raises_resource_not_found(aggregator: Aggregator, uri: str,
+def test_resolve_only_raises_resource_not_found(aggregator: ResourceService, uri: str,
                                                 scopes: frozenset[str] | None) -> None:
     _resolved(uri, aggregator, scopes)
 
 
-def test_the_fuzzed_catalog_serves_every_kind(aggregator: Aggregator) -> None:
+def test_the_fuzzed_catalog_serves_every_kind(aggregator: ResourceService) -> None:
     """The catalog under fuzz is the one described: each kind of entry resolves (the fuzzer is not all misses)."""
     resolve = aggregator.catalog.resolve
     assert resolve("docs://guides/page01.md").path == "guides/page01.md"
@@ -131,7 +131,7 @@ def test_the_fuzzed_catalog_serves_every_kind(aggregator: Aggregator) -> None:
     assert isinstance(Path(aggregator.manifest.path), Path)
 
 
-def test_a_lone_surrogate_is_not_found(aggregator: Aggregator) -> None:
+def test_a_lone_surrogate_is_not_found(aggregator: ResourceService) -> None:
     """JSON may carry "\\udcff": such a URI names nothing (RE2 raised UnicodeEncodeError on it)."""
     for uri in ("file://docs/\udcff", "web://\ud800?q=1", "r://hello/\udfff"):
         with pytest.raises(ResourceNotFound):

@@ -12,14 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from aggregator.manifest.model import ManifestIssue
+from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
 from aggregator.manifest.source_urls import source_protocol
 from aggregator.manifest.yaml_marks import KeyPath, Marked
 
-__all__ = ["COLLECTION_PLACEHOLDERS", "check_references"]
+__all__ = ["check_references"]
 
-COLLECTION_PLACEHOLDERS = ("path", "name", "stem", "ext")
-"""{path}: path inside the source; {name}: file name; {stem}: name without extension; {ext}: extension, no dot."""
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _SQL_PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
@@ -98,17 +96,17 @@ class _Checker:
                                    "source, relative to the source's root")
 
     def collection_patterns(self, path: KeyPath, entry: dict[str, Any]) -> Iterator[ManifestIssue]:
-        allowed = ", ".join(f"{{{p}}}" for p in COLLECTION_PLACEHOLDERS)
+        allowed = ", ".join(f"{{{p}}}" for p in FILE_PLACEHOLDERS)
         for key in ("uri", "name", "title"):
             pattern = entry.get(key)
             if not isinstance(pattern, str):
                 continue
-            for placeholder in dict.fromkeys(_PLACEHOLDER.findall(pattern)):
-                if placeholder not in COLLECTION_PLACEHOLDERS:
+            for placeholder in dict.fromkeys(PLACEHOLDER.findall(pattern)):
+                if placeholder not in FILE_PLACEHOLDERS:
                     yield self.issue(path + (key,), f"unknown placeholder {{{placeholder}}}; a collection "
                                                     f"pattern may use {allowed}")
         uri = entry.get("uri")
-        if isinstance(uri, str) and not {"path", "name", "stem"} & set(_PLACEHOLDER.findall(uri)):
+        if isinstance(uri, str) and not {"path", "name", "stem"} & set(PLACEHOLDER.findall(uri)):
             yield self.issue(path + ("uri",), "the uri pattern must use {path} (or {name} or {stem}) so that "
                                               "every file gets a URI of its own")
 
@@ -118,7 +116,7 @@ class _Checker:
             return  # no template to compare with: the schema has reported why
         known = ", ".join(variables) or "none"
         target = entry.get("path")
-        for placeholder in dict.fromkeys(_PLACEHOLDER.findall(target if isinstance(target, str) else "")):
+        for placeholder in dict.fromkeys(PLACEHOLDER.findall(target if isinstance(target, str) else "")):
             if placeholder not in variables:
                 hint = (f"; write {{{placeholder[1:]}}}: the operator belongs in the uriTemplate"
                         if placeholder[:1] in "+#./;?&" and placeholder[1:] in variables else "")

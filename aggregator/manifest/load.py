@@ -37,7 +37,7 @@ from aggregator.manifest.model import (
     TemplateSpec,
     is_url,
 )
-from aggregator.manifest.source_urls import resolve_source_url
+from aggregator.manifest.source_urls import is_remote_git, resolve_source_url
 from aggregator.manifest.units import parse_duration, parse_size
 from aggregator.manifest.validate import validate
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
@@ -136,7 +136,7 @@ def _is_local(protocol: str, url: str) -> bool:
     """Whether a source reads this machine's files: a folder, a SQLite file or a git repository on disk."""
     if protocol == "file" or url.startswith("sqlite"):
         return True
-    return protocol == "git" and not re.match(r"(https?|ssh)://|[\w.-]+@", url)
+    return protocol == "git" and not is_remote_git(url)
 
 
 def _within(key: str, keys: set[str]) -> bool:

@@ -13,10 +13,17 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-__all__ = ["SQL_SCHEMES", "resolve_source_url", "source_protocol"]
+__all__ = ["SQL_SCHEMES", "is_remote_git", "resolve_source_url", "source_protocol"]
 
 SQL_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle"})
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_REMOTE_GIT = re.compile(r"^(https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
+
+
+def is_remote_git(url: str) -> bool:
+    """Whether a git source's url (without `git+`) names a remote to clone (https, ssh, git or scp-like
+    `user@host:path`) rather than a repository on this machine."""
+    return bool(_REMOTE_GIT.match(url))
 
 
 def source_protocol(url: str) -> str:

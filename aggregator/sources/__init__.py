@@ -50,7 +50,7 @@ def _git(spec: SourceSpec) -> Source:
 
 
 def _fsspec(spec: SourceSpec) -> Source:
-    from aggregator.sources.remote import FsspecSource
+    from aggregator.sources.filesystem import FsspecSource
 
     return FsspecSource.from_url(spec.id, spec.protocol, spec.url, spec.options, timeout=spec.timeout,
                                  max_concurrency=spec.max_concurrency)

@@ -10,12 +10,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from aggregator.manifest.source_urls import is_remote_git
 from aggregator.sources.base import FileInfo, SourceError, SourceNotFound
-from aggregator.sources.remote import FsspecSource, cache_dir
+from aggregator.sources.filesystem import FsspecSource, cache_dir
 
 __all__ = ["GitSource", "open_git"]
-
-_REMOTE = re.compile(r"^(https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
 
 
 class GitSource(FsspecSource):
@@ -50,9 +49,10 @@ def open_git(id: str, url: str, ref: str | None, **limits: Any) -> GitSource:
                           "(in a checkout: pip install -e '.[git]')") from None
     if ref is not None and (ref.startswith("-") or not ref.strip()):
         raise SourceError("a git ref may not start with '-'")
-    label = url if not _REMOTE.match(url) else _redact(url)
+    remote = is_remote_git(url)
+    label = _redact(url) if remote else url
     try:
-        location = _clone_or_fetch(pygit2, url) if _REMOTE.match(url) else url
+        location = _clone_or_fetch(pygit2, url) if remote else url
         repo = pygit2.Repository(location)
         chosen = ref or repo.head.shorthand
         commit, _ = repo.resolve_refish(chosen)

@@ -24,12 +24,11 @@ from urllib.parse import quote
 import anyio
 import anyio.to_thread
 
+from aggregator.content import QUERY_FORMATS
 from aggregator.globs import compile_glob, path_filter
 from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["SqlSource", "render_rows"]
-
-FORMATS = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
 
 
 def _redact(url: str) -> str:
@@ -175,7 +174,7 @@ class SqlSource(Source):
         data = text.encode()
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
-        return Blob(data, FORMATS[fmt], None)
+        return Blob(data, QUERY_FORMATS[fmt], None)
 
     def _run(self, sql: str, params: dict[str, Any], limit: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
         import sqlalchemy

@@ -19,7 +19,8 @@ import anyio.to_thread
 from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
-from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
+from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry
+from aggregator.compiler import compile_catalog
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
 from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceRenderFailed,
                                ResourceTooLarge,
@@ -28,7 +29,7 @@ from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
 
-__all__ = ["Aggregator", "SuspiciousReload", "open_sources"]
+__all__ = ["ResourceService", "SuspiciousReload", "open_sources"]
 
 logger = logging.getLogger("aggregator")
 RENDER_INPUTS_KEPT = 4096
@@ -102,7 +103,7 @@ async def close_sources(sources: Iterable[Source]) -> None:
         await source.aclose()
 
 
-class Aggregator:
+class ResourceService:
     """Serves one manifest: listing pages, template pages and reads."""
 
     def __init__(self, manifest: Manifest, sources: Mapping[str, Source], catalog: Catalog,
@@ -119,7 +120,7 @@ class Aggregator:
         """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
 
     @classmethod
-    async def open(cls, manifest_path: str | Path) -> Aggregator:
+    async def open(cls, manifest_path: str | Path) -> ResourceService:
         """Load, validate and compile a manifest; ManifestError with every located problem."""
         manifest = load_manifest(manifest_path)
         sources = open_sources(manifest)

@@ -42,7 +42,7 @@ def health_route(live: Any) -> Route:
     """GET /healthz: the catalog generation, its size and the last reload error (if the last reload failed)."""
 
     async def healthz(request: Request) -> JSONResponse:
-        catalog = live.aggregator.catalog
+        catalog = live.service.catalog
         return JSONResponse({"status": "ok", "generation": catalog.generation, "resources": len(catalog),
                              "templates": len(catalog.templates), "reloads": live.reloads,
                              "lastReloadError": live.last_error})
@@ -53,7 +53,7 @@ def health_route(live: Any) -> Route:
 def http_app(server: Any, live: Any, metrics: Metrics, host: str, port: int, *, json_response: bool = False,
              stateless: bool = False) -> Any:
     """The ASGI app `aggregator serve --http` runs: MCP at /mcp (behind bearer auth when `server.auth` is set)."""
-    settings = live.aggregator.manifest.server
+    settings = live.service.manifest.server
     auth = settings.auth
     security = transport_security(host, port, settings.http)
     # /healthz stays open to any Host so that probes addressing a pod by its IP work; it names no source or file.
@@ -68,7 +68,7 @@ def http_app(server: Any, live: Any, metrics: Metrics, host: str, port: int, *, 
             logger.warning("server.auth.resource is not set: tokens must name %s as their audience; set it to the "
                            "URL clients use", resource)
         routes += metadata_routes(auth, resource)
-    elif live.aggregator.catalog.restricted:
+    elif live.service.catalog.restricted:
         logger.warning("entries declare access scopes but server.auth is not set: HTTP callers see none of them")
     app = server.streamable_http_app(
         streamable_http_path="/mcp", json_response=json_response, stateless_http=stateless, host=host,

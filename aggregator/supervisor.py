@@ -17,15 +17,15 @@ from pathlib import Path
 
 import anyio
 
-from aggregator.core import Aggregator, SuspiciousReload
+from aggregator.service import ResourceService, SuspiciousReload
 from aggregator.manifest.compose import open_regular_file
 from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
 from aggregator.notify import Notifier
 from aggregator.watch import Change, watch_folders, watch_manifest
 
-__all__ = ["LiveCatalog"]
+__all__ = ["Supervisor"]
 
-logger = logging.getLogger("aggregator.live")
+logger = logging.getLogger("aggregator.supervisor")
 
 FALLBACK_CHECK_SECONDS = 2.0
 SETTLE_STEP_SECONDS = 0.1
@@ -47,11 +47,11 @@ def _digest(path: Path, limit: int = DEFAULT_MAX_MANIFEST_BYTES) -> str | None:
     return digest.hexdigest()
 
 
-class LiveCatalog:
-    """Keeps an Aggregator in step with its manifest and its local folders, and notifies through a Notifier."""
+class Supervisor:
+    """Keeps an ResourceService in step with its manifest and its local folders, and notifies through a Notifier."""
 
-    def __init__(self, aggregator: Aggregator, notifier: Notifier, *, reload: bool = True) -> None:
-        self.aggregator = aggregator
+    def __init__(self, service: ResourceService, notifier: Notifier, *, reload: bool = True) -> None:
+        self.service = service
         self.notifier = notifier
         self.reload_enabled = reload
         self.reloads = 0
@@ -61,7 +61,7 @@ class LiveCatalog:
         self.last_error: str | None = None
         """Why the last reload failed, for /healthz: a count, never the messages (they name files on this host)."""
         self._last_logged_error: str | None = None
-        self._manifest_path = Path(aggregator.manifest.path)
+        self._manifest_path = Path(service.manifest.path)
         self._digest = self._files_digest()
         self._dirty = anyio.Event()
         self._sources_changed = anyio.Event()
@@ -74,7 +74,7 @@ class LiveCatalog:
             if self.reload_enabled:
                 # The manifest and every local file it includes or extends (a file added by a later reload is
                 # still seen by the periodic digest check).
-                files = {str(self._manifest_path), *(str(f) for f in self.aggregator.manifest.files)}
+                files = {str(self._manifest_path), *(str(f) for f in self.service.manifest.files)}
                 tg.start_soon(watch_manifest, sorted(files), self._manifest_touched, self._stop)
                 tg.start_soon(self._reload_loop)
             tg.start_soon(self._watch_sources)
@@ -90,11 +90,11 @@ class LiveCatalog:
 
     def _files_digest(self) -> str | None:
         """One digest over the manifest and the local files it is built from; None if the manifest is gone."""
-        limit = self.aggregator.manifest.server.max_manifest_bytes
+        limit = self.service.manifest.server.max_manifest_bytes
         own = _digest(self._manifest_path, limit)
         if own is None:
             return None
-        others = sorted(str(f) for f in self.aggregator.manifest.files if Path(f) != self._manifest_path)
+        others = sorted(str(f) for f in self.service.manifest.files if Path(f) != self._manifest_path)
         parts = [own, *(f"{f}:{_digest(Path(f), limit)}" for f in others)]
         return hashlib.sha256("".join(parts).encode()).hexdigest()
 
@@ -129,7 +129,7 @@ class LiveCatalog:
                 return await self._reload(digest, guard=True)
             except SuspiciousReload as exc:
                 self.suspicious_reloads += 1
-                settle = self.aggregator.manifest.server.reload_settle
+                settle = self.service.manifest.server.reload_settle
                 logger.warning("%s: %s; it may be half-written, so the reload waits %gs more for it to stay "
                                "unchanged", self._manifest_path, exc, settle)
             settled = await self._settled(digest)
@@ -143,7 +143,7 @@ class LiveCatalog:
     async def _settled(self, digest: str | None) -> str | None:
         """Wait until the files' digest has stayed the same for `server.reloadSettle`, counting from now with
         `digest` as the content seen; return that digest (None if the manifest is gone)."""
-        settle = self.aggregator.manifest.server.reload_settle
+        settle = self.service.manifest.server.reload_settle
         since = time.monotonic()
         while (left := since + settle - time.monotonic()) > 0:
             await anyio.sleep(min(left, SETTLE_STEP_SECONDS))
@@ -155,9 +155,9 @@ class LiveCatalog:
     async def _reload(self, digest: str, guard: bool) -> bool:
         """Reload the manifest whose files had `digest` and tell clients; SuspiciousReload passes through."""
         watch_plan = self._watch_plan()
-        files_before, server_before = self.aggregator.manifest.files, self.aggregator.manifest.server
+        files_before, server_before = self.service.manifest.files, self.service.manifest.server
         try:
-            changed, content_changed = await self.aggregator.reload(watched=self._watched, guard=guard)
+            changed, content_changed = await self.service.reload(watched=self._watched, guard=guard)
         except SuspiciousReload:
             raise
         except ManifestError as exc:
@@ -167,7 +167,7 @@ class LiveCatalog:
             if str(exc) != self._last_logged_error:
                 self._last_logged_error = str(exc)
                 logger.error("manifest reload failed; still serving generation %d:\n%s",
-                             self.aggregator.catalog.generation, exc)
+                             self.service.catalog.generation, exc)
             return False
         except Exception:
             self.reload_errors += 1
@@ -176,14 +176,14 @@ class LiveCatalog:
             return False
         # The digest taken before loading, so a save during the reload asks for one more instead of being missed;
         # a new file set has no such digest yet, and None makes the next check reload once more to take one.
-        self._digest = digest if self.aggregator.manifest.files == files_before else None
+        self._digest = digest if self.service.manifest.files == files_before else None
         self.reloads += 1
         if self.last_error is not None:
             logger.warning("%s recovered: the last reload failed (%s); this one succeeded", self._manifest_path,
                            self.last_error)
         self.last_error = None
         self._last_logged_error = None
-        server = self.aggregator.manifest.server
+        server = self.service.manifest.server
         fixed = [key for key, attr in _FIXED_AT_START if getattr(server, attr) != getattr(server_before, attr)]
         if fixed:
             logger.warning("server.%s changed: it applies when the server restarts (the reload applied everything "
@@ -191,11 +191,11 @@ class LiveCatalog:
         if self._watch_plan() != watch_plan:
             self._sources_changed.set()  # restart watchers and pollers only when what they watch changed
         logger.info("reloaded %s: generation %d, %d resources, %d templates%s", self._manifest_path,
-                    self.aggregator.catalog.generation, len(self.aggregator.catalog),
-                    len(self.aggregator.catalog.templates), "; listing changed" if changed else "")
+                    self.service.catalog.generation, len(self.service.catalog),
+                    len(self.service.catalog.templates), "; listing changed" if changed else "")
         if changed:
             await self.notifier.list_changed()
-        dependents = self.aggregator.rendered_dependents(content_changed, listing_changed=changed)
+        dependents = self.service.rendered_dependents(content_changed, listing_changed=changed)
         subscribed = (content_changed | dependents) & self.notifier.subscribed_uris()
         if subscribed:
             await self.notifier.updated(sorted(subscribed))
@@ -203,16 +203,16 @@ class LiveCatalog:
 
     def _watch_plan(self) -> tuple[object, ...]:
         """What the watchers and pollers cover: local roots (by source object) and poll intervals."""
-        sources = self.aggregator.sources
+        sources = self.service.sources
         return (tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.watch_root() is not None)),
-                tuple(sorted((sid, spec.poll) for sid, spec in self.aggregator.manifest.sources.items() if spec.poll)))
+                tuple(sorted((sid, spec.poll) for sid, spec in self.service.manifest.sources.items() if spec.poll)))
 
     # --- local folders -------------------------------------------------------------------------------
 
     async def _watch_sources(self) -> None:
         """Watch the local folders of the current manifest; start again when a reload changes them."""
         while True:
-            roots = {sid: root for sid, src in self.aggregator.sources.items() if (root := src.watch_root()) is not None}
+            roots = {sid: root for sid, src in self.service.sources.items() if (root := src.watch_root()) is not None}
             self._watched = set(roots)
             self._sources_changed = anyio.Event()
             stop = anyio.Event()
@@ -231,21 +231,21 @@ class LiveCatalog:
     async def files_changed(self, source: str, changes: set[tuple[Change, str]]) -> None:
         """Invalidate, send `updated` to subscribers, and relist collections when files came or went."""
         paths = {path for _, path in changes}
-        self.aggregator.invalidate(source, paths)
+        self.service.invalidate(source, paths)
         subscribed = self.notifier.subscribed_uris()
         if subscribed:
-            backed = self.aggregator.uris_for(source, paths, subscribed | self.aggregator.render_inputs())
-            uris = (backed | self.aggregator.rendered_dependents(backed)) & subscribed
+            backed = self.service.uris_for(source, paths, subscribed | self.service.render_inputs())
+            uris = (backed | self.service.rendered_dependents(backed)) & subscribed
             if uris:
                 await self.notifier.updated(sorted(uris))
         if any(change != Change.modified for change, _ in changes) and self._has_collection(source):
-            if await self.aggregator.refresh_listing():
+            if await self.service.refresh_listing():
                 await self.notifier.list_changed()
                 await self._renders_of_listing()
 
     async def _renders_of_listing(self) -> None:
         """The listing changed: subscribed renders that listed resources may read differently now."""
-        uris = self.aggregator.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
+        uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
         if uris:
             await self.notifier.updated(sorted(uris))
 
@@ -254,9 +254,9 @@ class LiveCatalog:
     async def _poll_sources(self) -> None:
         """Poll every remote source that sets `poll:`; start again when a reload changes them."""
         while True:
-            polled = {sid: spec.poll for sid, spec in self.aggregator.manifest.sources.items()
-                      if spec.poll and sid in self.aggregator.sources
-                      and self.aggregator.sources[sid].watch_root() is None}
+            polled = {sid: spec.poll for sid, spec in self.service.manifest.sources.items()
+                      if spec.poll and sid in self.service.sources
+                      and self.service.sources[sid].watch_root() is None}
             changed = self._sources_changed
             async with anyio.create_task_group() as tg:
                 for sid, interval in polled.items():
@@ -278,18 +278,18 @@ class LiveCatalog:
         """Compare versions of the subscribed URIs of `source` with the last poll; relist its collections."""
         subscribed = self.notifier.subscribed_uris()
         # What subscribed renders read is polled too: their `updated` follows from it.
-        versions = await self.aggregator.versions(source, subscribed | self.aggregator.render_inputs(subscribed))
+        versions = await self.service.versions(source, subscribed | self.service.render_inputs(subscribed))
         changed = [uri for uri, version in versions.items() if uri in seen and seen[uri] != version]
         seen.clear()
         seen.update(versions)
         if changed:
-            self.aggregator.invalidate_uris(changed)
-            told = {*changed, *self.aggregator.rendered_dependents(changed)} & subscribed
+            self.service.invalidate_uris(changed)
+            told = {*changed, *self.service.rendered_dependents(changed)} & subscribed
             if told:
                 await self.notifier.updated(sorted(told))
-        if self._has_collection(source) and await self.aggregator.refresh_listing():
+        if self._has_collection(source) and await self.service.refresh_listing():
             await self.notifier.list_changed()
             await self._renders_of_listing()
 
     def _has_collection(self, source: str) -> bool:
-        return any(c.source == source for c in self.aggregator.manifest.collections)
+        return any(c.source == source for c in self.service.manifest.collections)

@@ -1,0 +1,224 @@
+"""The catalog compiler: lists a manifest's collections and stats its files (I/O), then builds the `Catalog` value.
+
+URI collisions and unlistable sources come back as located manifest errors. A reload passes the collections it
+knows to be current (`reuse`), so a watched folder that did not change is not listed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import anyio
+
+from aggregator.catalog import RENDERED_TYPE, Catalog, Entry, TemplateEntry
+from aggregator.content import file_mime_type, served_name
+from aggregator.manifest.model import (CollectionSpec, Location, Manifest, ManifestError, ManifestIssue, ResourceSpec,
+                                       TemplateSpec)
+from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
+from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path
+from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
+from aggregator.templates import UriTemplate
+
+__all__ = ["collection_key", "compile_catalog"]
+
+logger = logging.getLogger("aggregator.catalog")
+
+
+async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> Entry:
+    display = spec.display
+    if spec.text is not None:
+        size = spec.size if spec.size is not None else len(spec.text.encode("utf-8"))
+        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or "text/plain", size,
+                     text=spec.text, access=spec.access)
+    if spec.render is not None:
+        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or RENDERED_TYPE, spec.size,
+                     access=spec.access, render=spec.render)
+    assert spec.source is not None and spec.path is not None
+    info: FileInfo | None = None
+    try:
+        info = await sources[spec.source].stat(spec.path)
+    except SourceNotFound:
+        logger.warning("%s: %s: file %r not found in source %r; listed without size", spec.where, spec.key,
+                       spec.path, spec.source)
+    except SourceError as exc:
+        logger.warning("%s: %s: cannot stat %r: %s", spec.where, spec.key, spec.path, exc)
+    size = spec.size if spec.size is not None else (info.size if info else None)
+    return Entry(spec.uri, spec.name, display, display.title,
+                 file_mime_type(spec.path, display.mime_type, spec.decompress), size, info.mtime if info else None,
+                 source=spec.source, path=spec.path, access=spec.access, decompress=spec.decompress)
+
+
+_URI_SAFE = re.compile(r"[A-Za-z0-9._~/-]*")
+
+
+def _uri_quote(value: str, safe: str) -> str:
+    return value if _URI_SAFE.fullmatch(value) and (safe or "/" not in value) else uri_path(value, safe)
+
+
+class _Pattern:
+    """A collection pattern over {path}, {name}, {stem} and {ext}, compiled once for all of its files."""
+
+    __slots__ = ("template", "keys")
+
+    def __init__(self, text: str) -> None:
+        keys = [k for k in PLACEHOLDER.findall(text) if k in FILE_PLACEHOLDERS]
+        # Any brace that is not a known placeholder is literal text: double it for str.format.
+        escaped = re.sub(r"\{(?:path|name|stem|ext)\}|[{}]", lambda m: m.group(0) if len(m.group(0)) > 1 else m.group(0) * 2, text)
+        self.template = escaped
+        self.keys = frozenset(keys)
+
+    def fill(self, values: Mapping[str, str]) -> str:
+        return self.template.format_map(values)
+
+
+
+
+def _file_values(path: str, keys: frozenset[str], encode: bool) -> dict[str, str]:
+    """The placeholder values of one file, percent-encoded for URIs when `encode` (only the keys needed)."""
+    name = path.rsplit("/", 1)[-1]
+    values = {"path": path, "name": name}
+    if "stem" in keys or "ext" in keys:
+        stem, dot, ext = name.rpartition(".")
+        values["stem"], values["ext"] = (stem, ext) if dot and stem else (name, "")
+    if encode:
+        return {k: _uri_quote(v, "/" if k == "path" else "") for k, v in values.items() if k in keys}
+    return values
+
+
+def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list[Entry]:
+    entries: list[Entry] = []
+    uri_pattern, name_pattern = _Pattern(spec.uri), _Pattern(spec.name)
+    title_pattern = _Pattern(spec.display.title) if spec.display.title else None
+    raw_keys = name_pattern.keys | (title_pattern.keys if title_pattern else frozenset())
+    display, fixed_mime, access, decompress = spec.display, spec.display.mime_type, spec.access, spec.decompress
+    mime_by_ext: dict[str, str | None] = {}
+    append = entries.append
+    refused: list[str] = []
+    for info in files:
+        path = info.path
+        if not is_servable(path):  # it could never be read back: listing it would promise what reads refuse
+            refused.append(path)
+            continue
+        raw = _file_values(path, raw_keys, encode=False)
+        if has_raw_bytes(path):
+            raw = {k: display_text(v) for k, v in raw.items()}
+        mime = fixed_mime or info.mime_type
+        if mime is None:
+            # file_mime_type is the one decision; its answer depends only on the last suffix of the served name.
+            named = served_name(path, decompress)
+            ext = named[named.rfind("."):] if "." in named.rsplit("/", 1)[-1] else ""
+            if ext in mime_by_ext:
+                mime = mime_by_ext[ext]
+            else:
+                mime = mime_by_ext[ext] = file_mime_type(path, None, decompress)
+        append(Entry(uri_pattern.fill(_file_values(path, uri_pattern.keys, encode=True)), name_pattern.fill(raw),
+                     display, title_pattern.fill(raw) if title_pattern else None, mime, info.size, info.mtime,
+                     spec.source, path, access=access, decompress=decompress))
+    if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
+        logger.warning("%s: %s: %d file(s) of source %r not listed: their names cannot be served (control "
+                       "characters, backslashes, encoded separators ...), e.g. %s", spec.where, spec.key, len(refused),
+                       spec.source, ", ".join(repr(p) for p in refused[:3]))
+    return entries
+
+
+_warned: dict[object, None] = {}
+
+
+def _first_warning(key: object) -> bool:
+    """True the first time `key` is seen (bounded): a relisting after every file change does not warn again."""
+    if key in _warned:
+        return False
+    if len(_warned) >= 1024:
+        _warned.pop(next(iter(_warned)))
+    _warned[key] = None
+    return True
+
+
+def collection_key(spec: CollectionSpec) -> CollectionSpec:
+    """What makes two collections list the same entries: everything but where the manifest wrote them."""
+    return replace(spec, where=_NOWHERE, key="")
+
+
+_NOWHERE = Location("", 0, 0)
+
+
+async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1,
+                          reuse: Mapping[CollectionSpec, Sequence[Entry]] | None = None,
+                          reused_at: Mapping[CollectionSpec, float] | None = None) -> Catalog:
+    """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources.
+
+    `reuse` maps collections (by `collection_key`) to entries still known to be current (their folder is
+    watched), so a reload does not list and build them again.
+    """
+    issues: list[ManifestIssue] = []
+    resource_entries: list[Entry] = [None] * len(manifest.resources)  # type: ignore[list-item]
+    built: list[Sequence[Entry]] = [()] * len(manifest.collections)
+    reuse = reuse or {}
+
+    async def build_resource(i: int, spec: ResourceSpec) -> None:
+        resource_entries[i] = await _resource_entry(spec, sources)
+
+    async def list_collection(i: int, spec: CollectionSpec) -> None:
+        known = reuse.get(collection_key(spec))
+        if known is not None:
+            built[i] = known
+            return
+        try:
+            files = await sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden)
+        except SourceError as exc:
+            issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
+            return
+        built[i] = _collection_entries(spec, files)
+
+    async with anyio.create_task_group() as tg:
+        for i, rspec in enumerate(manifest.resources):
+            tg.start_soon(build_resource, i, rspec)
+        for i, cspec in enumerate(manifest.collections):
+            tg.start_soon(list_collection, i, cspec)
+
+    owners: dict[str, tuple[str, Location]] = {}
+    entries: list[Entry] = []
+
+    def claim(uri: str, key: str, where: Location) -> bool:
+        previous = owners.get(uri)
+        if previous is not None:
+            issues.append(_issue(where, key, f"URI {uri!r} is also produced by {previous[0]} ({previous[1]})"))
+            return False
+        owners[uri] = (key, where)
+        return True
+
+    for rspec, entry in zip(manifest.resources, resource_entries, strict=True):
+        if claim(entry.uri, rspec.key, rspec.where):
+            entries.append(entry)
+    for cspec, collection_entries in zip(manifest.collections, built, strict=True):
+        for entry in collection_entries:
+            if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
+                entries.append(entry)
+
+    templates: list[TemplateEntry] = []
+    seen_templates: dict[str, TemplateSpec] = {}
+    for tspec in manifest.templates:
+        if tspec.uri_template in seen_templates:
+            first = seen_templates[tspec.uri_template]
+            issues.append(_issue(tspec.where, tspec.key,
+                                 f"uriTemplate {tspec.uri_template!r} is also declared by {first.key} ({first.where})"))
+            continue
+        seen_templates[tspec.uri_template] = tspec
+        templates.append(TemplateEntry(UriTemplate.parse(tspec.uri_template), tspec))
+
+    if issues:
+        raise ManifestError(issues)
+    catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
+                      frozenset(sid for sid, src in sources.items() if src.byte_names))
+    now = time.monotonic()
+    catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
+    catalog.listed_at = {key: (reused_at or {}).get(key, now) if key in reuse else now for key in catalog.collections}
+    return catalog
+
+
+def _issue(where: Location, key: str, message: str) -> ManifestIssue:
+    return ManifestIssue(where.file, where.line, where.col, key, message)
