@@ -320,7 +320,7 @@ class _Builder:
         text = spec.get("render")
         if text is None:
             return None
-        from aggregator.render import check_syntax  # jinja2 is imported only by manifests that render
+        from aggregator.render_sandbox import check_syntax  # jinja2 is imported only by manifests that render
 
         problem = check_syntax(text)
         if problem is not None:
