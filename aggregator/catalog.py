@@ -257,9 +257,9 @@ class Catalog:
             assert spec.source is not None  # only render templates have none
             if spec.query is not None:
                 # Values are bound as query parameters, never spliced into SQL or paths.
-                params = tuple((name, _joined(values.get(name))) for name in candidate.template.variables)
+                bound = tuple((name, _joined(values.get(name))) for name in candidate.template.variables)
                 return QueryTarget(uri, spec.display.mime_type or QUERY_FORMATS[spec.format], spec.source,
-                                   spec.query, params, spec.format, spec.access)
+                                   spec.query, bound, spec.format, spec.access)
             # A match refused for safety never falls through to a looser template.
             url_path = self._url_sources.get(spec.source, False)
             path = expand_path(candidate, values, url_path, spec.source in self._byte_sources)
