@@ -136,3 +136,44 @@ def test_read_result_ttl_comes_from_the_snapshot_that_served_it(tmp_path: Path, 
             await service.aclose()
 
     anyio.run(main)
+
+
+def test_a_render_reads_everything_from_its_own_snapshot(tmp_path: Path, upstream: Upstream) -> None:
+    """A render whose first read is slow, with a reload in between: its second read sees the manifest the render
+    started on, not the reloaded one."""
+
+    def write(note: str) -> Path:
+        return write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: snapshot-test}}
+            sources:
+              api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, timeout: 10s}}
+            resources:
+              - {{uri: "api://gated", name: gated, source: api, path: gated}}
+              - {{uri: "note://x", name: note, text: "{note}"}}
+              - {{uri: "digest://x", name: digest, render: "{{{{ read('api://gated') }}}}+{{{{ read('note://x') }}}}"}}
+            """)
+
+    path = write("old")
+
+    async def main() -> None:
+        service = await ResourceService.open(path)
+        try:
+            results: list[Any] = []
+
+            async def read() -> None:
+                results.append(await service.read("digest://x"))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                await _wait_for(lambda: upstream.hits["GET gated"] == 1)
+                write("new")
+                await service.reload()
+                upstream.gate.set()
+            (served,) = results
+            assert served.content.text == "gated body+old"
+            assert (await service.read("note://x")).content.text == "new"
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
