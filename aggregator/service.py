@@ -127,9 +127,8 @@ class ResourceService:
                  cache: ContentCache[Content] | None = None) -> None:
         self._snapshot = _snapshot(manifest, catalog, sources, {sid: catalog.generation for sid in sources})
         self._leases = Leases()
-        self._swapping = anyio.Lock()  # one reload or relisting at a time: each builds on the snapshot it replaces
-        self.cache: ContentCache[Content] = (cache if cache is not None
-                                             else ContentCache(manifest.defaults.cache_bytes))
+        self._swapping = anyio.Lock()
+        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(manifest.defaults.cache_bytes)
         self.source_errors: Counter[str] = Counter()
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
@@ -197,34 +196,37 @@ class ResourceService:
         collections over other kept sources listed less than the source's `ttl` ago (source listings are cached with
         the source's ttl). Dropped sources close once the reads still holding them are done.
         """
-        async with self._swapping:
-            old = self._snapshot
-            # Off the event loop: includes may be URLs, and a big manifest takes seconds to check. Read with the
-            # running manifest's cap: the new file's own setting is not known before it is read.
-            manifest = await anyio.to_thread.run_sync(functools.partial(
-                load_manifest, old.manifest.path, max_bytes=old.manifest.server.max_manifest_bytes),
-                abandon_on_cancel=True)  # a shutdown does not wait for a slow include
-            kept = {sid: src for sid, src in old.sources.items()
-                    if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
-            fresh = open_sources(manifest, skip=kept)
-            sources = {**kept, **fresh}
-            still, now, catalog = set(watched) & set(kept), time.monotonic(), old.catalog
-            reuse = {key: entries for key, entries in catalog.collections.items() if key.source in kept and (
-                key.source in still or now - catalog.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
-            try:
-                catalog = await compile_catalog(manifest, sources, old.generation + 1, reuse, old.catalog.listed_at)
-            except BaseException:
-                await close_sources(fresh.values())
-                raise
-            emptied = _emptied_sources(old.catalog, catalog, manifest) if guard else None
-            if emptied is not None:
-                await close_sources(fresh.values())
-                raise SuspiciousReload(emptied)
-            epochs = {**{sid: old.epochs[sid] for sid in kept}, **{sid: catalog.generation for sid in fresh}}
-            replaced = set(old.sources) - set(kept)
-            changed = self._swap(_snapshot(manifest, catalog, sources, epochs), replaced)
-            await self._leases.retire(src for sid, src in old.sources.items() if sid in replaced)
-            return changed, _content_changed(old.catalog, catalog, replaced)
+        async with self._swapping:  # one reload or relisting at a time: each builds on the snapshot it replaces
+            return await self._reload(watched, guard)
+
+    async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
+        old = self._snapshot
+        # Off the event loop: includes may be URLs, and a big manifest takes seconds to check. Read with the
+        # running manifest's cap: the new file's own setting is not known before it is read.
+        manifest = await anyio.to_thread.run_sync(functools.partial(
+            load_manifest, old.manifest.path, max_bytes=old.manifest.server.max_manifest_bytes),
+            abandon_on_cancel=True)  # a shutdown does not wait for a slow include
+        kept = {sid: src for sid, src in old.sources.items()
+                if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
+        fresh = open_sources(manifest, skip=kept)
+        sources = {**kept, **fresh}
+        still, now, before = set(watched) & set(kept), time.monotonic(), old.catalog
+        reuse = {key: entries for key, entries in before.collections.items() if key.source in kept and (
+            key.source in still or now - before.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
+        try:
+            catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at)
+        except BaseException:
+            await close_sources(fresh.values())
+            raise
+        emptied = _emptied_sources(before, catalog, manifest) if guard else None
+        if emptied is not None:
+            await close_sources(fresh.values())
+            raise SuspiciousReload(emptied)
+        epochs = {**{sid: old.epochs[sid] for sid in kept}, **{sid: catalog.generation for sid in fresh}}
+        replaced = set(old.sources) - set(kept)
+        changed = self._swap(_snapshot(manifest, catalog, sources, epochs), replaced)
+        await self._leases.retire(src for sid, src in old.sources.items() if sid in replaced)
+        return changed, _content_changed(before, catalog, replaced)
 
     async def refresh_listing(self) -> bool:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
