@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TypeVar
 
 import anyio
@@ -444,7 +445,9 @@ T = TypeVar("T")
 def _snapshot(manifest: Manifest, catalog: Catalog, sources: Mapping[str, Source],
               epochs: Mapping[str, int]) -> Snapshot:
     limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
-    return Snapshot(manifest, catalog, dict(sources), limits, dict(epochs))
+    # Read-only views: a snapshot is shared by every read that leased it.
+    return Snapshot(manifest, catalog, MappingProxyType(dict(sources)), MappingProxyType(limits),
+                    MappingProxyType(dict(epochs)))
 
 
 def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
