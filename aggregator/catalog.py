@@ -22,7 +22,8 @@ from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate
 
-__all__ = ["Catalog", "Entry", "Page", "Target", "TemplateEntry"]
+__all__ = ["Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
+           "TextTarget"]
 
 logger = logging.getLogger("aggregator.catalog")
 
@@ -81,26 +82,57 @@ class TemplateEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
-    """What a URI resolves to: a file of a source, or inline text."""
+class TextTarget:
+    """Inline text the manifest spells."""
 
     uri: str
     mime_type: str | None
-    source: str | None = None
-    path: str | None = None
-    text: str | None = None
-    mime_declared: bool = False
-    """True when the manifest names the type; otherwise it was guessed and a backend's Content-Type wins."""
-    query: str | None = None
-    """SQL sources: the template's query, run with `params` bound."""
+    text: str
+    access: frozenset[str] = frozenset()
+    """Scopes a caller needs to read it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenderTarget:
+    """A Jinja2 template producing the content, with `params` (a template URI's values) as its variables."""
+
+    uri: str
+    mime_type: str | None
+    render: Render
+    params: tuple[tuple[str, object], ...] = ()
+    access: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTarget:
+    """A SQL source's query, run with `params` bound (never spliced)."""
+
+    uri: str
+    mime_type: str | None
+    source: str
+    query: str
     params: tuple[tuple[str, str | None], ...] = ()
     format: str = "json"
     access: frozenset[str] = frozenset()
-    """Scopes a caller needs to read it."""
-    render: Render | None = None
-    """A Jinja2 template producing the content, with `params` as its variables."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileTarget:
+    """A file of a source: listed, or a template's path filled in."""
+
+    uri: str
+    mime_type: str | None
+    source: str
+    path: str
+    mime_declared: bool = False
+    """True when the manifest names the type; otherwise it was guessed and a backend's Content-Type wins."""
     decompress: bool = False
     """The read decompresses: the entry says `decompress: true` and the file's name ends in `.gz`."""
+    access: frozenset[str] = frozenset()
+
+
+Target = TextTarget | RenderTarget | QueryTarget | FileTarget
+"""What a URI resolves to: each kind of read gets exactly the fields it needs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +242,7 @@ class Catalog:
         """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
         entry = self._index.get(uri)
         if entry is not None:
-            return Target(uri, entry.mime_type, entry.source, entry.path, entry.text,
-                          entry.display.mime_type is not None, access=entry.access, render=entry.render,
-                          decompress=entry.decompress and entry.path is not None
-                          and is_gzip_name(self._file_name(entry.source, entry.path)))
+            return self._entry_target(entry)
         for candidate in self._candidates(uri):
             spec = candidate.spec
             # File paths keep undecodable bytes (surrogate escapes); values that are data stay valid Unicode.
@@ -224,25 +253,36 @@ class Catalog:
             if spec.render is not None:
                 # Values reach the template as data only.
                 params = tuple((name, _hashable(values.get(name))) for name in candidate.template.variables)
-                return Target(uri, spec.display.mime_type or RENDERED_TYPE, None, None, mime_declared=True,
-                              params=params, access=spec.access, render=spec.render)
+                return RenderTarget(uri, spec.display.mime_type or RENDERED_TYPE, spec.render, params, spec.access)
+            assert spec.source is not None  # only render templates have none
             if spec.query is not None:
                 # Values are bound as query parameters, never spliced into SQL or paths.
-                params = tuple((name, _joined(values.get(name))) for name in candidate.template.variables)
-                return Target(uri, spec.display.mime_type or QUERY_FORMATS[spec.format], spec.source, None,
-                              mime_declared=True, query=spec.query, params=params, format=spec.format,
-                              access=spec.access)
+                bound = tuple((name, _joined(values.get(name))) for name in candidate.template.variables)
+                return QueryTarget(uri, spec.display.mime_type or QUERY_FORMATS[spec.format], spec.source,
+                                   spec.query, bound, spec.format, spec.access)
             # A match refused for safety never falls through to a looser template.
-            url_path = self._url_sources.get(candidate.spec.source, False)
-            path = expand_path(candidate, values, url_path, candidate.spec.source in self._byte_sources)
+            url_path = self._url_sources.get(spec.source, False)
+            path = expand_path(candidate, values, url_path, spec.source in self._byte_sources)
             if path is None:
                 raise ResourceNotFound(uri)
-            declared = candidate.spec.display.mime_type
+            declared = spec.display.mime_type
             named = self._file_name(spec.source, path)
-            return Target(uri, file_mime_type(named, declared, spec.decompress), candidate.spec.source, path,
-                          mime_declared=declared is not None, access=spec.access,
-                          decompress=spec.decompress and is_gzip_name(named))
+            return FileTarget(uri, file_mime_type(named, declared, spec.decompress), spec.source, path,
+                              mime_declared=declared is not None, decompress=spec.decompress and is_gzip_name(named),
+                              access=spec.access)
         raise ResourceNotFound(uri)
+
+    def _entry_target(self, entry: Entry) -> Target:
+        """What a listed entry reads: its text, its render, or its file."""
+        if entry.text is not None:
+            return TextTarget(entry.uri, entry.mime_type, entry.text, entry.access)
+        if entry.render is not None:
+            return RenderTarget(entry.uri, entry.mime_type, entry.render, access=entry.access)
+        assert entry.source is not None and entry.path is not None, entry.uri
+        return FileTarget(entry.uri, entry.mime_type, entry.source, entry.path,
+                          mime_declared=entry.display.mime_type is not None,
+                          decompress=entry.decompress and is_gzip_name(self._file_name(entry.source, entry.path)),
+                          access=entry.access)
 
     def _file_name(self, source: str | None, path: str) -> str:
         """The file a source path names: only a URL path has a query to leave out (in a folder `what?#frag.md` is

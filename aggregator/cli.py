@@ -208,7 +208,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     async def run() -> int:
         try:
             async with _opened(args.manifest) as service:
-                content = await service.read(args.uri)
+                content = (await service.read(args.uri)).content
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID

@@ -20,11 +20,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator import __version__
-from aggregator.catalog import FILE_MTIME, Entry, TemplateEntry
+from aggregator.catalog import FILE_MTIME, Catalog, Entry, TemplateEntry
 from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.completion import Completer
 from aggregator.content import Content
-from aggregator.service import ResourceService
+from aggregator.service import ResourceService, ServedPage
 from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.manifest.model import Annotations, Display, Icon
 from aggregator.auth import caller_name, caller_scopes
@@ -178,11 +178,10 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
     neither subscribe nor listChanged and refuse `resources/subscribe`; the modern wire's listen is unaffected.
     """
 
-    def listing(items: list[dict[str, Any]], key: str, next_cursor: str | None, private: bool) -> dict[str, Any]:
-        result = {key: items, "ttlMs": _ttl_ms(service.default_ttl), "cacheScope": _cache_scope(private),
-                  **COMPLETE}
-        if next_cursor is not None:
-            result["nextCursor"] = next_cursor
+    def listing(items: list[dict[str, Any]], key: str, served: ServedPage) -> dict[str, Any]:
+        result = {key: items, "ttlMs": _ttl_ms(served.ttl), "cacheScope": _cache_scope(served.private), **COMPLETE}
+        if served.page.next_cursor is not None:
+            result["nextCursor"] = served.page.next_cursor
         return result
 
     async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -190,10 +189,8 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         cursor = params.cursor if params else None
 
         async def body() -> dict[str, Any]:
-            scopes = _scopes(ctx)
-            page = service.list_page(cursor, scopes)
-            return listing([resource_dict(e) for e in page.items], "resources", page.next_cursor,  # type: ignore[arg-type]
-                           scopes is not None and service.catalog.restricted)
+            served = service.list_page(cursor, _scopes(ctx))
+            return listing([resource_dict(e) for e in served.page.items], "resources", served)  # type: ignore[arg-type]
 
         return await _run_handler(ctx, None, body, metrics)
 
@@ -202,10 +199,8 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         cursor = params.cursor if params else None
 
         async def body() -> dict[str, Any]:
-            scopes = _scopes(ctx)
-            page = service.template_page(cursor, scopes)
-            return listing([template_dict(t) for t in page.items], "resourceTemplates", page.next_cursor,  # type: ignore[arg-type]
-                           scopes is not None and service.catalog.restricted)
+            served = service.template_page(cursor, _scopes(ctx))
+            return listing([template_dict(t) for t in served.page.items], "resourceTemplates", served)  # type: ignore[arg-type]
 
         return await _run_handler(ctx, None, body, metrics)
 
@@ -214,11 +209,10 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         uri = str(params.uri)
 
         async def body() -> dict[str, Any]:
-            scopes = _scopes(ctx)
-            content = await service.read(uri, scopes)
-            private = scopes is not None and service.is_restricted(uri)
-            return {"contents": [contents_dict(uri, content)], "ttlMs": _ttl_ms(service.ttl_for(uri)),
-                    "cacheScope": _cache_scope(private), **COMPLETE}
+            # ttl and cache scope come with the content, from the snapshot it was read from.
+            served = await service.read(uri, _scopes(ctx))
+            return {"contents": [contents_dict(uri, served.content)], "ttlMs": _ttl_ms(served.ttl),
+                    "cacheScope": _cache_scope(served.private), **COMPLETE}
 
         return await _run_handler(ctx, uri, body, metrics)
 
@@ -229,11 +223,13 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
             found = NO_COMPLETIONS
             ref = params.ref
             if isinstance(ref, types.ResourceTemplateReference):
-                template = service.template_for(ref.uri, _scopes(ctx))
-                if template is not None:
-                    context = params.context.arguments if params.context else None
-                    found = await completer.complete(template, service.sources.get(template.spec.source),
-                                                     params.argument.name, params.argument.value, context)
+                async with service.lease() as snapshot:  # the template and its source from one snapshot
+                    template = snapshot.template_for(ref.uri, _scopes(ctx))
+                    if template is not None:
+                        context = params.context.arguments if params.context else None
+                        source = snapshot.sources.get(template.spec.source) if template.spec.source else None
+                        found = await completer.complete(template, source, params.argument.name,
+                                                         params.argument.value, context)
             # Unknown references (prompts: there are none) complete to nothing rather than fail.
             return {"completion": {"values": found.values, "total": found.total, "hasMore": found.has_more},
                     **COMPLETE}
@@ -347,8 +343,7 @@ def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics |
     contents `resources/read` gives, as embedded resources."""
     by_generation: dict[int, list[ToolSpec]] = {}
 
-    def tools_for(scopes: frozenset[str] | None) -> list[ToolSpec]:
-        catalog = service.catalog
+    def tools_for(catalog: Catalog, scopes: frozenset[str] | None) -> list[ToolSpec]:
         tools = by_generation.get(catalog.generation)
         if tools is None:
             by_generation.clear()
@@ -358,15 +353,16 @@ def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics |
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                          ) -> dict[str, Any]:
         async def body() -> dict[str, Any]:
-            scopes = _scopes(ctx)
-            return {"tools": [t.definition for t in tools_for(scopes)], "ttlMs": _ttl_ms(service.default_ttl),
-                    "cacheScope": _cache_scope(scopes is not None and service.catalog.restricted), **COMPLETE}
+            scopes, snapshot = _scopes(ctx), service.snapshot
+            return {"tools": [t.definition for t in tools_for(snapshot.catalog, scopes)],
+                    "ttlMs": _ttl_ms(snapshot.manifest.defaults.ttl),
+                    "cacheScope": _cache_scope(snapshot.listing_private(scopes)), **COMPLETE}
 
         return await _run_handler(ctx, None, body, metrics)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         scopes = _scopes(ctx)
-        tool = next((t for t in tools_for(scopes) if t.name == params.name), None)
+        tool = next((t for t in tools_for(service.catalog, scopes) if t.name == params.name), None)
         if tool is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         try:
@@ -376,10 +372,10 @@ def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics |
 
         async def body() -> dict[str, Any]:
             try:
-                content = await service.read(uri, scopes)
+                served = await service.read(uri, scopes)
             except RequestError as exc:
                 return _tool_error(exc.message)
-            return {"content": [{"type": "resource", "resource": contents_dict(uri, content)}], "isError": False,
+            return {"content": [{"type": "resource", "resource": contents_dict(uri, served.content)}], "isError": False,
                     **COMPLETE}
 
         return await _run_handler(ctx, uri, body, metrics)

@@ -1,6 +1,7 @@
-"""The running aggregator: a manifest's sources, its current catalog and the content cache.
+"""The running aggregator: the current snapshot (manifest, catalog, sources) and the content cache.
 
-This is what protocol handlers call; it knows nothing of MCP. Reads go catalog -> cache -> source.
+This is what protocol handlers call; it knows nothing of MCP. Reads go snapshot -> catalog -> cache -> source,
+all on the one snapshot the read leased when it started.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TypeVar
 
 import anyio
@@ -19,7 +21,9 @@ import anyio.to_thread
 from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
-from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry
+from aggregator.cache_keys import FileKey, Forget, QueryKey
+from aggregator.catalog import (Catalog, Entry, FileTarget, Page, QueryTarget, RenderTarget, Target, TemplateEntry,
+                                TextTarget)
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
 from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceRenderFailed,
@@ -27,9 +31,10 @@ from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBu
                                ResourceUnavailable)
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
+from aggregator.snapshot import Lease, Leases, Snapshot, SourceLimits
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
 
-__all__ = ["ResourceService", "SuspiciousReload", "open_sources"]
+__all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
 
 logger = logging.getLogger("aggregator")
 RENDER_INPUTS_KEPT = 4096
@@ -37,10 +42,23 @@ RENDER_INPUTS_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class SourceLimits:
+class Served:
+    """A read's content with how long a client may keep it and whether it depends on who asked, all from the
+    snapshot the content came from."""
+
+    content: Content
     ttl: float
-    max_bytes: int
-    policy: CachePolicy
+    """Seconds."""
+    private: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServedPage:
+    """A listing page with its ttl and cache scope, from the snapshot it was paged from."""
+
+    page: Page
+    ttl: float
+    private: bool
 
 
 def _content_changed(old: Catalog, new: Catalog, replaced: set[str]) -> set[str]:
@@ -104,16 +122,14 @@ async def close_sources(sources: Iterable[Source]) -> None:
 
 
 class ResourceService:
-    """Serves one manifest: listing pages, template pages and reads."""
+    """Serves one manifest: listing pages, template pages and reads, each from one snapshot."""
 
     def __init__(self, manifest: Manifest, sources: Mapping[str, Source], catalog: Catalog,
                  cache: ContentCache[Content] | None = None) -> None:
-        self.manifest = manifest
-        self.sources = dict(sources)
-        self.catalog = catalog
-        defaults = manifest.defaults
-        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(defaults.cache_bytes)
-        self._limits = {sid: _limits(spec, defaults) for sid, spec in manifest.sources.items()}
+        self._snapshot = _snapshot(manifest, catalog, sources, {sid: catalog.generation for sid in sources})
+        self._leases = Leases()
+        self._swapping = anyio.Lock()
+        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(manifest.defaults.cache_bytes)
         self.source_errors: Counter[str] = Counter()
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
@@ -132,98 +148,136 @@ class ResourceService:
         return cls(manifest, sources, catalog)
 
     async def aclose(self) -> None:
-        """Release what sources hold open (HTTP connection pools)."""
-        await close_sources(self.sources.values())
+        """Release what sources hold open (HTTP connection pools), those of the current snapshot and those a
+        reload dropped that reads still held."""
+        await self._leases.close_all()
+        await close_sources(self._snapshot.sources.values())
+
+    # --- the current snapshot --------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """What is being served now. Code that awaits between two uses should hold one (`lease()`)."""
+        return self._snapshot
+
+    def lease(self) -> Lease:
+        """`async with service.lease() as snapshot:` the current snapshot, whose sources stay open until the
+        block ends even if a reload drops them meanwhile."""
+        return self._leases.lease(self._snapshot)
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._snapshot.manifest
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._snapshot.catalog
+
+    @property
+    def sources(self) -> Mapping[str, Source]:
+        return self._snapshot.sources
+
+    @property
+    def page_size(self) -> int:
+        return self._snapshot.manifest.server.page_size
+
+    @property
+    def default_ttl(self) -> float:
+        return self._snapshot.manifest.defaults.ttl
+
+    # --- reloads -----------------------------------------------------------------------------------------
 
     async def reload(self, watched: Iterable[str] = (), *, guard: bool = False) -> tuple[bool, set[str]]:
-        """Load the manifest again and swap in its catalog; returns (listing changed, URIs whose content changed).
+        """Load the manifest again and swap in its snapshot; returns (listing changed, URIs whose content changed).
 
         ManifestError (located) if the new manifest is bad, and with `guard` SuspiciousReload if it would leave a
-        source it still declares without resources (or the catalog empty): the current catalog keeps serving.
+        source it still declares without resources (or the catalog empty): the current snapshot keeps serving.
         Unchanged sources are kept (their connections and cached content with them); collections over `watched`
         sources that did not change are reused rather than listed again (a watcher keeps them current), and so are
         collections over other kept sources listed less than the source's `ttl` ago (source listings are cached with
-        the source's ttl).
+        the source's ttl). Dropped sources close once the reads still holding them are done.
         """
-        # Off the event loop: includes may be URLs, and a big manifest takes seconds to check. Read with the running
-        # manifest's cap: the new file's own setting is not known before it is read.
+        async with self._swapping:  # one reload or relisting at a time: each builds on the snapshot it replaces
+            return await self._reload(watched, guard)
+
+    async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
+        old = self._snapshot
+        # Off the event loop: includes may be URLs, and a big manifest takes seconds to check. Read with the
+        # running manifest's cap: the new file's own setting is not known before it is read.
         manifest = await anyio.to_thread.run_sync(functools.partial(
-            load_manifest, self.manifest.path, max_bytes=self.manifest.server.max_manifest_bytes),
+            load_manifest, old.manifest.path, max_bytes=old.manifest.server.max_manifest_bytes),
             abandon_on_cancel=True)  # a shutdown does not wait for a slow include
-        kept = {sid: src for sid, src in self.sources.items()
-                if sid in manifest.sources and _same_source(self.manifest.sources[sid], manifest.sources[sid])}
+        kept = {sid: src for sid, src in old.sources.items()
+                if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)
         sources = {**kept, **fresh}
-        still, now, old = set(watched) & set(kept), time.monotonic(), self.catalog
-        reuse = {key: entries for key, entries in old.collections.items() if key.source in kept and (
-            key.source in still or now - old.listed_at.get(key, 0.0) < self._limits[key.source].ttl)}
+        still, now, before = set(watched) & set(kept), time.monotonic(), old.catalog
+        reuse = {key: entries for key, entries in before.collections.items() if key.source in kept and (
+            key.source in still or now - before.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
         try:
-            catalog = await compile_catalog(manifest, sources, old.generation + 1, reuse, old.listed_at)
+            catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at)
         except BaseException:
             await close_sources(fresh.values())
             raise
-        emptied = _emptied_sources(old, catalog, manifest) if guard else None
+        emptied = _emptied_sources(before, catalog, manifest) if guard else None
         if emptied is not None:
             await close_sources(fresh.values())
             raise SuspiciousReload(emptied)
-        dropped = [src for sid, src in self.sources.items() if sid not in kept]
-        replaced = set(self.sources) - set(kept)
-        old = self.catalog
-        changed = self._swap(manifest, sources, catalog, replaced=replaced)
-        await close_sources(dropped)
-        return changed, _content_changed(old, catalog, replaced)
+        epochs = {**{sid: old.epochs[sid] for sid in kept}, **{sid: catalog.generation for sid in fresh}}
+        replaced = set(old.sources) - set(kept)
+        changed = self._swap(_snapshot(manifest, catalog, sources, epochs), replaced)
+        await self._leases.retire(src for sid, src in old.sources.items() if sid in replaced)
+        return changed, _content_changed(before, catalog, replaced)
 
     async def refresh_listing(self) -> bool:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
-        catalog = await compile_catalog(self.manifest, self.sources, self.catalog.generation + 1)
-        return self._swap(self.manifest, self.sources, catalog, replaced=set())
+        async with self._swapping:
+            old = self._snapshot
+            catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1)
+            return self._swap(replace(old, catalog=catalog), replaced=set())
 
-    def _swap(self, manifest: Manifest, sources: dict[str, Source], catalog: Catalog, replaced: set[str]) -> bool:
-        old = self.catalog
-        self.manifest, self.sources = manifest, sources
-        self._limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
-        self.catalog = catalog  # one reference: a read in flight keeps the snapshot it took
-        gone = old.targets() - catalog.targets()
+    def _swap(self, new: Snapshot, replaced: set[str]) -> bool:
+        old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
+        gone = old.catalog.targets() - new.catalog.targets()
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
-        self.cache.invalidate_where(lambda key: key[0] in replaced or (key[0], key[1]) in gone)
-        return old.listing_signature != catalog.listing_signature
+        self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
+        return old.catalog.listing_signature != new.catalog.listing_signature
+
+    # --- change tracking ---------------------------------------------------------------------------------
 
     def invalidate_uris(self, uris: Iterable[str]) -> None:
         """Forget cached content of these URIs (files they read, or query results of their source)."""
-        catalog, files, query_sources = self.catalog, set(), set()
+        catalog, files, queries = self._snapshot.catalog, set(), set()
         for uri in uris:
             try:
                 target = catalog.resolve(uri)
             except ResourceNotFound:
                 continue
-            if target.query is not None:
-                query_sources.add(target.source)
-            else:
+            if isinstance(target, QueryTarget):
+                queries.add(target.source)
+            elif isinstance(target, FileTarget):
                 files.add((target.source, target.path))
-        self.cache.invalidate_where(lambda key: (key[0], key[1]) in files or (key[0] in query_sources
-                                                                              and key[1] == "?query"))
+        self.cache.invalidate_where(Forget.of(files=files, queries=queries))
 
     def invalidate(self, source: str, paths: Iterable[str]) -> None:
         """Forget cached content of these files (they changed)."""
-        wanted = {(source, p) for p in paths}
-        self.cache.invalidate_where(lambda key: (key[0], key[1]) in wanted)
+        self.cache.invalidate_where(Forget.of(files={(source, p) for p in paths}))
 
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
         """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""
-        catalog, backend = self.catalog, self.sources[source]
-        wanted: dict[str, str | None] = {}  # URI -> the path whose version it has (None: the query data's)
-        for uri in uris:
-            try:
-                target = catalog.resolve(uri)
-            except ResourceNotFound:
-                continue
-            if target.source != source:
-                continue
-            if target.query is not None:
-                wanted[uri] = None
-            elif target.path is not None:
-                wanted[uri] = target.path
-        versions = await backend.poll(set(wanted.values()))
+        async with self.lease() as snapshot:
+            catalog, backend = snapshot.catalog, snapshot.sources[source]
+            wanted: dict[str, str | None] = {}  # URI -> the path whose version it has (None: the query data's)
+            for uri in uris:
+                try:
+                    target = catalog.resolve(uri)
+                except ResourceNotFound:
+                    continue
+                if isinstance(target, QueryTarget) and target.source == source:
+                    wanted[uri] = None
+                elif isinstance(target, FileTarget) and target.source == source:
+                    wanted[uri] = target.path
+            versions = await backend.poll(set(wanted.values()))
         return {uri: versions[path] for uri, path in wanted.items()}
 
     def render_inputs(self, of: Iterable[str] | None = None) -> set[str]:
@@ -253,81 +307,60 @@ class ResourceService:
 
     def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
-        catalog = self.catalog
+        catalog = self._snapshot.catalog
         uris = {e.uri for e in catalog.entries_for(source, paths)}
         for uri in candidates:
             try:
                 target = catalog.resolve(uri)
             except ResourceNotFound:
                 continue
-            if target.source == source and target.path in paths:
+            if isinstance(target, FileTarget) and target.source == source and target.path in paths:
                 uris.add(uri)
         return uris
 
-    @property
-    def page_size(self) -> int:
-        return self.manifest.server.page_size
+    # --- serving -----------------------------------------------------------------------------------------
 
-    @property
-    def default_ttl(self) -> float:
-        return self.manifest.defaults.ttl
-
-    def ttl_for(self, uri: str) -> float:
-        """Seconds a client may keep this URI's content (the source's TTL, else the default)."""
-        try:
-            target = self.catalog.resolve(uri)
-        except ResourceNotFound:
-            return self.default_ttl
-        return self._limits[target.source].ttl if target.source else self.default_ttl
-
-    def list_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page:
+    def list_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> ServedPage:
         """A listing page of what a caller holding `scopes` may see (None: a trusted caller who sees everything)."""
-        return self.catalog.page(cursor, self.page_size, scopes)
+        snapshot = self._snapshot
+        return ServedPage(snapshot.catalog.page(cursor, snapshot.manifest.server.page_size, scopes),
+                          snapshot.manifest.defaults.ttl, snapshot.listing_private(scopes))
 
-    def template_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page:
-        return self.catalog.template_page(cursor, self.page_size, scopes)
+    def template_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> ServedPage:
+        snapshot = self._snapshot
+        return ServedPage(snapshot.catalog.template_page(cursor, snapshot.manifest.server.page_size, scopes),
+                          snapshot.manifest.defaults.ttl, snapshot.listing_private(scopes))
 
     def allowed(self, uri: str, scopes: frozenset[str] | None = None) -> Target:
         """What `uri` names if a caller holding `scopes` may read it; ResourceNotFound otherwise, so a caller
         cannot tell a hidden resource from a missing one."""
-        target = self.catalog.resolve(uri)
-        if scopes is not None and not target.access <= scopes:
-            raise ResourceNotFound(uri)
-        return target
+        return self._snapshot.allowed(uri, scopes)
 
     def template_for(self, uri_template: str, scopes: frozenset[str] | None = None) -> TemplateEntry | None:
         """The catalog's template spelled `uri_template`, if a caller holding `scopes` may see it."""
-        for template in self.catalog.templates:
-            if template.uri_template == uri_template:
-                return template if scopes is None or template.spec.access <= scopes else None
-        return None
+        return self._snapshot.template_for(uri_template, scopes)
 
-    def is_restricted(self, uri: str) -> bool:
-        """Whether what reading `uri` gives depends on who asks: it needs scopes, or it is rendered from a
-        catalog where some entries do (a render reads and lists only what its caller may see)."""
-        if not self.catalog.restricted:
-            return False
-        try:
-            target = self.catalog.resolve(uri)
-        except ResourceNotFound:
-            return False
-        return bool(target.access) or target.render is not None
+    async def read(self, uri: str, scopes: frozenset[str] | None = None) -> Served:
+        """The content of `uri` for a caller holding `scopes` (None: trusted), with its ttl and cache scope;
+        ResourceNotFound, ResourceTooLarge or ResourceUnavailable otherwise."""
+        async with self.lease() as snapshot:
+            return await self._read(snapshot, uri, scopes)
 
-    async def read(self, uri: str, scopes: frozenset[str] | None = None) -> Content:
-        """The content of `uri` for a caller holding `scopes` (None: trusted); ResourceNotFound, ResourceTooLarge
-        or ResourceUnavailable otherwise."""
-        catalog = self.catalog  # a read finishes on the snapshot it started with
-        target = catalog.resolve(uri)
-        if scopes is not None and not target.access <= scopes:
-            raise ResourceNotFound(uri)
-        if target.text is not None:
-            return Content(target.mime_type or "text/plain", text=target.text)
-        if target.render is not None:
-            return await self._render(catalog, target, scopes)
-        if target.query is not None:
-            return await self._query(target)
-        assert target.source is not None and target.path is not None
-        source, limits, path = self.sources[target.source], self._limits[target.source], target.path
+    async def _read(self, snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> Served:
+        target = snapshot.allowed(uri, scopes)
+        match target:
+            case TextTarget():
+                content = Content(target.mime_type or "text/plain", text=target.text)
+            case RenderTarget():
+                content = await self._render(snapshot, target, scopes)
+            case QueryTarget():
+                content = await self._query(snapshot, target)
+            case FileTarget():
+                content = await self._file(snapshot, target)
+        return Served(content, snapshot.ttl(target), snapshot.private(target, scopes))
+
+    async def _file(self, snapshot: Snapshot, target: FileTarget) -> Content:
+        source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
 
         async def load() -> tuple[Content, str | None]:
             blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes), self.source_errors)
@@ -342,24 +375,23 @@ class ResourceService:
         async def revalidate(version: str) -> bool:
             return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
 
-        key = (target.source, path, target.mime_type, target.decompress)
+        key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
 
-    async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:
-        """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden).
-        It runs in a worker thread within the manifest's `render:` budget (its reads come back to this loop)."""
+    async def _render(self, snapshot: Snapshot, target: RenderTarget, scopes: frozenset[str] | None) -> Content:
+        """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden), from
+        the same snapshot. It runs in a worker thread within the manifest's `render:` budget (its reads come back
+        to this loop)."""
         from aggregator.render import RenderError, RenderOverBudget, RenderTooLarge, render
 
         template = target.render
-        assert template is not None
-
         read_uris: set[str] = set()
         listed = False
 
         async def read_text(written: str) -> str:
             uri = template.uri(written)
             read_uris.add(uri)
-            content = await self.read(uri, scopes)
+            content = (await self._read(snapshot, uri, scopes)).content
             if content.text is None:
                 raise RenderError(f"{uri} is binary ({content.mime_type}): only text resources can be rendered")
             return content.text
@@ -367,12 +399,12 @@ class ResourceService:
         def list_resources(prefix: str) -> list[dict[str, object]]:
             nonlocal listed
             listed = True
-            return [_entry_facts(e) for e in catalog.under(template.uri(prefix), scopes)]
+            return [_entry_facts(e) for e in snapshot.catalog.under(template.uri(prefix), scopes)]
 
-        limit = self.manifest.defaults.max_bytes
+        limit = snapshot.manifest.defaults.max_bytes
         try:
             text = await render(template.text, dict(target.params), read_text, list_resources, limit,
-                                self.manifest.render)
+                                snapshot.manifest.render)
         except RenderTooLarge:
             raise ResourceTooLarge(target.uri, limit + 1, limit) from None
         except (RenderOverBudget, ResourceOverBudget) as exc:  # the latter: a render this one read, same budget
@@ -393,9 +425,8 @@ class ResourceService:
             self._render_inputs[target.uri] = (frozenset(read_uris), listed)
         return Content(target.mime_type or "text/markdown", text=text)
 
-    async def _query(self, target: Target) -> Content:
-        assert target.source is not None and target.query is not None
-        source, limits = self.sources[target.source], self._limits[target.source]
+    async def _query(self, snapshot: Snapshot, target: QueryTarget) -> Content:
+        source, limits = snapshot.sources[target.source], snapshot.limits[target.source]
         run = source.query
         sql, params, fmt = target.query, dict(target.params), target.format
 
@@ -404,11 +435,19 @@ class ResourceService:
                                        self.source_errors)
             return decode_body(blob.data, target.mime_type), None
 
-        key = (target.source, "?query", sql, target.params, fmt)
+        key = QueryKey(target.source, snapshot.epochs[target.source], sql, target.params, fmt)
         return await self.cache.get_or_load(key, limits.policy, load, stale_on=(ResourceUnavailable,))
 
 
 T = TypeVar("T")
+
+
+def _snapshot(manifest: Manifest, catalog: Catalog, sources: Mapping[str, Source],
+              epochs: Mapping[str, int]) -> Snapshot:
+    limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
+    # Read-only views: a snapshot is shared by every read that leased it.
+    return Snapshot(manifest, catalog, MappingProxyType(dict(sources)), MappingProxyType(limits),
+                    MappingProxyType(dict(epochs)))
 
 
 def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
@@ -417,7 +456,7 @@ def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
                         CachePolicy(ttl, spec.stale_if_error))
 
 
-async def _backend_call(target: Target, source: Source, call: Callable[[], Awaitable[T]],
+async def _backend_call(target: FileTarget | QueryTarget, source: Source, call: Callable[[], Awaitable[T]],
                         errors: Counter[str]) -> T:
     """Run one backend call; its failures become client-safe errors naming the URI, details go to the log.
     Failures other than not-found are counted per source in `errors`."""
@@ -427,11 +466,11 @@ async def _backend_call(target: Target, source: Source, call: Callable[[], Await
         logger.info("read %s: not found (%s)", target.uri, exc)
         raise ResourceNotFound(target.uri) from None
     except SourceTooLarge as exc:
-        errors[target.source or ""] += 1
+        errors[target.source] += 1
         logger.warning("read %s: %s", target.uri, exc)
         raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
     except SourceError as exc:
-        errors[target.source or ""] += 1
+        errors[target.source] += 1
         logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
         raise ResourceUnavailable(target.uri, f"{source.describe()}: {exc}") from None
 
@@ -444,7 +483,7 @@ def _render_reason(exc: Exception) -> str:
     return exc.message if isinstance(exc, (ResourceNotFound, ResourceTooLarge, ResourceUnavailable)) else str(exc)
 
 
-def _gunzip(target: Target, data: bytes, max_bytes: int) -> bytes:
+def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:
     """`data` decompressed, at most `max_bytes` of it; a bomb is too large and corrupt data a permanent error."""
     try:
         return gunzip(data, max_bytes)

@@ -24,6 +24,8 @@ class Upstream:
         self.seen_headers: list[dict[str, str]] = []
         self.queries: list[dict[str, str]] = []
         self.port = 0
+        self.gate = threading.Event()
+        """`gated` answers once this is set (a read held open for as long as a test needs)."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -53,6 +55,10 @@ class Upstream:
         if tail == "weather":
             self.queries.append(dict(request.query))
             return web.json_response({"city": request.query.get("city"), "params": sorted(request.query)})
+        if tail == "gated":
+            if request.method == "GET":  # a stat (HEAD) answers at once
+                await asyncio.get_running_loop().run_in_executor(None, self.gate.wait, 10)
+            return web.Response(text="gated body", content_type="text/plain")
         if tail == "slow":
             await asyncio.sleep(10)
             return web.Response(text="late")

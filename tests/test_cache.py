@@ -147,3 +147,28 @@ def test_stale_if_error_is_bounded() -> None:
         assert (await get()).tag == "body@v1" and backend.loads == 2  # the stale copy was dropped
 
     anyio.run(main)
+
+
+def test_forget_decides_per_key_kind() -> None:
+    """One predicate over typed keys: a source's everything, one file's decodings, one source's query results."""
+    from aggregator.cache_keys import FileKey, Forget, QueryKey
+
+    cache: ContentCache[Blob] = ContentCache(1000)
+    a_md = FileKey("docs", 1, "a.md", "text/markdown", False)
+    a_raw = FileKey("docs", 1, "a.md", "application/octet-stream", False)
+    b_md = FileKey("docs", 1, "b.md", "text/markdown", False)
+    rows = QueryKey("db", 1, "select 1", (("id", "1"),), "json")
+    other = FileKey("db", 1, "a.md", None, False)  # same path, other source
+
+    async def fill() -> None:
+        for key in (a_md, a_raw, b_md, rows, other):
+            await cache.get_or_load(key, CachePolicy(60), Backend().load)
+
+    anyio.run(fill)
+    assert cache.invalidate_where(Forget.of(files={("docs", "a.md")})) == 2
+    assert {cache.get(k) is None for k in (b_md, rows, other)} == {False}
+    assert cache.invalidate_where(Forget.of(queries={"db"})) == 1 and cache.get(other) is not None
+    assert cache.invalidate_where(Forget.of(sources={"docs", "db"})) == 2 and len(cache) == 0
+    with pytest.raises(TypeError):
+        Forget.of(sources={"docs"})(("docs", "a.md"))  # a key of another shape is an error, not silently kept
+    assert str(a_md) == "docs/a.md"  # what the cache's log lines name

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aggregator.catalog import Catalog, Entry
+from aggregator.catalog import Catalog, Entry, FileTarget
 from aggregator.compiler import compile_catalog
 from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import (
@@ -126,7 +126,7 @@ def test_resolve_listed_then_most_specific_template(root: Path) -> None:
 
 def read(cat: Catalog, uri: str, root: Path) -> bytes:
     target = cat.resolve(uri)
-    assert target.path is not None
+    assert isinstance(target, FileTarget)
     return anyio.run(LocalSource("docs", str(root)).read, target.path, 1 << 16).data
 
 

@@ -70,9 +70,9 @@ def test_include_with_namespaces(teams: Path) -> None:
             assert names["team-b+docs://guide.md"] == "team-b/guide"
             assert set(aggregator.sources) == {"team-a.docs", "team-b.docs"}
             # Local paths of an included manifest are relative to its own folder; its defaults still apply.
-            assert (await aggregator.read("team-b+docs://guide.md")).text == "# Team b guide\n"
-            assert (await aggregator.read("team-a+docs://by-name/guide")).text == "# Team a guide\n"
-            assert aggregator.ttl_for("team-a+docs://guide.md") == 42
+            assert (await aggregator.read("team-b+docs://guide.md")).content.text == "# Team b guide\n"
+            guide = await aggregator.read("team-a+docs://by-name/guide")
+            assert guide.content.text == "# Team a guide\n" and guide.ttl == 42
             assert {p.name for p in aggregator.manifest.files} == {"manifest.yaml"}
             assert len(aggregator.manifest.files) == 3
         finally:
@@ -356,7 +356,7 @@ def test_renders_in_a_namespaced_include_read_their_own_uris(teams: Path) -> Non
     async def main() -> None:
         aggregator = await ResourceService.open(root)
         try:
-            text = (await aggregator.read("team-a+digest://all")).text
+            text = (await aggregator.read("team-a+digest://all")).content.text
             assert text == "team-a+docs://guide.md: # Team a guide\n# Team a guide\n"
         finally:
             await aggregator.aclose()
@@ -374,7 +374,7 @@ def test_nested_namespaces_reach_the_inner_manifests_resources(teams: Path) -> N
     async def main() -> None:
         aggregator = await ResourceService.open(root)
         try:
-            assert (await aggregator.read("m+a+d://x")).text == "# Team a guide\n"
+            assert (await aggregator.read("m+a+d://x")).content.text == "# Team a guide\n"
         finally:
             await aggregator.aclose()
 

@@ -108,7 +108,7 @@ def test_uri_values_are_data_never_source(rendered: Path) -> None:
     async def main() -> None:
         aggregator = await ResourceService.open(rendered)
         try:
-            text = (await aggregator.read("echo://%7B%7B7*7%7D%7D%7B%25%20if%20true%20%25%7D")).text
+            text = (await aggregator.read("echo://%7B%7B7*7%7D%7D%7B%25%20if%20true%20%25%7D")).content.text
             assert text == "{{7*7}}{% if true %}|{{7*7}}{% if true %}"
         finally:
             await aggregator.aclose()
@@ -136,13 +136,14 @@ def test_render_respects_access_scopes(rendered: Path) -> None:
     async def main() -> None:
         aggregator = await ResourceService.open(rendered)
         try:
-            assert (await aggregator.read("secrets://digest", frozenset({"vault"}))).text == "VAULT SECRET"
+            vault = await aggregator.read("secrets://digest", frozenset({"vault"}))
+            assert vault.content.text == "VAULT SECRET"
             # Without the scope the vault's files are invisible to the template too.
-            assert (await aggregator.read("secrets://digest", frozenset())).text == ""
+            assert (await aggregator.read("secrets://digest", frozenset())).content.text == ""
             with pytest.raises(ResourceNotFound):
                 await aggregator.read("vault://k.md", frozenset())
             # Its text depends on who asks, so its result must say cacheScope: private.
-            assert aggregator.is_restricted("secrets://digest")
+            assert vault.private
         finally:
             await aggregator.aclose()
 
@@ -392,7 +393,7 @@ def test_nested_renders_share_the_budget_and_never_wait_on_each_other(tmp_path: 
             results: list[str] = []
 
             async def read() -> None:
-                results.append((await aggregator.read("l0://x")).text or "")
+                results.append((await aggregator.read("l0://x")).content.text or "")
 
             async with anyio.create_task_group() as group:
                 for _ in range(24):
@@ -401,7 +402,7 @@ def test_nested_renders_share_the_budget_and_never_wait_on_each_other(tmp_path: 
             with pytest.raises(ResourceOverBudget) as failed:  # 11 + 3 * 5 iterations: past 25
                 await aggregator.read("over://x")
             assert "over://x" in failed.value.message
-            assert (await aggregator.read("l1://x")).text == "123."  # read on its own, a level has its own budget
+            assert (await aggregator.read("l1://x")).content.text == "123."  # read on its own, a level has its own budget
         finally:
             await aggregator.aclose()
 
@@ -432,7 +433,7 @@ def test_render_settings_come_from_the_root_manifest_only(tmp_path: Path) -> Non
     async def main() -> None:
         aggregator = await ResourceService.open(root)
         try:
-            assert (await aggregator.read("team://x")).text == "012"
+            assert (await aggregator.read("team://x")).content.text == "012"
         finally:
             await aggregator.aclose()
 

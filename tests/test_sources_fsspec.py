@@ -38,8 +38,8 @@ def test_memory_protocol_lists_reads_and_confines(tmp_path: Path, memfs: fsspec.
     async def main() -> None:
         agg = await ResourceService.open(path)
         assert [e.uri for e in agg.catalog.entries] == ["mem://a.md", "mem://big.bin", "mem://sub/b.txt"]
-        assert (await agg.read("mem://sub/b.txt")).text == "bee"
-        assert (await agg.read("mem://by-path/a.md")).text == "# A\n"
+        assert (await agg.read("mem://sub/b.txt")).content.text == "bee"
+        assert (await agg.read("mem://by-path/a.md")).content.text == "# A\n"
         with pytest.raises(ResourceTooLarge):
             await agg.read("mem://big.bin")
         for uri in ["mem://by-path/../other/secret.md", "mem://by-path/..%2Fother%2Fsecret.md", "mem://by-path/x::y"]:

@@ -119,7 +119,7 @@ def test_remote_url_is_cloned_into_the_cache(repo: Path, tmp_path: Path, monkeyp
 
         async def main() -> None:
             agg = await ResourceService.open(path)
-            assert (await agg.read("git://docs/guide.md")).text == "# Guide v1\n"
+            assert (await agg.read("git://docs/guide.md")).content.text == "# Guide v1\n"
             with pytest.raises(ResourceNotFound):
                 await agg.read("git://docs/new.md")  # not in v1
 

@@ -240,7 +240,7 @@ def test_redirect_within_allowed_network_is_followed(tmp_path: Path, upstream: U
 
     async def main() -> None:
         agg = await ResourceService.open(path)
-        assert json.loads((await agg.read("api://hop")).text) == {"ok": True}
+        assert json.loads((await agg.read("api://hop")).content.text) == {"ok": True}
         await agg.aclose()
 
     anyio.run(main)
@@ -277,7 +277,7 @@ def test_single_flight_revalidation_and_stale_if_error(tmp_path: Path, upstream:
         results: list[str] = []
 
         async def read() -> None:
-            results.append((await agg.read("api://a")).text or "")
+            results.append((await agg.read("api://a")).content.text or "")
 
         async with anyio.create_task_group() as tg:
             for _ in range(50):
@@ -286,17 +286,17 @@ def test_single_flight_revalidation_and_stale_if_error(tmp_path: Path, upstream:
 
         heads = upstream.hits["HEAD docs/a.md"]  # one came from listing (size and date of a listed resource)
         await anyio.sleep(0.4)  # past the 300ms ttl: revalidate with a HEAD, no download
-        assert (await agg.read("api://a")).text == upstream.body
+        assert (await agg.read("api://a")).content.text == upstream.body
         assert upstream.hits["HEAD docs/a.md"] == heads + 1 and upstream.hits["GET docs/a.md"] == 1
 
         upstream.etag, upstream.body = '"v2"', "# A\n\nsecond version\n"
         await anyio.sleep(0.4)
-        assert (await agg.read("api://a")).text == upstream.body
+        assert (await agg.read("api://a")).content.text == upstream.body
         assert upstream.hits["GET docs/a.md"] == 2
 
         upstream.failing = True
         await anyio.sleep(0.4)
-        assert (await agg.read("api://a")).text == upstream.body  # stale, within staleIfError
+        assert (await agg.read("api://a")).content.text == upstream.body  # stale, within staleIfError
         assert agg.cache.stale_served == 1
         await agg.aclose()
 

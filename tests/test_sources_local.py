@@ -268,7 +268,7 @@ def test_any_file_name_round_trips_or_is_never_listed(names: list[bytes]) -> Non
                     entry.name.encode("utf-8")  # valid Unicode, whatever the bytes
                     assert (entry.title or "").encode("utf-8") is not None
                     for uri in ("c://" + uri_path, "t://" + uri_path):
-                        assert (await aggregator.read(uri)).text == f"file {i}"
+                        assert (await aggregator.read(uri)).content.text == f"file {i}"
                 else:
                     with pytest.raises(ResourceNotFound):
                         await aggregator.read("t://" + uri_path)

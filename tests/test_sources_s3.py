@@ -111,7 +111,7 @@ def test_s3_single_flight_and_cache(tmp_path: Path, s3: str) -> None:
         texts: list[str] = []
 
         async def read() -> None:
-            texts.append((await agg.read("reports://r1.md")).text or "")
+            texts.append((await agg.read("reports://r1.md")).content.text or "")
 
         async with anyio.create_task_group() as tg:
             for _ in range(50):
@@ -235,9 +235,9 @@ def test_an_unchanged_object_is_revalidated_not_downloaded(tmp_path: Path, own_s
 
     async def main() -> None:
         agg = await ResourceService.open(refresh_manifest(tmp_path, own_s3.endpoint, "revalidate"))
-        assert (await agg.read("reports://a.md")).text == "# same\n"
+        assert (await agg.read("reports://a.md")).content.text == "# same\n"
         await anyio.sleep(TTL_PASSED)
-        assert (await agg.read("reports://a.md")).text == "# same\n"
+        assert (await agg.read("reports://a.md")).content.text == "# same\n"
         assert (agg.cache.misses, agg.cache.revalidated) == (1, 1)
         await agg.aclose()
 

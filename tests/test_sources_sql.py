@@ -98,19 +98,19 @@ def test_schemas_queries_formats_injection_and_read_only(db_url: str, tmp_path: 
         uris = [e.uri for e in agg.catalog.entries]
         assert uris == ["db://crm/customer_totals/schema", "db://crm/customers/schema", "db://crm/orders/schema"]
         assert agg.catalog.get("db://crm/orders/schema").mime_type == "application/json"
-        schema = json.loads((await agg.read("db://crm/orders/schema")).text)
+        schema = json.loads((await agg.read("db://crm/orders/schema")).content.text)
         assert [c["name"] for c in schema["columns"]] == ["id", "customer_id", "total_cents"]
         assert schema["primaryKey"] == ["id"] and schema["foreignKeys"][0]["references"] == "customers"
         assert len(schema["sampleRows"]) == 1
-        assert json.loads((await agg.read("db://crm/customer_totals/schema")).text)["kind"] == "view"
+        assert json.loads((await agg.read("db://crm/customer_totals/schema")).content.text)["kind"] == "view"
         with pytest.raises(ResourceNotFound):
             await agg.read("db://crm/internal_audit/schema")  # not in `tables`
 
-        one = json.loads((await agg.read("db://crm/customers/2")).text)
+        one = json.loads((await agg.read("db://crm/customers/2")).content.text)
         assert one["rows"] == [{"id": 2, "name": "Grace"}] and one["truncated"] is False
         async def rows(uri: str) -> list | str:
             try:
-                return json.loads((await agg.read(uri)).text)["rows"]
+                return json.loads((await agg.read(uri)).content.text)["rows"]
             except ResourceUnavailable as exc:  # PostgreSQL refuses text where an integer goes
                 assert "SELECT" not in exc.message and "InvalidText" not in exc.message
                 return "refused"
@@ -122,9 +122,9 @@ def test_schemas_queries_formats_injection_and_read_only(db_url: str, tmp_path: 
         assert await rows("db://crm/customers/%27%20OR%201%3D1%20--") in ([], "refused")
         assert await rows("db://crm/by-name/%27%20OR%20%27%27%3D%27") == []
 
-        csv_text = (await agg.read("db://crm/all.csv")).text
+        csv_text = (await agg.read("db://crm/all.csv")).content.text
         assert csv_text.splitlines() == ["id,name", "1,Ada", "2,Grace"]  # rowLimit 2
-        md = (await agg.read("db://crm/all.md")).text
+        md = (await agg.read("db://crm/all.md")).content.text
         assert md.startswith("| id | name |\n|---|---|\n| 1 | Ada |") and "first 2 rows" in md
 
         with pytest.raises(ResourceUnavailable) as err:
@@ -133,7 +133,7 @@ def test_schemas_queries_formats_injection_and_read_only(db_url: str, tmp_path: 
         with pytest.raises(ResourceUnavailable):
             await agg.read("db://crm/slow")
         # Nothing changed: the injection attempts and the DELETE left every row in place.
-        assert json.loads((await agg.read("db://crm/customers/1")).text)["rows"] == [{"id": 1, "name": "Ada"}]
+        assert json.loads((await agg.read("db://crm/customers/1")).content.text)["rows"] == [{"id": 1, "name": "Ada"}]
         await agg.aclose()
 
     anyio.run(main)
@@ -315,7 +315,7 @@ def test_sqlite_cannot_be_written_even_with_query_only_turned_off(tmp_path: Path
                 await agg.read(uri)
             except ResourceUnavailable:
                 pass
-        assert json.loads((await agg.read("db://crm/customers/1")).text)["rows"] == [{"name": "Ada"}]
+        assert json.loads((await agg.read("db://crm/customers/1")).content.text)["rows"] == [{"name": "Ada"}]
         await agg.aclose()
 
     anyio.run(main)
@@ -368,7 +368,7 @@ def test_in_memory_sqlite_still_opens(tmp_path: Path) -> None:
 
     async def main() -> None:
         agg = await ResourceService.open(path)
-        assert json.loads((await agg.read("db://mem/41")).text)["rows"] == [{"next": 42}]
+        assert json.loads((await agg.read("db://mem/41")).content.text)["rows"] == [{"next": 42}]
         await agg.aclose()
 
     anyio.run(main)

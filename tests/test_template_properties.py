@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.catalog import Catalog, TemplateEntry
+from aggregator.catalog import Catalog, FileTarget, TemplateEntry
 from aggregator.errors import ResourceNotFound
 from aggregator.manifest.model import Display, Location, TemplateSpec
 from aggregator.sources import LocalSource, SourceError
@@ -215,7 +215,7 @@ def test_no_matched_path_leaves_the_root(tree: Path, scheme: str, tail: str, url
         target = _catalog(url_paths).resolve(scheme + tail)
     except ResourceNotFound:
         return
-    assert target.path is not None
+    assert isinstance(target, FileTarget)
     path = target.path.split("?", 1)[0] if url_paths else target.path
     # Lexically: a relative path of plain segments, so no join can climb out of any root.
     assert not path.startswith("/") and "\\" not in path and "\x00" not in path, (scheme + tail, target.path)
