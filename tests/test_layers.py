@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                      "terminal_hint", "scaffold", "workers", "watch", "notify", "metrics", "render_sandbox",
                      "manifest.model", "manifest.placeholders", "manifest.units", "manifest.source_urls")),
     ("manifest", ("manifest", "manifest.*")),
-    ("sources and cache", ("sources", "sources.*", "cache")),
+    ("sources and cache", ("sources", "sources.*", "cache", "cache_keys")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools", "search")),
     ("service", ("service", "preflight")),
     ("live and protocol", ("supervisor", "server", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
