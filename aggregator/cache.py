@@ -16,7 +16,7 @@ from typing import Generic, Protocol, TypeVar
 import anyio
 from cachetools import LRUCache
 
-__all__ = ["CachePolicy", "ContentCache", "Sized"]
+__all__ = ["CachePolicy", "ContentCache", "Sized", "SourceKey"]
 
 logger = logging.getLogger("aggregator.cache")
 
@@ -31,6 +31,9 @@ class Sized(Protocol):
 
 
 V = TypeVar("V", bound=Sized)
+K = TypeVar("K", bound=Hashable)
+SourceKey = tuple[Hashable, ...]
+"""The service's keys: (source id, path or "?query", ...what else tells the content apart)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +70,15 @@ Revalidate = Callable[[str], Awaitable[bool]]
 """True if the backend still holds this version (a metadata call, not a download)."""
 
 
-class ContentCache(Generic[V]):
-    """Least recently used entries go first once `max_bytes` is reached; an entry bigger than the budget is not kept."""
+class ContentCache(Generic[K, V]):
+    """Least recently used entries go first once `max_bytes` is reached; an entry bigger than the budget is not kept.
+    Keys are of type K (the service's: tuples that start with source and path)."""
 
     def __init__(self, max_bytes: int = DEFAULT_BUDGET, timer: Callable[[], float] = time.monotonic) -> None:
-        self._entries: LRUCache[Hashable, _Slot[V]] = LRUCache(maxsize=max_bytes,
-                                                               getsizeof=lambda slot: slot.value.nbytes)
+        self._entries: LRUCache[K, _Slot[V]] = LRUCache(maxsize=max_bytes,
+                                                        getsizeof=lambda slot: slot.value.nbytes)
         self._timer = timer
-        self._flights: dict[Hashable, _Flight] = {}
+        self._flights: dict[K, _Flight] = {}
         self.hits = 0
         self.misses = 0
         self.revalidated = 0
@@ -87,12 +91,12 @@ class ContentCache(Generic[V]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable) -> V | None:
+    def get(self, key: K) -> V | None:
         """The fresh value for `key`, or None."""
         slot = self._entries.get(key)
         return slot.value if slot is not None and self._timer() < slot.fresh_until else None
 
-    async def get_or_load(self, key: Hashable, policy: CachePolicy, load: Load[V],
+    async def get_or_load(self, key: K, policy: CachePolicy, load: Load[V],
                           revalidate: Revalidate | None = None,
                           stale_on: tuple[type[BaseException], ...] = ()) -> V:
         """The value for `key`: fresh from the cache, revalidated, loaded, or (on a `stale_on` error) stale."""
@@ -112,7 +116,7 @@ class ContentCache(Generic[V]):
                 raise flight.error
             # The leader was cancelled: its followers try again rather than inherit the cancellation.
 
-    async def _lead(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
+    async def _lead(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
                     stale_on: tuple[type[BaseException], ...]) -> V:
         flight = self._flights[key] = _Flight()
         try:
@@ -127,7 +131,7 @@ class ContentCache(Generic[V]):
             del self._flights[key]
             flight.done.set()
 
-    async def _refresh(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
+    async def _refresh(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
                        stale_on: tuple[type[BaseException], ...]) -> V:
         old = self._entries.get(key)
         try:
@@ -151,7 +155,7 @@ class ContentCache(Generic[V]):
         self._store(key, value, version, policy)
         return value
 
-    def _store(self, key: Hashable, value: V, version: str | None, policy: CachePolicy) -> None:
+    def _store(self, key: K, value: V, version: str | None, policy: CachePolicy) -> None:
         if policy.ttl <= 0:
             self._entries.pop(key, None)
             return
@@ -162,10 +166,10 @@ class ContentCache(Generic[V]):
         except ValueError:
             self._entries.pop(key, None)  # larger than the whole budget: serve it, do not keep it
 
-    def invalidate(self, key: Hashable) -> None:
+    def invalidate(self, key: K) -> None:
         self._entries.pop(key, None)
 
-    def invalidate_where(self, predicate: Callable[[Hashable], bool]) -> int:
+    def invalidate_where(self, predicate: Callable[[K], bool]) -> int:
         """Drop every entry whose key satisfies `predicate`; returns how many went."""
         doomed = [key for key in list(self._entries.keys()) if predicate(key)]
         for key in doomed:

@@ -20,13 +20,15 @@ from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import CollectionSpec, Display, Render, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
-from aggregator.templates import UriTemplate
+from aggregator.templates import UriTemplate, Value
 
 __all__ = ["Catalog", "Entry", "Page", "Target", "TemplateEntry"]
 
 logger = logging.getLogger("aggregator.catalog")
 
 _CURSOR_PREFIX = b"c1:"
+Param = str | tuple[str, ...] | None
+"""A URI variable's value as a Target holds it: absent (None), one string, or an exploded list as a tuple."""
 FILE_MTIME = "file"  # `annotations: {lastModified: file}`: list each file's modification time
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
@@ -93,7 +95,8 @@ class Target:
     """True when the manifest names the type; otherwise it was guessed and a backend's Content-Type wins."""
     query: str | None = None
     """SQL sources: the template's query, run with `params` bound."""
-    params: tuple[tuple[str, str | None], ...] = ()
+    params: tuple[tuple[str, Param], ...] = ()
+    """The URI's variables: a query's are strings (lists comma-joined), a render's keep lists as tuples."""
     format: str = "json"
     access: frozenset[str] = frozenset()
     """Scopes a caller needs to read it."""
@@ -233,7 +236,7 @@ class Catalog:
                               mime_declared=True, query=spec.query, params=params, format=spec.format,
                               access=spec.access)
             # A match refused for safety never falls through to a looser template.
-            url_path = self._url_sources.get(candidate.spec.source, False)
+            url_path = self._url_sources.get(candidate.spec.source or "", False)
             path = expand_path(candidate, values, url_path, candidate.spec.source in self._byte_sources)
             if path is None:
                 raise ResourceNotFound(uri)
@@ -250,12 +253,12 @@ class Catalog:
         return path.split("?", 1)[0] if self._url_sources.get(source or "", False) else path
 
 
-def _joined(value: object) -> str | None:
+def _joined(value: Value | None) -> str | None:
     """A matched value as one string: exploded lists are comma-joined (SQL binds scalars)."""
-    return ",".join(value) if isinstance(value, list) else value  # type: ignore[return-value]
+    return ",".join(value) if isinstance(value, list) else value
 
 
-def _hashable(value: object) -> object:
+def _hashable(value: Value | None) -> Param:
     return tuple(value) if isinstance(value, list) else value
 
 

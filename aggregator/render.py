@@ -66,8 +66,8 @@ def _limiter(depth: int) -> anyio.CapacityLimiter:
     return levels[depth]
 
 
-async def render(text: str, variables: Mapping[str, str | None], read_text: ReadText, list_resources: ListResources,
-                 max_bytes: int, limits: RenderSettings = RenderSettings()) -> str:
+async def render(text: str, variables: Mapping[str, str | tuple[str, ...] | None], read_text: ReadText,
+                 list_resources: ListResources, max_bytes: int, limits: RenderSettings = RenderSettings()) -> str:
     """Render the manifest template `text` with the URI's `variables` in a worker thread, within `limits` (or,
     when a render reads this one, within its reader's budget); RenderError, RenderTooLarge or RenderOverBudget
     otherwise. `read_text` and `list_resources` run on the caller's event loop."""

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 from cachetools import LRUCache
 
-from aggregator.cache import CachePolicy, ContentCache
+from aggregator.cache import CachePolicy, ContentCache, SourceKey
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
@@ -107,12 +107,13 @@ class ResourceService:
     """Serves one manifest: listing pages, template pages and reads."""
 
     def __init__(self, manifest: Manifest, sources: Mapping[str, Source], catalog: Catalog,
-                 cache: ContentCache[Content] | None = None) -> None:
+                 cache: ContentCache[SourceKey, Content] | None = None) -> None:
         self.manifest = manifest
         self.sources = dict(sources)
         self.catalog = catalog
         defaults = manifest.defaults
-        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(defaults.cache_bytes)
+        self.cache: ContentCache[SourceKey, Content] = (cache if cache is not None
+                                                        else ContentCache(defaults.cache_bytes))
         self._limits = {sid: _limits(spec, defaults) for sid, spec in manifest.sources.items()}
         self.source_errors: Counter[str] = Counter()
         """Failed backend calls per source id, since start (for /metrics)."""
@@ -397,7 +398,9 @@ class ResourceService:
         assert target.source is not None and target.query is not None
         source, limits = self.sources[target.source], self._limits[target.source]
         run = source.query
-        sql, params, fmt = target.query, dict(target.params), target.format
+        # A query's values are strings or None: the catalog comma-joins lists (SQL binds scalars).
+        params = {name: value for name, value in target.params if not isinstance(value, tuple)}
+        sql, fmt = target.query, target.format
 
         async def load() -> tuple[Content, str | None]:
             blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
