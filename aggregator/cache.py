@@ -52,7 +52,7 @@ class _Slot(Generic[V]):
     stale_until: float
 
 
-class _Flight:
+class _Flight(Generic[V]):
     """One load in progress; followers wait on `done` and read `value` or `error`."""
 
     __slots__ = ("done", "loaded", "value", "error")
@@ -60,7 +60,7 @@ class _Flight:
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.loaded = False
-        self.value: object = None
+        self.value: V | None = None
         self.error: BaseException | None = None
 
 
@@ -78,7 +78,7 @@ class ContentCache(Generic[K, V]):
         self._entries: LRUCache[K, _Slot[V]] = LRUCache(maxsize=max_bytes,
                                                         getsizeof=lambda slot: slot.value.nbytes)
         self._timer = timer
-        self._flights: dict[K, _Flight] = {}
+        self._flights: dict[K, _Flight[V]] = {}
         self.hits = 0
         self.misses = 0
         self.revalidated = 0
@@ -111,14 +111,15 @@ class ContentCache(Generic[K, V]):
             await flight.done.wait()
             if flight.loaded:
                 self.hits += 1
-                return flight.value  # type: ignore[return-value]
+                assert flight.value is not None  # loaded: the leader stored its value
+                return flight.value
             if flight.error is not None:
                 raise flight.error
             # The leader was cancelled: its followers try again rather than inherit the cancellation.
 
     async def _lead(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
                     stale_on: tuple[type[BaseException], ...]) -> V:
-        flight = self._flights[key] = _Flight()
+        flight = self._flights[key] = _Flight[V]()
         try:
             value = await self._refresh(key, policy, load, revalidate, stale_on)
         except Exception as exc:

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Generic, TypeVar
 import time
 
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
@@ -106,9 +107,12 @@ class Target:
     """The read decompresses: the entry says `decompress: true` and the file's name ends in `.gz`."""
 
 
+_Item = TypeVar("_Item", "Entry", "TemplateEntry")
+
+
 @dataclass(frozen=True, slots=True)
-class Page:
-    items: Sequence[Entry] | Sequence[TemplateEntry]
+class Page(Generic[_Item]):
+    items: Sequence[_Item]
     next_cursor: str | None
 
 
@@ -168,13 +172,14 @@ class Catalog:
         """Whether any entry or template needs scopes (then listings depend on who asks)."""
         return any(e.access for e in self.entries) or any(t.spec.access for t in self.templates)
 
-    def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page:
+    def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
         """Up to `limit` entries after `cursor` that a caller holding `scopes` may see (None: every entry);
         InvalidCursor if the cursor was not made by a catalog."""
         entries, uris = self._view(scopes)
         return _paginate(entries, uris, cursor, limit)
 
-    def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page:
+    def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None
+                      ) -> Page[TemplateEntry]:
         templates = [t for t in self.templates if scopes is None or t.spec.access <= scopes]
         return _paginate(templates, [t.uri_template for t in templates], cursor, limit)
 
@@ -328,7 +333,7 @@ def decode_cursor(cursor: str) -> str:
         raise InvalidCursor() from None
 
 
-def _paginate(items: Sequence, keys: list[str], cursor: str | None, limit: int) -> Page:
+def _paginate(items: Sequence[_Item], keys: list[str], cursor: str | None, limit: int) -> Page[_Item]:
     start = bisect.bisect_right(keys, decode_cursor(cursor)) if cursor else 0
     chunk = items[start : start + limit]
     more = start + limit < len(items)

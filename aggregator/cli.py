@@ -150,7 +150,7 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
     # http=: uvicorn's httptools protocol plus header/body timeouts and the connection cap (aggregator.http_limits).
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=5, log_config=None, http=limited_protocol(limits),
-                            timeout_keep_alive=limits.keep_alive_timeout)  # type: ignore[arg-type]
+                            timeout_keep_alive=limits.keep_alive_timeout)
 
     class Quiet(uvicorn.Server):
         # The signals are ours (below): uvicorn would re-raise them after shutting down, ending with -SIGTERM.

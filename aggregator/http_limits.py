@@ -42,6 +42,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._reading_headers = False
 
+    # The ignore: uvicorn's own signature narrows asyncio.BaseProtocol's (BaseTransport) to Transport; ours follows it.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:  # this one is counted already

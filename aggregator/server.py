@@ -192,7 +192,7 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         async def body() -> dict[str, Any]:
             scopes = _scopes(ctx)
             page = service.list_page(cursor, scopes)
-            return listing([resource_dict(e) for e in page.items], "resources", page.next_cursor,  # type: ignore[arg-type]
+            return listing([resource_dict(e) for e in page.items], "resources", page.next_cursor,
                            scopes is not None and service.catalog.restricted)
 
         return await _run_handler(ctx, None, body, metrics)
@@ -204,7 +204,7 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         async def body() -> dict[str, Any]:
             scopes = _scopes(ctx)
             page = service.template_page(cursor, scopes)
-            return listing([template_dict(t) for t in page.items], "resourceTemplates", page.next_cursor,  # type: ignore[arg-type]
+            return listing([template_dict(t) for t in page.items], "resourceTemplates", page.next_cursor,
                            scopes is not None and service.catalog.restricted)
 
         return await _run_handler(ctx, None, body, metrics)
@@ -232,7 +232,7 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
                 template = service.template_for(ref.uri, _scopes(ctx))
                 if template is not None:
                     context = params.context.arguments if params.context else None
-                    found = await completer.complete(template, service.sources.get(template.spec.source),
+                    found = await completer.complete(template, service.sources.get(template.spec.source or ""),
                                                      params.argument.name, params.argument.value, context)
             # Unknown references (prompts: there are none) complete to nothing rather than fail.
             return {"completion": {"values": found.values, "total": found.total, "hasMore": found.has_more},
@@ -246,10 +246,10 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         version=settings.version or __version__,
         title=settings.title,
         instructions=settings.instructions,
-        on_list_resources=list_resources,  # type: ignore[arg-type]  # dict results are part of HandlerResult
-        on_list_resource_templates=list_templates,  # type: ignore[arg-type]
-        on_read_resource=read_resource,  # type: ignore[arg-type]
-        on_completion=complete,  # type: ignore[arg-type]
+        on_list_resources=list_resources,  # dict results are part of HandlerResult
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_completion=complete,
         legacy_notifications=legacy_notifications and notifier is not None,
     )
     if notifier is not None:
@@ -384,7 +384,7 @@ def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics |
 
         return await _run_handler(ctx, uri, body, metrics)
 
-    server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)  # type: ignore[arg-type]
+    server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
 
 

@@ -281,11 +281,11 @@ class ResourceService:
             return self.default_ttl
         return self._limits[target.source].ttl if target.source else self.default_ttl
 
-    def list_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page:
+    def list_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page[Entry]:
         """A listing page of what a caller holding `scopes` may see (None: a trusted caller who sees everything)."""
         return self.catalog.page(cursor, self.page_size, scopes)
 
-    def template_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page:
+    def template_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> Page[TemplateEntry]:
         return self.catalog.template_page(cursor, self.page_size, scopes)
 
     def allowed(self, uri: str, scopes: frozenset[str] | None = None) -> Target:

@@ -425,7 +425,9 @@ def _named_items(variables: tuple[_Var, ...], items: list[str], errors: str = "r
         if var is None:
             return None
         if var.explode:
-            values.setdefault(var.name, []).append(_decode(value, errors))  # type: ignore[union-attr]
+            listed = values.setdefault(var.name, [])
+            assert isinstance(listed, list)  # only this branch fills an exploded variable's name
+            listed.append(_decode(value, errors))
         elif name in values:
             return None
         else:

@@ -283,7 +283,7 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
                       rpath: KeyPath) -> list[Any]:
         ident = IDENTITY[section]
         out: list[Any] = []
-        origin: list[tuple[Marked, KeyPath] | None] = []
+        origin: list[tuple[Marked, KeyPath]] = []
         index = {e.get(ident): i for i, e in enumerate(b) if isinstance(e, dict) and e.get(ident) is not None}
         for i, entry in enumerate(b):
             out.append(entry)
@@ -314,7 +314,7 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
                 _, bi, oj = entry
                 final.append(merge(b[bi], o[oj], bpath + (bi,), opath + (oj,), at))
             else:
-                src, src_path = origin[i]  # type: ignore[misc]
+                src, src_path = origin[i]
                 copy(src, src_path, at)
                 final.append(entry)
         return final
