@@ -4,6 +4,9 @@ body-read timeout and a cap on open connections (uvicorn itself has the keep-ali
 Deadlines are totals, not gaps between bytes: a client trickling one byte a second is cut off as surely as a
 silent one. They cover reading a request only; a response in progress (an SSE listen stream, a legacy GET
 stream) is never timed, and the keep-alive timeout starts only once a response is complete.
+
+It subclasses uvicorn's HttpToolsProtocol and reads its internals (`connections`, `transport`, `parser`, `flow`,
+`cycle`, `_should_upgrade`): uvicorn is pinned below 1, and tests/test_sdk_compat.py names any that go missing.
 """
 
 from __future__ import annotations

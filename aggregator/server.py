@@ -30,6 +30,7 @@ from aggregator.manifest.model import Annotations, Display, Icon
 from aggregator.auth import caller_name, caller_scopes
 from aggregator.metrics import Metrics, timer
 from aggregator.notify import Notifier, TooManySubscriptions
+from aggregator.sdk_compat import connection_of
 from aggregator.tools import ToolSpec, template_tools, uri_for
 
 __all__ = ["build_server", "contents_dict", "initialization_options", "resource_dict", "template_dict", "wire_summary"]
@@ -286,12 +287,6 @@ class _Server(Server[Any]):
         return capabilities
 
 
-def _connection(ctx: ServerRequestContext[Any]) -> Any:
-    """The connection a message came on. The SDK makes a session per message; the connection is what lasts
-    (and its exit stack is where cleanup goes). Not public in mcp 2.3."""
-    return ctx.session._connection  # noqa: SLF001
-
-
 STATELESS_SUBSCRIBE = ("resources/subscribe is not available: this server runs stateless (--stateless), so no "
                        "session outlives a request to deliver notifications/resources/updated on; use "
                        "subscriptions/listen on the 2026-07-28 wire, or a server without --stateless")
@@ -309,7 +304,7 @@ def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: 
             # Unknown or hidden URIs get the not-found error, not a silent subscription.
             service.allowed(uri, _scopes(ctx))
             try:
-                notifier.subscribe(_connection(ctx), ctx.session, uri, _visible_to(service, _scopes(ctx)))
+                notifier.subscribe(connection_of(ctx), ctx.session, uri, _visible_to(service, _scopes(ctx)))
             except TooManySubscriptions as exc:
                 raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
             return types.EmptyResult()
@@ -317,7 +312,7 @@ def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: 
         return await _run_handler(ctx, uri, body, metrics)
 
     async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        notifier.unsubscribe(_connection(ctx), str(params.uri))
+        notifier.unsubscribe(connection_of(ctx), str(params.uri))
         return types.EmptyResult()
 
     async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
@@ -333,7 +328,7 @@ def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: 
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
     async def initialized(ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
-        notifier.register(_connection(ctx), ctx.session)  # a legacy connection: it hears list_changed from now on
+        notifier.register(connection_of(ctx), ctx.session)  # a legacy connection: it hears list_changed from now on
 
     server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
     server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)

@@ -216,6 +216,7 @@ async def _s3_find(fs: Any, start: str, progress: ListingProgress) -> dict[str, 
     prefix = key.strip("/") + "/" if key.strip("/") else ""
     found: dict[str, Mapping[str, Any]] = {}
     try:
+        # s3fs's own (private) paginated listing: tests/test_sdk_compat.py checks it is still there.
         async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
             if info.get("type") == "file":
                 found[info["name"]] = info
