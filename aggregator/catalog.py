@@ -107,7 +107,7 @@ class Target:
     """The read decompresses: the entry says `decompress: true` and the file's name ends in `.gz`."""
 
 
-_Item = TypeVar("_Item", "Entry", "TemplateEntry")
+_Item = TypeVar("_Item", Entry, TemplateEntry)
 
 
 @dataclass(frozen=True, slots=True)
