@@ -14,7 +14,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 PIP_QUIET ?= -q
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check
 
-.PHONY: run test demo validate-samples bench bench-full conformance clean
+.PHONY: run test typecheck demo validate-samples bench bench-full conformance clean
 
 $(BIN)/python:  # a current pip: the one a venv starts with (23.2 on Python 3.11.7) gives up resolving the test extra
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ demo: $(RUN_STAMP)  ## what an assistant sees: list and read the sample through 
 
 test: $(TEST_STAMP)  ## the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+typecheck: $(TEST_STAMP)  ## mypy over the package ([tool.mypy] in pyproject.toml); any error fails
+	$(BIN)/python -m mypy
 
 validate-samples: $(RUN_STAMP)
 	@for m in sample-configs/*.yaml; do $(BIN)/aggregator validate --offline $$m || exit 1; done

@@ -14,7 +14,7 @@ import logging
 import time
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
@@ -27,6 +27,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from aggregator.manifest.model import AuthSettings, JwtSettings, StaticToken
+
+if TYPE_CHECKING:
+    from pydantic import AnyHttpUrl
 
 __all__ = ["Verifier", "caller_name", "caller_scopes", "metadata_routes", "metadata_url", "protect", "verifier_for"]
 
@@ -156,10 +159,14 @@ def verifier_for(settings: AuthSettings, resource: str) -> Verifier:
 
 def metadata_url(resource: str) -> str:
     """Where RFC 9728 puts the metadata of `resource`: /.well-known/oauth-protected-resource + the resource's path."""
+    return str(_metadata_address(resource))
+
+
+def _metadata_address(resource: str) -> AnyHttpUrl:
     from mcp.server.auth.routes import build_resource_metadata_url
     from pydantic import AnyHttpUrl
 
-    return str(build_resource_metadata_url(AnyHttpUrl(resource)))
+    return build_resource_metadata_url(AnyHttpUrl(resource))
 
 
 def metadata_routes(settings: AuthSettings, resource: str) -> list[Route]:
@@ -183,7 +190,7 @@ def protect(app: ASGIApp, verifier: Verifier, path: str = "/mcp") -> ASGIApp:
     """`app` with a bearer token required on `path` (401 with `resource_metadata`, or 403 for missing scopes)."""
     guarded = AuthenticationMiddleware(
         RequireAuthMiddleware(AuthContextMiddleware(app), list(verifier.settings.required_scopes),
-                              metadata_url(verifier.resource)),  # type: ignore[arg-type]
+                              _metadata_address(verifier.resource)),
         backend=BearerAuthBackend(verifier))
 
     async def gate(scope: Scope, receive: Receive, send: Send) -> None:

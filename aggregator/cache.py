@@ -31,6 +31,7 @@ class Sized(Protocol):
 
 
 V = TypeVar("V", bound=Sized)
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class _Slot(Generic[V]):
     stale_until: float
 
 
-class _Flight:
+class _Flight(Generic[V]):
     """One load in progress; followers wait on `done` and read `value` or `error`."""
 
     __slots__ = ("done", "loaded", "value", "error")
@@ -57,7 +58,7 @@ class _Flight:
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.loaded = False
-        self.value: object = None
+        self.value: V | None = None
         self.error: BaseException | None = None
 
 
@@ -67,14 +68,15 @@ Revalidate = Callable[[str], Awaitable[bool]]
 """True if the backend still holds this version (a metadata call, not a download)."""
 
 
-class ContentCache(Generic[V]):
-    """Least recently used entries go first once `max_bytes` is reached; an entry bigger than the budget is not kept."""
+class ContentCache(Generic[K, V]):
+    """Least recently used entries go first once `max_bytes` is reached; an entry bigger than the budget is not kept.
+    Keys are of type K (the service's: tuples that start with source and path)."""
 
     def __init__(self, max_bytes: int = DEFAULT_BUDGET, timer: Callable[[], float] = time.monotonic) -> None:
-        self._entries: LRUCache[Hashable, _Slot[V]] = LRUCache(maxsize=max_bytes,
-                                                               getsizeof=lambda slot: slot.value.nbytes)
+        self._entries: LRUCache[K, _Slot[V]] = LRUCache(maxsize=max_bytes,
+                                                        getsizeof=lambda slot: slot.value.nbytes)
         self._timer = timer
-        self._flights: dict[Hashable, _Flight] = {}
+        self._flights: dict[K, _Flight[V]] = {}
         self.hits = 0
         self.misses = 0
         self.revalidated = 0
@@ -87,12 +89,12 @@ class ContentCache(Generic[V]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable) -> V | None:
+    def get(self, key: K) -> V | None:
         """The fresh value for `key`, or None."""
         slot = self._entries.get(key)
         return slot.value if slot is not None and self._timer() < slot.fresh_until else None
 
-    async def get_or_load(self, key: Hashable, policy: CachePolicy, load: Load[V],
+    async def get_or_load(self, key: K, policy: CachePolicy, load: Load[V],
                           revalidate: Revalidate | None = None,
                           stale_on: tuple[type[BaseException], ...] = ()) -> V:
         """The value for `key`: fresh from the cache, revalidated, loaded, or (on a `stale_on` error) stale."""
@@ -107,14 +109,15 @@ class ContentCache(Generic[V]):
             await flight.done.wait()
             if flight.loaded:
                 self.hits += 1
-                return flight.value  # type: ignore[return-value]
+                assert flight.value is not None  # loaded: the leader stored its value
+                return flight.value
             if flight.error is not None:
                 raise flight.error
             # The leader was cancelled: its followers try again rather than inherit the cancellation.
 
-    async def _lead(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
+    async def _lead(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
                     stale_on: tuple[type[BaseException], ...]) -> V:
-        flight = self._flights[key] = _Flight()
+        flight = self._flights[key] = _Flight[V]()
         try:
             value = await self._refresh(key, policy, load, revalidate, stale_on)
         except Exception as exc:
@@ -127,7 +130,7 @@ class ContentCache(Generic[V]):
             del self._flights[key]
             flight.done.set()
 
-    async def _refresh(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
+    async def _refresh(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
                        stale_on: tuple[type[BaseException], ...]) -> V:
         old = self._entries.get(key)
         try:
@@ -151,7 +154,7 @@ class ContentCache(Generic[V]):
         self._store(key, value, version, policy)
         return value
 
-    def _store(self, key: Hashable, value: V, version: str | None, policy: CachePolicy) -> None:
+    def _store(self, key: K, value: V, version: str | None, policy: CachePolicy) -> None:
         if policy.ttl <= 0:
             self._entries.pop(key, None)
             return
@@ -162,10 +165,10 @@ class ContentCache(Generic[V]):
         except ValueError:
             self._entries.pop(key, None)  # larger than the whole budget: serve it, do not keep it
 
-    def invalidate(self, key: Hashable) -> None:
+    def invalidate(self, key: K) -> None:
         self._entries.pop(key, None)
 
-    def invalidate_where(self, predicate: Callable[[Hashable], bool]) -> int:
+    def invalidate_where(self, predicate: Callable[[K], bool]) -> int:
         """Drop every entry whose key satisfies `predicate`; returns how many went."""
         doomed = [key for key in list(self._entries.keys()) if predicate(key)]
         for key in doomed:

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Generic, TypeVar
 import time
 
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
@@ -20,7 +21,7 @@ from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import CollectionSpec, Display, Render, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
-from aggregator.templates import UriTemplate
+from aggregator.templates import UriTemplate, Value
 
 __all__ = ["Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
            "TextTarget"]
@@ -28,6 +29,8 @@ __all__ = ["Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarge
 logger = logging.getLogger("aggregator.catalog")
 
 _CURSOR_PREFIX = b"c1:"
+Param = str | tuple[str, ...] | None
+"""A URI variable's value as a Target holds it: absent (None), one string, or an exploded list as a tuple."""
 FILE_MTIME = "file"  # `annotations: {lastModified: file}`: list each file's modification time
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
@@ -135,9 +138,12 @@ Target = TextTarget | RenderTarget | QueryTarget | FileTarget
 """What a URI resolves to: each kind of read gets exactly the fields it needs."""
 
 
+_Item = TypeVar("_Item", Entry, TemplateEntry)
+
+
 @dataclass(frozen=True, slots=True)
-class Page:
-    items: Sequence[Entry] | Sequence[TemplateEntry]
+class Page(Generic[_Item]):
+    items: Sequence[_Item]
     next_cursor: str | None
 
 
@@ -197,13 +203,14 @@ class Catalog:
         """Whether any entry or template needs scopes (then listings depend on who asks)."""
         return any(e.access for e in self.entries) or any(t.spec.access for t in self.templates)
 
-    def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page:
+    def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
         """Up to `limit` entries after `cursor` that a caller holding `scopes` may see (None: every entry);
         InvalidCursor if the cursor was not made by a catalog."""
         entries, uris = self._view(scopes)
         return _paginate(entries, uris, cursor, limit)
 
-    def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page:
+    def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None
+                      ) -> Page[TemplateEntry]:
         templates = [t for t in self.templates if scopes is None or t.spec.access <= scopes]
         return _paginate(templates, [t.uri_template for t in templates], cursor, limit)
 
@@ -290,12 +297,12 @@ class Catalog:
         return path.split("?", 1)[0] if self._url_sources.get(source or "", False) else path
 
 
-def _joined(value: object) -> str | None:
+def _joined(value: Value | None) -> str | None:
     """A matched value as one string: exploded lists are comma-joined (SQL binds scalars)."""
-    return ",".join(value) if isinstance(value, list) else value  # type: ignore[return-value]
+    return ",".join(value) if isinstance(value, list) else value
 
 
-def _hashable(value: object) -> object:
+def _hashable(value: Value | None) -> Param:
     return tuple(value) if isinstance(value, list) else value
 
 
@@ -365,7 +372,7 @@ def decode_cursor(cursor: str) -> str:
         raise InvalidCursor() from None
 
 
-def _paginate(items: Sequence, keys: list[str], cursor: str | None, limit: int) -> Page:
+def _paginate(items: Sequence[_Item], keys: list[str], cursor: str | None, limit: int) -> Page[_Item]:
     start = bisect.bisect_right(keys, decode_cursor(cursor)) if cursor else 0
     chunk = items[start : start + limit]
     more = start + limit < len(items)

@@ -14,13 +14,19 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from aggregator import __version__
 from aggregator.logs import setup_logging
 from aggregator.manifest.model import ManifestError
+
+if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
+    from mcp.server import Server
+
+    from aggregator.metrics import Metrics
+    from aggregator.supervisor import Supervisor
 
 __all__ = ["main"]
 
@@ -96,6 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     if args.http:
+                        assert metrics is not None  # --http always keeps them, for /metrics
                         await _serve_http(server, live, metrics, args, sock)
                     else:
                         await serve_stdio(server, initialization_options(server))
@@ -133,7 +140,8 @@ def _serve_workers(args: argparse.Namespace, run: Any) -> int:
     return run_workers(args.workers, lambda index: anyio.run(run, sock))
 
 
-async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Namespace, sock: Any = None) -> None:
+async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
+                      sock: Any = None) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
     on `sock` when given (a socket shared by workers)."""
     import uvicorn
@@ -148,6 +156,7 @@ async def _serve_http(server: Any, live: Any, metrics: Any, args: argparse.Names
     quiet_client_disconnects()
     # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
     # http=: uvicorn's httptools protocol plus header/body timeouts and the connection cap (aggregator.http_limits).
+    # The ignore: uvicorn annotates timeout_keep_alive as int but only hands it to loop.call_later (float seconds).
     config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=5, log_config=None, http=limited_protocol(limits),
                             timeout_keep_alive=limits.keep_alive_timeout)  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ logger = logging.getLogger("aggregator.catalog")
 async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> Entry:
     display = spec.display
     if spec.text is not None:
-        size = spec.size if spec.size is not None else len(spec.text.encode("utf-8"))
+        size: int | None = spec.size if spec.size is not None else len(spec.text.encode("utf-8"))
         return Entry(spec.uri, spec.name, display, display.title, display.mime_type or "text/plain", size,
                      text=spec.text, access=spec.access)
     if spec.render is not None:
@@ -155,7 +155,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     watched), so a reload does not list and build them again.
     """
     issues: list[ManifestIssue] = []
-    resource_entries: list[Entry] = [None] * len(manifest.resources)  # type: ignore[list-item]
+    resource_entries: list[Entry | None] = [None] * len(manifest.resources)
     built: list[Sequence[Entry]] = [()] * len(manifest.collections)
     reuse = reuse or {}
 
@@ -191,9 +191,10 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
         owners[uri] = (key, where)
         return True
 
-    for rspec, entry in zip(manifest.resources, resource_entries, strict=True):
-        if claim(entry.uri, rspec.key, rspec.where):
-            entries.append(entry)
+    for rspec, built_entry in zip(manifest.resources, resource_entries, strict=True):
+        assert built_entry is not None  # the task group built every resource or raised
+        if claim(built_entry.uri, rspec.key, rspec.where):
+            entries.append(built_entry)
     for cspec, collection_entries in zip(manifest.collections, built, strict=True):
         for entry in collection_entries:
             if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):

@@ -10,7 +10,7 @@ from mcp import Client, StdioServerParameters
 
 async def demo(manifest: str, mode: str = "auto") -> None:
     params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve", manifest])
-    async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
+    async with Client(params, mode=mode) as client:
         info = client.server_info
         print(f"connected to {info.name if info else '?'} over protocol {client.protocol_version}")
         cursor, listed = None, []

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.manifest.model import Defaults, Manifest, SourceSpec
 
 __all__ = ["CatalogDiff", "diff_catalogs", "diff_sources"]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -78,15 +81,19 @@ def diff_sources(old: Manifest, new: Manifest) -> list[tuple[str, list[str]]]:
 def diff_catalogs(old: Catalog, new: Catalog) -> CatalogDiff:
     """Listed resources by URI and templates by URI template: added, removed, or changed (which fields)."""
     result = CatalogDiff()
-    for before, after, facts in (
-        ({e.uri: e for e in old.entries}, {e.uri: e for e in new.entries}, _entry_facts),
-        ({t.uri_template: t for t in old.templates}, {t.uri_template: t for t in new.templates}, _template_facts),
-    ):
-        result.added += sorted(set(after) - set(before))
-        result.removed += sorted(set(before) - set(after))
-        for key in sorted(set(before) & set(after)):
-            a, b = facts(before[key]), facts(after[key])  # type: ignore[arg-type]
-            fields = [f for f in a if a[f] != b[f]]
-            if fields:
-                result.changed.append((key, fields))
+    _compare({e.uri: e for e in old.entries}, {e.uri: e for e in new.entries}, _entry_facts, result)
+    _compare({t.uri_template: t for t in old.templates}, {t.uri_template: t for t in new.templates}, _template_facts,
+             result)
     return result
+
+
+def _compare(before: Mapping[str, _T], after: Mapping[str, _T], facts: Callable[[_T], dict[str, Any]],
+             result: CatalogDiff) -> None:
+    """Add to `result` the keys only `after` has, those only `before` has, and the fields that changed."""
+    result.added += sorted(set(after) - set(before))
+    result.removed += sorted(set(before) - set(after))
+    for key in sorted(set(before) & set(after)):
+        a, b = facts(before[key]), facts(after[key])
+        fields = [f for f in a if a[f] != b[f]]
+        if fields:
+            result.changed.append((key, fields))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
@@ -13,6 +13,12 @@ from starlette.routing import Route
 
 from aggregator.manifest.model import HttpSettings
 from aggregator.metrics import Metrics, metrics_route
+
+if TYPE_CHECKING:
+    from mcp.server import Server
+    from starlette.types import ASGIApp
+
+    from aggregator.service import ResourceService
 
 __all__ = ["health_route", "http_app", "transport_security"]
 
@@ -38,7 +44,20 @@ def transport_security(host: str, port: int, settings: HttpSettings) -> Transpor
                                      allowed_origins=origins)
 
 
-def health_route(live: Any) -> Route:
+class Health(Protocol):
+    """What the app and /healthz read from the supervisor (aggregator.supervisor.Supervisor)."""
+
+    @property
+    def service(self) -> ResourceService: ...
+
+    @property
+    def reloads(self) -> int: ...
+
+    @property
+    def last_error(self) -> str | None: ...
+
+
+def health_route(live: Health) -> Route:
     """GET /healthz: the catalog generation, its size and the last reload error (if the last reload failed)."""
 
     async def healthz(request: Request) -> JSONResponse:
@@ -50,8 +69,8 @@ def health_route(live: Any) -> Route:
     return Route("/healthz", healthz, methods=["GET"])
 
 
-def http_app(server: Any, live: Any, metrics: Metrics, host: str, port: int, *, json_response: bool = False,
-             stateless: bool = False) -> Any:
+def http_app(server: Server[Any], live: Health, metrics: Metrics, host: str, port: int, *,
+             json_response: bool = False, stateless: bool = False) -> ASGIApp:
     """The ASGI app `aggregator serve --http` runs: MCP at /mcp (behind bearer auth when `server.auth` is set)."""
     settings = live.service.manifest.server
     auth = settings.auth

@@ -4,6 +4,9 @@ body-read timeout and a cap on open connections (uvicorn itself has the keep-ali
 Deadlines are totals, not gaps between bytes: a client trickling one byte a second is cut off as surely as a
 silent one. They cover reading a request only; a response in progress (an SSE listen stream, a legacy GET
 stream) is never timed, and the keep-alive timeout starts only once a response is complete.
+
+It subclasses uvicorn's HttpToolsProtocol and reads its internals (`connections`, `transport`, `parser`, `flow`,
+`cycle`, `_should_upgrade`): uvicorn is pinned below 1, and tests/test_sdk_compat.py names any that go missing.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._reading_headers = False
 
+    # The ignore: uvicorn's own signature narrows asyncio.BaseProtocol's (BaseTransport) to Transport; ours follows it.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:  # this one is counted already

@@ -9,13 +9,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-__all__ = ["Metrics", "metrics_route"]
+if TYPE_CHECKING:
+    from mcp.server.transport_security import TransportSecurityMiddleware
+
+    from aggregator.service import ResourceService
+
+__all__ = ["Figures", "Metrics", "metrics_route"]
 
 access_log = logging.getLogger("aggregator.access")
 
@@ -23,14 +28,28 @@ access_log = logging.getLogger("aggregator.access")
 READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+class Figures(Protocol):
+    """What a scrape reads from the supervisor (aggregator.supervisor.Supervisor): the service being served
+    (its cache, source errors and catalog) and the reload counts."""
+
+    @property
+    def service(self) -> ResourceService: ...
+
+    @property
+    def reloads(self) -> int: ...
+
+    @property
+    def reload_errors(self) -> int: ...
+
+
 class Metrics:
     """Request counts by method and outcome, read latency, and the live catalog's own counters.
 
-    `live` is anything with `aggregator` (whose `cache` and `source_errors` are read), `reloads` and
-    `reload_errors`. Without prometheus-client (the `metrics` extra) only the access log works.
+    `live` is read at scrape time (see Figures). Without prometheus-client (the `metrics` extra) only the access
+    log works.
     """
 
-    def __init__(self, live: Any) -> None:
+    def __init__(self, live: Figures) -> None:
         self.live = live
         self.registry: Any = None
         try:
@@ -64,7 +83,7 @@ class Metrics:
 class _LiveCollector:
     """Figures kept elsewhere, read when scraped."""
 
-    def __init__(self, live: Any) -> None:
+    def __init__(self, live: Figures) -> None:
         self.live = live
 
     def describe(self) -> list[Any]:
@@ -100,7 +119,7 @@ def _counter(family: Callable[..., Any], name: str, doc: str, value: float) -> A
     return family(name, doc, value=value)
 
 
-def metrics_route(metrics: Metrics, guard: Any = None) -> Route:
+def metrics_route(metrics: Metrics, guard: TransportSecurityMiddleware | None = None) -> Route:
     """GET /metrics in the Prometheus text format (404 with a hint when prometheus-client is not installed).
 
     `guard` (the SDK's TransportSecurityMiddleware) checks Host and Origin first, as for /mcp: the figures name

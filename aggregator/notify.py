@@ -8,11 +8,18 @@ connection's exit stack when it closes: nothing piles up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged, ResourceUpdated
 from mcp.server.subscriptions import ServerEvent, SubscriptionBus
+
+if TYPE_CHECKING:
+    import mcp.types as types
+    from mcp.server import ServerRequestContext
+    from mcp.server.session import ServerSession
+
+    from aggregator.sdk_compat import Connection
 
 __all__ = ["Notifier", "TooManySubscriptions"]
 
@@ -33,9 +40,9 @@ class Notifier:
     def __init__(self, bus: SubscriptionBus | None = None, max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
         self.bus: SubscriptionBus = bus or InMemorySubscriptionBus()
         self.max_subscriptions = max_subscriptions
-        self._sessions: dict[Any, Any] = {}
-        self._subscriptions: dict[Any, set[str]] = {}
-        self._visible: dict[Any, Callable[[str], bool]] = {}
+        self._sessions: dict[Connection, ServerSession] = {}
+        self._subscriptions: dict[Connection, set[str]] = {}
+        self._visible: dict[Connection, Callable[[str], bool]] = {}
         self._listens: dict[object, frozenset[str]] = {}
         self.sent_list_changed = 0
         self.sent_updated = 0
@@ -44,20 +51,20 @@ class Notifier:
 
     # --- legacy wire ---------------------------------------------------------------------------------
 
-    def register(self, connection: Any, session: Any) -> None:
+    def register(self, connection: Connection, session: ServerSession) -> None:
         """A legacy connection that should hear list_changed, and the session to send through."""
         if connection in self._sessions:
             return
         self._sessions[connection] = session
         connection.exit_stack.callback(self._forget, connection)
 
-    def _forget(self, connection: Any) -> None:
+    def _forget(self, connection: Connection) -> None:
         self._sessions.pop(connection, None)
         self._subscriptions.pop(connection, None)
         self._visible.pop(connection, None)
 
-    def subscribe(self, connection: Any, session: Any, uri: str, visible: Callable[[str], bool] | None = None
-                  ) -> None:
+    def subscribe(self, connection: Connection, session: ServerSession, uri: str,
+                  visible: Callable[[str], bool] | None = None) -> None:
         """With `visible`, the connection hears `updated` only for URIs it admits when the event is sent."""
         self.register(connection, session)
         if visible is not None:
@@ -67,12 +74,13 @@ class Notifier:
             raise TooManySubscriptions(self.max_subscriptions)
         uris.add(uri)
 
-    def unsubscribe(self, connection: Any, uri: str) -> None:
+    def unsubscribe(self, connection: Connection, uri: str) -> None:
         self._subscriptions.get(connection, set()).discard(uri)
 
     # --- modern wire ---------------------------------------------------------------------------------
 
-    async def listen(self, ctx: Any, params: Any, visible: Callable[[str], bool] | None = None) -> Any:
+    async def listen(self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams,
+                     visible: Callable[[str], bool] | None = None) -> Any:
         """`subscriptions/listen`: the SDK's handler, with the stream's URIs recorded while it is open.
 
         With `visible`, the stream hears `updated` only for URIs it says the caller may see when the event is sent
@@ -149,7 +157,7 @@ class _VisibleEvents:
         return self._bus.subscribe(deliver)
 
 
-async def _send(sending: Any) -> None:
+async def _send(sending: Awaitable[None]) -> None:
     try:
         await sending
     except Exception:  # a peer that went away must not stop the fan-out to the others

@@ -49,7 +49,8 @@ def _severity(spec: SourceSpec | None) -> Severity:
 
 def check_manifest(manifest: Manifest) -> list[Finding]:
     """What the manifest alone shows (also offline): sources no resource, collection or template uses."""
-    used = {spec.source for spec in (*manifest.resources, *manifest.collections, *manifest.templates)}
+    used = ({r.source for r in manifest.resources} | {c.source for c in manifest.collections}
+            | {t.source for t in manifest.templates})
     return [_at(spec.where, spec.key, f"source {sid!r} is used by no resource, collection or template", "warning")
             for sid, spec in manifest.sources.items() if sid not in used]
 

@@ -209,7 +209,7 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...], kwargs: Mappi
         _too_large(len(text) + sum(text.count(chr(k)) * (len(v) - 1) for k, v in first.items()
                                    if isinstance(k, int) and 0 <= k <= 0x10FFFF and isinstance(v, str)))
     elif name == "join" and args:
-        items = list(first)  # a generator can be measured only once: join the list that was measured
+        items = list(args[0])  # a generator can be measured only once: join the list that was measured
         _too_large(_joined_size(text, items))
         return (items, *args[1:])
     return args
@@ -334,7 +334,7 @@ class _CappedSandbox(ImmutableSandboxedEnvironment):
             if is_map:
                 if kwargs or len(args) != 1:
                     raise TypeError("format_map() takes exactly one argument")
-                args, kwargs = (), args[0]
+                kwargs, args = args[0], ()
             formatter = (_CappedEscapeFormatter(self, escape=text.escape) if isinstance(text, Markup)
                          else _CappedFormatter(self))  # one per call: the sizes it adds up are this call's
             return type(text)(formatter.vformat(text, args, kwargs))

@@ -30,6 +30,7 @@ from aggregator.manifest.model import Annotations, Display, Icon
 from aggregator.auth import caller_name, caller_scopes
 from aggregator.metrics import Metrics, timer
 from aggregator.notify import Notifier, TooManySubscriptions
+from aggregator.sdk_compat import connection_of
 from aggregator.tools import ToolSpec, template_tools, uri_for
 
 __all__ = ["build_server", "contents_dict", "initialization_options", "resource_dict", "template_dict", "wire_summary"]
@@ -190,7 +191,7 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
 
         async def body() -> dict[str, Any]:
             served = service.list_page(cursor, _scopes(ctx))
-            return listing([resource_dict(e) for e in served.page.items], "resources", served)  # type: ignore[arg-type]
+            return listing([resource_dict(e) for e in served.page.items], "resources", served)
 
         return await _run_handler(ctx, None, body, metrics)
 
@@ -200,7 +201,7 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
 
         async def body() -> dict[str, Any]:
             served = service.template_page(cursor, _scopes(ctx))
-            return listing([template_dict(t) for t in served.page.items], "resourceTemplates", served)  # type: ignore[arg-type]
+            return listing([template_dict(t) for t in served.page.items], "resourceTemplates", served)
 
         return await _run_handler(ctx, None, body, metrics)
 
@@ -242,10 +243,10 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         version=settings.version or __version__,
         title=settings.title,
         instructions=settings.instructions,
-        on_list_resources=list_resources,  # type: ignore[arg-type]  # dict results are part of HandlerResult
-        on_list_resource_templates=list_templates,  # type: ignore[arg-type]
-        on_read_resource=read_resource,  # type: ignore[arg-type]
-        on_completion=complete,  # type: ignore[arg-type]
+        on_list_resources=list_resources,  # dict results are part of HandlerResult
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_completion=complete,
         legacy_notifications=legacy_notifications and notifier is not None,
     )
     if notifier is not None:
@@ -282,12 +283,6 @@ class _Server(Server[Any]):
         return capabilities
 
 
-def _connection(ctx: ServerRequestContext[Any]) -> Any:
-    """The connection a message came on. The SDK makes a session per message; the connection is what lasts
-    (and its exit stack is where cleanup goes). Not public in mcp 2.3."""
-    return ctx.session._connection  # noqa: SLF001
-
-
 STATELESS_SUBSCRIBE = ("resources/subscribe is not available: this server runs stateless (--stateless), so no "
                        "session outlives a request to deliver notifications/resources/updated on; use "
                        "subscriptions/listen on the 2026-07-28 wire, or a server without --stateless")
@@ -305,7 +300,7 @@ def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: 
             # Unknown or hidden URIs get the not-found error, not a silent subscription.
             service.allowed(uri, _scopes(ctx))
             try:
-                notifier.subscribe(_connection(ctx), ctx.session, uri, _visible_to(service, _scopes(ctx)))
+                notifier.subscribe(connection_of(ctx), ctx.session, uri, _visible_to(service, _scopes(ctx)))
             except TooManySubscriptions as exc:
                 raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
             return types.EmptyResult()
@@ -313,7 +308,7 @@ def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: 
         return await _run_handler(ctx, uri, body, metrics)
 
     async def unsubscribe(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        notifier.unsubscribe(_connection(ctx), str(params.uri))
+        notifier.unsubscribe(connection_of(ctx), str(params.uri))
         return types.EmptyResult()
 
     async def listen(ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams) -> Any:
@@ -329,7 +324,7 @@ def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: 
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
     async def initialized(ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
-        notifier.register(_connection(ctx), ctx.session)  # a legacy connection: it hears list_changed from now on
+        notifier.register(connection_of(ctx), ctx.session)  # a legacy connection: it hears list_changed from now on
 
     server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
     server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
@@ -380,7 +375,7 @@ def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics |
 
         return await _run_handler(ctx, uri, body, metrics)
 
-    server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)  # type: ignore[arg-type]
+    server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
 
 

@@ -21,7 +21,7 @@ import anyio.to_thread
 from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
-from aggregator.cache_keys import FileKey, Forget, QueryKey
+from aggregator.cache_keys import CacheKey, FileKey, Forget, QueryKey
 from aggregator.catalog import (Catalog, Entry, FileTarget, Page, QueryTarget, RenderTarget, Target, TemplateEntry,
                                 TextTarget)
 from aggregator.compiler import compile_catalog
@@ -125,11 +125,11 @@ class ResourceService:
     """Serves one manifest: listing pages, template pages and reads, each from one snapshot."""
 
     def __init__(self, manifest: Manifest, sources: Mapping[str, Source], catalog: Catalog,
-                 cache: ContentCache[Content] | None = None) -> None:
+                 cache: ContentCache[CacheKey, Content] | None = None) -> None:
         self._snapshot = _snapshot(manifest, catalog, sources, {sid: catalog.generation for sid in sources})
         self._leases = Leases()
         self._swapping = anyio.Lock()
-        self.cache: ContentCache[Content] = cache if cache is not None else ContentCache(manifest.defaults.cache_bytes)
+        self.cache: ContentCache[CacheKey, Content] = cache if cache is not None else ContentCache(manifest.defaults.cache_bytes)
         self.source_errors: Counter[str] = Counter()
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
@@ -428,7 +428,9 @@ class ResourceService:
     async def _query(self, snapshot: Snapshot, target: QueryTarget) -> Content:
         source, limits = snapshot.sources[target.source], snapshot.limits[target.source]
         run = source.query
-        sql, params, fmt = target.query, dict(target.params), target.format
+        # A query's values are strings or None: the catalog comma-joins lists (SQL binds scalars).
+        params = {name: value for name, value in target.params if not isinstance(value, tuple)}
+        sql, fmt = target.query, target.format
 
         async def load() -> tuple[Content, str | None]:
             blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),

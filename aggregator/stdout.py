@@ -52,4 +52,4 @@ def tolerate_reader_leaving() -> None:
 
     Not for `serve`: there stdout is the protocol, and a client that left is the SDK's to notice."""
     if not isinstance(sys.stdout, _UntilReaderLeaves):
-        sys.stdout = _UntilReaderLeaves(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = _UntilReaderLeaves(sys.stdout)

@@ -41,7 +41,7 @@ try:  # linear-time matching; the stdlib `re` backtracks (a 400-character URI ca
 
     LINEAR_MATCHING = True
 except ImportError:  # pragma: no cover - google-re2 is a core dependency; kept for platforms without a wheel
-    _engine = re  # type: ignore[no-redef]
+    _engine = re
     LINEAR_MATCHING = False
 
 __all__ = ["LINEAR_MATCHING", "TemplateSyntaxError", "UriTemplate", "Value"]
@@ -129,7 +129,7 @@ class UriTemplate:
         text is parsed once per process: loading, checking and compiling a manifest all ask for it."""
         if not isinstance(text, str) or not text:
             raise TemplateSyntaxError("a URI template must be a non-empty string")
-        template = _parse_cached(cls, text)
+        template = _parse_cached(text)
         if for_matching and template.ambiguity is not None:
             raise TemplateSyntaxError(template.ambiguity)
         return template
@@ -177,8 +177,8 @@ class UriTemplate:
 
 
 @lru_cache(maxsize=16384)
-def _parse_cached(cls: type[UriTemplate], text: str) -> UriTemplate:
-    return cls._parse(text)
+def _parse_cached(text: str) -> UriTemplate:
+    return UriTemplate._parse(text)
 
 
 def _parse_expression(body: str, position: int) -> _Expr:
@@ -339,8 +339,9 @@ class _Matcher:
                 # Up to n characters for a prefix variable, each up to four UTF-8 bytes as %XX (12 characters),
                 # else at least one. RE2 refuses repeat counts over 1000: longer prefixes match like any
                 # variable, and match still refuses a value longer than the prefix.
-                bounded = prefix is not None and prefix * _MAX_ENCODED <= 1000
-                extent = _LONE[op].replace("{x}", stop) + (f"{{1,{prefix * _MAX_ENCODED}}}" if bounded else "+")
+                most = prefix * _MAX_ENCODED if prefix is not None else None
+                bounded = most is not None and most <= 1000
+                extent = _LONE[op].replace("{x}", stop) + (f"{{1,{most}}}" if bounded else "+")
             else:
                 extent = _EXTENT[op].replace("{x}", stop)
                 if op in ("/", ".", ";") and not part.variables[-1].explode and len(part.variables) <= 1000:
@@ -371,8 +372,8 @@ class _Matcher:
                 if var is None or (name in given and not var.explode):
                     return None
                 given.setdefault(name, []).append(value)
-            for name, found in given.items():
-                if not _merge(values, {name: found if self.query_vars[name].explode else found[0]}):
+            for name, listed in given.items():
+                if not _merge(values, {name: listed if self.query_vars[name].explode else listed[0]}):
                     return None
         for name, limit in self.prefixes.items():
             value = values.get(name)
@@ -424,7 +425,9 @@ def _named_items(variables: tuple[_Var, ...], items: list[str], errors: str = "r
         if var is None:
             return None
         if var.explode:
-            values.setdefault(var.name, []).append(_decode(value, errors))  # type: ignore[union-attr]
+            listed = values.setdefault(var.name, [])
+            assert isinstance(listed, list)  # only this branch fills an exploded variable's name
+            listed.append(_decode(value, errors))
         elif name in values:
             return None
         else:

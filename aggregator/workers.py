@@ -65,9 +65,9 @@ def run_workers(count: int, serve: Callable[[int], int]) -> int:
     worst = 0
     while children:
         pid, status = os.wait()
-        index = children.pop(pid, None)
-        if index is None:
+        if pid not in children:
             continue
+        index = children.pop(pid)
         code = os.waitstatus_to_exitcode(status)
         worst = max(worst, code if code >= 0 else 1)
         if not stopping:

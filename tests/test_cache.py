@@ -46,7 +46,7 @@ class Backend:
 
 def test_ttl_expiry_and_hits() -> None:
     clock, backend = Clock(), Backend(version=None)
-    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
+    cache: ContentCache[str, Blob] = ContentCache(1000, timer=clock)
 
     async def main() -> None:
         await cache.get_or_load("k", CachePolicy(5), backend.load)
@@ -60,7 +60,7 @@ def test_ttl_expiry_and_hits() -> None:
 
 
 def test_byte_budget_evicts_by_size_not_count() -> None:
-    cache: ContentCache[Blob] = ContentCache(100)
+    cache: ContentCache[int | str, Blob] = ContentCache(100)
 
     async def main() -> None:
         for i in range(5):
@@ -74,7 +74,7 @@ def test_byte_budget_evicts_by_size_not_count() -> None:
 
 
 def test_single_flight_and_errors_not_cached() -> None:
-    cache: ContentCache[Blob] = ContentCache(1000)
+    cache: ContentCache[str, Blob] = ContentCache(1000)
     backend = Backend(delay=0.05)
 
     async def main() -> None:
@@ -105,7 +105,7 @@ def test_single_flight_and_errors_not_cached() -> None:
 
 def test_revalidation_costs_a_metadata_call_not_a_download() -> None:
     clock, backend = Clock(), Backend()
-    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
+    cache: ContentCache[str, Blob] = ContentCache(1000, timer=clock)
     policy = CachePolicy(10)
 
     async def get() -> Blob:
@@ -129,7 +129,7 @@ def test_revalidation_costs_a_metadata_call_not_a_download() -> None:
 
 def test_stale_if_error_is_bounded() -> None:
     clock, backend = Clock(), Backend()
-    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
+    cache: ContentCache[str, Blob] = ContentCache(1000, timer=clock)
     policy = CachePolicy(10, stale_if_error=20)
 
     async def get() -> Blob:

@@ -16,13 +16,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "aggregator"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("aggregator", "errors", "paths", "globs", "templates", "content", "logs", "stdout",
-                     "terminal_hint", "scaffold", "workers", "watch", "notify", "metrics", "render_sandbox",
+                     "terminal_hint", "scaffold", "workers", "watch", "notify", "render_sandbox", "sdk_compat",
                      "manifest.model", "manifest.placeholders", "manifest.units", "manifest.source_urls")),
     ("manifest", ("manifest", "manifest.*")),
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools", "search")),
     ("service", ("service", "preflight")),
-    ("live and protocol", ("supervisor", "server", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
+    ("live and protocol", ("supervisor", "server", "metrics", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
                            "__main__", "upstream", "upstream.*")),
 ]
 

@@ -34,7 +34,7 @@ import posixpath
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 from urllib.parse import urljoin
 
 from aggregator.manifest.model import (
@@ -283,7 +283,7 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
                       rpath: KeyPath) -> list[Any]:
         ident = IDENTITY[section]
         out: list[Any] = []
-        origin: list[tuple[Marked, KeyPath] | None] = []
+        origin: list[tuple[Marked, KeyPath]] = []
         index = {e.get(ident): i for i, e in enumerate(b) if isinstance(e, dict) and e.get(ident) is not None}
         for i, entry in enumerate(b):
             out.append(entry)
@@ -314,7 +314,7 @@ def _merge_marked(base: Marked, over: Marked) -> tuple[Marked, list[ManifestIssu
                 _, bi, oj = entry
                 final.append(merge(b[bi], o[oj], bpath + (bi,), opath + (oj,), at))
             else:
-                src, src_path = origin[i]  # type: ignore[misc]
+                src, src_path = origin[i]
                 copy(src, src_path, at)
                 final.append(entry)
         return final
@@ -370,8 +370,8 @@ def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...]
     writers = {_display(b): (*chain, *bases[:k + 1]) for k, b in enumerate(bases)}
     for i, entry in enumerate(entries):
         path: KeyPath = ("include", i)
-        spec = {"path": entry} if isinstance(entry, str) else dict(entry)
-        ref = spec.get("path") or spec.get("url")
+        spec: dict[str, Any] = {"path": entry} if isinstance(entry, str) else dict(entry)
+        ref: str = spec.get("path") or spec["url"]  # the schema requires one of them
         # The chain of the file that wrote this entry: this manifest, or the extends base that did.
         at = writers.get(marked.file_of(path), chain)
         parent = at[-1]
@@ -451,6 +451,11 @@ class _Renamer:
 
     def name(self, name: str) -> str:
         return f"{self.ns}/{name}" if self.ns else name
+
+    @overload
+    def source(self, sid: str) -> str: ...
+    @overload
+    def source(self, sid: str | None) -> str | None: ...
 
     def source(self, sid: str | None) -> str | None:
         return f"{self.ns}.{sid}" if self.ns and sid else sid

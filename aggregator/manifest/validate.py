@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
@@ -127,10 +127,11 @@ def _walk(node: Any) -> Iterator[dict[str, Any]]:
 def _explain(error: ValidationError, marked: Marked) -> list[ManifestIssue]:
     """One or more issues, in words a manifest author can act on, for one jsonschema error."""
     path: KeyPath = tuple(error.absolute_path)
-    kind, value, expected = error.validator, error.instance, error.validator_value
+    kind, expected, schema = error.validator, _keyword_value(error), _schema(error)
+    value: Any = error.instance  # a JSON value (the stubs' Unset: only on an error built by hand)
     if kind == "additionalProperties" and isinstance(value, dict):
-        return [marked.issue(path + (k,), _unknown_key(k, error.schema), key=True)
-                for k in value if k not in error.schema.get("properties", {})]
+        return [marked.issue(path + (k,), _unknown_key(k, schema), key=True)
+                for k in value if k not in schema.get("properties", {})]
     if kind == "required" and isinstance(value, dict):
         return [marked.issue(path, f"required key {k!r} is missing") for k in expected if k not in value]
     if "propertyNames" in error.schema_path:
@@ -139,11 +140,11 @@ def _explain(error: ValidationError, marked: Marked) -> list[ManifestIssue]:
     if kind == "oneOf":
         return _explain_choice(error, marked, path)
     if kind == "type":
-        return [marked.issue(path, _type_message(expected, value, error.schema, path in marked.interpolated))]
+        return [marked.issue(path, _type_message(expected, value, schema, path in marked.interpolated))]
     return [marked.issue(path, _message(error, marked.quote(path, value), marked.hides(path)))]
 
 
-def _type_message(expected: str | list[str], value: Any, schema: dict[str, Any], from_env: bool) -> str:
+def _type_message(expected: str | list[str], value: Any, schema: Mapping[str, Any], from_env: bool) -> str:
     names = [_SCHEMA_TYPE_NAMES.get(t, t) for t in ([expected] if isinstance(expected, str) else expected)]
     # A duration or size says what it is better than "string or number" does.
     hint = _pattern_hints().get(schema.get("pattern", "")) if len(names) > 1 else None
@@ -158,7 +159,7 @@ def _type_message(expected: str | list[str], value: Any, schema: dict[str, Any],
 
 
 def _message(error: ValidationError, shown: str, from_env: bool) -> str:
-    kind, expected, value = error.validator, error.validator_value, error.instance
+    kind, expected, value = error.validator, _keyword_value(error), error.instance
     if kind == "format":
         cause = str(error.cause) if error.cause else ""
         if from_env and isinstance(value, str) and value and value in cause:
@@ -195,8 +196,8 @@ def _explain_choice(error: ValidationError, marked: Marked, path: KeyPath) -> li
     here = [e for e in error.context if not e.relative_path]
     if here and all(e.validator == "type" for e in here):
         # The wrong kind of value for every choice: name all the kinds it may be.
-        kinds = [t for e in here for t in ([e.validator_value] if isinstance(e.validator_value, str)
-                                          else e.validator_value)]
+        wanted = [_keyword_value(e) for e in here]
+        kinds = [t for w in wanted for t in ([w] if isinstance(w, str) else w)]
         return [marked.issue(path, _type_message(list(dict.fromkeys(kinds)), value, {},
                                                  path in marked.interpolated))]
     formats = [e for e in here if e.validator == "format"]
@@ -220,7 +221,18 @@ def _resource_kind_message(value: dict[str, Any]) -> str:
     return "a resource needs either 'text' (inline content) or both 'source' and 'path'"
 
 
-def _unknown_key(key: str, schema: dict[str, Any]) -> str:
+def _keyword_value(error: ValidationError) -> Any:
+    """The failing keyword's value in the schema (a JSON value). Every error a validator yields has one; the
+    stubs also allow Unset, which only an error built by hand carries."""
+    return error.validator_value
+
+
+def _schema(error: ValidationError) -> Mapping[str, Any]:
+    """The (sub)schema whose keyword failed; a boolean schema has no keywords to report."""
+    return error.schema if isinstance(error.schema, Mapping) else {}
+
+
+def _unknown_key(key: str, schema: Mapping[str, Any]) -> str:
     allowed = list(schema.get("properties", {}))
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     guess = f" (did you mean {close[0]!r}?)" if close else ""

@@ -51,7 +51,7 @@ class Marked:
 
     def where(self, path: KeyPath, *, key: bool = False) -> tuple[int, int]:
         """The position of `path` (of its key when `key`), else of its closest known ancestor."""
-        return self.locate(path, key=key)[1:]  # type: ignore[return-value]
+        return self.locate(path, key=key)[1:]
 
     def locate(self, path: KeyPath, *, key: bool = False) -> tuple[str, int, int]:
         """(file, line, col) of `path` (of its key when `key`), else of its closest known ancestor."""
@@ -170,7 +170,9 @@ def _limits(events: Iterator[yaml.Event], file: str) -> ManifestIssue | None:
 
 
 def _issue_at(event: yaml.Event, file: str, message: str) -> ManifestIssue:
-    return ManifestIssue(file, event.start_mark.line + 1, event.start_mark.column + 1, "", message)
+    mark = event.start_mark
+    assert mark is not None  # the parser marks every event it emits; only hand-made events lack one
+    return ManifestIssue(file, mark.line + 1, mark.column + 1, "", message)
 
 
 def _compose(text: str) -> yaml.Node | None:

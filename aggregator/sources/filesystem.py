@@ -8,6 +8,7 @@ by the source's `maxConcurrency` and `timeout`. Filesystems are opened without a
 
 from __future__ import annotations
 
+import builtins  # `builtins.list` in annotations below the class's own `list` method
 import gc
 import hashlib
 import os
@@ -136,7 +137,7 @@ class FsspecSource(Source):
         return await self._call(self._read, full, max_bytes)
 
     def _read(self, full: str, max_bytes: int) -> Blob:
-        info = self._info(full)
+        info: Mapping[str, Any] = self._info(full)
         if info.get("type") not in ("file", None):
             raise SourceNotFound("not a file")
         size = _int_or_none(info.get("size"))
@@ -169,7 +170,7 @@ class FsspecSource(Source):
         # A listing is many paged requests: `timeout` bounds each read, the backend's own timeouts each page.
         return await self._call(self._list, pattern, tuple(exclude), hidden, timeout=None)
 
-    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool = False) -> list[FileInfo]:
+    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool = False) -> builtins.list[FileInfo]:
         wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
         start = f"{self.root}/{prefix}" if prefix else self.root
@@ -215,6 +216,7 @@ async def _s3_find(fs: Any, start: str, progress: ListingProgress) -> dict[str, 
     prefix = key.strip("/") + "/" if key.strip("/") else ""
     found: dict[str, Mapping[str, Any]] = {}
     try:
+        # s3fs's own (private) paginated listing: tests/test_sdk_compat.py checks it is still there.
         async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
             if info.get("type") == "file":
                 found[info["name"]] = info
@@ -255,9 +257,10 @@ def _construct(fs_class: type, options: Mapping[str, Any]) -> tuple[Any, str]:
     return None, failure
 
 
-def _int_or_none(value: object) -> int | None:
+def _int_or_none(value: Any) -> int | None:
+    """A backend's size field (of whatever type it reports) as an int, or None."""
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
     except (TypeError, ValueError):
         return None
 

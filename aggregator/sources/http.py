@@ -17,7 +17,7 @@ import errno
 import ipaddress
 import socket
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
@@ -27,6 +27,9 @@ from aiohttp.resolver import ThreadedResolver
 
 from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
+
+if TYPE_CHECKING:
+    from aiohttp.abc import ResolveResult  # aiohttp 3.10+; only annotations name it
 
 __all__ = ["AddressPolicy", "HttpSource"]
 
@@ -228,7 +231,8 @@ class _GuardedResolver(AbstractResolver):
         self._inner = ThreadedResolver()
         self._policy = policy
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         infos = await self._inner.resolve(host, port, family)
         reasons = [self._policy.refusal(info["host"]) for info in infos]
         allowed = [info for info, reason in zip(infos, reasons, strict=True) if reason is None]

@@ -14,6 +14,7 @@ Names are `os.fsdecode` strings (`byte_names`): a name that is not UTF-8 keeps i
 
 from __future__ import annotations
 
+import builtins  # `builtins.list` in annotations below the class's own `list` method
 import errno
 import logging
 import os
@@ -116,7 +117,7 @@ class LocalSource(Source):
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         return await self._call(self._list, pattern, tuple(exclude), hidden)
 
-    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> list[FileInfo]:
+    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> builtins.list[FileInfo]:
         wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
         files: list[FileInfo] = []
@@ -130,7 +131,7 @@ class LocalSource(Source):
         self._note_outside_links(outside)
         return files
 
-    def _note_outside_links(self, outside: list[str]) -> None:
+    def _note_outside_links(self, outside: builtins.list[str]) -> None:
         """Log the links a walk skipped for leading outside the root: once per source and set of links."""
         key = tuple(sorted(outside))
         if not key or key in self._outside_logged or len(self._outside_logged) >= 64:
@@ -139,7 +140,7 @@ class LocalSource(Source):
         logger.info("source %r: %d link(s) lead outside the folder and are not listed, e.g. %s", self.id, len(key),
                     ", ".join(repr(p) for p in key[:3]))
 
-    def _walk(self, prefix: str, outside: list[str]) -> Iterator[tuple[str, os.stat_result]]:
+    def _walk(self, prefix: str, outside: builtins.list[str]) -> Iterator[tuple[str, os.stat_result]]:
         """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks;
         links leading outside the root are added to `outside`."""
         start = os.path.realpath(os.path.join(self.root, *prefix.split("/"))) if prefix else self.root

@@ -9,6 +9,7 @@ Errors name no SQL and no connection string: those stay in the server log, and c
 
 from __future__ import annotations
 
+import builtins  # `builtins.list` in annotations below the class's own `list` method
 import csv
 import io
 import json
@@ -167,7 +168,7 @@ class SqlSource(Source):
             doc["sampleRows"] = [dict(r) for r in rows]
         return doc
 
-    async def query(self, sql: str, params: Mapping[str, str], fmt: str, max_bytes: int) -> Blob:
+    async def query(self, sql: str, params: Mapping[str, str | None], fmt: str, max_bytes: int) -> Blob:
         """Run `sql` with `params` bound; the result rendered as `fmt` (json, csv or markdown)."""
         columns, rows, truncated = await self._call(self._run, sql, dict(params), self.row_limit)
         text = render_rows(columns, rows, fmt, truncated)
@@ -176,7 +177,8 @@ class SqlSource(Source):
             raise SourceTooLarge(len(data), max_bytes)
         return Blob(data, QUERY_FORMATS[fmt], None)
 
-    def _run(self, sql: str, params: dict[str, Any], limit: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+    def _run(self, sql: str, params: dict[str, Any], limit: int
+             ) -> tuple[builtins.list[str], builtins.list[tuple[Any, ...]], bool]:
         import sqlalchemy
 
         try:
