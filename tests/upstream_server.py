@@ -65,6 +65,9 @@ async def complete(ref, argument, context):  # noqa: ANN001, ANN201 - the SDK's 
 
 
 if __name__ == "__main__":
+    if os.environ.get("UPSTREAM_PIDFILE"):
+        with open(os.environ["UPSTREAM_PIDFILE"], "w") as pidfile:
+            pidfile.write(str(os.getpid()))
     if sys.argv[1] == "stdio":
         print("upstream starting on stdio", file=sys.stderr, flush=True)
         server.run("stdio")
