@@ -112,7 +112,14 @@ class UpstreamStatus:
 class _Connection:
     client: Client
     lost: anyio.Event = field(default_factory=anyio.Event)
+    reason: str | None = None
     subscribed: set[str] = field(default_factory=set)
+
+    def mark_lost(self, reason: str) -> None:
+        """The connection is unusable: the runner closes it and connects again (the first reason is kept)."""
+        if self.reason is None:
+            self.reason = reason
+        self.lost.set()
 
 
 class Upstream:
@@ -145,6 +152,7 @@ class Upstream:
         self._wanted: frozenset[str] = frozenset()
         self._wanted_changed = anyio.Event()
         self._ever_connected = False
+        self._was_up = False
 
     # ---- state ----
 
@@ -209,30 +217,31 @@ class Upstream:
             self._runner_scope = scope
             while self._state != "closed":
                 self._set_state("connecting")
-                connected = False
+                self._was_up = False
                 try:
-                    connected = await self._session()
+                    reason = await self._session()
                 except Exception as exc:  # noqa: BLE001 - any failure of one connection is logged and retried
-                    self._last_error = _describe_failure(exc)
-                    logger.warning("%s (%s): connection failed: %s", self.describe(), self.name, self._last_error)
+                    reason = _describe_failure(exc)
                 finally:
                     self._conn = None
                 if self._state == "closed":
                     break
-                if connected:
+                self._last_error = reason
+                if self._was_up:
+                    # A connection that was up and got lost (a restart, a crash): try again at once.
+                    logger.warning("%s (%s): connection lost: %s", self.describe(), self.name, reason)
                     delay = self.backoff[0]
-                    continue  # a connection that was up and got lost: try again at once (a restart)
+                    continue
+                logger.warning("%s (%s): cannot connect: %s", self.describe(), self.name, reason)
                 self._set_state("failed")
                 await anyio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self.backoff[1])
 
-    async def _session(self) -> bool:
-        """One connection, from connect until it is lost; True if it was ever up."""
-        connected = False
-
+    async def _session(self) -> str:
+        """One connection, from connect until it is lost, and why it was (`_was_up` says whether it was made)."""
         def eof() -> None:
             if self._conn is not None:
-                self._conn.lost.set()
+                self._conn.mark_lost("the upstream closed the connection")
 
         transport = (self.target.open(self.name, eof, self.max_message_bytes, self.timeout)
                      if isinstance(self.target, HttpTarget) else
@@ -245,8 +254,8 @@ class Upstream:
                 connecting.deadline = math.inf
                 conn = _Connection(client)
                 self._conn = conn
-                first, connected = not self._ever_connected, True
-                self._ever_connected = True
+                first = not self._ever_connected
+                self._ever_connected = self._was_up = True
                 if not first:
                     self._reconnects += 1
                 self._set_state("connected")
@@ -257,14 +266,9 @@ class Upstream:
                         tg.start_soon(self._after_reconnect)
                     await conn.lost.wait()
                     tg.cancel_scope.cancel()
-                self._last_error = "connection lost"
-                logger.warning("%s (%s): connection lost", self.describe(), self.name)
-        if connecting.cancelled_caught and not connected:
+        if connecting.cancelled_caught and not self._was_up:
             raise TimeoutError(f"no connection within {self.connect_timeout:g}s")
-        return connected
-
-    def _mark_lost(self, conn: _Connection) -> None:
-        conn.lost.set()
+        return conn.reason or "connection lost"
 
     # ---- calls ----
 
@@ -282,8 +286,7 @@ class Upstream:
                             if attempt == 0 and (exc.code in _LOST or (
                                     exc.code in _SESSION_GONE and isinstance(self.target, HttpTarget)
                                     and conn.client.protocol_version not in MODERN_PROTOCOL_VERSIONS)):
-                                self._last_error = f"{what}: {_quote(exc)}"
-                                self._mark_lost(conn)
+                                conn.mark_lost(f"{what}: {_quote(exc)}")
                                 continue
                             raise
                     raise AssertionError("unreachable")
@@ -432,8 +435,7 @@ class Upstream:
                     with anyio.fail_after(self.timeout):
                         await conn.client.send_ping()
                 except Exception as exc:  # noqa: BLE001 - any failure: the session is gone
-                    self._last_error = f"ping: {_describe_failure(exc)}"
-                    conn.lost.set()
+                    conn.mark_lost(f"ping: {_describe_failure(exc)}")
                     return
 
     async def _quietly(self, conn: _Connection, what: str, fn: Callable[[str], Awaitable[Any]], uri: str) -> None:
@@ -442,7 +444,7 @@ class Upstream:
                 await fn(uri)
         except MCPError as exc:
             if exc.code in _LOST:
-                conn.lost.set()
+                conn.mark_lost(f"{what}: {_quote(exc)}")
             logger.warning("%s: %s %s failed: %s", self.describe(), what, uri, _quote(exc))
         except TimeoutError:
             logger.warning("%s: %s %s: no answer within %gs", self.describe(), what, uri, self.timeout)
@@ -465,20 +467,18 @@ class Upstream:
                                     await self._emit(ListChanged())
                                 elif isinstance(event, ResourceUpdated):
                                     await self._emit(Updated(str(event.uri)))
-                            # The server closed the stream: it is going away.
-                            conn.lost.set()
+                            conn.mark_lost("the upstream ended the listen stream")  # it is going away
 
                         tg.start_soon(relay)
                         await changed.wait()
                         self._wanted_changed = anyio.Event()
                         tg.cancel_scope.cancel()
             except SubscriptionLost as exc:
-                self._last_error = f"listen: {exc}"
-                conn.lost.set()
+                conn.mark_lost("the listen stream was lost")
                 return
             except (MCPError, TimeoutError) as exc:
                 if isinstance(exc, MCPError) and exc.code in _LOST:
-                    conn.lost.set()
+                    conn.mark_lost(f"listen: {_quote(exc)}")
                     return
                 logger.warning("%s: subscriptions/listen refused: %s", self.describe(),
                                _quote(exc) if isinstance(exc, MCPError) else "no acknowledgment in time")
