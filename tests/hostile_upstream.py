@@ -27,6 +27,11 @@ for line in sys.stdin:
     elif method == "resources/templates/list":
         send({"jsonrpc": "2.0", "id": rid, "result": {"resourceTemplates": [
             {"uriTemplate": "x://{a}", "name": "x"}], "nextCursor": "again"}})
+    elif method == "resources/read" and request["params"]["uri"] == "x://huge":
+        sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"contents": [{"uri": "x://huge", "text": "' % rid)
+        for _ in range(64):
+            sys.stdout.write("x" * 65536)  # 4 MiB and no end of line
+        sys.stdout.flush()
     elif method == "resources/read":
         sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"contents": [{"uri": "x://' % json.dumps(rid))
         sys.stdout.flush()

@@ -222,12 +222,19 @@ def test_aggregator_upstream_stdio(mode: str, docs_manifest: Path) -> None:
 def test_hostile_upstream() -> None:
     async def main() -> None:
         up = Upstream("h", StdioTarget([sys.executable, str(HERE / "hostile_upstream.py")]), mode="legacy",
-                      timeout=1.0, connect_timeout=15.0, max_pages=50, backoff=(0.05, 0.3))
+                      timeout=1.0, connect_timeout=15.0, max_pages=50, max_message_bytes=1024 * 1024,
+                      backoff=(0.05, 0.3))
         try:
             with pytest.raises(SourceError, match="malformed|error"):
                 await up.list_resources()
             looped = await up.list_templates()  # the cursor repeats: one more page, then it stops
             assert looped.truncated and len(looped.items) == 2
+            # A message past max_message_bytes ends the connection rather than filling memory.
+            with pytest.raises(SourceError):
+                await up.read("x://huge", 1000)
+            with anyio.fail_after(10):
+                while up.status.reconnects < 1 or up.status.state != "connected":
+                    await anyio.sleep(0.05)
             started = time.monotonic()
             with pytest.raises(SourceError, match="no answer"):
                 await up.read("x://a", 1000)  # half a line, then silence

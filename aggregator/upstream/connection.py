@@ -31,7 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
-from aggregator.upstream.transports import HttpTarget, StdioTarget, Target
+from aggregator.upstream.transports import HttpTarget, Target
 
 __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEvent", "UpstreamRead",
            "UpstreamStatus", "Updated"]
@@ -243,9 +243,7 @@ class Upstream:
             if self._conn is not None:
                 self._conn.mark_lost("the upstream closed the connection")
 
-        transport = (self.target.open(self.name, eof, self.max_message_bytes, self.timeout)
-                     if isinstance(self.target, HttpTarget) else
-                     self.target.open(self.name, eof, self.max_message_bytes))
+        transport = self.target.open(self.name, eof, self.max_message_bytes, self.timeout)
         client = Client(transport, mode=self.mode, cache=None, read_timeout_seconds=self.timeout,
                         message_handler=self._on_message,
                         client_info=types.Implementation(name="aggregator", version=_version()))

@@ -3,9 +3,9 @@
 Each target builds a fresh `mcp` client transport per connection attempt (`open()`), wrapped so that the connection
 owner learns when the stream ends (`on_eof`): a child that exits or a transport that crashes is a lost connection.
 
-- stdio: the command runs in its own process group (the SDK kills the whole tree on close); its stderr is read by a
-  thread and logged line by line (truncated, rate limited), never inherited raw, so a chatty child cannot flood or
-  interleave with our own stderr.
+- stdio: `stdio.bounded_stdio` runs the command in its own process group (the whole tree is ended on close), caps
+  one message at `max_message_bytes`, and logs the child's stderr line by line (cut, escaped, rate limited), never
+  inherited raw, so a chatty child cannot flood or interleave with our own stderr.
 - HTTP: an `httpx2` client whose connections go only to addresses the `AddressPolicy` allows (the same SSRF guard as
   HTTP sources: names are resolved here, every address checked, and the connection made to an approved address; TLS
   still verifies the name), no proxies from the environment, redirects only within the endpoint's origin (the SDK's
@@ -17,30 +17,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import httpcore2
 import httpx2
 from anyio.abc import ObjectReceiveStream
-from mcp import StdioServerParameters
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import SourceError
+from aggregator.upstream.stdio import bounded_stdio
 
 __all__ = ["HttpTarget", "StdioTarget", "Target"]
 
 logger = logging.getLogger("aggregator.upstream")
-
-STDERR_LINE_CHARS = 500
-STDERR_LINES_PER_MINUTE = 120
 
 
 @dataclass(frozen=True)
@@ -60,19 +54,12 @@ class StdioTarget:
         return f"MCP upstream (stdio) {os.path.basename(self.command[0])}"
 
     @asynccontextmanager
-    async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int) -> AsyncIterator[Any]:
-        """The SDK's stdio transport for a new child, its stderr pumped into our log."""
-        # TODO(hostile stdio): the SDK's reader buffers one line whatever its length; a bounded reader needs our own
-        # transport. HTTP upstreams are bounded by `max_message_bytes`.
-        del max_message_bytes
-        params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]), env=dict(self.env),
-                                       cwd=self.cwd)
-        pump = _StderrPump(name)
-        try:
-            async with stdio_client(params, errlog=pump.writer) as (read, write):
-                yield _EofWatch(read, on_eof), write
-        finally:
-            pump.close_writer()
+    async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int,
+                   timeout: float = 30.0) -> AsyncIterator[Any]:
+        """A stdio transport to a new child (`stdio.bounded_stdio`): lines capped, stderr into our log."""
+        del timeout
+        async with bounded_stdio(self.command, self.env, self.cwd, name, max_message_bytes) as (read, write):
+            yield _EofWatch(read, on_eof), write
 
 
 @dataclass(frozen=True)
@@ -142,51 +129,6 @@ class _EofWatch(ObjectReceiveStream[Any]):
     async def aclose(self) -> None:
         self._on_eof()
         await self._inner.aclose()
-
-
-class _StderrPump:
-    """A pipe whose write end is a child's stderr; a daemon thread logs what arrives, a line at a time."""
-
-    def __init__(self, name: str) -> None:
-        read_fd, write_fd = os.pipe()
-        self.writer: IO[str] = os.fdopen(write_fd, "w")
-        self._name = name
-        threading.Thread(target=self._pump, args=(os.fdopen(read_fd, "rb"),), name=f"stderr-{name}",
-                         daemon=True).start()
-
-    def close_writer(self) -> None:
-        """Drop our copy of the write end: the thread ends once the child's copy is gone too."""
-        self.writer.close()
-
-    def _pump(self, pipe: IO[bytes]) -> None:
-        window, logged, dropped = time.monotonic(), 0, 0
-        with pipe:
-            for raw in _lines(pipe, STDERR_LINE_CHARS * 4):
-                now = time.monotonic()
-                if now - window >= 60:
-                    if dropped:
-                        logger.warning("upstream %s: %d stderr lines not logged (rate limit)", self._name, dropped)
-                    window, logged, dropped = now, 0, 0
-                if logged >= STDERR_LINES_PER_MINUTE:
-                    dropped += 1
-                    continue
-                logged += 1
-                text = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if len(text) > STDERR_LINE_CHARS:
-                    text = text[:STDERR_LINE_CHARS] + "..."
-                logger.info("upstream %s stderr: %s", self._name, text.encode("unicode_escape").decode("ascii"))
-
-
-def _lines(pipe: IO[bytes], limit: int) -> Iterable[bytes]:
-    """Lines of `pipe`, each cut at `limit` bytes (the rest of an overlong line is skipped)."""
-    skipping = False
-    while True:
-        line = pipe.readline(limit)
-        if not line:
-            return
-        if not skipping:
-            yield line
-        skipping = not line.endswith(b"\n")
 
 
 def _literal_ip(host: str) -> str | None:
