@@ -78,7 +78,8 @@ async def exercise(up: Upstream) -> None:
     listing = await up.list_resources()
     assert {"test://static-text", "test://static-binary", "test://tag/one"} <= {str(r.uri) for r in listing.items}
     assert not listing.truncated
-    assert [t.uri_template for t in (await up.list_templates()).items] == ["test://template/{id}/data"]
+    templates = {t.uri_template for t in (await up.list_templates()).items}
+    assert templates == {"test://template/{id}/data", "test://header/{name}"}
     text = await up.read("test://static-text", 1000)
     assert (text.first.data, text.first.is_text, text.first.mime_type) == (b"Hello from one", True, "text/plain")
     blob = await up.read("test://static-binary", 1000)
@@ -122,9 +123,13 @@ def test_http_mcpserver(mode: str, http_upstream: tuple[str, list[str], int]) ->
     url, _, _ = http_upstream
 
     async def main() -> None:
-        up = Upstream("t", HttpTarget(url, allow_private_network=True), mode=mode, **FAST)
+        target = HttpTarget(url, headers={"Authorization": "Bearer s3cret"}, allow_private_network=True)
+        up = Upstream("t", target, mode=mode, **FAST)
         try:
             await exercise(up)
+            # The manifest's static headers go upstream (a caller's token never does: there is none to pass).
+            assert (await up.read("test://header/authorization", 100)).first.data == b"Bearer s3cret"
+            assert "s3cret" not in target.describe()
         finally:
             await up.aclose()
 
@@ -206,6 +211,8 @@ def test_aggregator_upstream_stdio(mode: str, docs_manifest: Path) -> None:
             assert await source.version("page://nope") is None
             with pytest.raises(SourceTooLarge):
                 await source.read("file://docs/data.json", 4)
+            completed = await source.complete("page://{name}", "name", "page0")
+            assert completed and all(v.startswith("page0") for v in completed)
             # A cap on pages keeps a prefix and says so.
             capped = Upstream("capped", up.target, mode=mode, max_pages=2, **FAST)
             try:
@@ -397,3 +404,31 @@ def test_aggregator_upstream_http(mode: str, tmp_path: Path) -> None:
         anyio.run(main)
     finally:
         stop(process)
+
+
+def test_bounded_lines() -> None:
+    """The stdio reader's line splitting: a line over the limit ends the stream (stdout) or is cut (stderr)."""
+    from aggregator.upstream.stdio import _lines
+
+    async def collect(chunks: list[bytes], limit: int, cut: bool) -> list[bytes | None]:
+        send, receive = anyio.create_memory_object_stream[bytes](len(chunks))
+        for chunk in chunks:
+            send.send_nowait(chunk)
+        send.close()
+
+        class Stream:
+            async def receive(self) -> bytes:
+                try:
+                    return await receive.receive()
+                except anyio.EndOfStream:
+                    raise
+
+        return [line async for line in _lines(Stream(), limit, cut)]  # type: ignore[arg-type]
+
+    async def main() -> None:
+        assert await collect([b"a\nb", b"c\n", b"\nd"], 10, False) == [b"a", b"bc", b"", b"d"]
+        assert await collect([b"12345", b"67890", b"1\nnext\n"], 10, False) == [None]
+        assert await collect([b"12345", b"67890", b"1\nnext\n", b"x" * 30], 10, True) == [
+            b"1234567890", b"next", b"xxxxxxxxxx"]
+
+    anyio.run(main)

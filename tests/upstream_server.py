@@ -1,6 +1,6 @@
 """A small upstream MCP server for tests/test_upstream.py: `python upstream_server.py stdio` or `... http PORT`.
 
-Static text and binary resources, a template with completion, a resource larger than small limits, one that never
+Static text and binary resources, a template with completion, one echoing a request header, a resource larger than small limits, one that never
 answers, one whose handler fails with a secret in its message, and one whose name changes the listing per start
 (`UPSTREAM_TAG`), so a test can tell a restarted upstream from the first one.
 """
@@ -11,7 +11,7 @@ import os
 import sys
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import Completion, ResourceTemplateReference
 
@@ -55,6 +55,11 @@ def tag() -> str:
 @server.resource("test://template/{id}/data", mime_type="application/json")
 def template(id: str) -> str:
     return f'{{"id": "{id}"}}'
+
+
+@server.resource("test://header/{name}", mime_type="text/plain")
+def header(name: str, ctx: Context) -> str:
+    return (ctx.headers or {}).get(name, "-")
 
 
 @server.completion()

@@ -407,7 +407,7 @@ class Upstream:
     async def _sync_legacy(self, conn: _Connection) -> None:
         caps = conn.client.server_capabilities.resources
         while True:
-            changed = self._wanted_changed
+            changed = self._wanted_changed = anyio.Event()
             if caps is not None and caps.subscribe:
                 wanted = set(self._wanted) if self._callback is not None else set()
                 with warnings.catch_warnings():
@@ -419,7 +419,6 @@ class Upstream:
                         await self._quietly(conn, "resources/unsubscribe", conn.client.unsubscribe_resource, uri)
                         conn.subscribed.discard(uri)
             await changed.wait()
-            self._wanted_changed = anyio.Event()
 
     async def _health(self, conn: _Connection) -> None:
         """A legacy HTTP session has no stream whose end says the server is gone: ping while someone listens."""
@@ -450,28 +449,19 @@ class Upstream:
     async def _listen(self, conn: _Connection) -> None:
         """Modern wire: one listen stream with the wanted filter, opened again whenever the filter changes."""
         while True:
-            changed = self._wanted_changed
+            # Reset before reading what is wanted: a change from here on wakes the wait below.
+            changed = self._wanted_changed = anyio.Event()
             if self._callback is None:
                 await changed.wait()
-                self._wanted_changed = anyio.Event()
                 continue
-            wanted = sorted(self._wanted)
             try:
-                async with conn.client.listen(resources_list_changed=True, resource_subscriptions=wanted) as sub:
+                async with conn.client.listen(resources_list_changed=True,
+                                              resource_subscriptions=sorted(self._wanted)) as sub:
                     async with anyio.create_task_group() as tg:
-                        async def relay() -> None:
-                            async for event in sub:
-                                if isinstance(event, ResourcesListChanged):
-                                    await self._emit(ListChanged())
-                                elif isinstance(event, ResourceUpdated):
-                                    await self._emit(Updated(str(event.uri)))
-                            conn.mark_lost("the upstream ended the listen stream")  # it is going away
-
-                        tg.start_soon(relay)
+                        tg.start_soon(self._relay, conn, sub)
                         await changed.wait()
-                        self._wanted_changed = anyio.Event()
                         tg.cancel_scope.cancel()
-            except SubscriptionLost as exc:
+            except SubscriptionLost:
                 conn.mark_lost("the listen stream was lost")
                 return
             except (MCPError, TimeoutError) as exc:
@@ -481,7 +471,18 @@ class Upstream:
                 logger.warning("%s: subscriptions/listen refused: %s", self.describe(),
                                _quote(exc) if isinstance(exc, MCPError) else "no acknowledgment in time")
                 await changed.wait()
-                self._wanted_changed = anyio.Event()
+
+    async def _relay(self, conn: _Connection, sub: Any) -> None:
+        """Events of one listen stream to the callback; its end (graceful or not) means the upstream is going."""
+        try:
+            async for event in sub:
+                if isinstance(event, ResourcesListChanged):
+                    await self._emit(ListChanged())
+                elif isinstance(event, ResourceUpdated):
+                    await self._emit(Updated(str(event.uri)))
+            conn.mark_lost("the upstream ended the listen stream")
+        except SubscriptionLost:
+            conn.mark_lost("the listen stream was lost")
 
 
 def _read_result(label: str, uri: str, result: types.ReadResourceResult, max_bytes: int) -> UpstreamRead:

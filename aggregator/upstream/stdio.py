@@ -98,8 +98,11 @@ async def _lines(stream: ByteReceiveStream, limit: int, cut: bool = False) -> As
             return
         buffer += chunk
         while (newline := buffer.find(b"\n", scanned)) >= 0:
+            if newline > limit and not cut:
+                yield None
+                return
             if not skipping:
-                yield bytes(buffer[:newline])
+                yield bytes(buffer[:min(newline, limit)])
             skipping = False
             del buffer[:newline + 1]
             scanned = 0
