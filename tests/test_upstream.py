@@ -193,7 +193,8 @@ def test_aggregator_upstream_stdio(mode: str, docs_manifest: Path) -> None:
         try:
             listing = await up.list_resources()  # pageSize 5: four pages
             assert len(listing.items) == 17 and not listing.truncated
-            assert len({str(r.uri) for r in listing.items}) == 17 and "docs://readme" in {str(r.uri) for r in listing.items}
+            listed = {str(r.uri) for r in listing.items}
+            assert len(listed) == 17 and "docs://readme" in listed
             templates = {t.uri_template for t in (await source.templates()).items}
             assert {"file://docs/{+path}", "page://{name}"} <= templates
             guides = await source.list("docs://guides/*.md")
@@ -430,5 +431,29 @@ def test_bounded_lines() -> None:
         assert await collect([b"12345", b"67890", b"1\nnext\n"], 10, False) == [None]
         assert await collect([b"12345", b"67890", b"1\nnext\n", b"x" * 30], 10, True) == [
             b"1234567890", b"next", b"xxxxxxxxxx"]
+
+    anyio.run(main)
+
+
+def test_unreachable_stdio_upstreams() -> None:
+    with pytest.raises(SourceError):
+        StdioTarget([])
+
+    async def main() -> None:
+        missing = Upstream("m", StdioTarget(["/nonexistent/upstream"]), **FAST)
+        silent = Upstream("s", StdioTarget(["sleep", "30"]), mode="legacy",
+                          timeout=5.0, connect_timeout=1.0, backoff=(5.0, 5.0))
+        try:
+            with pytest.raises(SourceError, match="unavailable"):
+                await missing.connect()
+            assert missing.status.state == "failed" and "FileNotFoundError" in (missing.status.last_error or "")
+            started = time.monotonic()
+            with pytest.raises(SourceError, match="unavailable"):
+                await silent.read("x://a", 10)
+            assert time.monotonic() - started < 4
+            assert "no connection within 1s" in (silent.status.last_error or "")
+        finally:
+            await missing.aclose()
+            await silent.aclose()
 
     anyio.run(main)

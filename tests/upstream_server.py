@@ -1,8 +1,8 @@
 """A small upstream MCP server for tests/test_upstream.py: `python upstream_server.py stdio` or `... http PORT`.
 
-Static text and binary resources, a template with completion, one echoing a request header, a resource larger than small limits, one that never
-answers, one whose handler fails with a secret in its message, and one whose name changes the listing per start
-(`UPSTREAM_TAG`), so a test can tell a restarted upstream from the first one.
+Static text and binary resources, a template with completion, one echoing a request header, a resource larger than
+small limits, one that never answers, one whose handler fails with a secret in its message, and one whose name
+depends on `UPSTREAM_TAG`. With `UPSTREAM_PIDFILE` set it writes its pid there (a test kills it).
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ class McpSource(Source):
             return None
 
     async def complete(self, uri_template: str, name: str, value: str,
-                       context: dict[str, str] | None = None) -> list[str]:
+                       context: dict[str, str] | None = None) -> Sequence[str]:
         """The upstream's completion values for one argument of one of its templates."""
         return list((await self.upstream.complete(uri_template, name, value, context)).values)
 

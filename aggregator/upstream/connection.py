@@ -153,6 +153,7 @@ class Upstream:
         self._wanted_changed = anyio.Event()
         self._ever_connected = False
         self._was_up = False
+        self._closing = False
 
     # ---- state ----
 
@@ -179,6 +180,7 @@ class Upstream:
     async def aclose(self) -> None:
         """Close the connection (the child is stopped, the HTTP session ended); later calls fail."""
         runner, self._runner = self._runner, None
+        self._closing = True
         self._set_state("closed")
         if self._runner_scope is not None:
             self._runner_scope.cancel()
@@ -215,7 +217,7 @@ class Upstream:
         delay = self.backoff[0]
         with anyio.CancelScope() as scope:
             self._runner_scope = scope
-            while self._state != "closed":
+            while not self._closing:
                 self._set_state("connecting")
                 self._was_up = False
                 try:
@@ -224,7 +226,7 @@ class Upstream:
                     reason = _describe_failure(exc)
                 finally:
                     self._conn = None
-                if self._state == "closed":
+                if self._closing:
                     break
                 self._last_error = reason
                 if self._was_up:

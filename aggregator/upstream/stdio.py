@@ -157,7 +157,7 @@ async def _stop(process: Process) -> None:
     except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         pass
     if not await _exited(process, EXIT_GRACE_S):
-        await terminate_posix_process_tree(process, EXIT_GRACE_S)  # type: ignore[arg-type]
+        await terminate_posix_process_tree(process, EXIT_GRACE_S)
         await _exited(process, EXIT_GRACE_S)
     with anyio.move_on_after(EXIT_GRACE_S):
         try:
