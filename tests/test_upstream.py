@@ -457,3 +457,47 @@ def test_unreachable_stdio_upstreams() -> None:
             await silent.aclose()
 
     anyio.run(main)
+
+
+def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
+    """McpSource under today's catalog and read path, registered here by hand (the `mcp` kind is not wired yet):
+    a collection over an upstream's URIs, reads, not-found and failures as clients see them (no upstream text)."""
+    from aggregator.errors import ResourceNotFound, ResourceUnavailable
+    from aggregator.service import ResourceService
+    from aggregator.sources import register_source_kind
+
+    def factory(spec: object) -> McpSource:
+        options = getattr(spec, "options")
+        target = StdioTarget(list(options["command"]), env=ENV)
+        return McpSource(getattr(spec, "id"), Upstream(getattr(spec, "id"), target, timeout=2.0), root=options["root"])
+
+    register_source_kind("mcptest", factory)
+    command = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        defaults: {{ttl: 0s}}
+        sources:
+          up: {{url: "mcptest://upstream", options: {{root: "test://", command: {command!r}}}}}
+        collections:
+          - {{source: up, glob: "static-*", uri: "wiki://{{path}}"}}
+          - {{source: up, glob: "boom", uri: "wiki://{{path}}"}}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        try:
+            assert sorted(e.uri for e in service.catalog.entries) == [
+                "wiki://boom", "wiki://static-binary", "wiki://static-text"]
+            assert (await service.read("wiki://static-text")).text == "Hello from one"
+            assert (await service.read("wiki://static-binary")).blob is not None
+            with pytest.raises(ResourceUnavailable) as failed:
+                await service.read("wiki://boom")
+            assert failed.value.message == "Resource wiki://boom could not be read right now"
+            assert "SECRET" not in failed.value.message
+            with pytest.raises(ResourceNotFound):
+                await service.read("wiki://nope")
+        finally:
+            await service.aclose()
+
+    anyio.run(main)

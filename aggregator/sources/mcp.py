@@ -1,7 +1,8 @@
 """Another MCP server's resources as a source (`mcp+stdio:` command or `https://host/mcp`), over `aggregator.upstream`.
 
-A "path" is the upstream's resource URI as it is (`file:///docs/a.md`): `list(pattern)` globs over the URIs the
-upstream lists, `stat`/`read`/`version` forward to it. Not registered as a source kind yet; what the integration
+A "path" is the upstream's resource URI as it is (`file:///docs/a.md`), or with `root` (a URI prefix such as
+`file:///docs/`) what follows it (`a.md`): `list(pattern)` globs over the paths of the URIs the upstream lists,
+`stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it a `root`. Not registered as a source kind yet; what the integration
 needs (for the lead, with the kind's settings):
 
 - registry: `McpSource.open(spec)`-style factory from `url` (`mcp+stdio:` + `command`/`env`, or http(s) + `headers`,
@@ -50,9 +51,12 @@ class McpBlob(Blob):
 class McpSource(Source):
     """Resources of one upstream MCP server; paths are upstream URIs."""
 
-    def __init__(self, id: str, upstream: Upstream, *, listing_reuse: float = LISTING_REUSE_S) -> None:
+    def __init__(self, id: str, upstream: Upstream, *, root: str = "", listing_reuse: float = LISTING_REUSE_S) -> None:
         self.id = id
         self.upstream = upstream
+        self.root = root
+        """A URI prefix paths are relative to (`bench://` makes `a/b.md` mean `bench://a/b.md`); "" for whole URIs.
+        Only URIs under it are listed."""
         self._listing_reuse = listing_reuse
         self._listing: tuple[float, Listing] | None = None
         self._listing_lock = anyio.Lock()
@@ -84,20 +88,34 @@ class McpSource(Source):
         """The upstream's resource templates (items are `mcp_types.ResourceTemplate`)."""
         return await self.upstream.list_templates()
 
+    def uri_of(self, path: str) -> str:
+        """The upstream URI a path names."""
+        return self.root + path
+
+    def path_of(self, uri: str) -> str | None:
+        """The path of an upstream URI, or None when it is not under `root`."""
+        return uri[len(self.root):] if uri.startswith(self.root) and len(uri) > len(self.root) else None
+
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         keep = path_filter(pattern, exclude, hidden)
-        return [_info(r) for r in (await self.listing()).items if keep(str(r.uri))]
+        found = []
+        for resource in (await self.listing()).items:
+            path = self.path_of(str(resource.uri))
+            if path is not None and keep(path):
+                found.append(_info(path, resource))
+        return found
 
     async def stat(self, path: str) -> FileInfo:
+        uri = self.uri_of(path)
         for resource in (await self.listing()).items:
-            if str(resource.uri) == path:
-                return _info(resource)
+            if str(resource.uri) == uri:
+                return _info(path, resource)
         # Not listed (a templated URI): it exists if it reads.
         blob = await self.read(path, self.upstream.max_message_bytes)
         return FileInfo(path, len(blob.data), None, blob.version, blob.mime_type)
 
     async def read(self, path: str, max_bytes: int) -> McpBlob:
-        result = await self.upstream.read(path, max_bytes)
+        result = await self.upstream.read(self.uri_of(path), max_bytes)
         content = result.first
         return McpBlob(content.data, content.mime_type, _digest(content.data), result.ttl_ms, result.cache_scope)
 
@@ -124,10 +142,10 @@ class McpSource(Source):
         self.upstream.subscribe(uris)
 
 
-def _info(resource: object) -> FileInfo:
+def _info(path: str, resource: object) -> FileInfo:
     annotations = getattr(resource, "annotations", None)
     size = getattr(resource, "size", None)
-    return FileInfo(str(getattr(resource, "uri")), size if isinstance(size, int) and size >= 0 else None,
+    return FileInfo(path, size if isinstance(size, int) and size >= 0 else None,
                     _timestamp(getattr(annotations, "last_modified", None)), None, getattr(resource, "mime_type", None))
 
 
