@@ -469,7 +469,7 @@ def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
     def factory(spec: object) -> McpSource:
         options = getattr(spec, "options")
         target = StdioTarget(list(options["command"]), env=ENV)
-        return McpSource(getattr(spec, "id"), Upstream(getattr(spec, "id"), target, timeout=2.0), root=options["root"])
+        return McpSource(getattr(spec, "id"), Upstream(getattr(spec, "id"), target, **FAST), root=options["root"])
 
     register_source_kind("mcptest", factory)
     command = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]

@@ -2,8 +2,9 @@
 
 A "path" is the upstream's resource URI as it is (`file:///docs/a.md`), or with `root` (a URI prefix such as
 `file:///docs/`) what follows it (`a.md`): `list(pattern)` globs over the paths of the URIs the upstream lists,
-`stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it a `root`. Not registered as a source kind yet; what the integration
-needs (for the lead, with the kind's settings):
+`stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it a `root`.
+
+Not registered as a source kind yet; what the integration needs (for the lead, with the kind's settings):
 
 - registry: `McpSource.open(spec)`-style factory from `url` (`mcp+stdio:` + `command`/`env`, or http(s) + `headers`,
   `allowPrivateNetwork`), `timeout`, `maxConcurrency`; refuse `mcp+stdio` in manifests read from URLs.
