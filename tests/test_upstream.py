@@ -501,3 +501,38 @@ def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
             await service.aclose()
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregator_serving_aggregator(mode: str, tmp_path: Path) -> None:
+    """Two levels: a client reads `hop://...` from an aggregator whose source is another aggregator's `docs://...`."""
+    from mcp import Client, StdioServerParameters
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    (docs / "b.md").write_text("# B\n")
+    inner = write_manifest(tmp_path, BASE, "inner.yaml")
+    command = [sys.executable, "-m", "aggregator", "serve", str(inner)]
+    outer = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        defaults: {{ttl: 0s}}
+        sources:
+          inner: {{url: "mcptest://inner", options: {{root: "docs://", command: {command!r}, env: {ENV!r}}}}}
+        collections:
+          - {{source: inner, glob: "*.md", uri: "hop://{{path}}"}}
+        """, "outer.yaml")
+    params = StdioServerParameters(command=sys.executable, args=[str(HERE / "hop_serve.py"), "serve", str(outer)],
+                                   env=ENV)
+
+    async def main() -> None:
+        async with Client(params, mode=mode, cache=None) as client:
+            assert sorted(r.uri for r in (await client.list_resources()).resources) == ["hop://a.md", "hop://b.md"]
+            assert (await client.read_resource("hop://b.md")).contents[0].text == "# B\n"
+            (docs / "b.md").write_text("# B again\n")
+            with anyio.fail_after(8):  # the inner aggregator's cache lets go once its watcher sees the change
+                while (await client.read_resource("hop://b.md")).contents[0].text != "# B again\n":
+                    await anyio.sleep(0.1)
+
+    anyio.run(main)
