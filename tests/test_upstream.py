@@ -129,7 +129,7 @@ def test_http_mcpserver(mode: str, http_upstream: tuple[str, list[str], int]) ->
             await exercise(up)
             # The manifest's static headers go upstream (a caller's token never does: there is none to pass).
             assert (await up.read("test://header/authorization", 100)).first.data == b"Bearer s3cret"
-            assert "s3cret" not in target.describe()
+            assert "s3cret" not in target.describe() and "s3cret" not in repr(target)
         finally:
             await up.aclose()
 

@@ -14,7 +14,6 @@ owner learns when the stream ends (`on_eof`): a child that exits or a transport 
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -34,15 +33,12 @@ from aggregator.upstream.stdio import bounded_stdio
 
 __all__ = ["HttpTarget", "StdioTarget", "Target"]
 
-logger = logging.getLogger("aggregator.upstream")
-
-
 @dataclass(frozen=True)
 class StdioTarget:
     """A command started as a child process speaking MCP on its stdin/stdout."""
 
     command: Sequence[str]
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Merged over the SDK's minimal environment (HOME, PATH ...): nothing else of ours is inherited."""
     cwd: str | None = None
 
@@ -67,7 +63,7 @@ class HttpTarget:
     """A Streamable HTTP endpoint; the client negotiates the wire (2026-07-28 or the initialize handshake)."""
 
     url: str
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Sent on every request (a static `Authorization: Bearer ...` from the manifest); never logged."""
     allow_private_network: bool | Sequence[str] = False
 
