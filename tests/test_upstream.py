@@ -283,6 +283,11 @@ def test_stdio_reconnects_after_the_child_is_killed(mode: str, tmp_path: Path) -
         finally:
             await up.aclose()
         assert up.status.reconnects == 1
+        # Closing stopped the child (and reaped it).
+        import psutil
+
+        second = int(pidfile.read_text())
+        assert not psutil.pid_exists(second) or psutil.Process(second).status() == psutil.STATUS_ZOMBIE
 
     anyio.run(main)
 
