@@ -1,0 +1,165 @@
+"""Another MCP server's resources as a source (`mcp+stdio:` command or `https://host/mcp`), over `aggregator.upstream`.
+
+A "path" is the upstream's resource URI as it is (`file:///docs/a.md`), or with `root` (a URI prefix such as
+`file:///docs/`) what follows it (`a.md`): `list(pattern)` globs over the paths of the URIs the upstream lists,
+`stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it a `root`.
+
+Not registered as a source kind yet; what the integration needs (for the lead, with the kind's settings):
+
+- registry: `McpSource.open(spec)`-style factory from `url` (`mcp+stdio:` + `command`/`env`, or http(s) + `headers`,
+  `allowPrivateNetwork`), `timeout`, `maxConcurrency`; refuse `mcp+stdio` in manifests read from URLs.
+- catalog: upstream resources join under a `namespace` (or a collection's `glob` over upstream URIs with
+  `uri: "wiki://{path}"`): a collection over this source already works through `list()`. Templates come from
+  `templates()` and are re-published namespaced; a read of a templated URI forwards the upstream URI (`read()`
+  takes any URI, listed or not); completion forwards through `complete()`.
+- cache: `read()` returns an `McpBlob` carrying the upstream's `ttl_ms`/`cache_scope`; `private` content must not be
+  shared across callers (key it by caller, or do not cache it). `version()` reads and hashes (MCP has no cheap
+  version): prefer change events over polling.
+- live: `watch(callback)` delivers `ListChanged` (list again, and send our own list_changed only if our listing
+  changed) and `Updated(uri)` (relay to our subscribers of the URI it maps to); `subscribe(uris)` sets the upstream
+  URIs our subscribers want. After a reconnect the callback hears ListChanged and Updated for every subscribed URI.
+- health: `status` (state, reconnects, last error for the operator) for `/healthz` and `/metrics`.
+- access: the caller's token is never forwarded: the upstream's credentials are the manifest's `headers`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from aggregator.globs import path_filter
+from aggregator.sources.base import Blob, FileInfo, Source, SourceNotFound
+from aggregator.upstream import Listing, Upstream, UpstreamEvent, UpstreamStatus
+
+__all__ = ["McpBlob", "McpSource"]
+
+LISTING_REUSE_S = 2.0
+"""How long one upstream listing answers stat/list calls (a catalog build stats every resource it lists)."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpBlob(Blob):
+    """A read's bytes with the upstream's caching hints (modern wire only; None when absent)."""
+
+    ttl_ms: int | None = None
+    cache_scope: str | None = None
+
+
+class McpSource(Source):
+    """Resources of one upstream MCP server; paths are upstream URIs."""
+
+    def __init__(self, id: str, upstream: Upstream, *, root: str = "", listing_reuse: float = LISTING_REUSE_S) -> None:
+        self.id = id
+        self.upstream = upstream
+        self.root = root
+        """A URI prefix paths are relative to (`bench://` makes `a/b.md` mean `bench://a/b.md`); "" for whole URIs.
+        Only URIs under it are listed."""
+        self._listing_reuse = listing_reuse
+        self._listing: tuple[float, Listing] | None = None
+        self._listing_lock = anyio.Lock()
+
+    def describe(self) -> str:
+        return self.upstream.describe()
+
+    @property
+    def status(self) -> UpstreamStatus:
+        return self.upstream.status
+
+    async def probe(self) -> None:
+        await self.upstream.connect()
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+
+    async def listing(self, fresh: bool = False) -> Listing:
+        """The upstream's resources, one listing shared by calls within `listing_reuse` seconds (single-flight)."""
+        async with self._listing_lock:
+            now = anyio.current_time()
+            if not fresh and self._listing is not None and now - self._listing[0] < self._listing_reuse:
+                return self._listing[1]
+            listing = await self.upstream.list_resources()
+            self._listing = (anyio.current_time(), listing)
+            return listing
+
+    async def templates(self) -> Listing:
+        """The upstream's resource templates (items are `mcp_types.ResourceTemplate`)."""
+        return await self.upstream.list_templates()
+
+    def uri_of(self, path: str) -> str:
+        """The upstream URI a path names."""
+        return self.root + path
+
+    def path_of(self, uri: str) -> str | None:
+        """The path of an upstream URI, or None when it is not under `root`."""
+        return uri[len(self.root):] if uri.startswith(self.root) and len(uri) > len(self.root) else None
+
+    async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
+        keep = path_filter(pattern, exclude, hidden)
+        found = []
+        for resource in (await self.listing()).items:
+            path = self.path_of(str(resource.uri))
+            if path is not None and keep(path):
+                found.append(_info(path, resource))
+        return found
+
+    async def stat(self, path: str) -> FileInfo:
+        uri = self.uri_of(path)
+        for resource in (await self.listing()).items:
+            if str(resource.uri) == uri:
+                return _info(path, resource)
+        # Not listed (a templated URI): it exists if it reads.
+        blob = await self.read(path, self.upstream.max_message_bytes)
+        return FileInfo(path, len(blob.data), None, blob.version, blob.mime_type)
+
+    async def read(self, path: str, max_bytes: int) -> McpBlob:
+        result = await self.upstream.read(self.uri_of(path), max_bytes)
+        content = result.first
+        return McpBlob(content.data, content.mime_type, _digest(content.data), result.ttl_ms, result.cache_scope)
+
+    async def version(self, path: str | None) -> str | None:
+        """A digest of the content (MCP has no cheaper version); None when gone or for queries."""
+        if path is None:
+            return None
+        try:
+            return (await self.read(path, self.upstream.max_message_bytes)).version
+        except SourceNotFound:
+            return None
+
+    async def complete(self, uri_template: str, name: str, value: str,
+                       context: dict[str, str] | None = None) -> Sequence[str]:
+        """The upstream's completion values for one argument of one of its templates."""
+        return list((await self.upstream.complete(uri_template, name, value, context)).values)
+
+    def watch(self, callback: Callable[[UpstreamEvent], Awaitable[None]] | None) -> None:
+        """Deliver the upstream's change events to `callback` (None: stop); see `Upstream.on_change`."""
+        self.upstream.on_change(callback)
+
+    def subscribe(self, uris: Iterable[str]) -> None:
+        """The upstream URIs whose `Updated` events are wanted (replaces the previous set)."""
+        self.upstream.subscribe(uris)
+
+
+def _info(path: str, resource: object) -> FileInfo:
+    annotations = getattr(resource, "annotations", None)
+    size = getattr(resource, "size", None)
+    return FileInfo(path, size if isinstance(size, int) and size >= 0 else None,
+                    _timestamp(getattr(annotations, "last_modified", None)), None, getattr(resource, "mime_type", None))
+
+
+def _timestamp(value: object) -> float | None:
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()

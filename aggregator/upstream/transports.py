@@ -1,0 +1,212 @@
+"""How to reach one upstream MCP server: a child process over stdio, or a Streamable HTTP endpoint.
+
+Each target builds a fresh `mcp` client transport per connection attempt (`open()`), wrapped so that the connection
+owner learns when the stream ends (`on_eof`): a child that exits or a transport that crashes is a lost connection.
+
+- stdio: `stdio.bounded_stdio` runs the command in its own process group (the whole tree is ended on close), caps
+  one message at `max_message_bytes`, and logs the child's stderr line by line (cut, escaped, rate limited), never
+  inherited raw, so a chatty child cannot flood or interleave with our own stderr.
+- HTTP: an `httpx2` client whose connections go only to addresses the `AddressPolicy` allows (the same SSRF guard as
+  HTTP sources: names are resolved here, every address checked, and the connection made to an approved address; TLS
+  still verifies the name), no proxies from the environment, redirects only within the endpoint's origin (the SDK's
+  rule), one JSON answer capped at `max_message_bytes` and one SSE event too.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpcore2
+import httpx2
+from anyio.abc import ObjectReceiveStream
+from mcp.client.streamable_http import streamable_http_client
+
+from aggregator.sources.addresses import AddressPolicy
+from aggregator.sources.base import SourceError
+from aggregator.upstream.stdio import bounded_stdio
+
+__all__ = ["HttpTarget", "StdioTarget", "Target"]
+
+@dataclass(frozen=True)
+class StdioTarget:
+    """A command started as a child process speaking MCP on its stdin/stdout."""
+
+    command: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Merged over the SDK's minimal environment (HOME, PATH ...): nothing else of ours is inherited."""
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.command or not all(isinstance(part, str) and part and "\0" not in part for part in self.command):
+            raise SourceError("an mcp+stdio upstream needs a command: a non-empty list of strings")
+
+    def describe(self) -> str:
+        return f"MCP upstream (stdio) {os.path.basename(self.command[0])}"
+
+    @asynccontextmanager
+    async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int,
+                   timeout: float = 30.0) -> AsyncIterator[Any]:
+        """A stdio transport to a new child (`stdio.bounded_stdio`): lines capped, stderr into our log."""
+        del timeout
+        async with bounded_stdio(self.command, self.env, self.cwd, name, max_message_bytes) as (read, write):
+            yield _EofWatch(read, on_eof), write
+
+
+@dataclass(frozen=True)
+class HttpTarget:
+    """A Streamable HTTP endpoint; the client negotiates the wire (2026-07-28 or the initialize handshake)."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Sent on every request (a static `Authorization: Bearer ...` from the manifest); never logged."""
+    allow_private_network: bool | Sequence[str] = False
+
+    def __post_init__(self) -> None:
+        try:
+            url = httpx2.URL(self.url)
+        except Exception:
+            raise SourceError("an MCP upstream URL must be an http(s)://host/... URL") from None
+        if url.scheme not in ("http", "https") or not url.host or url.userinfo:
+            raise SourceError("an MCP upstream URL must be an http(s)://host/... URL without credentials in it")
+        policy = AddressPolicy(self.allow_private_network)
+        literal = _literal_ip(url.host)
+        if literal is not None and (reason := policy.refusal(literal)) is not None:
+            raise SourceError(f"refused: {reason}; allowPrivateNetwork lists the networks an upstream may reach")
+
+    def describe(self) -> str:
+        url = httpx2.URL(self.url)
+        return f"MCP upstream {url.scheme}://{url.netloc.decode('ascii', 'replace')}"
+
+    @asynccontextmanager
+    async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int,
+                   timeout: float = 30.0) -> AsyncIterator[Any]:
+        """The SDK's Streamable HTTP transport over a guarded `httpx2` client."""
+        del name
+        transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes)
+        client = httpx2.AsyncClient(headers=dict(self.headers), transport=transport, trust_env=False,
+                                    follow_redirects=False,
+                                    # Reads wait long: a listen stream (SSE) stays open between events.
+                                    timeout=httpx2.Timeout(timeout, read=None))
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(client)
+            read, write = await stack.enter_async_context(
+                streamable_http_client(self.url, http_client=client, max_sse_event_size=max_message_bytes))
+            yield _EofWatch(read, on_eof), write
+
+
+Target = StdioTarget | HttpTarget
+
+
+class _EofWatch(ObjectReceiveStream[Any]):
+    """A transport's read stream that calls `on_eof` once when it ends (EOF, closed or broken)."""
+
+    def __init__(self, inner: Any, on_eof: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_eof = on_eof
+
+    @property
+    def last_context(self) -> Any:
+        # The dispatcher runs handlers in the sender's context when the stream carries one (HTTP).
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_eof()
+            raise
+
+    async def aclose(self) -> None:
+        self._on_eof()
+        await self._inner.aclose()
+
+
+def _literal_ip(host: str) -> str | None:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return None
+
+
+class _GuardedBackend(httpcore2.AsyncNetworkBackend):
+    """Connects only to addresses the policy allows: resolves the name itself and dials an approved address."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self._inner = httpcore2.AnyIOBackend()
+        self._policy = policy
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
+        try:
+            with anyio.fail_after(timeout):
+                infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except TimeoutError:
+            raise httpcore2.ConnectTimeout(f"resolving {host} timed out") from None
+        except OSError as exc:
+            raise httpcore2.ConnectError(f"DNS name not resolved: {host} ({exc.strerror or exc})") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        reasons = {a: self._policy.refusal(a) for a in addresses}
+        allowed = [a for a in addresses if reasons[a] is None]
+        if not allowed:
+            raise httpcore2.ConnectError(f"refused: {host} resolves only to refused addresses "
+                                         f"({'; '.join(sorted({str(r) for r in reasons.values()}))})")
+        failure: Exception | None = None
+        for address in allowed:
+            try:
+                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
+        raise httpcore2.ConnectError("refused: unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx2.AsyncHTTPTransport):
+    """httpx2's HTTP transport over the guarded backend; a non-streamed (JSON) answer holds at most `max_bytes`."""
+
+    def __init__(self, policy: AddressPolicy, max_bytes: int) -> None:
+        super().__init__(trust_env=False)
+        # httpx2 takes no network backend; its pool is replaced by one that dials through the guard.
+        self._pool = httpcore2.AsyncConnectionPool(ssl_context=httpx2.create_ssl_context(trust_env=False),
+                                                   network_backend=_GuardedBackend(policy), http1=True, http2=False)
+        self._max_bytes = max_bytes
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+            return response  # SSE events are capped one by one by the SDK
+        return httpx2.Response(status_code=response.status_code, headers=response.headers,
+                               stream=_CappedStream(response.stream, self._max_bytes), extensions=response.extensions)
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that fails once it has given more than `limit` bytes."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        total = 0
+        async for chunk in self._inner:
+            total += len(chunk)
+            if total > self._limit:
+                raise httpx2.ReadError(f"answer larger than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -1,0 +1,543 @@
+"""aggregator.upstream and the McpSource over real upstreams started here: a small MCPServer (tests/upstream_server.py)
+over stdio and Streamable HTTP, aggregator itself (`serve` over stdio and `--http`), and a hostile stdio server;
+the official client negotiates either wire (mode "legacy" or "auto")."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.mcp import McpBlob, McpSource
+from aggregator.upstream import HttpTarget, ListChanged, StdioTarget, Updated, Upstream, UpstreamEvent
+from tests.conftest import MODES, PNG_BYTES, write_manifest
+from tests.test_live import BASE, save
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ENV = {"PYTHONPATH": str(ROOT)}
+PNG = bytes.fromhex("89504e470d0a1a0a") + bytes(range(256))
+FAST = {"timeout": 5.0, "connect_timeout": 20.0, "backoff": (0.05, 0.3)}
+
+
+def mcpserver(**env: str) -> StdioTarget:
+    return StdioTarget([sys.executable, str(HERE / "upstream_server.py"), "stdio"], env={**ENV, **env})
+
+
+def aggregator(manifest: Path) -> StdioTarget:
+    return StdioTarget([sys.executable, "-m", "aggregator", "serve", str(manifest)], env=ENV)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_http(argv: list[str], port: int) -> subprocess.Popen[bytes]:
+    """A server process, once it accepts connections on `port`."""
+    process = subprocess.Popen(argv, env={**os.environ, **ENV}, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError("the server did not start")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.kill()
+    process.wait(10)
+
+
+@pytest.fixture
+def http_upstream() -> Iterator[tuple[str, list[str], int]]:
+    port = free_port()
+    argv = [sys.executable, str(HERE / "upstream_server.py"), "http", str(port)]
+    process = start_http(argv, port)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", argv, port
+    finally:
+        stop(process)
+
+
+async def exercise(up: Upstream) -> None:
+    """What every upstream of tests/upstream_server.py must answer, whatever the transport and wire."""
+    listing = await up.list_resources()
+    assert {"test://static-text", "test://static-binary", "test://tag/one"} <= {str(r.uri) for r in listing.items}
+    assert not listing.truncated
+    templates = {t.uri_template for t in (await up.list_templates()).items}
+    assert templates == {"test://template/{id}/data", "test://header/{name}"}
+    text = await up.read("test://static-text", 1000)
+    assert (text.first.data, text.first.is_text, text.first.mime_type) == (b"Hello from one", True, "text/plain")
+    blob = await up.read("test://static-binary", 1000)
+    assert (blob.first.data, blob.first.is_text, blob.first.mime_type) == (PNG, False, "image/png")
+    templated = await up.read("test://template/42/data", 1000)
+    assert templated.first.data == b'{"id": "42"}'
+    assert list((await up.complete("test://template/{id}/data", "id", "al")).values) == ["alpha", "alpine"]
+    with pytest.raises(SourceNotFound):
+        await up.read("test://nope", 1000)
+    with pytest.raises(SourceTooLarge):
+        await up.read("test://big", 1000)
+    with pytest.raises(SourceError) as failed:
+        await up.read("test://boom", 1000)
+    # The upstream's text is operator detail (the read path maps SourceError to a fixed client message).
+    assert type(failed.value) is SourceError
+    assert up.status.state == "connected"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stdio_mcpserver(mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "aggregator.upstream")
+
+    async def main() -> None:
+        up = Upstream("t", mcpserver(), mode=mode, **FAST)
+        try:
+            await exercise(up)
+            assert up.status.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        finally:
+            await up.aclose()
+        assert up.status.state == "closed"
+        with pytest.raises(SourceError):
+            await up.read("test://static-text", 1000)
+
+    anyio.run(main)
+    # The child's stderr went to our log, a line at a time, and not to our own stderr.
+    assert any("stderr: upstream starting on stdio" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_http_mcpserver(mode: str, http_upstream: tuple[str, list[str], int]) -> None:
+    url, _, _ = http_upstream
+
+    async def main() -> None:
+        target = HttpTarget(url, headers={"Authorization": "Bearer s3cret"}, allow_private_network=True)
+        up = Upstream("t", target, mode=mode, **FAST)
+        try:
+            await exercise(up)
+            # The manifest's static headers go upstream (a caller's token never does: there is none to pass).
+            assert (await up.read("test://header/authorization", 100)).first.data == b"Bearer s3cret"
+            assert "s3cret" not in target.describe() and "s3cret" not in repr(target)
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
+def test_stalled_upstream_times_out_and_the_cap_holds() -> None:
+    async def main() -> None:
+        up = Upstream("t", mcpserver(), timeout=1.0, connect_timeout=15.0, max_concurrency=2, backoff=(0.05, 0.3))
+        try:
+            await up.connect()
+            started = time.monotonic()
+            failures: list[Exception] = []
+
+            async def hang() -> None:
+                try:
+                    await up.read("test://hang", 1000)
+                except SourceError as exc:
+                    failures.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(hang)
+            # Two at a time, each given one second: the last two time out waiting for a slot.
+            assert len(failures) == 4 and all("no answer" in str(f) for f in failures)
+            assert 0.9 < time.monotonic() - started < 3
+            assert (await up.read("test://static-text", 1000)).first.data == b"Hello from one"
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
+def test_ssrf_guard() -> None:
+    with pytest.raises(SourceError, match="refused"):
+        HttpTarget("http://127.0.0.1:1/mcp")
+    with pytest.raises(SourceError, match="refused"):
+        HttpTarget("http://[::ffff:10.0.0.1]/mcp")
+    with pytest.raises(SourceError):
+        HttpTarget("http://user:pw@example.com/mcp")
+
+    async def main() -> None:
+        # A name is resolved by the guard: localhost reaches only loopback, which is refused.
+        for allow in (False, ["10.0.0.0/8"]):
+            up = Upstream("t", HttpTarget("http://localhost:9/mcp", allow_private_network=allow), **FAST)
+            try:
+                with pytest.raises(SourceError, match="unavailable"):
+                    await up.connect()
+                assert up.status.state == "failed" and "refused" in (up.status.last_error or "")
+            finally:
+                await up.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregator_upstream_stdio(mode: str, docs_manifest: Path) -> None:
+    async def main() -> None:
+        up = Upstream("agg", aggregator(docs_manifest), mode=mode, **FAST)
+        source = McpSource("agg", up)
+        try:
+            listing = await up.list_resources()  # pageSize 5: four pages
+            assert len(listing.items) == 17 and not listing.truncated
+            listed = {str(r.uri) for r in listing.items}
+            assert len(listed) == 17 and "docs://readme" in listed
+            templates = {t.uri_template for t in (await source.templates()).items}
+            assert {"file://docs/{+path}", "page://{name}"} <= templates
+            guides = await source.list("docs://guides/*.md")
+            assert len(guides) == 6 and all(i.path.startswith("docs://guides/") for i in guides)
+            logo = await source.read("img://logo", 4096)
+            assert isinstance(logo, McpBlob) and logo.data == PNG_BYTES and logo.mime_type == "image/png"
+            if mode == "auto":
+                assert logo.ttl_ms == 90_000 and logo.cache_scope in ("public", "private")
+            assert (await source.stat("docs://readme")).path == "docs://readme"
+            # A templated URI is not listed; it exists because it reads.
+            assert (await source.stat("page://page01")).size == len(b"# Page 1\n\nBody 1.\n")
+            with pytest.raises(SourceNotFound):
+                await source.stat("page://nope")
+            assert await source.version("docs://readme") == await source.version("docs://readme") is not None
+            assert await source.version("page://nope") is None
+            with pytest.raises(SourceTooLarge):
+                await source.read("file://docs/data.json", 4)
+            completed = await source.complete("page://{name}", "name", "page0")
+            assert completed and all(v.startswith("page0") for v in completed)
+            # A cap on pages keeps a prefix and says so.
+            capped = Upstream("capped", up.target, mode=mode, max_pages=2, **FAST)
+            try:
+                listing = await capped.list_resources()
+            finally:
+                await capped.aclose()
+            assert listing.truncated and len(listing.items) == 10
+        finally:
+            await source.aclose()
+
+    anyio.run(main)
+
+
+def test_hostile_upstream() -> None:
+    async def main() -> None:
+        up = Upstream("h", StdioTarget([sys.executable, str(HERE / "hostile_upstream.py")]), mode="legacy",
+                      timeout=1.0, connect_timeout=15.0, max_pages=50, max_message_bytes=1024 * 1024,
+                      backoff=(0.05, 0.3))
+        try:
+            with pytest.raises(SourceError, match="malformed|error"):
+                await up.list_resources()
+            looped = await up.list_templates()  # the cursor repeats: one more page, then it stops
+            assert looped.truncated and len(looped.items) == 2
+            # A message past max_message_bytes ends the connection rather than filling memory.
+            with pytest.raises(SourceError):
+                await up.read("x://huge", 1000)
+            with anyio.fail_after(10):
+                while up.status.reconnects < 1 or up.status.state != "connected":
+                    await anyio.sleep(0.05)
+            started = time.monotonic()
+            with pytest.raises(SourceError, match="no answer"):
+                await up.read("x://a", 1000)  # half a line, then silence
+            assert time.monotonic() - started < 2.5
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stdio_reconnects_after_the_child_is_killed(mode: str, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+
+    async def main() -> None:
+        events: list[UpstreamEvent] = []
+
+        async def record(event: UpstreamEvent) -> None:
+            events.append(event)
+
+        up = Upstream("t", mcpserver(UPSTREAM_PIDFILE=str(pidfile)), mode=mode, **FAST)
+        up.on_change(record)
+        up.subscribe(["test://static-text"])
+        try:
+            await up.connect()
+            first = int(pidfile.read_text())
+            os.kill(first, signal.SIGKILL)
+            with anyio.fail_after(10):
+                while up.status.reconnects < 1 or up.status.state != "connected":
+                    await anyio.sleep(0.05)
+            assert int(pidfile.read_text()) != first
+            assert (await up.read("test://static-text", 1000)).first.data == b"Hello from one"
+            # Changes may have been missed while down: the listener is told to look again.
+            with anyio.fail_after(5):
+                while Updated("test://static-text") not in events:
+                    await anyio.sleep(0.05)
+            assert ListChanged() in events
+        finally:
+            await up.aclose()
+        assert up.status.reconnects == 1
+        # Closing stopped the child (and reaped it).
+        import psutil
+
+        second = int(pidfile.read_text())
+        assert not psutil.pid_exists(second) or psutil.Process(second).status() == psutil.STATUS_ZOMBIE
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_http_upstream_restarts(mode: str, http_upstream: tuple[str, list[str], int]) -> None:
+    url, argv, port = http_upstream
+
+    async def read_soon() -> bytes:
+        with anyio.fail_after(10):
+            while True:
+                try:
+                    return (await up.read("test://static-text", 1000)).first.data
+                except SourceError:
+                    await anyio.sleep(0.1)
+
+    up = Upstream("t", HttpTarget(url, allow_private_network=True), mode=mode, **FAST)
+
+    async def main() -> None:
+        servers: list[subprocess.Popen[bytes]] = []
+        try:
+            assert (await up.read("test://static-text", 1000)).first.data == b"Hello from one"
+            # Down: reads fail (no waiting for it), then it comes back on the same port.
+            _kill_listener(port)
+            with pytest.raises(SourceError):
+                await up.read("test://static-text", 1000)
+            servers.append(await anyio.to_thread.run_sync(start_http, argv, port))
+            assert await read_soon() == b"Hello from one"
+            assert up.status.state == "connected" and up.status.reconnects >= 1
+        finally:
+            for server in servers:
+                stop(server)
+            await up.aclose()
+
+    anyio.run(main)
+
+
+def _kill_listener(port: int) -> None:
+    import psutil
+
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            os.kill(conn.pid, signal.SIGKILL)
+            while psutil.pid_exists(conn.pid) and psutil.Process(conn.pid).status() != psutil.STATUS_ZOMBIE:
+                time.sleep(0.02)
+            return
+    raise AssertionError(f"nothing listens on {port}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_list_changed_and_updated_from_aggregator(mode: str, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    manifest = write_manifest(tmp_path, BASE)
+
+    async def main() -> None:
+        events: list[UpstreamEvent] = []
+        arrived = anyio.Event()
+
+        async def record(event: UpstreamEvent) -> None:
+            events.append(event)
+            arrived.set()
+
+        async def expect(event: UpstreamEvent) -> None:
+            with anyio.fail_after(8):
+                while event not in events:
+                    await anyio.sleep(0.05)
+            events.clear()
+
+        source = McpSource("agg", Upstream("agg", aggregator(manifest), mode=mode, **FAST))
+        source.watch(record)
+        source.subscribe(["docs://a.md"])
+        try:
+            assert [i.path for i in await source.list("**")] == ["docs://a.md"]
+            await anyio.sleep(0.8)  # the upstream's watchers and our subscription are up
+            save(manifest, BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n')
+            await expect(ListChanged())
+            assert "note://h" in [str(r.uri) for r in (await source.listing(fresh=True)).items]
+            (docs / "a.md").write_text("# A changed\n")
+            await expect(Updated("docs://a.md"))
+            assert (await source.read("docs://a.md", 100)).data == b"# A changed\n"
+        finally:
+            await source.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregator_upstream_http(mode: str, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    manifest = write_manifest(tmp_path, BASE)
+    port = free_port()
+    process = start_http([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)], port)
+
+    async def main() -> None:
+        events: list[UpstreamEvent] = []
+
+        async def record(event: UpstreamEvent) -> None:
+            events.append(event)
+
+        source = McpSource("agg", Upstream("agg", HttpTarget(f"http://127.0.0.1:{port}/mcp",
+                                                             allow_private_network=["127.0.0.0/8"]), mode=mode, **FAST))
+        source.watch(record)
+        source.subscribe(["docs://a.md"])
+        try:
+            assert [i.path for i in await source.list("docs://*")] == ["docs://a.md"]
+            assert (await source.read("docs://a.md", 100)).data == b"# A\n"
+            await anyio.sleep(0.8)
+            (docs / "a.md").write_text("# A over HTTP\n")
+            with anyio.fail_after(8):
+                while Updated("docs://a.md") not in events:
+                    await anyio.sleep(0.05)
+        finally:
+            await source.aclose()
+
+    try:
+        anyio.run(main)
+    finally:
+        stop(process)
+
+
+def test_bounded_lines() -> None:
+    """The stdio reader's line splitting: a line over the limit ends the stream (stdout) or is cut (stderr)."""
+    from aggregator.upstream.stdio import _lines
+
+    async def collect(chunks: list[bytes], limit: int, cut: bool) -> list[bytes | None]:
+        send, receive = anyio.create_memory_object_stream[bytes](len(chunks))
+        for chunk in chunks:
+            send.send_nowait(chunk)
+        send.close()
+
+        class Stream:
+            async def receive(self) -> bytes:
+                try:
+                    return await receive.receive()
+                except anyio.EndOfStream:
+                    raise
+
+        return [line async for line in _lines(Stream(), limit, cut)]  # type: ignore[arg-type]
+
+    async def main() -> None:
+        assert await collect([b"a\nb", b"c\n", b"\nd"], 10, False) == [b"a", b"bc", b"", b"d"]
+        assert await collect([b"12345", b"67890", b"1\nnext\n"], 10, False) == [None]
+        assert await collect([b"12345", b"67890", b"1\nnext\n", b"x" * 30], 10, True) == [
+            b"1234567890", b"next", b"xxxxxxxxxx"]
+
+    anyio.run(main)
+
+
+def test_unreachable_stdio_upstreams() -> None:
+    with pytest.raises(SourceError):
+        StdioTarget([])
+
+    async def main() -> None:
+        missing = Upstream("m", StdioTarget(["/nonexistent/upstream"]), **FAST)
+        silent = Upstream("s", StdioTarget(["sleep", "30"]), mode="legacy",
+                          timeout=5.0, connect_timeout=1.0, backoff=(5.0, 5.0))
+        try:
+            with pytest.raises(SourceError, match="unavailable"):
+                await missing.connect()
+            assert missing.status.state == "failed" and "FileNotFoundError" in (missing.status.last_error or "")
+            started = time.monotonic()
+            with pytest.raises(SourceError, match="unavailable"):
+                await silent.read("x://a", 10)
+            assert time.monotonic() - started < 4
+            assert "no connection within 1s" in (silent.status.last_error or "")
+        finally:
+            await missing.aclose()
+            await silent.aclose()
+
+    anyio.run(main)
+
+
+def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
+    """McpSource under today's catalog and read path, registered here by hand (the `mcp` kind is not wired yet):
+    a collection over an upstream's URIs, reads, not-found and failures as clients see them (no upstream text)."""
+    from aggregator.errors import ResourceNotFound, ResourceUnavailable
+    from aggregator.service import ResourceService
+    from aggregator.sources import register_source_kind
+
+    def factory(spec: object) -> McpSource:
+        options = getattr(spec, "options")
+        target = StdioTarget(list(options["command"]), env=ENV)
+        return McpSource(getattr(spec, "id"), Upstream(getattr(spec, "id"), target, **FAST), root=options["root"])
+
+    register_source_kind("mcptest", factory)
+    command = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        defaults: {{ttl: 0s}}
+        sources:
+          up: {{url: "mcptest://upstream", options: {{root: "test://", command: {command!r}}}}}
+        collections:
+          - {{source: up, glob: "static-*", uri: "wiki://{{path}}"}}
+          - {{source: up, glob: "boom", uri: "wiki://{{path}}"}}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        try:
+            assert sorted(e.uri for e in service.catalog.entries) == [
+                "wiki://boom", "wiki://static-binary", "wiki://static-text"]
+            assert (await service.read("wiki://static-text")).text == "Hello from one"
+            assert (await service.read("wiki://static-binary")).blob is not None
+            with pytest.raises(ResourceUnavailable) as failed:
+                await service.read("wiki://boom")
+            assert failed.value.message == "Resource wiki://boom could not be read right now"
+            assert "SECRET" not in failed.value.message
+            with pytest.raises(ResourceNotFound):
+                await service.read("wiki://nope")
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregator_serving_aggregator(mode: str, tmp_path: Path) -> None:
+    """Two levels: a client reads `hop://...` from an aggregator whose source is another aggregator's `docs://...`."""
+    from mcp import Client, StdioServerParameters
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    (docs / "b.md").write_text("# B\n")
+    inner = write_manifest(tmp_path, BASE, "inner.yaml")
+    command = [sys.executable, "-m", "aggregator", "serve", str(inner)]
+    outer = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        defaults: {{ttl: 0s}}
+        sources:
+          inner: {{url: "mcptest://inner", options: {{root: "docs://", command: {command!r}, env: {ENV!r}}}}}
+        collections:
+          - {{source: inner, glob: "*.md", uri: "hop://{{path}}"}}
+        """, "outer.yaml")
+    params = StdioServerParameters(command=sys.executable, args=[str(HERE / "hop_serve.py"), "serve", str(outer)],
+                                   env=ENV)
+
+    async def main() -> None:
+        async with Client(params, mode=mode, cache=None) as client:
+            assert sorted(r.uri for r in (await client.list_resources()).resources) == ["hop://a.md", "hop://b.md"]
+            assert (await client.read_resource("hop://b.md")).contents[0].text == "# B\n"
+            (docs / "b.md").write_text("# B again\n")
+            with anyio.fail_after(8):  # the inner aggregator's cache lets go once its watcher sees the change
+                while (await client.read_resource("hop://b.md")).contents[0].text != "# B again\n":
+                    await anyio.sleep(0.1)
+
+    anyio.run(main)
