@@ -19,11 +19,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                      "terminal_hint", "scaffold", "workers", "watch", "notify", "render_sandbox", "sdk_compat",
                      "manifest.model", "manifest.placeholders", "manifest.units", "manifest.source_urls")),
     ("manifest", ("manifest", "manifest.*")),
-    ("sources and cache", ("sources", "sources.*", "cache", "cache_keys")),
+    ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools", "search")),
     ("service", ("service", "preflight")),
     ("live and protocol", ("supervisor", "server", "metrics", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
-                           "__main__", "upstream", "upstream.*")),
+                           "__main__")),
 ]
 
 
