@@ -62,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aggregator.live import LiveCatalog
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
+    from aggregator.search import Discovery
     from aggregator.server import build_server, initialization_options, wire_summary
     from aggregator.stdio import serve_stdio
 
@@ -81,8 +82,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
                 metrics = Metrics(live) if args.http or access_log else None
                 # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
+                discovery = Discovery(aggregator, tools=aggregator.manifest.server.tools)
                 server = build_server(aggregator, notifier, metrics,
-                                      legacy_notifications=not (args.http and args.stateless))
+                                      legacy_notifications=not (args.http and args.stateless), discovery=discovery)
                 catalog = aggregator.catalog
                 gc.freeze()
                 gc.enable()
@@ -95,11 +97,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 )
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
+                    tg.start_soon(discovery.run)
                     if args.http:
                         await _serve_http(server, live, metrics, args, sock)
                     else:
                         await serve_stdio(server, initialization_options(server))
                     live.stop()
+                    discovery.stop()
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID

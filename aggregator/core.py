@@ -119,6 +119,9 @@ class Aggregator:
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
         """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
+        self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
+        """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
+        swapped in (the search index follows both)."""
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> Aggregator:
@@ -187,7 +190,12 @@ class Aggregator:
         gone = old.targets() - catalog.targets()
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(lambda key: key[0] in replaced or (key[0], key[1]) in gone)
+        self._tell(None)
         return old.listing_signature != catalog.listing_signature
+
+    def _tell(self, files: set[tuple[str, str]] | None) -> None:
+        for listener in self.change_listeners:
+            listener(files)
 
     def invalidate_uris(self, uris: Iterable[str]) -> None:
         """Forget cached content of these URIs (files they read, or query results of their source)."""
@@ -203,11 +211,13 @@ class Aggregator:
                 files.add((target.source, target.path))
         self.cache.invalidate_where(lambda key: (key[0], key[1]) in files or (key[0] in query_sources
                                                                               and key[1] == "?query"))
+        self._tell(files)
 
     def invalidate(self, source: str, paths: Iterable[str]) -> None:
         """Forget cached content of these files (they changed)."""
         wanted = {(source, p) for p in paths}
         self.cache.invalidate_where(lambda key: (key[0], key[1]) in wanted)
+        self._tell(wanted)
 
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
         """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""
