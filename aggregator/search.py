@@ -449,10 +449,15 @@ class Discovery:
                     with anyio.move_on_after(30):
                         await self._wake.wait()
         finally:
-            if self._index is not None:
-                index, self._index = self._index, None
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(index.close)
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the index (a file index keeps what it holds for the next start)."""
+        if self._index is not None:
+            index, self._index = self._index, None
+            self._known = {}
+            await anyio.to_thread.run_sync(index.close)
 
     async def index_once(self) -> None:
         """One pass: index new and changed text files of `index: true` collections within the byte budget, and
