@@ -119,7 +119,7 @@ class Aggregator:
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
         """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
-        self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
+        self.change_listeners: list[Callable[[set[tuple[str | None, str | None]] | None], None]] = []
         """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
         swapped in (the search index follows both)."""
 
@@ -193,7 +193,7 @@ class Aggregator:
         self._tell(None)
         return old.listing_signature != catalog.listing_signature
 
-    def _tell(self, files: set[tuple[str, str]] | None) -> None:
+    def _tell(self, files: set[tuple[str | None, str | None]] | None) -> None:
         for listener in self.change_listeners:
             listener(files)
 

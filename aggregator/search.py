@@ -290,7 +290,7 @@ class Discovery:
         self._owns_scheme: tuple[Catalog, bool] | None = None
         self._wake = anyio.Event()
         self._stop = anyio.Event()
-        self._dirty: set[tuple[str, str]] = set()
+        self._dirty: set[tuple[str | None, str | None]] = set()
         self._known: dict[str, tuple[str, int]] = {}
         self.indexed_generation = 0
         """The catalog generation the index last caught up with (0: never): for tests and /healthz-style checks."""
@@ -312,7 +312,7 @@ class Discovery:
             _, uris = catalog.visible(None)
             start, end = _prefix_range(uris, SEARCH_SCHEME)
             owned = end > start or any(t.uri_template.lower().startswith(SEARCH_SCHEME) for t in catalog.templates)
-            if owned:
+            if owned and (self._owns_scheme is None or not self._owns_scheme[1]):  # said once, not per relisting
                 logger.warning("the manifest serves search: URIs itself, so the built-in %s template is not offered "
                                "(the search_resources tool still is, with server.tools)", SEARCH_TEMPLATE)
             self._owns_scheme = (catalog, owned)
@@ -372,9 +372,9 @@ class Discovery:
         best = sorted(fused, key=lambda uri: (-fused[uri], uri))[:limit]
         hits = []
         for uri in best:
-            entry = catalog.get(uri)
-            if entry is not None:
-                hits.append(Hit(entry, snippets.get(uri)))
+            found = catalog.get(uri)
+            if found is not None:
+                hits.append(Hit(found, snippets.get(uri)))
         return hits
 
     def _meta(self, catalog: Catalog, entries: Sequence[Entry], terms: Sequence[tuple[str, bool]], limit: int
@@ -420,7 +420,7 @@ class Discovery:
 
     # --- the indexer -------------------------------------------------------------------------------------------
 
-    def _changed(self, files: set[tuple[str, str]] | None) -> None:
+    def _changed(self, files: set[tuple[str | None, str | None]] | None) -> None:
         if files:
             self._dirty |= files
         self._wake.set()

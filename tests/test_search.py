@@ -389,3 +389,42 @@ def test_scopes_hide_entries_from_lists_search_and_snippets(guarded: str, mode: 
             assert [r.uri for r in (await bob.list_resources()).resources] == ["docs://a.md"]
 
     anyio.run(main)
+
+
+def test_index_file_is_kept_across_restarts(tmp_path: Path) -> None:
+    """A restart over the index file reads no file whose listed version (mtime, size) is unchanged."""
+    make_tree(tmp_path)
+    manifest = write_manifest(tmp_path, MANIFEST.replace("pageSize: 4}", "pageSize: 4, search: {indexFile: idx.db}}"))
+    install = tmp_path / "docs" / "install.md"
+
+    async def uris(query: str) -> list[str]:
+        agg = await Aggregator.open(manifest)
+        discovery = Discovery(agg)
+        try:
+            await discovery.index_once()
+            return [h.entry.uri for h in await discovery.search(query, None)]
+        finally:
+            await discovery.aclose()
+            await agg.aclose()
+
+    assert anyio.run(uris, "flux") == ["docs://install.md"]
+    stat = install.stat()
+    install.write_text(install.read_text().replace("flux", "warp"))  # same size, and the old mtime put back
+    os.utime(install, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert anyio.run(uris, "flux") == ["docs://install.md"]  # not read again: the kept text answers
+    os.utime(install)  # a new mtime: read again
+    assert anyio.run(uris, "flux") == []
+    assert anyio.run(uris, "warp") == ["docs://install.md"]
+
+
+def test_search_settings_load(tmp_path: Path) -> None:
+    from aggregator.manifest import load_manifest
+
+    make_tree(tmp_path)
+    manifest = load_manifest(write_manifest(tmp_path, MANIFEST.replace(
+        "pageSize: 4}", "pageSize: 4, search: {indexBytes: 1MiB, indexFile: state/i.db}}")))
+    assert manifest.server.search.index_bytes == 1024 * 1024
+    assert manifest.server.search.index_file == tmp_path / "state" / "i.db"
+    assert [c.index for c in manifest.collections] == [True, False]
+    default = load_manifest(write_manifest(tmp_path, MANIFEST, "plain.yaml"))
+    assert default.server.search.index_file is None and default.server.search.index_bytes == 256 * 1024 * 1024
