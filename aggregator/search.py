@@ -16,6 +16,7 @@ import re
 import sqlite3
 import threading
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,26 +167,34 @@ class FullTextIndex:
                     conn.execute("DELETE FROM fts WHERE rowid = ?", row)
                     conn.execute("DELETE FROM docs WHERE id = ?", row)
 
-    def query(self, match: str, limit: int, visible: Callable[[str], bool], seconds: float = QUERY_SECONDS
-              ) -> list[tuple[str, str]]:
-        """(uri, snippet) of the `limit` best documents matching `match` (BM25) whose URI `visible` accepts;
-        QueryTimeout past `seconds`. Snippets are made only for the documents returned."""
+    def query(self, match: str, limit: int, visible: Callable[[str], bool] | None, prefix: str = "",
+              seconds: float = QUERY_SECONDS) -> list[tuple[str, str]]:
+        """(uri, snippet) of the best documents matching `match` (BM25) under `prefix`: `limit` of them that
+        `visible` accepts, or without `visible`, `limit` of them (the caller filters; a test per row costs a
+        Python call for every match). QueryTimeout past `seconds`. Snippets are made only for the ones returned."""
         deadline = time.monotonic() + seconds
+        where, args = "fts MATCH ?", [match]
+        if prefix:
+            where += " AND docs.uri >= ? AND docs.uri < ?"
+            args += [prefix, prefix + "\U0010ffff"]
+        if visible is not None:
+            where += " AND visible(docs.uri)"
         with self._lock:
             conn = self._conn
-            conn.create_function("visible", 1, lambda uri: bool(visible(uri)), deterministic=False)
+            if visible is not None:
+                conn.create_function("visible", 1, lambda uri: bool(visible(uri)), deterministic=False)
             conn.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)
             try:
                 top = conn.execute(
-                    "SELECT fts.rowid, docs.uri FROM fts JOIN docs ON docs.id = fts.rowid "
-                    "WHERE fts MATCH ? AND visible(docs.uri) ORDER BY bm25(fts) LIMIT ?", (match, limit)).fetchall()
+                    f"SELECT fts.rowid, docs.uri FROM fts JOIN docs ON docs.id = fts.rowid WHERE {where} "
+                    "ORDER BY bm25(fts) LIMIT ?", (*args, limit)).fetchall()
                 if not top:
                     return []
                 marks = ",".join("?" * len(top))
                 snippets = dict(conn.execute(
                     f"SELECT rowid, snippet(fts, 0, '«', '»', '…', {SNIPPET_TOKENS}) FROM fts "
                     f"WHERE fts MATCH ? AND rowid IN ({marks})", (match, *(rowid for rowid, _ in top))).fetchall())
-            except sqlite3.OperationalError as exc:
+            except sqlite3.OperationalError:
                 if time.monotonic() > deadline:
                     raise QueryTimeout() from None
                 raise
@@ -215,33 +224,52 @@ class _transaction:
 # --- metadata --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Fields:
-    """An entry's searchable metadata, lower-cased once per catalog."""
+class _Metadata:
+    """Every catalog entry's metadata, lower-cased, in three strings (name and title, description, URI) of one line
+    per entry: a word is looked for with str.find over each string, so a search costs a C-speed scan plus the
+    entries it matches, not a Python loop over the catalog. Built once per catalog, on its first search."""
 
-    strong: str  # name and title
-    description: str
-    uri: str
+    WEIGHTS = (3, 2, 1)  # a word in the name or title counts most, then the description, then the URI
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        entries = catalog.entries
+        self.fields: list[tuple[str, array[int]]] = []
+        for text_of in (lambda e: f"{e.name} {e.title or ''}", lambda e: e.display.description or "",
+                        lambda e: e.uri):
+            parts = [text_of(e).lower().replace("\n", " ") for e in entries]  # lower-cased one by one: lengths hold
+            starts = array("q", [0])
+            for part in parts[:-1]:
+                starts.append(starts[-1] + len(part) + 1)
+            self.fields.append(("\n".join(parts), starts))
+
+    def scores(self, terms: Sequence[tuple[str, bool]]) -> dict[int, int]:
+        """Entry index -> score, for entries whose metadata holds every term (a term's best field counts)."""
+        total: dict[int, int] | None = None
+        for word, _ in terms:
+            best: dict[int, int] = {}
+            for weight, (text, starts) in zip(self.WEIGHTS, self.fields, strict=True):
+                count = len(starts)
+                pos = text.find(word)
+                while pos != -1:
+                    i = bisect.bisect_right(starts, pos) - 1
+                    best.setdefault(i, weight)
+                    pos = text.find(word, starts[i + 1]) if i + 1 < count else -1
+            if total is None:
+                total = best
+            else:
+                total = {i: score + best[i] for i, score in total.items() if i in best}
+            if not total:
+                return {}
+        return total or {}
 
 
-def _fields(entry: Entry) -> _Fields:
-    return _Fields(f"{entry.name}\n{entry.title or ''}".lower(), (entry.display.description or "").lower(),
-                   entry.uri.lower())
-
-
-def _meta_score(fields: _Fields, terms: Sequence[tuple[str, bool]]) -> int:
-    """How well metadata matches (name/title 3, description 2, URI 1 per term); 0 unless every term is found."""
-    score = 0
-    for word, _ in terms:
-        if word in fields.strong:
-            score += 3
-        elif word in fields.description:
-            score += 2
-        elif word in fields.uri:
-            score += 1
-        else:
-            return 0
-    return score
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _prefix_range(uris: Sequence[str], prefix: str) -> tuple[int, int]:
@@ -286,7 +314,7 @@ class Discovery:
         self.settings = settings or aggregator.manifest.server.search
         self._index: FullTextIndex | None = None
         self._limiter = anyio.CapacityLimiter(QUERY_THREADS)
-        self._fields: tuple[Catalog, dict[str, _Fields]] | None = None
+        self._metadata: _Metadata | None = None
         self._owns_scheme: tuple[Catalog, bool] | None = None
         self._wake = anyio.Event()
         self._stop = anyio.Event()
@@ -361,7 +389,7 @@ class Discovery:
         start, end = _prefix_range(uris, prefix)
         if not terms:
             return [Hit(e) for e in entries[start : min(end, start + limit)]]
-        meta = self._meta(catalog, entries[start:end], terms, limit)
+        meta = self._meta(catalog, terms, scopes, prefix, limit)
         text = await self._full_text(catalog, terms, scopes, prefix, limit)
         fused: dict[str, float] = {}
         for rank, entry in enumerate(meta):
@@ -377,12 +405,16 @@ class Discovery:
                 hits.append(Hit(found, snippets.get(uri)))
         return hits
 
-    def _meta(self, catalog: Catalog, entries: Sequence[Entry], terms: Sequence[tuple[str, bool]], limit: int
-              ) -> list[Entry]:
-        if self._fields is None or self._fields[0] is not catalog:
-            self._fields = (catalog, {e.uri: _fields(e) for e in catalog.entries})
-        fields = self._fields[1]
-        scored = [(score, entry) for entry in entries if (score := _meta_score(fields[entry.uri], terms))]
+    def _meta(self, catalog: Catalog, terms: Sequence[tuple[str, bool]], scopes: frozenset[str] | None,
+              prefix: str, limit: int) -> list[Entry]:
+        metadata = self._metadata
+        if metadata is None or metadata.catalog is not catalog:
+            metadata = self._metadata = _Metadata(catalog)
+        entries, scored = catalog.entries, []
+        for i, score in metadata.scores(terms).items():
+            entry = entries[i]
+            if entry.uri.startswith(prefix) and (scopes is None or entry.access <= scopes):
+                scored.append((score, entry))
         scored.sort(key=lambda pair: (-pair[0], pair[1].uri))
         return [entry for _, entry in scored[:limit]]
 
@@ -391,22 +423,29 @@ class Discovery:
         index = self._index
         if index is None or not self._known:
             return []
+        if not _encodable(prefix):
+            return []  # no URI starts with text that is not Unicode
+        match = fts_expression(terms)
 
         def visible(uri: str) -> bool:
             # The current catalog decides, as for resources/list: a URI the index still holds after it was
             # removed or hidden by a reload is never returned, nor is its snippet.
             entry = catalog.get(uri)
-            return entry is not None and uri.startswith(prefix) and (scopes is None or entry.access <= scopes)
+            return entry is not None and (scopes is None or entry.access <= scopes)
 
-        match = fts_expression(terms)
+        # Only when the caller's view is narrower than the catalog does every match need a visibility test;
+        # otherwise the few removed URIs the index may still hold are dropped after ranking (a margin covers them).
+        narrowed = scopes is not None and catalog.restricted
         try:
             async with self._limiter:
-                return await anyio.to_thread.run_sync(index.query, match, limit, visible)
+                found = await anyio.to_thread.run_sync(index.query, match, limit if narrowed else limit + 16,
+                                                       visible if narrowed else None, prefix)
         except QueryTimeout:
             raise InvalidSearch("the search took too long; use more specific words") from None
         except sqlite3.Error as exc:
             logger.warning("full-text query %r failed: %s", match, exc)
             raise InvalidSearch("the search could not be run; use plain words") from None
+        return [(uri, snippet) for uri, snippet in found if visible(uri)][:limit]
 
     def parse_search_uri(self, uri: str) -> tuple[str, str, int]:
         """(q, prefix, limit) of a search:// URI; InvalidSearch if it is not one."""

@@ -248,6 +248,7 @@ def test_hostile_queries_are_plain_text(finder: Path, query: str) -> None:
             hits = await discovery.search(query, None)
             assert all(agg.catalog.get(h.entry.uri) is not None for h in hits)
             assert len(await discovery.search("capacitor", None)) == 3  # the index still works afterwards
+            assert await discovery.search("capacitor", None, prefix=query) == []  # as a prefix: matches nothing
             discovery.stop()
         await agg.aclose()
 
