@@ -144,19 +144,18 @@ class FullTextIndex:
             return {uri: (version, size) for uri, version, size in
                     self._conn.execute("SELECT uri, version, bytes FROM docs")}
 
-    def put(self, docs: Sequence[tuple[str, str, str]]) -> None:
-        """Index (uri, version, text) documents, replacing what those URIs had, in one transaction."""
+    def put(self, docs: Sequence[tuple[str, str, str, int]]) -> None:
+        """Index (uri, version, text, bytes) documents, replacing what those URIs had, in one transaction."""
         with self._lock, _transaction(self._conn) as conn:
-            for uri, version, text in docs:
+            for uri, version, text, size in docs:
                 row = conn.execute("SELECT id FROM docs WHERE uri = ?", (uri,)).fetchone()
                 if row is not None:
                     conn.execute("DELETE FROM fts WHERE rowid = ?", row)
-                    conn.execute("UPDATE docs SET version = ?, bytes = ? WHERE id = ?",
-                                 (version, len(text.encode("utf-8", "surrogatepass")), row[0]))
+                    conn.execute("UPDATE docs SET version = ?, bytes = ? WHERE id = ?", (version, size, row[0]))
                     rowid = row[0]
                 else:
                     rowid = conn.execute("INSERT INTO docs (uri, version, bytes) VALUES (?, ?, ?)",
-                                         (uri, version, len(text.encode("utf-8", "surrogatepass")))).lastrowid
+                                         (uri, version, size)).lastrowid
                 conn.execute("INSERT INTO fts (rowid, body) VALUES (?, ?)", (rowid, text))
 
     def delete(self, uris: Sequence[str]) -> None:
@@ -262,6 +261,11 @@ class _Metadata:
             if not total:
                 return {}
         return total or {}
+
+
+def _binary(entry: Entry) -> bool:
+    """Listed with a type that is not text: never read for the index."""
+    return entry.mime_type is not None and not is_text_mime(entry.mime_type)
 
 
 def _encodable(text: str) -> bool:
@@ -524,34 +528,30 @@ class Discovery:
                 continue
             plan.append((entry, version))
         skipped = 0
+        limiter = anyio.CapacityLimiter(READ_CONCURRENCY)
         for i in range(0, len(plan), BATCH_DOCS):
             batch = plan[i : i + BATCH_DOCS]
             texts: list[str | None] = [None] * len(batch)
 
             async def read(j: int, entry: Entry) -> None:
-                texts[j] = await self._read_text(catalog, entry)
-
-            limiter = anyio.CapacityLimiter(READ_CONCURRENCY)
-
-            async def bounded(j: int, entry: Entry) -> None:
                 async with limiter:
-                    await read(j, entry)
+                    texts[j] = await self._read_text(catalog, entry)
 
             async with anyio.create_task_group() as tg:
                 for j, (entry, _) in enumerate(batch):
-                    old = self._known.get(entry.uri, ("", 0))[1]
-                    if entry.size is not None and used - old + entry.size > budget:
-                        continue  # over the budget whatever it holds: not read at all
-                    tg.start_soon(bounded, j, entry)
-            docs: list[tuple[str, str, str]] = []
+                    if _binary(entry):
+                        texts[j] = ""  # kept as known (and empty), so it is not looked at again
+                    elif entry.size is None or used - self._known.get(entry.uri, ("", 0))[1] + entry.size <= budget:
+                        tg.start_soon(read, j, entry)  # otherwise over the budget whatever it holds: not read
+            docs: list[tuple[str, str, str, int]] = []
             for (entry, version), text in zip(batch, texts, strict=True):
                 old = self._known.get(entry.uri, ("", 0))[1]
-                size = -1 if text is None else len(text.encode("utf-8", "surrogatepass"))
+                size = -1 if text is None else len(text.encode("utf-8"))
                 if text is None or used - old + size > budget:
                     skipped += 1  # unreadable now, or past the budget: tried again on the next change
                     continue
                 used += size - old
-                docs.append((entry.uri, version, text))
+                docs.append((entry.uri, version, text, size))
                 self._known[entry.uri] = (version, size)
             if docs:
                 await anyio.to_thread.run_sync(index.put, docs)
@@ -570,9 +570,7 @@ class Discovery:
 
     async def _read_text(self, catalog: Catalog, entry: Entry) -> str | None:
         """The text of a listed file as resources/read serves it, read past the content cache (indexing every file
-        must not evict what clients read); "" for binary files, None when it cannot be read now."""
-        if entry.mime_type is not None and not is_text_mime(entry.mime_type):
-            return ""
+        must not evict what clients read); "" for binary content, None when it cannot be read now."""
         source = self.aggregator.sources.get(entry.source or "")
         if source is None or entry.path is None:
             return None

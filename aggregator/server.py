@@ -84,8 +84,8 @@ async def _guarded(ctx: ServerRequestContext[Any], uri: str | None, call: Callab
             metrics.observe(ctx.method, uri, outcome, elapsed(), caller_name(ctx.request))
 
 
-_OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "InvalidSearch": "invalid", "ResourceTooLarge": "too_large",
-             "ResourceUnavailable": "unavailable", "ResourceOverBudget": "over_budget",
+_OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "InvalidSearch": "invalid",
+             "ResourceTooLarge": "too_large", "ResourceUnavailable": "unavailable", "ResourceOverBudget": "over_budget",
              "ResourceCorrupt": "corrupt", "ResourceRenderFailed": "render_failed"}
 
 
@@ -427,15 +427,19 @@ def _add_tools(server: Server[Any], aggregator: Aggregator, discovery: Discovery
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
 
 
+_LIST_ARGUMENTS = frozenset({"prefix", "mimeType", "name", "cursor", "limit"})
+_SEARCH_ARGUMENTS = frozenset({"query", "prefix", "limit"})
+
+
 async def _discover(discovery: Discovery, name: str, arguments: dict[str, Any], scopes: frozenset[str] | None
                     ) -> dict[str, Any]:
     """A list_resources or search_resources call; bad arguments come back in-band (`isError`)."""
     try:
-        strings = {key: _string_argument(arguments, key) for key in ("prefix", "mimeType", "name", "cursor", "query")}
-        allowed = {"query", "prefix", "limit"} if name == SEARCH_TOOL else {"prefix", "mimeType", "name", "cursor", "limit"}
+        allowed = _SEARCH_ARGUMENTS if name == SEARCH_TOOL else _LIST_ARGUMENTS
         unknown = sorted(set(arguments) - allowed)
         if unknown:
-            raise InvalidSearch(f"unknown argument(s): {', '.join(unknown)}")
+            raise InvalidSearch(f"unknown argument(s): {', '.join(unknown)}; expected: {', '.join(sorted(allowed))}")
+        strings = {key: _string_argument(arguments, key) for key in allowed - {"limit"}}
         if name == LIST_TOOL:
             size = discovery.aggregator.page_size
             page = discovery.list_page(strings["cursor"], scopes, prefix=strings["prefix"] or "",
@@ -445,9 +449,9 @@ async def _discover(discovery: Discovery, name: str, arguments: dict[str, Any], 
             if page.next_cursor is not None:
                 result["nextCursor"] = page.next_cursor
         else:
-            if strings["query"] is None:
-                raise InvalidSearch("argument 'query' (a string) is required")
             query = strings["query"]
+            if query is None:
+                raise InvalidSearch("argument 'query' (a string) is required")
             hits = await discovery.search(query, scopes, prefix=strings["prefix"] or "",
                                           limit=parse_limit(arguments.get("limit")))
             result = search_result(query, hits)
