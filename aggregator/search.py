@@ -209,11 +209,15 @@ class FullTextIndex:
 
 
 class _transaction:
+    """One write transaction: committed when the block ends, rolled back if it raises."""
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
     def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN")
+        # IMMEDIATE takes the write lock first, so another process writing the same index file (--workers N) makes
+        # this one wait (busy_timeout) rather than fail when it upgrades from reading to writing.
+        self.conn.execute("BEGIN IMMEDIATE")
         return self.conn
 
     def __exit__(self, kind: object, *rest: object) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
+from benchmarks.machine import describe as describe_machine
 from benchmarks.sections import DOCS, SEARCH, write_section
 from benchmarks.workload import FILES_PER_FOLDER, relative_path
 
@@ -161,7 +162,7 @@ def section(results: list[dict[str, object]], rounds: int, command: str) -> str:
     sizes = ", ".join(f"{r['count']:,}" for r in results)
     return "\n".join([
         SEARCH, "",
-        f"Run {started} with `{command}`: N generated Markdown files (0.5-2 KB each, Zipf-distributed made-up "
+        f"Run {started} with `{command}` on {describe_machine()}: N generated Markdown files (0.5-2 KB each, Zipf-distributed made-up "
         "words) in one collection with `index: true`, the index in a file (`server.search.indexFile`). The build "
         "is `Discovery.index_once()` in process (read every file, write batches of 64 into SQLite FTS5); "
         "'again' is the same pass on a restart over the kept file (nothing is read again). Queries: p50 of "
