@@ -429,3 +429,33 @@ def test_search_settings_load(tmp_path: Path) -> None:
     assert [c.index for c in manifest.collections] == [True, False]
     default = load_manifest(write_manifest(tmp_path, MANIFEST, "plain.yaml"))
     assert default.server.search.index_file is None and default.server.search.index_bytes == 256 * 1024 * 1024
+
+
+def test_decompressed_files_are_indexed_as_read(tmp_path: Path) -> None:
+    import gzip
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "changes.md.gz").write_bytes(gzip.compress(b"# Changes\n\nThe wombat release.\n"))
+    (tmp_path / "logs" / "raw.bin").write_bytes(b"\x00\x01wombat\x00")  # untyped and not text: never indexed
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: gz}
+        sources:
+          logs: {url: ./logs}
+        collections:
+          - {source: logs, glob: "*", uri: "logs://{path}", decompress: true, index: true}
+        """)
+
+    async def main() -> None:
+        agg = await Aggregator.open(manifest)
+        discovery = Discovery(agg)
+        try:
+            await discovery.index_once()
+            hits = await discovery.search("wombat", None)
+            assert [(h.entry.uri, h.snippet) for h in hits] == [("logs://changes.md.gz",
+                                                                 "# Changes\n\nThe «wombat» release.\n")]
+        finally:
+            await discovery.aclose()
+            await agg.aclose()
+
+    anyio.run(main)
