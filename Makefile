@@ -62,13 +62,14 @@ bench: $(BENCH_STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (u
 	$(BIN)/python -m benchmarks.remote --objects 2000 --skip-listing
 	$(BIN)/python -m benchmarks.http_load --rounds 2 --seconds 2
 
-bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source and reliability figures
+bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source, reliability and search figures
 	$(BIN)/python -m benchmarks.run --full
 	$(BIN)/python -m benchmarks.templates --repeat 3 --reads 2000 --budget 8
 	$(BIN)/python -m benchmarks.live --rounds 20
 	$(BIN)/python -m benchmarks.remote --objects 100000
 	$(BIN)/python -m benchmarks.http_load --rounds 5 --seconds 5
 	$(BIN)/python -m benchmarks.reliability
+	$(BIN)/python -m benchmarks.search
 
 conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
 	PYTHON=$(BIN)/python .ci/conformance

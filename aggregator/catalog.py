@@ -233,6 +233,10 @@ class Catalog:
             end += 1
         return entries[start:end]
 
+    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Sequence[Entry], list[str]]:
+        """The entries a caller holding `scopes` may see, in URI order, and their URIs (for bisecting)."""
+        return self._view(scopes)
+
     def _view(self, scopes: frozenset[str] | None) -> tuple[Sequence[Entry], list[str]]:
         """The entries a scope set may see, filtered once per catalog and scope set, so pages stay O(page)."""
         if scopes is None or not self.restricted:

@@ -68,6 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aggregator.supervisor import Supervisor
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
+    from aggregator.search import Discovery
     from aggregator.server import build_server, initialization_options, wire_summary
     from aggregator.stdio import serve_stdio
 
@@ -87,8 +88,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
                 metrics = Metrics(live) if args.http or access_log else None
                 # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
+                discovery = Discovery(service, tools=service.manifest.server.tools)
                 server = build_server(service, notifier, metrics,
-                                      legacy_notifications=not (args.http and args.stateless))
+                                      legacy_notifications=not (args.http and args.stateless), discovery=discovery)
                 catalog = service.catalog
                 gc.freeze()
                 gc.enable()
@@ -101,12 +103,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 )
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
+                    tg.start_soon(discovery.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
                         await _serve_http(server, live, metrics, args, sock)
                     else:
                         await serve_stdio(server, initialization_options(server))
                     live.stop()
+                    discovery.stop()
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID

@@ -7,6 +7,7 @@ legacy wire, -32602 on the modern one) and the modern wire's results carry `ttlM
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from functools import lru_cache
 from collections.abc import Awaitable, Callable
@@ -31,7 +32,8 @@ from aggregator.auth import caller_name, caller_scopes
 from aggregator.metrics import Metrics, timer
 from aggregator.notify import Notifier, TooManySubscriptions
 from aggregator.sdk_compat import connection_of
-from aggregator.tools import ToolSpec, template_tools, uri_for
+from aggregator.search import SEARCH_TEMPLATE, Discovery, Hit, InvalidSearch, parse_limit
+from aggregator.tools import LIST_TOOL, SEARCH_TOOL, ToolSpec, template_tools, uri_for
 
 __all__ = ["build_server", "contents_dict", "initialization_options", "resource_dict", "template_dict", "wire_summary"]
 
@@ -55,7 +57,7 @@ def to_mcp_error(exc: RequestError, modern: bool) -> MCPError:
     data = {"uri": exc.uri} if exc.uri is not None else None
     if isinstance(exc, ResourceNotFound):
         return MCPError(INVALID_PARAMS if modern else LEGACY_NOT_FOUND, "Resource not found", data=data)
-    if isinstance(exc, InvalidCursor):
+    if isinstance(exc, (InvalidCursor, InvalidSearch)):
         return MCPError(INVALID_PARAMS, exc.message)
     return MCPError(INTERNAL_ERROR, exc.message, data=data)
 
@@ -83,8 +85,8 @@ async def _run_handler(ctx: ServerRequestContext[Any], uri: str | None, call: Ca
             metrics.observe(ctx.method, uri, outcome, elapsed(), caller_name(ctx.request))
 
 
-_OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "ResourceTooLarge": "too_large",
-             "ResourceUnavailable": "unavailable", "ResourceOverBudget": "over_budget",
+_OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "InvalidSearch": "invalid",
+             "ResourceTooLarge": "too_large", "ResourceUnavailable": "unavailable", "ResourceOverBudget": "over_budget",
              "ResourceCorrupt": "corrupt", "ResourceRenderFailed": "render_failed"}
 
 
@@ -157,6 +159,26 @@ def template_dict(entry: TemplateEntry) -> dict[str, Any]:
                      "annotations": _annotations(d.annotations)})
 
 
+SEARCH_TEMPLATE_DICT = {
+    "uriTemplate": SEARCH_TEMPLATE, "name": "search", "title": "Search resources", "mimeType": "application/json",
+    "description": "Resources whose URI, name, title, description or (indexed) text hold every word of q, best "
+                   "first, as JSON with snippets; prefix narrows to URIs starting with it, limit caps the results "
+                   "(default 20, at most 100). E.g. search://?q=install%20docker&limit=5",
+}
+
+
+def hit_dict(hit: Hit) -> dict[str, Any]:
+    """A search result: the resource as resources/list shows it, and a snippet when its text matched."""
+    out = resource_dict(hit.entry)
+    if hit.snippet:
+        out["snippet"] = hit.snippet
+    return out
+
+
+def search_result(query: str, hits: list[Hit]) -> dict[str, Any]:
+    return {"query": query, "results": [hit_dict(h) for h in hits]}
+
+
 def contents_dict(uri: str, content: Content) -> dict[str, Any]:
     """MCP `TextResourceContents` or `BlobResourceContents` as they go on the wire."""
     if content.text is not None:
@@ -169,7 +191,7 @@ def _ttl_ms(seconds: float) -> int:
 
 
 def build_server(service: ResourceService, notifier: Notifier | None = None, metrics: Metrics | None = None, *,
-                 legacy_notifications: bool = True) -> Server[Any]:
+                 legacy_notifications: bool = True, discovery: Discovery | None = None) -> Server[Any]:
     """A low-level MCP server answering resources/list, resources/templates/list and resources/read, and with a
     notifier, resources/subscribe and unsubscribe (legacy wire) and subscriptions/listen (modern wire).
 
@@ -177,7 +199,10 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
     request) everything. Results that depend on the caller say `cacheScope: private`.
     `legacy_notifications=False` (stateless HTTP: no session outlives a request) makes the legacy wire advertise
     neither subscribe nor listChanged and refuse `resources/subscribe`; the modern wire's listen is unaffected.
+    `discovery` answers search:// reads and the list/search tools (its indexer runs apart: `Discovery.run`).
     """
+    if discovery is None:
+        discovery = Discovery(service, tools=service.manifest.server.tools)
 
     def listing(items: list[dict[str, Any]], key: str, served: ServedPage) -> dict[str, Any]:
         result = {key: items, "ttlMs": _ttl_ms(served.ttl), "cacheScope": _cache_scope(served.private), **COMPLETE}
@@ -201,7 +226,10 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
 
         async def body() -> dict[str, Any]:
             served = service.template_page(cursor, _scopes(ctx))
-            return listing([template_dict(t) for t in served.page.items], "resourceTemplates", served)
+            items = [template_dict(t) for t in served.page.items]
+            if served.page.next_cursor is None and discovery.template_offered():
+                items.append(SEARCH_TEMPLATE_DICT)
+            return listing(items, "resourceTemplates", served)
 
         return await _run_handler(ctx, None, body, metrics)
 
@@ -210,8 +238,16 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
         uri = str(params.uri)
 
         async def body() -> dict[str, Any]:
+            scopes = _scopes(ctx)
+            if discovery.is_search_uri(uri):
+                q, prefix, limit = discovery.parse_search_uri(uri)
+                hits = await discovery.search(q, scopes, prefix=prefix, limit=limit)
+                text = json.dumps(search_result(q, hits), ensure_ascii=False)
+                return {"contents": [{"uri": uri, "mimeType": "application/json", "text": text}], "ttlMs": 0,
+                        "cacheScope": _cache_scope(scopes is not None and service.catalog.restricted),
+                        **COMPLETE}
             # ttl and cache scope come with the content, from the snapshot it was read from.
-            served = await service.read(uri, _scopes(ctx))
+            served = await service.read(uri, scopes)
             return {"contents": [contents_dict(uri, served.content)], "ttlMs": _ttl_ms(served.ttl),
                     "cacheScope": _cache_scope(served.private), **COMPLETE}
 
@@ -252,7 +288,7 @@ def build_server(service: ResourceService, notifier: Notifier | None = None, met
     if notifier is not None:
         _add_subscriptions(server, service, notifier, metrics, legacy=legacy_notifications)
     if settings.tools:
-        _add_tools(server, service, metrics)
+        _add_tools(server, service, discovery, metrics)
     return server
 
 
@@ -333,9 +369,10 @@ def _add_subscriptions(server: Server[Any], service: ResourceService, notifier: 
         server.add_notification_handler("notifications/initialized", types.NotificationParams, initialized)
 
 
-def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics | None) -> None:
+def _add_tools(server: Server[Any], service: ResourceService, discovery: Discovery, metrics: Metrics | None) -> None:
     """The tool fallback: `read_resource` and one tool per template the caller may see; results are the same
-    contents `resources/read` gives, as embedded resources."""
+    contents `resources/read` gives, as embedded resources. `list_resources` and `search_resources` answer with
+    JSON (as text and as structured content) of what resources/list would show the caller."""
     by_generation: dict[int, list[ToolSpec]] = {}
 
     def tools_for(catalog: Catalog, scopes: frozenset[str] | None) -> list[ToolSpec]:
@@ -360,6 +397,9 @@ def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics |
         tool = next((t for t in tools_for(service.catalog, scopes) if t.name == params.name), None)
         if tool is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
+        if tool.name in (LIST_TOOL, SEARCH_TOOL):
+            return await _run_handler(ctx, None, lambda: _discover(discovery, tool.name, params.arguments or {}, scopes),
+                                  metrics)
         try:
             uri = uri_for(tool, params.arguments or {})
         except ValueError as exc:
@@ -377,6 +417,47 @@ def _add_tools(server: Server[Any], service: ResourceService, metrics: Metrics |
 
     server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+
+
+_LIST_ARGUMENTS = frozenset({"prefix", "mimeType", "name", "cursor", "limit"})
+_SEARCH_ARGUMENTS = frozenset({"query", "prefix", "limit"})
+
+
+async def _discover(discovery: Discovery, name: str, arguments: dict[str, Any], scopes: frozenset[str] | None
+                    ) -> dict[str, Any]:
+    """A list_resources or search_resources call; bad arguments come back in-band (`isError`)."""
+    try:
+        allowed = _SEARCH_ARGUMENTS if name == SEARCH_TOOL else _LIST_ARGUMENTS
+        unknown = sorted(set(arguments) - allowed)
+        if unknown:
+            raise InvalidSearch(f"unknown argument(s): {', '.join(unknown)}; expected: {', '.join(sorted(allowed))}")
+        strings = {key: _string_argument(arguments, key) for key in allowed - {"limit"}}
+        if name == LIST_TOOL:
+            size = discovery.service.page_size
+            page = discovery.list_page(strings["cursor"], scopes, prefix=strings["prefix"] or "",
+                                       mime_type=strings["mimeType"], name=strings["name"],
+                                       limit=parse_limit(arguments.get("limit"), size, size))
+            result: dict[str, Any] = {"resources": [resource_dict(e) for e in page.items]}
+            if page.next_cursor is not None:
+                result["nextCursor"] = page.next_cursor
+        else:
+            query = strings["query"]
+            if query is None:
+                raise InvalidSearch("argument 'query' (a string) is required")
+            hits = await discovery.search(query, scopes, prefix=strings["prefix"] or "",
+                                          limit=parse_limit(arguments.get("limit")))
+            result = search_result(query, hits)
+    except (InvalidSearch, InvalidCursor) as exc:
+        return _tool_error(exc.message)
+    return {"content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
+            "structuredContent": result, "isError": False, **COMPLETE}
+
+
+def _string_argument(arguments: dict[str, Any], key: str) -> str | None:
+    value = arguments.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InvalidSearch(f"argument {key!r} must be a string")
+    return value
 
 
 def _tool_error(message: str) -> dict[str, Any]:

@@ -134,6 +134,9 @@ class ResourceService:
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
         """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
+        self.change_listeners: list[Callable[[set[tuple[str | None, str | None]] | None], None]] = []
+        """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
+        swapped in (the search index follows both)."""
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> ResourceService:
@@ -241,7 +244,12 @@ class ResourceService:
         gone = old.catalog.targets() - new.catalog.targets()
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
+        self._tell(None)
         return old.catalog.listing_signature != new.catalog.listing_signature
+
+    def _tell(self, files: set[tuple[str | None, str | None]] | None) -> None:
+        for listener in self.change_listeners:
+            listener(files)
 
     # --- change tracking ---------------------------------------------------------------------------------
 
@@ -258,10 +266,13 @@ class ResourceService:
             elif isinstance(target, FileTarget):
                 files.add((target.source, target.path))
         self.cache.invalidate_where(Forget.of(files=files, queries=queries))
+        self._tell(set(files))
 
     def invalidate(self, source: str, paths: Iterable[str]) -> None:
         """Forget cached content of these files (they changed)."""
-        self.cache.invalidate_where(Forget.of(files={(source, p) for p in paths}))
+        wanted = {(source, p) for p in paths}
+        self.cache.invalidate_where(Forget.of(files=wanted))
+        self._tell(set(wanted))
 
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
         """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""

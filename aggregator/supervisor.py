@@ -30,7 +30,8 @@ logger = logging.getLogger("aggregator.supervisor")
 FALLBACK_CHECK_SECONDS = 2.0
 SETTLE_STEP_SECONDS = 0.1
 """How often the manifest files are read while they settle."""
-_FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("maxSubscriptions", "max_subscriptions"))
+_FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("search", "search"),
+                  ("maxSubscriptions", "max_subscriptions"))
 """Server settings bound when serving starts (the HTTP app, its auth, registered tools, the notifier)."""
 
 

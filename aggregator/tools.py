@@ -14,9 +14,11 @@ from typing import Any
 
 from aggregator.catalog import TemplateEntry
 
-__all__ = ["READ_TOOL", "ToolSpec", "template_tools"]
+__all__ = ["LIST_TOOL", "READ_TOOL", "SEARCH_TOOL", "ToolSpec", "template_tools"]
 
 READ_TOOL = "read_resource"
+LIST_TOOL = "list_resources"
+SEARCH_TOOL = "search_resources"
 _QUERY_EXPR = re.compile(r"\{[?&]([^}]*)\}")
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -41,10 +43,47 @@ READ_DEFINITION: dict[str, Any] = {
 }
 
 
+_READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+
+LIST_DEFINITION: dict[str, Any] = {
+    "name": LIST_TOOL,
+    "title": "List resources",
+    "description": "List this server's resources (URI, name, title, description, mimeType, size), a page at a time, "
+                   "optionally only those whose URI starts with a prefix, of a MIME type, or whose name matches a "
+                   "glob. A page may hold fewer than `limit` resources: continue with `cursor` = `nextCursor` while "
+                   "there is one. Read a resource with read_resource.",
+    "inputSchema": {"type": "object", "additionalProperties": False, "properties": {
+        "prefix": {"type": "string", "description": "Only URIs starting with this, e.g. docs://guides/."},
+        "mimeType": {"type": "string", "description": "Only this MIME type, e.g. text/markdown, or text/* ."},
+        "name": {"type": "string", "description": "Only names matching this glob (* and ?), case-insensitive."},
+        "cursor": {"type": "string", "description": "nextCursor of the previous page."},
+        "limit": {"type": "integer", "minimum": 1, "description": "Resources per page at most."},
+    }},
+    "annotations": _READ_ONLY,
+}
+
+SEARCH_DEFINITION: dict[str, Any] = {
+    "name": SEARCH_TOOL,
+    "title": "Search resources",
+    "description": "Search this server's resources by words in their URI, name, title and description, and in the "
+                   "text of indexed documents; best matches first, with a snippet where the text matched («» marks "
+                   "the words). Every word must match; end a word with * to match its prefix. Read a result with "
+                   "read_resource.",
+    "inputSchema": {"type": "object", "additionalProperties": False, "required": ["query"], "properties": {
+        "query": {"type": "string", "description": "Words to look for, e.g. 'install docker'."},
+        "prefix": {"type": "string", "description": "Only URIs starting with this, e.g. docs://guides/."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Results at most (default 20)."},
+    }},
+    "annotations": _READ_ONLY,
+}
+
+
 def template_tools(templates: Sequence[TemplateEntry]) -> list[ToolSpec]:
-    """`read_resource`, then one tool per template, named `read_<template name>` (made unique)."""
-    tools = [ToolSpec(READ_TOOL, READ_DEFINITION)]
-    taken = {READ_TOOL}
+    """`read_resource`, `list_resources`, `search_resources`, then one tool per template, named
+    `read_<template name>` (made unique)."""
+    tools = [ToolSpec(READ_TOOL, READ_DEFINITION), ToolSpec(LIST_TOOL, LIST_DEFINITION),
+             ToolSpec(SEARCH_TOOL, SEARCH_DEFINITION)]
+    taken = {READ_TOOL, LIST_TOOL, SEARCH_TOOL}
     for template in templates:
         base = "read_" + (_NOT_NAME.sub("_", template.spec.name).strip("_") or "template")
         name, n = base[:120], 2

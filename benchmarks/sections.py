@@ -1,5 +1,5 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (templates, live, remote) each own one `## ` section of it, which they replace or append and which a
+benchmarks (templates, live, remote, search) each own one `## ` section of it, which they replace or append and which a
 rewrite of the main report keeps."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ LIVE = "## Live catalog: save to notification"
 REMOTE = "## Remote sources: S3 and HTTP"
 HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
 RELIABILITY = "## Reliability under faults"
-SIDE = (HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE)
+SEARCH = "## Search: full-text index and queries"
+SIDE = (HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH)
 
 
 def split(text: str) -> list[str]:

@@ -20,8 +20,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                      "manifest.model", "manifest.placeholders", "manifest.units", "manifest.source_urls")),
     ("manifest", ("manifest", "manifest.*")),
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*")),
-    ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools", "search")),
-    ("service", ("service", "preflight")),
+    ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),
+    ("service", ("service", "preflight", "search")),
     ("live and protocol", ("supervisor", "server", "metrics", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
                            "__main__")),
 ]

@@ -39,7 +39,8 @@ def test_tools_match_resources_read(tooled: Path, mode: str) -> None:
         async with connect(tooled, mode) as client:
             assert client.server_capabilities.tools is not None
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert set(tools) == {"read_resource", "read_team_doc", "read_search"}
+            assert set(tools) == {"read_resource", "list_resources", "search_resources", "read_team_doc",
+                                  "read_search"}
             team = tools["read_team_doc"].input_schema
             assert team["required"] == ["team", "doc"] and team["properties"]["team"]["enum"] == ["eng", "ops"]
             assert tools["read_search"].input_schema["required"] == []  # query variables are optional

@@ -31,6 +31,7 @@ from aggregator.manifest.model import (
     Render,
     RenderSettings,
     ResourceSpec,
+    SearchSettings,
     ServerSettings,
     SourceSpec,
     StaticToken,
@@ -222,7 +223,17 @@ class _Builder:
             auth=self.auth(spec["auth"]) if "auth" in spec else None,
             tools=spec.get("tools", False),
             max_manifest_bytes=self.max_manifest_bytes(spec),
+            search=self.search_settings(spec.get("search", {})),
         )
+
+    def search_settings(self, spec: dict[str, Any]) -> SearchSettings:
+        path: KeyPath = ("server", "search")
+        index_file = spec.get("indexFile")
+        if index_file is not None:
+            self.refuse_remote(path + ("indexFile",), True, "write an index file on this machine")
+            index_file = Path(os.path.abspath(self.folder_of(path + ("indexFile",)) / index_file))
+        return SearchSettings(index_bytes=self.parsed(parse_size, spec, "indexBytes", path,
+                                                      SearchSettings().index_bytes), index_file=index_file)
 
     def render_settings(self, spec: dict[str, Any]) -> RenderSettings:
         base, path = RenderSettings(), ("render",)
@@ -305,7 +316,7 @@ class _Builder:
         return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"), _display(spec),
                               self.at(path), format_path(path), tuple(spec.get("exclude", ())),
                               self.access(spec, spec["source"]), spec.get("hidden", False),
-                              spec.get("decompress", False))
+                              spec.get("decompress", False), spec.get("index", False))
 
     def template(self, i: int, spec: dict[str, Any]) -> TemplateSpec:
         path: KeyPath = ("templates", i)

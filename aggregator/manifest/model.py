@@ -104,6 +104,20 @@ class AuthSettings:
     jwt: JwtSettings | None = None
 
 
+DEFAULT_INDEX_BYTES = 256 * 1024 * 1024
+"""Text the full-text search index holds unless `server.search.indexBytes` says otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    """The full-text index of collections that say `index: true`."""
+
+    index_bytes: int = DEFAULT_INDEX_BYTES
+    """Bytes of text indexed at most (documents past it are found by their metadata only)."""
+    index_file: Path | None = None
+    """An SQLite file that keeps the index across restarts; None: in memory, built at each start."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     name: str
@@ -120,6 +134,8 @@ class ServerSettings:
     """Expose resources as tools too, for clients that cannot use resources."""
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES
     """Cap on each manifest file a load reads: its includes (and, on reload, the manifest itself and its bases)."""
+    search: SearchSettings = field(default_factory=SearchSettings)
+    """Where the full-text index lives and how much text it holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +276,8 @@ class CollectionSpec:
     """Wildcards match hidden names (`.env`, `.git/`) too; otherwise only a glob that spells the dot does."""
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
+    index: bool = False
+    """The text of its files goes into the full-text search index (search_resources, search://)."""
 
 
 @dataclass(frozen=True, slots=True)
