@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from aggregator.manifest.model import SourceSpec
     from aggregator.sources.base import Source
 
-__all__ = ["ENTRY_POINT_GROUP", "FALLBACK", "builtin_kinds", "kind_for_url", "open_source", "register_source_kind", "registry_version",
-           "source_kind", "source_kinds"]
+__all__ = ["ENTRY_POINT_GROUP", "FALLBACK", "builtin_kinds", "kind_for_url", "open_source", "register_source_kind",
+           "registry_version", "source_kind", "source_kinds", "unregister_source_kind"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,14 @@ def register_source_kind(name: str, declaration: str | type[SourceKind]) -> None
     _registered[name] = declaration
     _kinds = None
     _version += 1
+
+
+def unregister_source_kind(name: str) -> None:
+    """Forget a kind `register_source_kind` added (built-ins and entry points stay)."""
+    global _kinds, _version
+    if _registered.pop(name, None) is not None:
+        _kinds = None
+        _version += 1
 
 
 def registry_version() -> int:
