@@ -89,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     from aggregator.manifest.validate import published_schema
     from aggregator.sources.registry import source_kinds
 
-    parser = argparse.ArgumentParser(prog="python -m aggregator.manifest.schema_build", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m aggregator.manifest.schema_build",
+                                     description="Print the manifest JSON Schema assembled from the source kinds.")
     parser.add_argument("--write", action="store_true", help=f"rewrite {PUBLISHED} from the built-in kinds")
     args = parser.parse_args(argv)
     try:
         published_schema()
     except ValueError:
-        sys.stderr.write(f"{PUBLISHED.name} is empty or not JSON (redirected into itself?): restore it with git checkout "
-                         "and regenerate it with --write\n")
+        sys.stderr.write(f"{PUBLISHED.name} is empty or not JSON (redirected into itself?): restore it with git "
+                         "checkout and regenerate it with --write\n")
         return 1
     if not args.write:
         sys.stdout.write(dump_schema(build_schema(published_schema(), source_kinds().values())))

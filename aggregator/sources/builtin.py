@@ -159,9 +159,9 @@ class SqlKind(SourceKind):
 
     def open(self, spec: SourceSpec) -> Source:
         s = spec.settings
-        return self.load()(spec.id, spec.url, tables=s["tables"], sample_rows=s["sampleRows"],  # type: ignore[call-arg]
-                           row_limit=s["rowLimit"], checksum=s["checksum"], timeout=spec.timeout,
-                           max_concurrency=spec.max_concurrency)
+        return self.load()(spec.id, spec.url, tables=s["tables"],  # type: ignore[call-arg]
+                           sample_rows=s["sampleRows"], row_limit=s["rowLimit"], checksum=s["checksum"],
+                           timeout=spec.timeout, max_concurrency=spec.max_concurrency)
 
 
 class FsspecKind(SourceKind):
@@ -185,5 +185,7 @@ class FsspecKind(SourceKind):
                 yield ("options", option), "point a source at another endpoint (options that name a host, URL or proxy)"
 
     def open(self, spec: SourceSpec) -> Source:
-        return self.load().from_url(spec.id, spec.protocol, spec.url, spec.settings["options"],  # type: ignore[attr-defined]
-                                    timeout=spec.timeout, max_concurrency=spec.max_concurrency)
+        fsspec_source: Any = self.load()  # FsspecSource: opened by its from_url
+        source: Source = fsspec_source.from_url(spec.id, spec.protocol, spec.url, spec.settings["options"],
+                                                timeout=spec.timeout, max_concurrency=spec.max_concurrency)
+        return source
