@@ -17,7 +17,7 @@ from aggregator.diff import diff_sources
 from aggregator.manifest import ManifestError, load_manifest, load_schema, schema_text
 from aggregator.manifest.schema_build import PUBLISHED, build_schema, dump_schema
 from aggregator.manifest.validate import published_schema
-from aggregator.sources import Setting, SourceKind, kind_for_url, register_source_kind, source_kinds
+from aggregator.sources import Setting, SourceError, SourceKind, kind_for_url, register_source_kind, source_kinds
 from aggregator.sources.registry import builtin_kinds, unregister_source_kind
 from tests.conftest import write_manifest
 
@@ -168,3 +168,13 @@ def test_diff_asks_the_kind_which_settings_changed(tmp_path: Path) -> None:
     assert diff_sources(old, new) == [("b", ["url"]), ("db", ["tables", "rowLimit"])]
     assert diff_sources(old, old) == []
     assert json.loads(json.dumps(diff_sources(new, old))) == [["b", ["url"]], ["db", ["tables", "rowLimit"]]]
+
+
+def test_a_kind_from_another_package_names_its_own_extra() -> None:
+    class Zip(SourceKind):
+        name, source, extra, distribution = "zip", "no_such_backend_module:ZipSource", "zip", "aggregator-zip"
+
+    with pytest.raises(SourceError) as caught:
+        Zip().load()
+    assert str(caught.value) == ("zip sources need no_such_backend_module: pip install 'aggregator-zip[zip]' "
+                                 "(in a checkout: pip install -e '.[zip]')")

@@ -61,7 +61,9 @@ class SourceKind:
     source: str = ""
     """"module:Class" of its `Source`, imported when a source of this kind opens."""
     extra: str | None = None
-    """The mcp-aggregator extra that installs its dependencies, named when importing `source` fails."""
+    """The extra of `distribution` that installs its dependencies, named when importing `source` fails."""
+    distribution: str = "mcp-aggregator"
+    """The package that declares the kind (a kind from another package names its own)."""
     url_help: str = ""
     """What its URLs look like, for the schema's description of `url`."""
     settings: Mapping[str, Setting] = EMPTY
@@ -103,8 +105,8 @@ class SourceKind:
             return load_object(self.source)  # type: ignore[no-any-return]
         except ImportError as exc:
             missing = f" need {exc.name}" if exc.name else " cannot be imported"
-            hint = (f": pip install 'mcp-aggregator[{self.extra}]' (in a checkout: pip install -e '.[{self.extra}]')"
-                    if self.extra else f": {exc}")
+            hint = (f": pip install '{self.distribution}[{self.extra}]' (in a checkout: pip install -e "
+                    f"'.[{self.extra}]')" if self.extra else f": {exc}")
             raise SourceError(f"{self.name} sources{missing}{hint}") from None
 
     def open(self, spec: SourceSpec) -> Source:
