@@ -116,3 +116,9 @@ def test_a_manifest_read_from_a_url_may_not_name_an_archive(tmp_path: Path, arch
     with pytest.raises(ManifestError, match="may not declare local folders, files or repositories"):
         parse_manifest("version: 1\nserver: {name: s}\nsources: {b: {url: 'archive:///etc/x.zip'}}\n", url,
                        base=tmp_path, chain=(url,))
+
+
+def test_the_recipe_shows_the_tested_declaration() -> None:
+    recipe = (ROOT / "docs" / "writing-a-source-kind.md").read_text(encoding="utf-8")
+    shown = recipe.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "class ArchiveKind(SourceKind):" in shown and shown in (EXAMPLES / "archive_kind.py").read_text()
