@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.manifest.model import Defaults, Manifest, SourceSpec
+from aggregator.sources.registry import source_kind
 
 __all__ = ["CatalogDiff", "diff_catalogs", "diff_sources"]
 
@@ -53,11 +54,10 @@ def _template_facts(t: TemplateEntry) -> dict[str, Any]:
             "format": s.format, "render": s.render, "access": sorted(s.access), "values": dict(s.values)}
 
 
-# Source settings as the manifest spells them; values are never shown (URLs and headers may hold credentials).
-_SOURCE_SETTINGS = {"url": "url", "ttl": "ttl", "max_bytes": "maxBytes", "options": "options", "headers": "headers",
-                    "ref": "ref", "timeout": "timeout", "max_concurrency": "maxConcurrency",
-                    "stale_if_error": "staleIfError", "poll": "poll", "tables": "tables", "sample_rows": "sampleRows",
-                    "row_limit": "rowLimit", "checksum": "checksum", "allow_private_network": "allowPrivateNetwork",
+# The settings every source has, as the manifest spells them; a kind names its own (SourceKind.changed). Values
+# are never shown (URLs and headers may hold credentials).
+_SOURCE_SETTINGS = {"url": "url", "ttl": "ttl", "max_bytes": "maxBytes", "timeout": "timeout",
+                    "max_concurrency": "maxConcurrency", "stale_if_error": "staleIfError", "poll": "poll",
                     "access": "access"}
 
 
@@ -73,9 +73,21 @@ def diff_sources(old: Manifest, new: Manifest) -> list[tuple[str, list[str]]]:
     for sid in sorted(set(old.sources) & set(new.sources)):
         a, b = _effective(old.sources[sid], old.defaults), _effective(new.sources[sid], new.defaults)
         settings = [name for attr, name in _SOURCE_SETTINGS.items() if getattr(a, attr) != getattr(b, attr)]
+        settings += _kind_settings(a, b)
         if settings:
             changed.append((sid, settings))
     return changed
+
+
+def _kind_settings(a: SourceSpec, b: SourceSpec) -> list[str]:
+    """The kind's own settings that differ, asked of the kind (a url naming another kind already says `url`)."""
+    if a.kind != b.kind:
+        return []
+    try:
+        kind = source_kind(a.kind)
+    except KeyError:  # registered when the manifest loaded, gone since: compare what is there
+        return sorted(k for k in {*a.settings, *b.settings} if a.settings.get(k) != b.settings.get(k))
+    return kind.changed(a.settings, b.settings)
 
 
 def diff_catalogs(old: Catalog, new: Catalog) -> CatalogDiff:

@@ -66,7 +66,7 @@ def test_keys_are_not_interpolated() -> None:
 def test_nested_values_and_options_are_interpolated() -> None:
     m = parse(HEAD + "sources:\n  s: {url: 's3://${BUCKET}/x', options: {key: '${KEY}', list: ['${KEY:-d}', 1]}}\n",
               {"BUCKET": "b", "KEY": "k"})
-    assert m.sources["s"].url == "s3://b/x" and m.sources["s"].options == {"key": "k", "list": ["k", 1]}
+    assert m.sources["s"].url == "s3://b/x" and m.sources["s"].settings["options"] == {"key": "k", "list": ["k", 1]}
 
 
 def test_unset_variable_is_located_and_named_without_values() -> None:

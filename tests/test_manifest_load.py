@@ -82,7 +82,8 @@ def test_full_manifest_becomes_the_model(tmp_path: Path) -> None:
     assert (m.sources["abs"].protocol, m.sources["abs"].url) == ("file", "/var/lib/x y")
     assert m.sources["rel"].url == str((tmp_path / "other").resolve())
     bucket = m.sources["bucket"]
-    assert (bucket.protocol, bucket.url, bucket.options) == ("s3", "s3://b/prefix", {"key": "anon", "anon": False})
+    assert (bucket.protocol, bucket.url, bucket.kind, bucket.settings) == ("s3", "s3://b/prefix", "fsspec",
+                                                              {"options": {"key": "anon", "anon": False}})
     assert bucket.ttl is None and bucket.max_bytes is None  # unset: the source inherits defaults later
     web = m.sources["web"]
     assert (web.protocol, web.url, web.ttl) == ("https", "https://api.example.com/v1", 60.0)

@@ -14,6 +14,7 @@ from typing import Any
 from aggregator.manifest.model import ManifestIssue
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
 from aggregator.manifest.source_urls import source_protocol
+from aggregator.sources.registry import kind_for_url
 from aggregator.manifest.yaml_marks import KeyPath, Marked
 
 __all__ = ["check_references"]
@@ -132,7 +133,7 @@ class _Checker:
             sid = entry.get("source")
             spec = self.sources.get(sid) if isinstance(sid, str) else None
             url = spec.get("url") if isinstance(spec, dict) else None
-            if isinstance(url, str) and source_protocol(url) != "sql":
+            if isinstance(url, str) and not kind_for_url(url).runs_queries:
                 yield self.issue(path + ("query",), f"query needs a SQL source; source {sid!r} is "
                                                     f"{source_protocol(url)}")
             for parameter in dict.fromkeys(_SQL_PARAMETER.findall(query)):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -38,10 +37,12 @@ from aggregator.manifest.model import (
     TemplateSpec,
     is_url,
 )
-from aggregator.manifest.source_urls import is_remote_git, resolve_source_url
+from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.units import parse_duration, parse_size
 from aggregator.manifest.validate import validate
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
+from aggregator.sources.kind import SourceKind
+from aggregator.sources.registry import kind_for_url, source_kinds
 
 __all__ = ["load_manifest", "parse_manifest"]
 
@@ -126,18 +127,6 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
 
         manifest = include_manifests(manifest, marked, chain, bases, load_included, options, limit, reads)
     return manifest
-
-
-# fsspec options that send a source's requests elsewhere (s3fs endpoint_url, client_kwargs, proxies...): from a
-# manifest read from a URL they could reach this machine's private network as allowPrivateNetwork would.
-_REDIRECTING_OPTION = re.compile(r"endpoint|url|host|proxy|client_kwargs|config_kwargs", re.IGNORECASE)
-
-
-def _is_local(protocol: str, url: str) -> bool:
-    """Whether a source reads this machine's files: a folder, a SQLite file or a git repository on disk."""
-    if protocol == "file" or url.startswith("sqlite"):
-        return True
-    return protocol == "git" and not is_remote_git(url)
 
 
 def _within(key: str, keys: set[str]) -> bool:
@@ -281,28 +270,46 @@ class _Builder:
 
     def source(self, sid: str, spec: dict[str, Any]) -> SourceSpec:
         path: KeyPath = ("sources", sid)
-        protocol, url = resolve_source_url(spec["url"], self.folder_of(path + ("url",)))
-        network = spec.get("allowPrivateNetwork", False)
-        self.refuse_remote(path + ("url",), _is_local(protocol, url), "declare local folders, files or repositories")
-        self.refuse_remote(path + ("allowPrivateNetwork",), bool(network), "open private networks to HTTP sources")
-        for option in spec.get("options", {}):
-            self.refuse_remote(path + ("options", option), bool(_REDIRECTING_OPTION.search(option)),
-                               "point a source at another endpoint (options that name a host, URL or proxy)")
+        kind = kind_for_url(spec["url"])
+        protocol = kind.protocol(url_scheme(spec["url"]))
+        url = kind.locate(spec["url"], self.folder_of(path + ("url",)))
+        for where, what in kind.remote_refusals(url, spec):
+            self.refuse_remote(path + where, True, what)
         return SourceSpec(
             id=sid, url=url, protocol=protocol, where=self.at(path, key=True), key=format_path(path),
+            kind=kind.name, settings=self.kind_settings(kind, protocol, spec, path),
             ttl=self.parsed(parse_duration, spec, "ttl", path, None),
             max_bytes=self.parsed(parse_size, spec, "maxBytes", path, None),
-            options=spec.get("options", {}), description=spec.get("description"),
-            headers=spec.get("headers", {}), ref=spec.get("ref"),
+            description=spec.get("description"),
             timeout=self.parsed(parse_duration, spec, "timeout", path, self.defaults.timeout),
             max_concurrency=spec.get("maxConcurrency", self.defaults.max_concurrency),
             stale_if_error=self.parsed(parse_duration, spec, "staleIfError", path, self.defaults.stale_if_error),
-            allow_private_network=tuple(network) if isinstance(network, list) else bool(network),
             poll=self.parsed(parse_duration, spec, "poll", path, None),
-            tables=tuple(spec.get("tables", ())), sample_rows=spec.get("sampleRows", 0),
-            row_limit=spec.get("rowLimit", 1000), checksum=spec.get("checksum"),
             access=frozenset(spec.get("access", {}).get("scopes", ())), optional=spec.get("optional", False),
         )
+
+    def kind_settings(self, kind: SourceKind, protocol: str, spec: dict[str, Any], path: KeyPath) -> dict[str, Any]:
+        """The kind's own keys, parsed; an issue for each key that belongs to other kinds only (the schema allows
+        every kind's keys on every source) and for each value the kind's parse refuses."""
+        # Imported here: `python -m aggregator.manifest.schema_build` must find it not yet imported.
+        from aggregator.manifest.schema_build import COMMON_SOURCE_KEYS, source_key_owners
+
+        owners = source_key_owners(source_kinds().values())
+        for key in spec:
+            if key not in COMMON_SOURCE_KEYS and key not in kind.settings and key in owners:
+                shown = kind.name if protocol == kind.name else f"{kind.name} ({protocol})"
+                self.issues.append(self.marked.issue(
+                    path + (key,), f"{key!r} is a setting of {' and '.join(owners[key])} sources only; this source's "
+                                   f"kind (from its url) is {shown}", key=True))
+        settings = {}
+        for key, setting in kind.settings.items():
+            settings[key] = setting.default
+            if key in spec:
+                try:
+                    settings[key] = setting.parse(spec[key])
+                except ValueError as exc:
+                    self.issues.append(self.marked.issue(path + (key,), str(exc)))
+        return settings
 
     def resource(self, i: int, spec: dict[str, Any]) -> ResourceSpec:
         path: KeyPath = ("resources", i)

@@ -162,21 +162,22 @@ class Defaults:
 
 @dataclass(frozen=True, slots=True)
 class SourceSpec:
+    """A declared source: the keys every kind has, and the kind's own (`settings`, as its declaration parsed them)."""
+
     id: str
     url: str
     """For local folders an absolute path (resolved against the manifest's folder); otherwise the URL as written."""
     protocol: str
-    """fsspec protocol name: `file` for local folders."""
+    """`file` for local folders, `sql` for databases, `git` for repositories, else the URL's scheme (fsspec's name)."""
     where: Location
     key: str
+    kind: str = "file"
+    """The registered source kind that opens it (aggregator.sources.registry), chosen by the URL's scheme."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """The kind's own keys as the manifest spells them (`headers`, `ref`, `tables`...), parsed, defaults filled."""
     ttl: float | None = None
     max_bytes: int | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
     description: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    """HTTP sources: request headers (secrets come from ${ENV})."""
-    ref: str | None = None
-    """git sources: branch, tag or commit."""
     timeout: float = 30.0
     """Seconds one backend call may take."""
     max_concurrency: int = 8
@@ -185,12 +186,6 @@ class SourceSpec:
     """Seconds past expiry a cached copy may still be served when the backend fails."""
     poll: float | None = None
     """Remote sources: seconds between change checks of subscribed resources and collections."""
-    tables: tuple[str, ...] = ()
-    sample_rows: int = 0
-    row_limit: int = 1000
-    checksum: str | None = None
-    allow_private_network: bool | tuple[str, ...] = False
-    """HTTP sources: allow loopback, link-local and private addresses (True) or only these networks."""
     access: frozenset[str] = frozenset()
     """Scopes a caller needs for every entry this source serves."""
     optional: bool = False

@@ -1,9 +1,9 @@
-"""What a source's `url` names: its protocol, and for anything local an absolute path.
+"""What a source's `url` names: its scheme, its kind (asked of the registered kinds), and local paths made absolute.
 
 Local folders are written as paths relative to the manifest's folder (`./docs`), as absolute paths, as `~/...`,
 or as `file://` URLs (`file:///srv/docs`, or `file://./docs` relative like a bare path). Any other
-`proto://...` keeps the URL as written and uses the scheme as the protocol (`s3`, `https`, `gcs`, ...), except
-database URLs (protocol `sql`) and `git+...` repositories (protocol `git`, URL without the `git+`).
+`proto://...` keeps the URL as written; the kind that claims its scheme decides what it means (database URLs,
+`git+...` repositories), and fsspec's implementation of the scheme opens any URL no kind claims.
 """
 
 from __future__ import annotations
@@ -13,11 +13,16 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-__all__ = ["SQL_SCHEMES", "is_remote_git", "resolve_source_url", "source_protocol"]
+__all__ = ["file_url_path", "is_remote_git", "local_path", "resolve_source_url", "source_protocol", "url_scheme"]
 
-SQL_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle"})
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _REMOTE_GIT = re.compile(r"^(https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
+
+
+def url_scheme(url: str) -> str:
+    """The URL's scheme in lower case; `file` for a path."""
+    match = _SCHEME.match(url)
+    return match.group(1).lower() if match else "file"
 
 
 def is_remote_git(url: str) -> bool:
@@ -27,34 +32,22 @@ def is_remote_git(url: str) -> bool:
 
 
 def source_protocol(url: str) -> str:
-    """The protocol a source url selects: `file`, `sql`, `git` or the URL's own scheme."""
-    match = _SCHEME.match(url)
-    scheme = match.group(1).lower() if match else "file"
-    if scheme.split("+", 1)[0] in SQL_SCHEMES:
-        return "sql"
-    if scheme.startswith("git+"):
-        return "git"
-    return scheme
+    """The protocol a source url selects: `file`, `sql`, `git` or the URL's own scheme (as the kinds decide)."""
+    from aggregator.sources.registry import kind_for_url
+
+    scheme = url_scheme(url)
+    return kind_for_url(url).protocol(scheme)
 
 
 def resolve_source_url(url: str, base: Path) -> tuple[str, str]:
     """(protocol, url) with every local path made absolute against `base`, the manifest's folder."""
-    protocol = source_protocol(url)
-    if protocol == "file":
-        return protocol, _local(url if not url.lower().startswith("file://") else _file_url_path(url), base)
-    if protocol == "git":
-        url = url[len("git+"):]
-        if url.lower().startswith("file://"):
-            url = _local(_file_url_path(url), base)
-        return protocol, url
-    if protocol == "sql" and url.startswith("sqlite:///") and not url.startswith("sqlite:////") \
-            and url != "sqlite:///:memory:":
-        # sqlite:///data/app.db is relative (three slashes); sqlite:////abs/app.db is absolute.
-        return protocol, "sqlite:///" + _local(url[len("sqlite:///"):], base)
-    return protocol, url
+    from aggregator.sources.registry import kind_for_url
+
+    kind = kind_for_url(url)
+    return kind.protocol(url_scheme(url)), kind.locate(url, base)
 
 
-def _file_url_path(url: str) -> str:
+def file_url_path(url: str) -> str:
     """`file:///abs` and `file://localhost/abs` are absolute; `file://./rel` and `file://rel` are relative."""
     rest = url[len("file://"):]
     if rest.lower().startswith("localhost/"):
@@ -62,5 +55,6 @@ def _file_url_path(url: str) -> str:
     return unquote(rest.split("?", 1)[0].split("#", 1)[0])
 
 
-def _local(path: str, base: Path) -> str:
+def local_path(path: str, base: Path) -> str:
+    """`path` (relative to `base`, absolute or `~/...`) as an absolute path, symlinks resolved."""
     return str((base / os.path.expanduser(path)).resolve())

@@ -18,8 +18,9 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from aggregator.manifest.model import ManifestIssue
 from aggregator.manifest.yaml_marks import KeyPath, Marked
+from aggregator.sources.registry import registry_version, source_kinds
 
-__all__ = ["FORMAT_CHECKER", "load_schema", "schema_text", "validate"]
+__all__ = ["FORMAT_CHECKER", "load_schema", "published_schema", "schema_text", "validate"]
 
 SCHEMA_FILE = "manifest.schema.json"
 _REPO_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / SCHEMA_FILE
@@ -68,12 +69,27 @@ def _is_uri_template(value: object) -> bool:
     return True
 
 
-def schema_text() -> str:
-    """The manifest JSON Schema as shipped in the package (or, in a source checkout, from `schemas/`)."""
+def published_schema() -> dict[str, Any]:
+    """The manifest JSON Schema as shipped in the package (or, in a source checkout, from `schemas/`): the built-in
+    source kinds' keys only."""
     try:
-        return resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+        text = resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     except OSError:
-        return _REPO_SCHEMA.read_text(encoding="utf-8")
+        text = _REPO_SCHEMA.read_text(encoding="utf-8")
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def schema_text() -> str:
+    """The manifest JSON Schema: the published one with the keys of every registered source kind (the same text
+    when only the built-in kinds are)."""
+    return _schema_text(registry_version())
+
+
+@lru_cache(maxsize=1)
+def _schema_text(version: int) -> str:
+    from aggregator.manifest.schema_build import build_schema, dump_schema
+
+    return dump_schema(build_schema(published_schema(), source_kinds().values()))
 
 
 def load_schema() -> dict[str, Any]:
@@ -87,15 +103,23 @@ def validate(marked: Marked) -> list[ManifestIssue]:
     return list(dict.fromkeys(issues))  # `required` reports once per missing key; each is explained once
 
 
-@lru_cache(maxsize=1)
 def _validator() -> Draft202012Validator:
+    return _validator_for(registry_version())
+
+
+@lru_cache(maxsize=1)
+def _validator_for(version: int) -> Draft202012Validator:
     schema = load_schema()  # checked against the 2020-12 meta-schema by the tests, not at every start-up
     # Resolving a $ref costs more than checking most keywords; the schema has no cycles, so inline them all.
     return Draft202012Validator(_inline_refs(schema, schema.get("$defs", {})), format_checker=FORMAT_CHECKER)
 
 
-@lru_cache(maxsize=1)
 def _pattern_hints() -> dict[str, str]:
+    return _pattern_hints_for(registry_version())
+
+
+@lru_cache(maxsize=1)
+def _pattern_hints_for(version: int) -> dict[str, str]:
     """pattern -> the description of the schema node that declares it, to explain a mismatch in words."""
     return {node["pattern"]: node["description"] for node in _walk(load_schema())
             if isinstance(node.get("pattern"), str) and isinstance(node.get("description"), str)}

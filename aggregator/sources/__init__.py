@@ -1,76 +1,39 @@
-"""Source kinds, chosen by the protocol of a source's `url` (fsspec-style registry).
+"""Source kinds, chosen by the scheme of a source's `url` (an fsspec-style registry: `aggregator.sources.registry`).
 
-`file` is a local folder, `http`/`https` an HTTP base URL, `git` a repository at a ref; any other protocol
-is opened with fsspec's implementation of that name (s3, gcs, az, memory ...), options passed through.
+`file` is a local folder, `http`/`https` an HTTP base URL, `git+...` a repository at a ref, a database URL a SQL
+source; any other protocol is opened with fsspec's implementation of that name (s3, gcs, az, memory ...), options
+passed through. Each kind declares its own manifest keys (`aggregator.sources.kind.SourceKind`).
+
+Names are imported on first use: loading a manifest reads the kinds' declarations (`kind`, `registry`) and
+should not pay for the sources themselves (anyio, threads) when it only validates or prints the schema.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from aggregator.manifest.model import SourceSpec
-from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge,
-                                    SourceUnsupported)
-from aggregator.sources.local import LocalSource
+if TYPE_CHECKING:
+    from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge,
+                                        SourceUnsupported)
+    from aggregator.sources.kind import Setting, SourceKind
+    from aggregator.sources.local import LocalSource
+    from aggregator.sources.registry import (kind_for_url, open_source, register_source_kind, source_kind,
+                                             source_kinds)
 
-__all__ = [
-    "Blob",
-    "FileInfo",
-    "LocalSource",
-    "Source",
-    "SourceError",
-    "SourceNotFound",
-    "SourceTooLarge",
-    "SourceUnsupported",
-    "open_source",
-    "register_source_kind",
-]
+_HOMES = {
+    "Blob": "base", "FileInfo": "base", "Source": "base", "SourceError": "base", "SourceNotFound": "base",
+    "SourceTooLarge": "base", "SourceUnsupported": "base", "Setting": "kind", "SourceKind": "kind",
+    "LocalSource": "local", "kind_for_url": "registry", "open_source": "registry",
+    "register_source_kind": "registry", "source_kind": "registry", "source_kinds": "registry",
+}
 
-SourceFactory = Callable[[SourceSpec], Source]
+__all__ = sorted(_HOMES)
 
 
-def _local(spec: SourceSpec) -> Source:
-    return LocalSource(spec.id, spec.url, timeout=spec.timeout, max_concurrency=spec.max_concurrency)
-
-
-def _http(spec: SourceSpec) -> Source:
-    try:
-        from aggregator.sources.http import HttpSource
-    except ImportError:
-        raise SourceError("HTTP sources need aiohttp: pip install 'mcp-aggregator[http]' "
-                          "(in a checkout: pip install -e '.[http]')") from None
-    return HttpSource(spec.id, spec.url, headers=spec.headers, allow_private_network=spec.allow_private_network,
-                      timeout=spec.timeout, max_concurrency=spec.max_concurrency)
-
-
-def _git(spec: SourceSpec) -> Source:
-    from aggregator.sources.git import open_git
-
-    return open_git(spec.id, spec.url, spec.ref, timeout=spec.timeout, max_concurrency=spec.max_concurrency)
-
-
-def _fsspec(spec: SourceSpec) -> Source:
-    from aggregator.sources.filesystem import FsspecSource
-
-    return FsspecSource.from_url(spec.id, spec.protocol, spec.url, spec.options, timeout=spec.timeout,
-                                 max_concurrency=spec.max_concurrency)
-
-
-def _sql(spec: SourceSpec) -> Source:
-    from aggregator.sources.sql import SqlSource
-
-    return SqlSource(spec.id, spec.url, tables=spec.tables, sample_rows=spec.sample_rows, row_limit=spec.row_limit,
-                     timeout=spec.timeout, max_concurrency=spec.max_concurrency, checksum=spec.checksum)
-
-
-_KINDS: dict[str, SourceFactory] = {"file": _local, "http": _http, "https": _http, "git": _git, "sql": _sql}
-
-
-def register_source_kind(protocol: str, factory: SourceFactory) -> None:
-    """Make `protocol` URLs open with `factory` instead of fsspec's implementation."""
-    _KINDS[protocol] = factory
-
-
-def open_source(spec: SourceSpec) -> Source:
-    """Open the source a manifest entry describes; SourceError if it cannot be opened."""
-    return _KINDS.get(spec.protocol, _fsspec)(spec)
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,191 @@
+"""The built-in kinds' declarations: local folders, HTTP, git, SQL databases and fsspec's filesystems.
+
+Light on purpose (see `aggregator.sources.kind`): each names its `Source` class by string, imported when a source
+opens, so a manifest validates without the kind's extra installed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aggregator.manifest.source_urls import file_url_path, is_remote_git, local_path
+from aggregator.sources.kind import EMPTY, KeyPath, Setting, SourceKind
+
+if TYPE_CHECKING:
+    from aggregator.manifest.model import SourceSpec
+    from aggregator.sources.base import Source
+
+__all__ = ["FsspecKind", "GitKind", "HttpKind", "LocalKind", "SqlKind", "SQL_SCHEMES"]
+
+SQL_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle"})
+
+# fsspec options that send a source's requests elsewhere (s3fs endpoint_url, client_kwargs, proxies...): from a
+# manifest read from a URL they could reach this machine's private network as allowPrivateNetwork would.
+_REDIRECTING_OPTION = re.compile(r"endpoint|url|host|proxy|client_kwargs|config_kwargs", re.IGNORECASE)
+
+
+class LocalKind(SourceKind):
+    """A folder on this machine: a path, `~/...` or a file:// URL."""
+
+    name = "file"
+    schemes = frozenset({"file"})
+    source = "aggregator.sources.local:LocalSource"
+    url_help = "a local folder (relative to this manifest's folder, or file://...)"
+
+    def locate(self, url: str, base: Path) -> str:
+        return local_path(file_url_path(url) if url.lower().startswith("file://") else url, base)
+
+    def reads_this_machine(self, url: str) -> bool:
+        return True
+
+    def open(self, spec: SourceSpec) -> Source:
+        return self.load()(spec.id, spec.url, timeout=spec.timeout,  # type: ignore[call-arg]
+                           max_concurrency=spec.max_concurrency)
+
+
+def _networks(value: bool | list[str]) -> bool | tuple[str, ...]:
+    return tuple(value) if isinstance(value, list) else bool(value)
+
+
+class HttpKind(SourceKind):
+    """An HTTP base URL: paths are URL paths under it."""
+
+    name = "http"
+    schemes = frozenset({"http", "https"})
+    source = "aggregator.sources.http:HttpSource"
+    extra = "http"
+    url_help = "https://host/base"
+    settings = {
+        "headers": Setting({
+            "description": "HTTP sources: request headers, e.g. Authorization: \"Bearer ${TOKEN}\". Never sent "
+                           "anywhere else, never logged.",
+            "type": "object", "additionalProperties": {"type": "string"}}, EMPTY, dict),
+        "allowPrivateNetwork": Setting({
+            "description": "HTTP sources: true allows loopback, link-local and private addresses; a list allows only "
+                           "those networks (e.g. [\"10.0.0.0/8\"]). Refused by default.",
+            "oneOf": [{"type": "boolean"},
+                      {"type": "array", "items": {"type": "string", "pattern": "^[0-9A-Fa-f:.]+(/\\d{1,3})?$",
+                                                  "description": "An IP network such as 10.0.0.0/8 or fd00::/8."}}],
+            "default": False}, False, _networks),
+    }
+
+    def remote_refusals(self, url: str, keys: Mapping[str, Any]) -> Iterator[tuple[KeyPath, str]]:
+        yield from super().remote_refusals(url, keys)
+        if keys.get("allowPrivateNetwork"):
+            yield ("allowPrivateNetwork",), "open private networks to HTTP sources"
+
+    def open(self, spec: SourceSpec) -> Source:
+        return self.load()(spec.id, spec.url, headers=spec.settings["headers"],  # type: ignore[call-arg]
+                           allow_private_network=spec.settings["allowPrivateNetwork"], timeout=spec.timeout,
+                           max_concurrency=spec.max_concurrency)
+
+
+class GitKind(SourceKind):
+    """A git repository's tree at a ref: git+file://, git+https://, git+ssh://."""
+
+    name = "git"
+    source = "aggregator.sources.git:open_git"
+    extra = "git"
+    url_help = "git+file://./repo or git+https://host/repo.git"
+    settings = {
+        "ref": Setting({"description": "git sources: the branch, tag or commit whose tree is served (default HEAD).",
+                        "type": "string", "pattern": "^[^-\\s][^\\s]*$"}),
+    }
+
+    def claims(self, scheme: str) -> bool:
+        return scheme.startswith("git+")
+
+    def protocol(self, scheme: str) -> str:
+        return "git"
+
+    def locate(self, url: str, base: Path) -> str:
+        url = url[len("git+"):]
+        return local_path(file_url_path(url), base) if url.lower().startswith("file://") else url
+
+    def reads_this_machine(self, url: str) -> bool:
+        return not is_remote_git(url)
+
+    def open(self, spec: SourceSpec) -> Source:
+        open_git = self.load()  # a function: it clones or fetches before the source exists
+        return open_git(spec.id, spec.url, spec.settings["ref"], timeout=spec.timeout,  # type: ignore[call-arg]
+                        max_concurrency=spec.max_concurrency)
+
+
+class SqlKind(SourceKind):
+    """A database: its tables and views are the files, templates may run queries."""
+
+    name = "sql"
+    source = "aggregator.sources.sql:SqlSource"
+    extra = "sql"
+    url_help = "a database URL (sqlite:///data/app.db relative to this manifest, postgresql+psycopg://..., " \
+               "mysql+pymysql://...)"
+    runs_queries = True
+    settings = {
+        "tables": Setting({
+            "description": "SQL sources: which tables and views to list and serve, by name or glob (default all).",
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "description": "A table or view name, or a glob of them."}},
+            (), tuple),
+        "sampleRows": Setting({
+            "description": "SQL sources: how many sample rows each table's schema document shows (default 0).",
+            "type": "integer", "minimum": 0, "maximum": 100}, 0),
+        "rowLimit": Setting({
+            "description": "SQL sources: most rows a query returns (default 1000); more are cut and marked "
+                           "truncated.",
+            "type": "integer", "minimum": 1, "maximum": 1000000}, 1000),
+        "checksum": Setting({
+            "description": "SQL sources: a query whose result changes when the data does (e.g. SELECT count(*), "
+                           "max(updated_at) FROM t); polled with poll: to send updated.",
+            "type": "string", "minLength": 1}),
+    }
+
+    def claims(self, scheme: str) -> bool:
+        return scheme.split("+", 1)[0] in SQL_SCHEMES
+
+    def protocol(self, scheme: str) -> str:
+        return "sql"
+
+    def locate(self, url: str, base: Path) -> str:
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
+            # sqlite:///data/app.db is relative (three slashes); sqlite:////abs/app.db is absolute.
+            return "sqlite:///" + local_path(url[len("sqlite:///"):], base)
+        return url
+
+    def reads_this_machine(self, url: str) -> bool:
+        return url.startswith("sqlite")
+
+    def open(self, spec: SourceSpec) -> Source:
+        s = spec.settings
+        return self.load()(spec.id, spec.url, tables=s["tables"],  # type: ignore[call-arg]
+                           sample_rows=s["sampleRows"], row_limit=s["rowLimit"], checksum=s["checksum"],
+                           timeout=spec.timeout, max_concurrency=spec.max_concurrency)
+
+
+class FsspecKind(SourceKind):
+    """Any other protocol, opened with fsspec's implementation of that name (s3, gcs, az, memory ...): the
+    registry's fallback for URLs no kind claims."""
+
+    name = "fsspec"
+    source = "aggregator.sources.filesystem:FsspecSource"
+    url_help = "or any fsspec protocol://... such as s3://bucket/prefix"
+    settings = {
+        "options": Setting({
+            "description": "Options passed to the source's backend (credentials, endpoints); ${VAR} references are "
+                           "resolved.",
+            "type": "object"}, EMPTY, dict),
+    }
+
+    def remote_refusals(self, url: str, keys: Mapping[str, Any]) -> Iterator[tuple[KeyPath, str]]:
+        yield from super().remote_refusals(url, keys)
+        for option in keys.get("options", {}):
+            if _REDIRECTING_OPTION.search(option):
+                yield ("options", option), "point a source at another endpoint (options that name a host, URL or proxy)"
+
+    def open(self, spec: SourceSpec) -> Source:
+        fsspec_source: Any = self.load()  # FsspecSource: opened by its from_url
+        source: Source = fsspec_source.from_url(spec.id, spec.protocol, spec.url, spec.settings["options"],
+                                                timeout=spec.timeout, max_concurrency=spec.max_concurrency)
+        return source
