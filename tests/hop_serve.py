@@ -12,19 +12,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aggregator.cli import main  # noqa: E402
 from aggregator.sources import register_source_kind  # noqa: E402
+from aggregator.sources.kind import EMPTY, Setting, SourceKind  # noqa: E402
 from aggregator.sources.mcp import McpSource  # noqa: E402
 from aggregator.upstream import StdioTarget, Upstream  # noqa: E402
 
 
-def open_mcp(spec: Any) -> McpSource:
-    options = spec.options
-    target = StdioTarget(list(options["command"]), env=dict(options.get("env", {})))
-    upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 20.0),
-                        max_concurrency=spec.max_concurrency)
-    return McpSource(spec.id, upstream, root=options.get("root", ""))
+class McpTestKind(SourceKind):
+    """`mcptest://...` with `options: {command, env, root}`: an upstream over stdio."""
+
+    name = "mcptest"
+    schemes = frozenset({"mcptest"})
+    settings = {"options": Setting({"type": "object"}, EMPTY)}
+
+    def open(self, spec: Any) -> McpSource:
+        options = spec.settings["options"]
+        target = StdioTarget(list(options["command"]), env=dict(options.get("env", {})))
+        upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 20.0),
+                            max_concurrency=spec.max_concurrency)
+        return McpSource(spec.id, upstream, root=options.get("root", ""))
 
 
-register_source_kind("mcptest", open_mcp)
+register_source_kind("mcptest", McpTestKind)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,6 +1,7 @@
 """The module layering of docs/design.md, checked: no module imports one of a higher layer (lazy imports too).
 
-Bottom to top: foundations (pure helpers) -> manifest -> sources and cache -> catalog (value, compiler, renders)
+Bottom to top: foundations (pure helpers) -> source kinds (the Source interface, what each kind declares, the registry) -> manifest ->
+sources and cache -> catalog (value, compiler, renders)
 -> service (the read path over one snapshot) -> live and protocol (supervisor, MCP server, transports, CLI).
 A new module must be placed in a layer here: the test fails for a module it does not know.
 """
@@ -18,6 +19,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("aggregator", "errors", "paths", "globs", "templates", "content", "logs", "stdout",
                      "terminal_hint", "scaffold", "workers", "watch", "notify", "render_sandbox", "sdk_compat",
                      "manifest.model", "manifest.placeholders", "manifest.units", "manifest.source_urls")),
+    ("source kinds", ("sources.base", "sources.kind", "sources.builtin", "sources.registry")),
     ("manifest", ("manifest", "manifest.*")),
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),

@@ -470,13 +470,20 @@ def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
     from aggregator.errors import ResourceNotFound, ResourceUnavailable
     from aggregator.service import ResourceService
     from aggregator.sources import register_source_kind
+    from aggregator.sources.kind import EMPTY, Setting, SourceKind
+    from aggregator.sources.registry import unregister_source_kind
 
-    def factory(spec: object) -> McpSource:
-        options = getattr(spec, "options")
-        target = StdioTarget(list(options["command"]), env=ENV)
-        return McpSource(getattr(spec, "id"), Upstream(getattr(spec, "id"), target, **FAST), root=options["root"])
+    class McpTestKind(SourceKind):
+        name = "mcptest"
+        schemes = frozenset({"mcptest"})
+        settings = {"options": Setting({"type": "object"}, EMPTY)}
 
-    register_source_kind("mcptest", factory)
+        def open(self, spec: object) -> McpSource:
+            options = getattr(spec, "settings")["options"]
+            target = StdioTarget(list(options["command"]), env=ENV)
+            return McpSource(getattr(spec, "id"), Upstream(getattr(spec, "id"), target, **FAST), root=options["root"])
+
+    register_source_kind("mcptest", McpTestKind)
     command = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
     manifest = write_manifest(tmp_path, f"""
         version: 1
@@ -494,8 +501,8 @@ def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
         try:
             assert sorted(e.uri for e in service.catalog.entries) == [
                 "wiki://boom", "wiki://static-binary", "wiki://static-text"]
-            assert (await service.read("wiki://static-text")).text == "Hello from one"
-            assert (await service.read("wiki://static-binary")).blob is not None
+            assert (await service.read("wiki://static-text")).content.text == "Hello from one"
+            assert (await service.read("wiki://static-binary")).content.blob is not None
             with pytest.raises(ResourceUnavailable) as failed:
                 await service.read("wiki://boom")
             assert failed.value.message == "Resource wiki://boom could not be read right now"
@@ -505,7 +512,10 @@ def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
         finally:
             await service.aclose()
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        unregister_source_kind("mcptest")
 
 
 @pytest.mark.parametrize("mode", MODES)

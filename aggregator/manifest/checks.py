@@ -13,7 +13,7 @@ from typing import Any
 
 from aggregator.manifest.model import ManifestIssue
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
-from aggregator.manifest.source_urls import source_protocol
+from aggregator.sources.registry import source_protocol
 from aggregator.sources.registry import kind_for_url
 from aggregator.manifest.yaml_marks import KeyPath, Marked
 

@@ -1,4 +1,5 @@
-"""What a source's `url` names: its scheme, its kind (asked of the registered kinds), and local paths made absolute.
+"""Reading a source's `url`: its scheme, whether a git URL is remote, and local paths made absolute (which kind a
+URL opens with is the registry's question: `aggregator.sources.registry.kind_for_url`).
 
 Local folders are written as paths relative to the manifest's folder (`./docs`), as absolute paths, as `~/...`,
 or as `file://` URLs (`file:///srv/docs`, or `file://./docs` relative like a bare path). Any other
@@ -13,7 +14,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-__all__ = ["file_url_path", "is_remote_git", "local_path", "resolve_source_url", "source_protocol", "url_scheme"]
+__all__ = ["file_url_path", "is_remote_git", "local_path", "url_scheme"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _REMOTE_GIT = re.compile(r"^(https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
@@ -29,22 +30,6 @@ def is_remote_git(url: str) -> bool:
     """Whether a git source's url (without `git+`) names a remote to clone (https, ssh, git or scp-like
     `user@host:path`) rather than a repository on this machine."""
     return bool(_REMOTE_GIT.match(url))
-
-
-def source_protocol(url: str) -> str:
-    """The protocol a source url selects: `file`, `sql`, `git` or the URL's own scheme (as the kinds decide)."""
-    from aggregator.sources.registry import kind_for_url
-
-    scheme = url_scheme(url)
-    return kind_for_url(url).protocol(scheme)
-
-
-def resolve_source_url(url: str, base: Path) -> tuple[str, str]:
-    """(protocol, url) with every local path made absolute against `base`, the manifest's folder."""
-    from aggregator.sources.registry import kind_for_url
-
-    kind = kind_for_url(url)
-    return kind.protocol(url_scheme(url)), kind.locate(url, base)
 
 
 def file_url_path(url: str) -> str:

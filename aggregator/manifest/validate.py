@@ -76,7 +76,8 @@ def published_schema() -> dict[str, Any]:
         text = resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     except OSError:
         text = _REPO_SCHEMA.read_text(encoding="utf-8")
-    return json.loads(text)  # type: ignore[no-any-return]
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 def schema_text() -> str:

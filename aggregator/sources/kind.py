@@ -102,7 +102,8 @@ class SourceKind:
         from aggregator.sources.base import SourceError
 
         try:
-            return load_object(self.source)  # type: ignore[no-any-return]
+            source: type[Source] = load_object(self.source)
+            return source
         except ImportError as exc:
             missing = f" need {exc.name}" if exc.name else " cannot be imported"
             hint = (f": pip install '{self.distribution}[{self.extra}]' (in a checkout: pip install -e "

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from aggregator.sources.base import Source
 
 __all__ = ["ENTRY_POINT_GROUP", "FALLBACK", "builtin_kinds", "kind_for_url", "open_source", "register_source_kind",
-           "registry_version", "source_kind", "source_kinds", "unregister_source_kind"]
+           "registry_version", "source_kind", "source_kinds", "source_protocol", "unregister_source_kind"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,13 @@ def kind_for_url(url: str) -> SourceKind:
         if kind.name != FALLBACK and kind.claims(scheme):
             return kind
     return kinds[FALLBACK]
+
+
+def source_protocol(url: str) -> str:
+    """The protocol a source url selects: `file`, `sql`, `git` or the URL's own scheme (as the kinds decide)."""
+    from aggregator.manifest.source_urls import url_scheme
+
+    return kind_for_url(url).protocol(url_scheme(url))
 
 
 def open_source(spec: SourceSpec) -> Source:
