@@ -254,9 +254,9 @@ class SourceContract:
     def test_paths_never_escape_the_root(self, make_source: Opener) -> None:
         async def body(source: Source) -> None:
             for path in ESCAPES:
-                for call in (source.stat(path), source.read(path, 1 << 20)):
+                for call in (source.stat, lambda p: source.read(p, 1 << 20)):
                     try:
-                        result = await call
+                        result = await call(path)
                     except SourceNotFound:
                         continue
                     raise AssertionError(f"{path!r} was served: {result!r}")
