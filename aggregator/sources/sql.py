@@ -145,8 +145,17 @@ class SqlSource(Source):
         return Blob(data, "application/json", await self._version(path))
 
     def _schema(self, name: str) -> dict[str, Any]:
+        """Table `name`'s schema document; SourceNotFound if it went meanwhile, SourceError if the database fails."""
         import sqlalchemy
 
+        try:
+            return self._describe_table(sqlalchemy, name)
+        except sqlalchemy.exc.NoSuchTableError:
+            raise SourceNotFound("no such table") from None
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise SourceError(f"reading a table's schema failed: {_reason(exc, self._secrets)}") from None
+
+    def _describe_table(self, sqlalchemy: Any, name: str) -> dict[str, Any]:
         inspector = sqlalchemy.inspect(self._engine)
         columns = [{"name": c["name"], "type": str(c["type"]), "nullable": bool(c.get("nullable", True)),
                     **({"default": str(c["default"])} if c.get("default") is not None else {})}
