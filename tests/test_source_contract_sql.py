@@ -71,6 +71,20 @@ class SqlContract(SourceContract):
         engine.dispose()
 
 
+    def test_a_schema_change_changes_the_version(self, make_source: Opener) -> None:
+        """The document lists the columns: a new column is new bytes, though not a single row changed."""
+        async def body(source: Source) -> None:
+            before = await source.version("a.md")
+            engine = self.engine()
+            with engine.begin() as conn:
+                conn.execute(sqlalchemy.text('ALTER TABLE "a.md" ADD COLUMN note VARCHAR(10)'))
+            engine.dispose()
+            after = await source.version("a.md")
+            assert after != before and (await source.read("a.md", 1 << 20)).version == after
+
+        self.run(make_source, body)
+
+
 class TestSqliteContract(SqlContract):
     @pytest.fixture
     def make_source(self, tmp_path: Path) -> Opener:

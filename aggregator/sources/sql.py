@@ -10,6 +10,7 @@ Errors name no SQL and no connection string: those stay in the server log, and c
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -124,25 +125,27 @@ class SqlSource(Source):
         return await super().version(path)
 
     async def _version(self, table: str | None = None) -> str | None:
-        """The `checksum:` query's result, else (for one table) its row count: what polling compares."""
+        """For one table a digest of its schema document (what a read gives: columns, keys, sample rows); for the
+        data queries read, the `checksum:` query's result (None without one). What polling compares."""
+        if table is not None:
+            return _digest(await self._call(self._document, table))
         if self._checksum is not None:
             rows = await self._call(self._run, self._checksum, {}, 10)
             return json.dumps(rows[1], default=str)
-        if table is not None:
-            return json.dumps((await self._call(self._run, f'SELECT count(*) FROM "{table}"'
-                                                if self._engine.dialect.name != "mysql"
-                                                else f"SELECT count(*) FROM `{table}`", {}, 1))[1], default=str)
         return None
 
     async def read(self, path: str, max_bytes: int) -> Blob:
         names = await self._call(self._names)
         if path not in names:  # only names the database itself reported, so quoting below is safe
             raise SourceNotFound("no such table")
-        doc = await self._call(self._schema, path)
-        data = json.dumps(doc, indent=2, default=_plain).encode()
+        data = await self._call(self._document, path)
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
-        return Blob(data, "application/json", await self._version(path))
+        return Blob(data, "application/json", _digest(data))
+
+    def _document(self, name: str) -> bytes:
+        """Table `name`'s schema document as served."""
+        return json.dumps(self._schema(name), indent=2, default=_plain).encode()
 
     def _schema(self, name: str) -> dict[str, Any]:
         """Table `name`'s schema document; SourceNotFound if it went meanwhile, SourceError if the database fails."""
@@ -202,6 +205,10 @@ class SqlSource(Source):
             # not SQLAlchemy's, which append the statement and its parameters.
             raise SourceError(f"query failed: {_reason(exc, self._secrets)}") from None
         return columns, rows[:limit], len(rows) > limit
+
+
+def _digest(document: bytes) -> str:
+    return "sha256:" + hashlib.sha256(document).hexdigest()[:32]
 
 
 def _url_secrets(url: str) -> tuple[str, ...]:
