@@ -148,6 +148,10 @@ class SourceContract:
         """Delete `path` behind `source`'s back."""
         raise NotImplementedError
 
+    def held(self, source: Source) -> int:
+        """Connections (or pools) `source` holds open now; 0 for kinds that hold none between calls."""
+        return 0
+
     def assert_content(self, path: str, data: bytes, blob: Blob) -> None:
         """`blob` is what reading `path` that holds `data` gives."""
         assert blob.data == data, path
@@ -371,6 +375,7 @@ class SourceContract:
         async def body(source: Source) -> None:
             assert (await source.read("a.md", 1 << 20)).data
             await source.aclose()
+            assert self.held(source) == 0
             await source.aclose()
             with anyio.fail_after(10):
                 try:

@@ -49,6 +49,17 @@ class TestHttpContract(SourceContract):
     def with_credentials(self, upstream: Upstream) -> tuple[Source, list[str]]:
         return http_source(upstream, {}, headers={"Authorization": TOKEN}), [TOKEN, TOKEN.split()[1]]
 
+    def held(self, source: Source) -> int:
+        session = source._session  # type: ignore[attr-defined]
+        return 0 if session is None or session.closed else 1
+
+    def test_a_read_holds_a_pool_until_aclose(self, make_source: Opener) -> None:
+        async def body(source: Source) -> None:
+            await source.read("a.md", 1 << 20)
+            assert self.held(source) == 1
+
+        self.run(make_source, body)
+
     def write(self, source: Source, path: str, data: bytes) -> None:
         self.upstream.files[path] = data
 

@@ -53,6 +53,10 @@ class SqlContract(SourceContract):
     def engine(self) -> Any:
         raise NotImplementedError
 
+    def held(self, source: Source) -> int:
+        pool = source._engine.pool  # type: ignore[attr-defined]
+        return pool.checkedin() + pool.checkedout()
+
     def assert_content(self, path: str, data: bytes, blob: Blob) -> None:
         doc = json.loads(blob.data)
         assert blob.mime_type == "application/json"
