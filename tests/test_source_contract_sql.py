@@ -22,7 +22,8 @@ from tests.source_contract import Opener, SourceContract, open_kind
 sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
 
 POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-POSTGRES_DB = "aggregator_contract"
+MARIADB_ADMIN = "mysql+pymysql://root@127.0.0.1:3306/test"
+POSTGRES_DB = MARIADB_DB = "aggregator_contract"
 """A database of the suite's own: a listing shows every table, so the `test` database's would get in the way."""
 PASSWORD = "pw-contract-7e6d"
 
@@ -81,7 +82,8 @@ class SqlContract(SourceContract):
             before = await source.version("a.md")
             engine = self.engine()
             with engine.begin() as conn:
-                conn.execute(sqlalchemy.text('ALTER TABLE "a.md" ADD COLUMN note VARCHAR(10)'))
+                table = engine.dialect.identifier_preparer.quote("a.md")
+                conn.execute(sqlalchemy.text(f"ALTER TABLE {table} ADD COLUMN note VARCHAR(10)"))
             engine.dispose()
             after = await source.version("a.md")
             assert after != before and (await source.read("a.md", 1 << 20)).version == after
@@ -179,3 +181,52 @@ class TestPostgresContract(SqlContract):
         fill(engine, {"a.md": b"# A\n"}, self.blob_type)
         engine.dispose()
         return sql_source(url), [PASSWORD]
+
+
+def mariadb_url() -> str:
+    """The suite's own MariaDB database (created once), emptied."""
+    pytest.importorskip("pymysql", reason="PyMySQL is not installed")
+    admin = sqlalchemy.create_engine(MARIADB_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f"CREATE DATABASE IF NOT EXISTS {MARIADB_DB}"))
+            tables = conn.execute(sqlalchemy.text("SELECT table_name FROM information_schema.tables "
+                                                  "WHERE table_schema = :db"), {"db": MARIADB_DB}).scalars().all()
+            if tables:
+                conn.execute(sqlalchemy.text("DROP TABLE " + ", ".join(f"{MARIADB_DB}.`{t}`" for t in tables)))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.skip(f"MariaDB at 127.0.0.1:3306 is not reachable: {type(exc.orig).__name__}")
+    finally:
+        admin.dispose()
+    return f"mysql+pymysql://root@127.0.0.1:3306/{MARIADB_DB}"
+
+
+class TestMariadbContract(SqlContract):
+    blob_type = "LONGBLOB"
+
+    @pytest.fixture
+    def make_source(self) -> Opener:
+        self.url = mariadb_url()
+
+        def open(files: dict[str, bytes], **settings: object) -> Source:
+            engine = self.engine()
+            fill(engine, files, self.blob_type)
+            engine.dispose()
+            return sql_source(self.url, **settings)
+
+        return open
+
+    def engine(self) -> Any:
+        return sqlalchemy.create_engine(self.url)
+
+    @pytest.fixture
+    def hanging(self) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        url = mariadb_url()
+        engine = sqlalchemy.create_engine(url)
+        fill(engine, {"a.md": b"# A\n"}, self.blob_type)
+        holder = engine.connect()
+        holder.execute(sqlalchemy.text("LOCK TABLES `a.md` WRITE"))  # held until UNLOCK TABLES
+        yield lambda timeout: (sql_source(url, timeout=timeout), "a.md")
+        holder.execute(sqlalchemy.text("UNLOCK TABLES"))
+        holder.close()
+        engine.dispose()
