@@ -20,8 +20,10 @@ Tests of a missing capability are deselected at collection (tests/conftest.py), 
 
 from __future__ import annotations
 
+import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,7 +34,8 @@ from aggregator.manifest.model import Location, SourceSpec
 from aggregator.manifest.source_urls import resolve_source_url
 from aggregator.sources import Blob, Source, SourceError, SourceNotFound, SourceTooLarge, open_source
 
-__all__ = ["FILES", "FLAT_FILES", "OUTSIDE", "SourceContract", "deselect_unsupported", "open_kind", "requires"]
+__all__ = ["FILES", "FLAT_FILES", "OUTSIDE", "SourceContract", "deselect_unsupported", "open_kind", "requires",
+           "silent_server"]
 
 OUTSIDE = b"OUTSIDE-THE-ROOT: never served"
 """What a kind's backend holds beside the root (`../outside.txt`): no path may ever read it."""
@@ -87,6 +90,15 @@ def open_kind(url: str, base: Path | None = None, **settings: Any) -> Source:
     return open_source(spec)
 
 
+@contextmanager
+def silent_server() -> Iterator[int]:
+    """A loopback port that takes connections and never answers on them (a stalled server); its port."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
 def requires(*capabilities: str) -> pytest.MarkDecorator:
     """Mark a contract test as needing capability flags; kinds without them never collect it."""
     return pytest.mark.source_contract(*capabilities)
@@ -132,7 +144,8 @@ class SourceContract:
 
     @pytest.fixture
     def hanging(self) -> Callable[[float], tuple[Source, str]]:
-        """`stall(timeout)`: a source opened with `timeout` and a path whose read stalls in its backend."""
+        """`stall(timeout)`: a source opened with `timeout` and a path whose read stalls in its backend (a kind
+        with several ways to stall parametrizes this fixture: a silent server, a held lock ...)."""
         raise NotImplementedError("a kind with `hangs` defines the hanging fixture")
 
     @pytest.fixture

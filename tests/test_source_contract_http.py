@@ -8,7 +8,7 @@ import pytest
 
 from aggregator.sources import Source
 from tests.http_server import Upstream, serve
-from tests.source_contract import Opener, SourceContract, open_kind
+from tests.source_contract import Opener, SourceContract, open_kind, silent_server
 
 TOKEN = "Bearer tok-0f9e8d7c6b5a"
 
@@ -36,14 +36,16 @@ class TestHttpContract(SourceContract):
         self.upstream = upstream
         return lambda files, **settings: http_source(upstream, files, **settings)
 
-    @pytest.fixture
-    def hanging(self, upstream: Upstream) -> Callable[[float], tuple[Source, str]]:
+    @pytest.fixture(params=["stalled response", "silent server"])
+    def hanging(self, upstream: Upstream, request: pytest.FixtureRequest
+                ) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        if request.param == "silent server":
+            with silent_server() as port:
+                yield lambda timeout: (open_kind(f"http://127.0.0.1:{port}/base/", allow_private_network=True,
+                                                 timeout=timeout), "a.md")
+            return
         upstream.stalled.add("stall.md")
-
-        def stall(timeout: float) -> tuple[Source, str]:
-            return http_source(upstream, {}, timeout=timeout), "stall.md"
-
-        return stall
+        yield lambda timeout: (http_source(upstream, {}, timeout=timeout), "stall.md")
 
     @pytest.fixture
     def with_credentials(self, upstream: Upstream) -> tuple[Source, list[str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import pytest
 
 from aggregator.sources import Source
-from tests.source_contract import OUTSIDE, Opener, SourceContract, open_kind
+from tests.source_contract import OUTSIDE, Opener, SourceContract, open_kind, silent_server
 from tests.test_sources_s3 import Store, start_store
 
 SECRET = "contract-secret-4b1d"
@@ -35,15 +34,6 @@ def store() -> Iterator[Store]:
     running.stop()
 
 
-@pytest.fixture
-def silent_endpoint() -> Iterator[str]:
-    """A loopback port that takes connections and never answers them."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        yield "http://127.0.0.1:%d" % listener.getsockname()[1]
-
-
 class TestS3Contract(SourceContract):
     hangs = True
     credentials = True
@@ -55,8 +45,9 @@ class TestS3Contract(SourceContract):
         return lambda files, **settings: s3_source(store.endpoint, self.bucket, files, store.client, **settings)
 
     @pytest.fixture
-    def hanging(self, silent_endpoint: str) -> Callable[[float], tuple[Source, str]]:
-        return lambda timeout: (s3_source(silent_endpoint, "stalled", {}, timeout=timeout), "a.md")
+    def hanging(self) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        with silent_server() as port:
+            yield lambda timeout: (s3_source(f"http://127.0.0.1:{port}", "stalled", {}, timeout=timeout), "a.md")
 
     @pytest.fixture
     def with_credentials(self, store: Store) -> tuple[Source, list[str]]:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from aggregator.sources import Blob, Source
-from tests.source_contract import Opener, SourceContract, open_kind
+from tests.source_contract import Opener, SourceContract, open_kind, silent_server
 
 sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
 
@@ -162,8 +162,13 @@ class TestPostgresContract(SqlContract):
     def engine(self) -> Any:
         return sqlalchemy.create_engine(self.url)
 
-    @pytest.fixture
-    def hanging(self) -> Iterator[Callable[[float], tuple[Source, str]]]:
+    @pytest.fixture(params=["lock", "silent server"])
+    def hanging(self, request: pytest.FixtureRequest) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        if request.param == "silent server":
+            with silent_server() as port:
+                yield lambda timeout: (sql_source(f"postgresql+psycopg://postgres@127.0.0.1:{port}/x",
+                                                  timeout=timeout), "a.md")
+            return
         url = postgres_url()
         engine = sqlalchemy.create_engine(url)
         fill(engine, {"a.md": b"# A\n"}, self.blob_type)
@@ -219,8 +224,13 @@ class TestMariadbContract(SqlContract):
     def engine(self) -> Any:
         return sqlalchemy.create_engine(self.url)
 
-    @pytest.fixture
-    def hanging(self) -> Iterator[Callable[[float], tuple[Source, str]]]:
+    @pytest.fixture(params=["lock", "silent server"])
+    def hanging(self, request: pytest.FixtureRequest) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        if request.param == "silent server":
+            with silent_server() as port:
+                yield lambda timeout: (sql_source(f"mysql+pymysql://root@127.0.0.1:{port}/x", timeout=timeout),
+                                       "a.md")
+            return
         url = mariadb_url()
         engine = sqlalchemy.create_engine(url)
         fill(engine, {"a.md": b"# A\n"}, self.blob_type)

@@ -13,6 +13,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import time
@@ -86,7 +87,9 @@ class SqlSource(Source):
     async def _call(self, func: Any, *args: Any) -> Any:
         async with self._limiter:
             try:
-                with anyio.fail_after(self._timeout + 5):
+                # The database's own statement timeout fires first and says more; this bounds what it cannot
+                # (a server that stopped answering), within twice the timeout at most.
+                with anyio.fail_after(self._timeout + min(self._timeout, 5.0)):
                     return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
             except TimeoutError:
                 raise SourceError(f"{self._label}: no answer within {self._timeout:g}s") from None
@@ -281,7 +284,10 @@ def _sqlite_read_only(url: Any) -> Any:
 def _engine_options(url: str, timeout: float) -> dict[str, Any]:
     millis = int(timeout * 1000)
     if url.startswith("postgresql"):
-        return {"connect_args": {"options": f"-c statement_timeout={millis} -c default_transaction_read_only=on"}}
+        # connect_timeout: a connect to a silent server ends (libpq counts whole seconds, at least 2), rather than
+        # holding its abandoned thread for good.
+        return {"connect_args": {"options": f"-c statement_timeout={millis} -c default_transaction_read_only=on",
+                                 "connect_timeout": max(2, math.ceil(timeout))}}
     if url.startswith(("mysql", "mariadb")):
         return {"connect_args": {"read_timeout": max(1, int(timeout)), "connect_timeout": 10}}
     if url.startswith("sqlite"):
