@@ -7,19 +7,24 @@ containment, `maxBytes`, timeouts, versions and `poll`, `aclose`, and `describe`
 How a new kind adopts the suite (see tests/test_source_contract_local.py for the shortest example):
 
 1. In `tests/test_source_contract_<kind>.py`, write `class TestMyKindContract(SourceContract)`.
-2. Give it a `make_source` fixture returning `open(files: dict[str, bytes], timeout: float = ...) -> Source`: put
+2. Give it a `make_source` fixture returning `open(files: dict[str, bytes], **settings) -> Source` (settings are
+   `SourceSpec` fields such as `timeout`): put
    `files` (relative path -> bytes) in a fresh backend, put `OUTSIDE` beside the root where the backend has a
    "beside" (`../outside.txt`), and return the source opened over the root, through ONE helper of the kind
    (`open_kind` here opens any manifest URL).
-3. Set the capability flags the kind lacks (`listing`, `nested`, `exact_bytes`, `mutable`, `hangs`,
-   `credentials`) and implement the hooks those it has need: `write`/`remove` (`mutable`), the `hanging` fixture
-   (`hangs`), the `with_credentials` fixture (`credentials`), `assert_content` (not `exact_bytes`).
+3. Set the capability flags where the kind differs from the defaults: `listing`, `nested`, `exact_bytes`,
+   `mutable` are on, `hangs`, `credentials`, `queries` off. Then implement what the flags it has need: `write` and
+   `remove` (`mutable`), the `hanging` fixture (`hangs`), the `with_credentials` fixture (`credentials`),
+   `assert_content` (without `exact_bytes`), `held` (a kind that keeps connections open between calls).
+4. Add tests only that kind has (symlinks, refs, locks) to the same class.
 
 Tests of a missing capability are deselected at collection (tests/conftest.py), never skipped: CI fails on skips.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -32,7 +37,8 @@ import pytest
 
 from aggregator.manifest.model import Location, SourceSpec
 from aggregator.manifest.source_urls import resolve_source_url
-from aggregator.sources import Blob, Source, SourceError, SourceNotFound, SourceTooLarge, open_source
+from aggregator.sources import (Blob, Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported,
+                                open_source)
 
 __all__ = ["FILES", "FLAT_FILES", "OUTSIDE", "SourceContract", "deselect_unsupported", "open_kind", "requires",
            "silent_server"]
@@ -134,12 +140,14 @@ class SourceContract:
     """The `hanging` fixture can stall a backend call for real (a silent server, a held lock)."""
     credentials: ClassVar[bool] = False
     """The `with_credentials` fixture opens a source holding secrets (a token header, a password)."""
+    queries: ClassVar[bool] = False
+    """`query` runs SQL (else it raises SourceUnsupported)."""
 
     # -- what a kind provides -------------------------------------------------------------------------------------
 
     @pytest.fixture
     def make_source(self) -> Opener:
-        """`open(files, timeout=...)`: `files` in a fresh backend, `OUTSIDE` beside its root, a source over it."""
+        """`open(files, **settings)`: `files` in a fresh backend, `OUTSIDE` beside its root, a source over it."""
         raise NotImplementedError("a kind's contract class defines the make_source fixture")
 
     @pytest.fixture
@@ -397,6 +405,34 @@ class SourceContract:
                     pass
                 else:
                     self.assert_content("a.md", self.files["a.md"], blob)
+
+        self.run(make_source, body)
+
+    # -- the defaults a kind may override ----------------------------------------------------------------------
+
+    def test_probe_reaches_a_healthy_backend(self, make_source: Opener) -> None:
+        async def body(source: Source) -> None:
+            await source.probe()
+
+        self.run(make_source, body)
+
+    def test_query_runs_only_where_the_kind_has_queries(self, make_source: Opener) -> None:
+        async def body(source: Source) -> None:
+            if not self.queries:
+                with pytest.raises(SourceUnsupported):
+                    await source.query("SELECT 1", {}, "json", 1 << 20)
+                return
+            blob = await source.query("SELECT 1 AS one", {}, "json", 1 << 20)
+            assert json.loads(blob.data)["rows"] == [{"one": 1}]
+            with pytest.raises(SourceTooLarge):
+                await source.query("SELECT 1 AS one", {}, "json", 5)
+
+        self.run(make_source, body)
+
+    def test_watch_root_is_the_folder_or_nothing(self, make_source: Opener) -> None:
+        async def body(source: Source) -> None:
+            root = source.watch_root()
+            assert root is None or (os.path.isabs(root) and os.path.isdir(root))
 
         self.run(make_source, body)
 

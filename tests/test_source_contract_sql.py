@@ -49,6 +49,7 @@ class SqlContract(SourceContract):
     nested = False
     exact_bytes = False
     hangs = True
+    queries = True
     blob_type = "BLOB"
 
     def engine(self) -> Any:
