@@ -106,7 +106,8 @@ def silent_server() -> Iterator[int]:
 
 
 def requires(*capabilities: str) -> pytest.MarkDecorator:
-    """Mark a contract test as needing capability flags; kinds without them never collect it."""
+    """Mark a contract test as needing capability flags (`"not listing"`: lacking one); other kinds never
+    collect it."""
     return pytest.mark.source_contract(*capabilities)
 
 
@@ -116,13 +117,18 @@ def deselect_unsupported(config: pytest.Config, items: list[pytest.Item]) -> Non
     for item in items:
         marker = item.get_closest_marker("source_contract")
         cls = getattr(item, "cls", None)
-        if marker and cls is not None and not all(getattr(cls, flag) for flag in marker.args):
+        if marker and cls is not None and not all(_has(cls, flag) for flag in marker.args):
             dropped.append(item)
         else:
             kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def _has(cls: type, flag: str) -> bool:
+    name = flag.removeprefix("not ")
+    return bool(getattr(cls, name)) != (name != flag)
 
 
 class SourceContract:
@@ -226,6 +232,15 @@ class SourceContract:
             assert sorted(f.path for f in await source.list("*.{md,txt}")) == ["a.md", "notes.txt"]
             assert sorted(f.path for f in await source.list("*", exclude=["*.bin"])) == ["a.md", "notes.txt"]
             assert await source.list("*.nothing") == []
+
+        self.run(make_source, body)
+
+    @requires("not listing")
+    def test_list_is_unsupported_where_the_kind_cannot_list(self, make_source: Opener) -> None:
+        async def body(source: Source) -> None:
+            for pattern in ("**", "*.md", "a.md"):
+                with pytest.raises(SourceUnsupported):
+                    await source.list(pattern)
 
         self.run(make_source, body)
 

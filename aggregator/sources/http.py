@@ -28,7 +28,8 @@ from aiohttp.resolver import ThreadedResolver
 
 from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.sources.addresses import AddressPolicy
-from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge,
+                                    SourceUnsupported)
 
 __all__ = ["AddressPolicy", "HttpSource"]
 
@@ -185,7 +186,7 @@ class HttpSource(Source):
         await self._guarded("HEAD", None, body)
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
-        raise SourceError("an HTTP source cannot be listed: use resources or templates for it")
+        raise SourceUnsupported("an HTTP source cannot be listed: use resources or templates for it")
 
 
 def _connect_failure(exc: aiohttp.ClientConnectorError) -> str:
