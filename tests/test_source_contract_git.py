@@ -6,6 +6,12 @@ A git source is pinned to the commit its ref named when it opened, so its files 
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,12 +44,47 @@ def git_source(folder: Path, files: dict[str, bytes], **settings: object) -> Sou
     return open_kind(f"git+file://{folder / 'repo'}", ref="main", **settings)
 
 
+@contextmanager
+def git_daemon(folder: Path) -> Iterator[int]:
+    """`git daemon` serving the repositories in `folder` on a loopback port, for the duration of the block."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: no git daemon to clone from")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", f"--port={port}",
+                               f"--base-path={folder}", str(folder)], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield port
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+
+
+TOKEN = "tok-git-5c4b3a"
+
+
 class TestGitContract(SourceContract):
     mutable = False
+    credentials = True
 
     @pytest.fixture
     def make_source(self, tmp_path: Path) -> Opener:
         return lambda files, **settings: git_source(tmp_path, files, **settings)
+
+    @pytest.fixture
+    def with_credentials(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Source, list[str]]]:
+        """A remote repository whose URL carries a user and token, cloned into the cache."""
+        repo = pygit2.init_repository(str(tmp_path / "served" / "repo"), initial_head="main")
+        commit_files(repo, {"a.md": b"# A\n"}, "one")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        with git_daemon(tmp_path / "served") as port:
+            yield open_kind(f"git+git://reader:{TOKEN}@127.0.0.1:{port}/repo", ref="main"), [TOKEN]
 
     def test_the_tree_stays_the_one_the_ref_named_at_open(self, make_source: Opener, tmp_path: Path) -> None:
         async def body(source: Source) -> None:
