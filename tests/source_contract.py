@@ -2,7 +2,8 @@
 
 Like `fsspec/tests/abstract`: `SourceContract` holds the tests; a kind's test module subclasses it once and gives it
 a backend. The tests cover listing (glob, exclude, hidden names), stat, reads (bytes intact), not-found, path
-containment, `maxBytes`, timeouts, versions and `poll`, `aclose`, and `describe` without credentials.
+containment, `maxBytes`, timeouts, versions and `poll`, `aclose`, `probe`, `query`, `watch_root`, and `describe`
+(and errors) without credentials.
 
 How a new kind adopts the suite (see tests/test_source_contract_local.py for the shortest example):
 
@@ -40,8 +41,8 @@ from aggregator.manifest.source_urls import resolve_source_url
 from aggregator.sources import (Blob, Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported,
                                 open_source)
 
-__all__ = ["FILES", "FLAT_FILES", "OUTSIDE", "SourceContract", "deselect_unsupported", "open_kind", "requires",
-           "silent_server"]
+__all__ = ["ESCAPES", "FILES", "FLAT_FILES", "OUTSIDE", "Opener", "SourceContract", "deselect_unsupported",
+           "open_kind", "requires", "silent_server"]
 
 OUTSIDE = b"OUTSIDE-THE-ROOT: never served"
 """What a kind's backend holds beside the root (`../outside.txt`): no path may ever read it."""
