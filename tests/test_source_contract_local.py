@@ -11,7 +11,7 @@ from aggregator.sources import Source
 from tests.source_contract import OUTSIDE, Opener, SourceContract, open_kind
 
 
-def local_source(root: Path, files: dict[str, bytes], **settings: object) -> Source:
+def local_source(root: Path, files: dict[str, bytes], scheme: str = "", **settings: object) -> Source:
     """`files` written under `root`, `OUTSIDE` beside it (and in a sibling folder), links leading out of it."""
     for path, data in files.items():
         full = root.joinpath(*path.split("/"))
@@ -22,16 +22,19 @@ def local_source(root: Path, files: dict[str, bytes], **settings: object) -> Sou
     (root.parent / f"{root.name}_old" / "outside.txt").write_bytes(OUTSIDE)
     os.symlink(root.parent / "outside.txt", root / "link-out.txt")
     os.symlink(root.parent / f"{root.name}_old", root / "folder-out")
-    return open_kind(str(root), **settings)
+    return open_kind(f"{scheme}{root}", **settings)
 
 
 class TestLocalContract(SourceContract):
+    scheme = ""
+    """How the folder is written in the manifest: a bare path here."""
+
     @pytest.fixture
     def make_source(self, tmp_path: Path) -> Opener:
         def open(files: dict[str, bytes], **settings: object) -> Source:
             root = tmp_path / "root"
             root.mkdir()
-            return local_source(root, files, **settings)
+            return local_source(root, files, self.scheme, **settings)
 
         return open
 
@@ -56,3 +59,13 @@ class TestLocalContract(SourceContract):
         for call in (source.stat, lambda p: source.read(p, 1 << 20)):
             with pytest.raises(SourceNotFound):
                 await call(path)
+
+
+class TestFileUrlContract(TestLocalContract):
+    scheme = "file://"
+
+
+class TestLocalUrlContract(TestLocalContract):
+    """fsspec's other name for the local filesystem: the same folder source, confined the same way."""
+
+    scheme = "local://"

@@ -1,7 +1,8 @@
 """What a source's `url` names: its protocol, and for anything local an absolute path.
 
 Local folders are written as paths relative to the manifest's folder (`./docs`), as absolute paths, as `~/...`,
-or as `file://` URLs (`file:///srv/docs`, or `file://./docs` relative like a bare path). Any other
+or as `file://` URLs (`file:///srv/docs`, or `file://./docs` relative like a bare path; `local://`, fsspec's other
+name for them, alike: it too opens the confined folder source, never fsspec's own). Any other
 `proto://...` keeps the URL as written and uses the scheme as the protocol (`s3`, `https`, `gcs`, ...), except
 database URLs (protocol `sql`) and `git+...` repositories (protocol `git`, URL without the `git+`).
 """
@@ -34,6 +35,8 @@ def source_protocol(url: str) -> str:
         return "sql"
     if scheme.startswith("git+"):
         return "git"
+    if scheme == "local":
+        return "file"
     return scheme
 
 
@@ -41,7 +44,7 @@ def resolve_source_url(url: str, base: Path) -> tuple[str, str]:
     """(protocol, url) with every local path made absolute against `base`, the manifest's folder."""
     protocol = source_protocol(url)
     if protocol == "file":
-        return protocol, _local(url if not url.lower().startswith("file://") else _file_url_path(url), base)
+        return protocol, _local(_file_url_path(url) if _SCHEME.match(url) else url, base)
     if protocol == "git":
         url = url[len("git+"):]
         if url.lower().startswith("file://"):
@@ -55,8 +58,9 @@ def resolve_source_url(url: str, base: Path) -> tuple[str, str]:
 
 
 def _file_url_path(url: str) -> str:
-    """`file:///abs` and `file://localhost/abs` are absolute; `file://./rel` and `file://rel` are relative."""
-    rest = url[len("file://"):]
+    """`file:///abs` and `file://localhost/abs` are absolute; `file://./rel` and `file://rel` are relative (and
+    the same for `local://`)."""
+    rest = url.split("://", 1)[1]
     if rest.lower().startswith("localhost/"):
         rest = rest[len("localhost"):]
     return unquote(rest.split("?", 1)[0].split("#", 1)[0])
