@@ -122,3 +122,14 @@ def reads_are_unavailable(manifest: Path, uris: list[str]) -> None:
             await agg.aclose()
 
     anyio.run(main)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "source_contract(*flags): a contract test needing these capability flags")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Contract tests a source kind has no capability for are deselected (not skipped: CI fails on skips)."""
+    from tests.source_contract import deselect_unsupported
+
+    deselect_unsupported(config, items)

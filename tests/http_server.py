@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +27,10 @@ class Upstream:
         self.port = 0
         self.gate = threading.Event()
         """`gated` answers once this is set (a read held open for as long as a test needs)."""
+        self.files: dict[str, bytes] = {}
+        """Served under /base/ with a content ETag (the source contract's files), before the fixed routes."""
+        self.stalled: set[str] = set()
+        """Paths under /base/ that never answer."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -43,6 +48,12 @@ class Upstream:
         self.seen_headers.append(dict(request.headers))
         if self.failing:
             return web.Response(status=500, text="SECRET-UPSTREAM-BODY")
+        if tail in self.stalled:
+            await asyncio.sleep(60)
+        if tail in self.files:
+            data = self.files[tail]
+            return web.Response(body=data, content_type="application/octet-stream",
+                                headers={"ETag": f'"{hashlib.sha256(data).hexdigest()[:16]}"'})
         if tail == "docs/a.md":
             await asyncio.sleep(0.05)  # long enough for concurrent misses to overlap
             if request.headers.get("If-None-Match") == self.etag:

@@ -15,8 +15,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from aggregator.manifest import ManifestError, load_manifest, parse_manifest
-from aggregator.sources import SourceError, SourceNotFound, SourceTooLarge, open_source, register_source_kind
+from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, open_source, register_source_kind
 from aggregator.sources.registry import unregister_source_kind
+from tests.source_contract import OUTSIDE, Opener, SourceContract, open_kind
 from tests.conftest import MODES, list_all, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,3 +123,34 @@ def test_the_recipe_shows_the_tested_declaration() -> None:
     recipe = (ROOT / "docs" / "writing-a-source-kind.md").read_text(encoding="utf-8")
     shown = recipe.split("```python\n", 1)[1].split("```", 1)[0]
     assert "class ArchiveKind(SourceKind):" in shown and shown in (EXAMPLES / "archive_kind.py").read_text()
+
+
+class TestArchiveContract(SourceContract):
+    """The example kind passes the source contract: the archive's `root/` is the source, `outside.txt` sits beside
+    it in the same archive, and a file changes by rewriting the archive (it is opened per call)."""
+
+    @pytest.fixture
+    def make_source(self, tmp_path: Path, archive_kind: None) -> Opener:
+        self.zip_path = tmp_path / "contract.zip"
+        self.stored: dict[str, bytes] = {}
+
+        def make(files: dict[str, bytes], **settings: object) -> Source:
+            self.stored = dict(files)
+            self._write_archive()
+            return open_kind(f"archive://{self.zip_path}", root="root", **settings)
+
+        return make
+
+    def _write_archive(self) -> None:
+        with zipfile.ZipFile(self.zip_path, "w") as z:
+            z.writestr("outside.txt", OUTSIDE)
+            for path, data in self.stored.items():
+                z.writestr(f"root/{path}", data)
+
+    def write(self, source: Source, path: str, data: bytes) -> None:
+        self.stored[path] = data
+        self._write_archive()
+
+    def remove(self, source: Source, path: str) -> None:
+        del self.stored[path]
+        self._write_archive()

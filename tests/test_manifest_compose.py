@@ -416,6 +416,7 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
     write_manifest(folder, "version: 1\nserver: {name: s}\nextends: file:///etc/x.yaml\n", name="ext.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources: {g: {url: 'git+file:///srv/repo'}}\n",
                    name="git.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nsources: {l: {url: 'local:///etc'}}\n", name="fs.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  h: {url: 'http://10.0.0.1/', "
                            "allowPrivateNetwork: true}\n", name="net.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  b: {url: 's3://bucket/x', options: "
@@ -434,6 +435,7 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
         assert "may name other manifests only by URL" in _errors(including(name))
     assert "cannot read included manifest '../../secret.yaml'" in _errors(including("up.yaml"))  # fetched, 404
     assert "may not declare local folders" in _errors(including("git.yaml"))
+    assert "may not declare local folders" in _errors(including("fs.yaml"))  # fsspec's name for local files
     assert "may not open private networks" in _errors(including("net.yaml"))
     refused = _errors(including("s3.yaml"))
     assert "sources.b.options.endpoint_url" in refused and "may not point a source at another endpoint" in refused

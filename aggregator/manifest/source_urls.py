@@ -2,9 +2,10 @@
 URL opens with is the registry's question: `aggregator.sources.registry.kind_for_url`).
 
 Local folders are written as paths relative to the manifest's folder (`./docs`), as absolute paths, as `~/...`,
-or as `file://` URLs (`file:///srv/docs`, or `file://./docs` relative like a bare path). Any other
-`proto://...` keeps the URL as written; the kind that claims its scheme decides what it means (database URLs,
-`git+...` repositories), and fsspec's implementation of the scheme opens any URL no kind claims.
+or as `file://` URLs (`file:///srv/docs`, or `file://./docs` relative like a bare path; `local://`, fsspec's other
+name for them, alike: it too opens the confined folder source, never fsspec's own). Any other `proto://...` keeps
+the URL as written; the kind that claims its scheme decides what it means (database URLs, `git+...` repositories),
+and fsspec's implementation of the scheme opens any URL no kind claims.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def is_remote_git(url: str) -> bool:
 
 
 def file_url_path(url: str) -> str:
-    """`file:///abs` and `file://localhost/abs` are absolute; `file://./rel` and `file://rel` are relative."""
-    rest = url[len("file://"):]
+    """`file:///abs` and `file://localhost/abs` are absolute; `file://./rel` and `file://rel` are relative (and
+    the same for `local://`)."""
+    rest = url.split("://", 1)[1]
     if rest.lower().startswith("localhost/"):
         rest = rest[len("localhost"):]
     return unquote(rest.split("?", 1)[0].split("#", 1)[0])

@@ -28,15 +28,19 @@ _REDIRECTING_OPTION = re.compile(r"endpoint|url|host|proxy|client_kwargs|config_
 
 
 class LocalKind(SourceKind):
-    """A folder on this machine: a path, `~/...` or a file:// URL."""
+    """A folder on this machine: a path, `~/...`, a file:// URL or local:// (fsspec's other name for one, which
+    must not open fsspec's own, unconfined, local filesystem)."""
 
     name = "file"
-    schemes = frozenset({"file"})
+    schemes = frozenset({"file", "local"})
     source = "aggregator.sources.local:LocalSource"
     url_help = "a local folder (relative to this manifest's folder, or file://...)"
 
+    def protocol(self, scheme: str) -> str:
+        return "file"
+
     def locate(self, url: str, base: Path) -> str:
-        return local_path(file_url_path(url) if url.lower().startswith("file://") else url, base)
+        return local_path(file_url_path(url) if url.lower().startswith(("file://", "local://")) else url, base)
 
     def reads_this_machine(self, url: str) -> bool:
         return True

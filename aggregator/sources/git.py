@@ -30,6 +30,15 @@ class GitSource(FsspecSource):
             raise SourceNotFound("refused path for a git source")
         return super().full_path(path)
 
+    def _info(self, full: str) -> dict[str, Any]:
+        info = super()._info(full)
+        # fsspec's git filesystem stops walking at the first file, so `a.md/x` would read `a.md`: a path's
+        # folder must be a folder.
+        folder = full.rpartition("/")[0]
+        if folder and super()._info(folder).get("type") != "directory":
+            raise SourceNotFound("no such file")
+        return info
+
     async def stat(self, path: str) -> FileInfo:
         info = await super().stat(path)
         return FileInfo(info.path, info.size, self._commit_time, info.version)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.utils
 import errno
 import ipaddress
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,8 +26,10 @@ import yarl
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import ThreadedResolver
 
+from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.sources.addresses import AddressPolicy
-from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge,
+                                    SourceUnsupported)
 
 if TYPE_CHECKING:
     from aiohttp.abc import ResolveResult  # aiohttp 3.10+; only annotations name it
@@ -36,6 +39,7 @@ __all__ = ["AddressPolicy", "HttpSource"]
 MAX_REDIRECTS = 5
 _CHUNK = 64 * 1024
 _REDIRECTS = {301, 302, 303, 307, 308}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never on a request line (aiohttp would raise, not refuse)
 
 
 def _literal_ip(host: str) -> str | None:
@@ -71,11 +75,21 @@ class HttpSource(Source):
     def describe(self) -> str:
         return f"HTTP source {self.base.origin()}"
 
-    def url_for(self, path: str) -> Any:
-        """The absolute URL of `path`; SourceNotFound if it would leave the base URL's origin or folder."""
-        if "#" in path or "\\" in path:
+    def url_for(self, path: str | None) -> Any:
+        """The absolute URL of `path` (None: the base URL itself); SourceNotFound if it would leave the base URL's
+        origin or folder.
+
+        The path part must pass `safe_relpath` as it stands (percent-encoded): servers resolve `..` and decode
+        `%2e%2e` and `%2f`, so a path the URL check alone admits could still name a file beside the base folder.
+        """
+        if path is not None and ("#" in path or "\\" in path or _CONTROL.search(path)):
             raise SourceNotFound("refused path")
-        path_part, _, query = path.partition("?")
+        path_part, _, query = (path or "").partition("?")
+        if path is not None:
+            try:
+                safe_relpath(path_part)
+            except UnsafePath:
+                raise SourceNotFound("refused path") from None
         prefix = self.base.raw_path.rstrip("/")
         try:
             url = yarl.URL(f"{self.base.origin()}{prefix}/{path_part}" + (f"?{query}" if query else ""), encoded=True)
@@ -97,7 +111,7 @@ class HttpSource(Source):
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str) -> Any:
+    async def _request(self, method: str, path: str | None) -> Any:
         """Send `method`, following redirects hop by hop with every hop checked; the caller releases the response."""
         url = self.url_for(path)
         for _ in range(MAX_REDIRECTS + 1):
@@ -126,7 +140,7 @@ class HttpSource(Source):
             url = url.join(yarl.URL(location))
         raise SourceError("too many redirects")
 
-    async def _guarded(self, method: str, path: str, body: Any) -> Any:
+    async def _guarded(self, method: str, path: str | None, body: Any) -> Any:
         async with self._limiter:
             try:
                 with anyio.fail_after(self._timeout):
@@ -172,10 +186,10 @@ class HttpSource(Source):
         async def body(response: Any) -> None:
             return None
 
-        await self._guarded("HEAD", "", body)
+        await self._guarded("HEAD", None, body)
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
-        raise SourceError("an HTTP source cannot be listed: use resources or templates for it")
+        raise SourceUnsupported("an HTTP source cannot be listed: use resources or templates for it")
 
 
 def _connect_failure(exc: aiohttp.ClientConnectorError) -> str:

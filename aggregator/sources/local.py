@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from aggregator.globs import glob_prefix, path_filter
-from aggregator.paths import UnsafePath, is_within, safe_relpath
+from aggregator.paths import UnsafePath, is_servable, is_within, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
 from aggregator.sources.threads import ThreadSlots
@@ -120,6 +120,8 @@ class LocalSource(Source):
     def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> builtins.list[FileInfo]:
         wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
+        if prefix and not is_servable(prefix):
+            return []  # `docs/../*` would list `docs/../a.md`: a name no read accepts, and none to walk for
         files: list[FileInfo] = []
         outside: list[str] = []
         progress = ListingProgress(self.id, "files")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import builtins  # `builtins.list` in annotations below the class's own `list` method
 import csv
+import hashlib
 import io
 import json
+import math
 import os
 import re
 import time
@@ -86,7 +88,9 @@ class SqlSource(Source):
     async def _call(self, func: Any, *args: Any) -> Any:
         async with self._limiter:
             try:
-                with anyio.fail_after(self._timeout + 5):
+                # The database's own statement timeout fires first and says more; this bounds what it cannot
+                # (a server that stopped answering), within twice the timeout at most.
+                with anyio.fail_after(self._timeout + min(self._timeout, 5.0)):
                     return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
             except TimeoutError:
                 raise SourceError(f"{self._label}: no answer within {self._timeout:g}s") from None
@@ -125,29 +129,40 @@ class SqlSource(Source):
         return await super().version(path)
 
     async def _version(self, table: str | None = None) -> str | None:
-        """The `checksum:` query's result, else (for one table) its row count: what polling compares."""
+        """For one table a digest of its schema document (what a read gives: columns, keys, sample rows); for the
+        data queries read, the `checksum:` query's result (None without one). What polling compares."""
+        if table is not None:
+            return _digest(await self._call(self._document, table))
         if self._checksum is not None:
             rows = await self._call(self._run, self._checksum, {}, 10)
             return json.dumps(rows[1], default=str)
-        if table is not None:
-            return json.dumps((await self._call(self._run, f'SELECT count(*) FROM "{table}"'
-                                                if self._engine.dialect.name != "mysql"
-                                                else f"SELECT count(*) FROM `{table}`", {}, 1))[1], default=str)
         return None
 
     async def read(self, path: str, max_bytes: int) -> Blob:
         names = await self._call(self._names)
         if path not in names:  # only names the database itself reported, so quoting below is safe
             raise SourceNotFound("no such table")
-        doc = await self._call(self._schema, path)
-        data = json.dumps(doc, indent=2, default=_plain).encode()
+        data = await self._call(self._document, path)
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
-        return Blob(data, "application/json", await self._version(path))
+        return Blob(data, "application/json", _digest(data))
+
+    def _document(self, name: str) -> bytes:
+        """Table `name`'s schema document as served."""
+        return json.dumps(self._schema(name), indent=2, default=_plain).encode()
 
     def _schema(self, name: str) -> dict[str, Any]:
+        """Table `name`'s schema document; SourceNotFound if it went meanwhile, SourceError if the database fails."""
         import sqlalchemy
 
+        try:
+            return self._describe_table(sqlalchemy, name)
+        except sqlalchemy.exc.NoSuchTableError:
+            raise SourceNotFound("no such table") from None
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise SourceError(f"reading a table's schema failed: {_reason(exc, self._secrets)}") from None
+
+    def _describe_table(self, sqlalchemy: Any, name: str) -> dict[str, Any]:
         inspector = sqlalchemy.inspect(self._engine)
         columns = [{"name": c["name"], "type": str(c["type"]), "nullable": bool(c.get("nullable", True)),
                     **({"default": str(c["default"])} if c.get("default") is not None else {})}
@@ -195,6 +210,10 @@ class SqlSource(Source):
             # not SQLAlchemy's, which append the statement and its parameters.
             raise SourceError(f"query failed: {_reason(exc, self._secrets)}") from None
         return columns, rows[:limit], len(rows) > limit
+
+
+def _digest(document: bytes) -> str:
+    return "sha256:" + hashlib.sha256(document).hexdigest()[:32]
 
 
 def _url_secrets(url: str) -> tuple[str, ...]:
@@ -267,7 +286,10 @@ def _sqlite_read_only(url: Any) -> Any:
 def _engine_options(url: str, timeout: float) -> dict[str, Any]:
     millis = int(timeout * 1000)
     if url.startswith("postgresql"):
-        return {"connect_args": {"options": f"-c statement_timeout={millis} -c default_transaction_read_only=on"}}
+        # connect_timeout: a connect to a silent server ends (libpq counts whole seconds, at least 2), rather than
+        # holding its abandoned thread for good.
+        return {"connect_args": {"options": f"-c statement_timeout={millis} -c default_transaction_read_only=on",
+                                 "connect_timeout": max(2, math.ceil(timeout))}}
     if url.startswith(("mysql", "mariadb")):
         return {"connect_args": {"read_timeout": max(1, int(timeout)), "connect_timeout": 10}}
     if url.startswith("sqlite"):

@@ -1,0 +1,243 @@
+"""The source contract for SQL databases (SQLite; PostgreSQL on 127.0.0.1:5432): each "file" is a table.
+
+A table `name` holds the file's bytes in a `body` column, one row; reading it gives the table's JSON schema document
+with that row as its sample (`sampleRows: 1`), so `assert_content` checks the document, not the bytes. Writing a
+file replaces the row (or creates the table), removing it drops the table. A hang is a lock another connection
+holds (SQLite: an exclusive transaction; PostgreSQL: an ACCESS EXCLUSIVE table lock).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aggregator.sources import Blob, Source
+from tests.source_contract import Opener, SourceContract, open_kind, silent_server
+
+sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
+
+POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+MARIADB_ADMIN = "mysql+pymysql://root@127.0.0.1:3306/test"
+POSTGRES_DB = MARIADB_DB = "aggregator_contract"
+"""A database of the suite's own: a listing shows every table, so the `test` database's would get in the way."""
+PASSWORD = "pw-contract-7e6d"
+
+
+def sql_source(url: str, **settings: object) -> Source:
+    """The database at `url` as a source, each table's first row sampled in its document."""
+    return open_kind(url, sample_rows=1, **settings)
+
+
+def fill(engine: Any, files: dict[str, bytes], blob_type: str) -> None:
+    """One table per file, named by its path, holding its bytes in one row."""
+    with engine.begin() as conn:
+        for name, data in files.items():
+            table = engine.dialect.identifier_preparer.quote(name)
+            conn.execute(sqlalchemy.text(f"DROP TABLE IF EXISTS {table}"))
+            conn.execute(sqlalchemy.text(f"CREATE TABLE {table} (body {blob_type})"))
+            conn.execute(sqlalchemy.text(f"INSERT INTO {table} (body) VALUES (:body)"), {"body": data})
+
+
+class SqlContract(SourceContract):
+    """What both databases share: tables as files."""
+
+    nested = False
+    exact_bytes = False
+    hangs = True
+    queries = True
+    blob_type = "BLOB"
+
+    def engine(self) -> Any:
+        raise NotImplementedError
+
+    def held(self, source: Source) -> int:
+        pool = source._engine.pool  # type: ignore[attr-defined]
+        return pool.checkedin() + pool.checkedout()
+
+    def assert_content(self, path: str, data: bytes, blob: Blob) -> None:
+        doc = json.loads(blob.data)
+        assert blob.mime_type == "application/json"
+        assert doc["name"] == path and [c["name"] for c in doc["columns"]] == ["body"]
+        assert doc["sampleRows"] == [{"body": data.hex()}], path
+
+    def write(self, source: Source, path: str, data: bytes) -> None:
+        engine = self.engine()
+        fill(engine, {path: data}, self.blob_type)
+        engine.dispose()
+
+    def remove(self, source: Source, path: str) -> None:
+        engine = self.engine()
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text(f"DROP TABLE {engine.dialect.identifier_preparer.quote(path)}"))
+        engine.dispose()
+
+
+    def test_a_schema_change_changes_the_version(self, make_source: Opener) -> None:
+        """The document lists the columns: a new column is new bytes, though not a single row changed."""
+        async def body(source: Source) -> None:
+            before = await source.version("a.md")
+            engine = self.engine()
+            with engine.begin() as conn:
+                table = engine.dialect.identifier_preparer.quote("a.md")
+                conn.execute(sqlalchemy.text(f"ALTER TABLE {table} ADD COLUMN note VARCHAR(10)"))
+            engine.dispose()
+            after = await source.version("a.md")
+            assert after != before and (await source.read("a.md", 1 << 20)).version == after
+
+        self.run(make_source, body)
+
+
+class TestSqliteContract(SqlContract):
+    @pytest.fixture
+    def make_source(self, tmp_path: Path) -> Opener:
+        self.url = f"sqlite:///{tmp_path / 'contract.db'}"
+
+        def open(files: dict[str, bytes], **settings: object) -> Source:
+            engine = self.engine()
+            fill(engine, files, self.blob_type)
+            engine.dispose()
+            return sql_source(self.url, **settings)
+
+        return open
+
+    def engine(self) -> Any:
+        return sqlalchemy.create_engine(self.url)
+
+    @pytest.fixture
+    def hanging(self, tmp_path: Path) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        path = tmp_path / "locked.db"
+        engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+        fill(engine, {"a.md": b"# A\n"}, self.blob_type)
+        engine.dispose()
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # every other connection waits for it
+        yield lambda timeout: (sql_source(f"sqlite:///{path}", timeout=timeout), "a.md")
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def postgres_url(password: str | None = None) -> str:
+    """The suite's own PostgreSQL database (created once), emptied."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    admin = sqlalchemy.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            if conn.execute(sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                            {"n": POSTGRES_DB}).first() is None:
+                conn.execute(sqlalchemy.text(f"CREATE DATABASE {POSTGRES_DB}"))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 is not reachable: {type(exc.orig).__name__}")
+    finally:
+        admin.dispose()
+    user = f"postgres:{password}" if password else "postgres"
+    url = f"postgresql+psycopg://{user}@127.0.0.1:5432/{POSTGRES_DB}"
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("DROP SCHEMA public CASCADE"))
+        conn.execute(sqlalchemy.text("CREATE SCHEMA public"))
+    engine.dispose()
+    return url
+
+
+class TestPostgresContract(SqlContract):
+    blob_type = "BYTEA"
+    credentials = True
+
+    @pytest.fixture
+    def make_source(self) -> Opener:
+        self.url = postgres_url()
+
+        def open(files: dict[str, bytes], **settings: object) -> Source:
+            engine = self.engine()
+            fill(engine, files, self.blob_type)
+            engine.dispose()
+            return sql_source(self.url, **settings)
+
+        return open
+
+    def engine(self) -> Any:
+        return sqlalchemy.create_engine(self.url)
+
+    @pytest.fixture(params=["lock", "silent server"])
+    def hanging(self, request: pytest.FixtureRequest) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        if request.param == "silent server":
+            with silent_server() as port:
+                yield lambda timeout: (sql_source(f"postgresql+psycopg://postgres@127.0.0.1:{port}/x",
+                                                  timeout=timeout), "a.md")
+            return
+        url = postgres_url()
+        engine = sqlalchemy.create_engine(url)
+        fill(engine, {"a.md": b"# A\n"}, self.blob_type)
+        holder = engine.connect()
+        holder.execute(sqlalchemy.text('LOCK TABLE "a.md" IN ACCESS EXCLUSIVE MODE'))  # held until rollback
+        yield lambda timeout: (sql_source(url, timeout=timeout), "a.md")
+        holder.rollback()
+        holder.close()
+        engine.dispose()
+
+    @pytest.fixture
+    def with_credentials(self) -> tuple[Source, list[str]]:
+        url = postgres_url(PASSWORD)  # trust authentication: any password is accepted, and must never be shown
+        engine = sqlalchemy.create_engine(url)
+        fill(engine, {"a.md": b"# A\n"}, self.blob_type)
+        engine.dispose()
+        return sql_source(url), [PASSWORD]
+
+
+def mariadb_url() -> str:
+    """The suite's own MariaDB database (created once), emptied."""
+    pytest.importorskip("pymysql", reason="PyMySQL is not installed")
+    admin = sqlalchemy.create_engine(MARIADB_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f"CREATE DATABASE IF NOT EXISTS {MARIADB_DB}"))
+            tables = conn.execute(sqlalchemy.text("SELECT table_name FROM information_schema.tables "
+                                                  "WHERE table_schema = :db"), {"db": MARIADB_DB}).scalars().all()
+            if tables:
+                conn.execute(sqlalchemy.text("DROP TABLE " + ", ".join(f"{MARIADB_DB}.`{t}`" for t in tables)))
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.skip(f"MariaDB at 127.0.0.1:3306 is not reachable: {type(exc.orig).__name__}")
+    finally:
+        admin.dispose()
+    return f"mysql+pymysql://root@127.0.0.1:3306/{MARIADB_DB}"
+
+
+class TestMariadbContract(SqlContract):
+    blob_type = "LONGBLOB"
+
+    @pytest.fixture
+    def make_source(self) -> Opener:
+        self.url = mariadb_url()
+
+        def open(files: dict[str, bytes], **settings: object) -> Source:
+            engine = self.engine()
+            fill(engine, files, self.blob_type)
+            engine.dispose()
+            return sql_source(self.url, **settings)
+
+        return open
+
+    def engine(self) -> Any:
+        return sqlalchemy.create_engine(self.url)
+
+    @pytest.fixture(params=["lock", "silent server"])
+    def hanging(self, request: pytest.FixtureRequest) -> Iterator[Callable[[float], tuple[Source, str]]]:
+        if request.param == "silent server":
+            with silent_server() as port:
+                yield lambda timeout: (sql_source(f"mysql+pymysql://root@127.0.0.1:{port}/x", timeout=timeout),
+                                       "a.md")
+            return
+        url = mariadb_url()
+        engine = sqlalchemy.create_engine(url)
+        fill(engine, {"a.md": b"# A\n"}, self.blob_type)
+        holder = engine.connect()
+        holder.execute(sqlalchemy.text("LOCK TABLES `a.md` WRITE"))  # held until UNLOCK TABLES
+        yield lambda timeout: (sql_source(url, timeout=timeout), "a.md")
+        holder.execute(sqlalchemy.text("UNLOCK TABLES"))
+        holder.close()
+        engine.dispose()
