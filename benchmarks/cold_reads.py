@@ -1,0 +1,185 @@
+"""Cold and warm reads: aggregator beside the in-memory floor and `floor-disk` (a bare server reading the file on
+every request), interleaved.
+
+`python -m benchmarks.cold_reads [--files 10000] [--reads 2000] [--rounds 5] [--modes legacy,auto]
+[--transports stdio]`
+
+Each round starts one fresh server per peer and wire, in turn (the order alternates between rounds, so a slow
+spell of the machine hits every peer alike), and through the official `mcp` client (cache off) makes, one after
+another: a few warm-up reads of files outside the measured set, then `--reads` cold reads (distinct files picked
+at random over the catalog, the same picks for every peer in a round: each is the server's first read of that
+file), then the same files again in another order (warm: whatever the server caches is cached). Figures are
+medians over rounds; it prints them and writes its section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import stdio_client
+
+from benchmarks.figures import percentile
+from benchmarks.machine import describe as describe_machine
+from benchmarks.measure import _accepting, free_port, server_params, text_of
+from benchmarks.peers import PEERS
+from benchmarks.run import DATA
+from benchmarks.sections import COLD_READS, DOCS, write_section
+from benchmarks.workload import body_of, generate, uri_of
+
+SUBJECTS = ("aggregator", "floor-disk", "floor")
+WARM_UP = 20
+# Targets (reported, never asserted): aggregator's cold reads against the floor that reads the disk, its warm reads
+# against the in-memory floor.
+COLD_TARGET = ("floor-disk", 0.95)
+WARM_TARGET = ("floor", 1.0)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One read phase: reads per second and the median latency (ms)."""
+
+    reads_per_s: float
+    p50_ms: float
+
+
+async def _phase(client: Client, indices: list[int]) -> Phase:
+    latencies = []
+    started = time.perf_counter()
+    for i in indices:
+        t = time.perf_counter()
+        await client.read_resource(uri_of(i))
+        latencies.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return Phase(len(indices) / elapsed, percentile(latencies, 0.5) * 1000)
+
+
+async def _reads(client: Client, warm_up: list[int], cold: list[int], warm: list[int]) -> tuple[Phase, Phase]:
+    await client.list_resources()
+    got = text_of(await client.read_resource(uri_of(warm_up[0])))
+    if got != body_of(warm_up[0]):
+        raise ValueError(f"{uri_of(warm_up[0])} read {got!r}")
+    for i in warm_up[1:]:
+        await client.read_resource(uri_of(i))
+    return await _phase(client, cold), await _phase(client, warm)
+
+
+async def one_run(peer: str, root: Path, mode: str, transport: str, warm_up: list[int], cold: list[int],
+                  warm: list[int]) -> tuple[Phase, Phase]:
+    """A fresh `peer` server over `transport` on wire `mode`: (cold phase, warm phase)."""
+    if transport == "stdio":
+        params = server_params(PEERS[peer].launch(root, 500, None))
+        async with Client(stdio_client(params, errlog=subprocess.DEVNULL), mode=mode,  # type: ignore[arg-type]
+                          cache=None) as client:
+            return await _reads(client, warm_up, cold, warm)
+    port = free_port()
+    params = server_params(PEERS[peer].launch(root, 500, port))
+    process = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not _accepting(port):
+            if process.poll() is not None:
+                raise RuntimeError(f"{peer} exited with {process.returncode} before listening")
+            await anyio.sleep(0.01)
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, cache=None) as client:
+            return await _reads(client, warm_up, cold, warm)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def picks(files: int, reads: int, seed: int) -> tuple[list[int], list[int], list[int]]:
+    """(warm-up, cold, warm) file indices for one round: distinct random files, the warm set the cold one
+    reshuffled."""
+    rng = random.Random(seed)
+    chosen = rng.sample(range(files), reads + WARM_UP)
+    warm_up, cold = chosen[:WARM_UP], chosen[WARM_UP:]
+    warm = cold[:]
+    rng.shuffle(warm)
+    return warm_up, cold, warm
+
+
+def median_phase(phases: list[Phase]) -> Phase:
+    return Phase(statistics.median(p.reads_per_s for p in phases), statistics.median(p.p50_ms for p in phases))
+
+
+def section(results: dict[tuple[str, str], dict[str, tuple[Phase, Phase]]], files: int, reads: int, rounds: int,
+            command: str) -> str:
+    """The Markdown section: per wire, each peer's cold and warm medians with ratios and the targets' verdicts."""
+    lines = [COLD_READS, "",
+             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` on {describe_machine()}.",
+             "",
+             f"{files:,} files of the main report's workload. Per round, one fresh server per peer and wire, in "
+             "alternating order; through the official `mcp` client (cache off), one read at a time: "
+             f"{WARM_UP} warm-up reads of other files, then {reads:,} **cold** reads (distinct files picked at "
+             "random, the same for every peer in a round: each is the server's first read of its file), then the "
+             "same files again in another order (**warm**: aggregator serves them from its cache). Medians of "
+             f"{rounds} rounds. `floor` answers from memory; `floor-disk` is the same bare SDK server opening and "
+             "reading the file on every read with a plain `open` on the event loop (no thread, timeout, "
+             "containment or file-type check, all of which aggregator keeps). Targets: aggregator's cold reads/s "
+             f"at least {COLD_TARGET[1]:.2f}x `{COLD_TARGET[0]}`'s, its warm reads/s at least "
+             f"{WARM_TARGET[1]:.2f}x `{WARM_TARGET[0]}`'s. The OS page cache holds the files in every case.", "",
+             "| wire | peer | cold reads/s | cold p50 (ms) | warm reads/s | warm p50 (ms) |",
+             "|---|---|---|---|---|---|"]
+    for (transport, mode), peers in results.items():
+        wire = mode if transport == "stdio" else f"{mode} {transport}"
+        for peer, (cold, warm) in peers.items():
+            cells = []
+            for phase, (against, target) in ((cold, COLD_TARGET), (warm, WARM_TARGET)):
+                text = f"{phase.reads_per_s:,.0f}"
+                if peer == "aggregator" and against in peers:
+                    base = peers[against][0 if phase is cold else 1].reads_per_s
+                    share = phase.reads_per_s / base
+                    text += f" ({share:.2f}x {against}, {'pass' if share >= target else 'FAIL'})"
+                    other = "floor" if against == "floor-disk" else "floor-disk"
+                    if other in peers:
+                        text += f", {phase.reads_per_s / peers[other][0 if phase is cold else 1].reads_per_s:.2f}x {other}"
+                cells += [text, f"{phase.p50_ms:.2f}"]
+            lines.append(f"| {wire} | {peer} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--reads", type=int, default=2_000, help="cold reads per run (then as many warm ones)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", default="legacy,auto", help="wires: legacy (2025-11-25), auto (2026-07-28)")
+    parser.add_argument("--transports", default="stdio", help="stdio, http (Streamable HTTP on loopback)")
+    parser.add_argument("--only", default=",".join(SUBJECTS), help="peers, of " + ", ".join(SUBJECTS))
+    parser.add_argument("--output", type=Path, default=DOCS, help="the Markdown file whose section to rewrite")
+    args = parser.parse_args()
+    if args.files < args.reads + WARM_UP:
+        parser.error(f"--files must be at least --reads + {WARM_UP}")
+    root = generate(DATA, args.files)
+    subjects = [p for p in args.only.split(",") if p]
+    wires = [(t, m) for t in args.transports.split(",") if t for m in args.modes.split(",") if m]
+    runs: dict[tuple[str, str], dict[str, list[tuple[Phase, Phase]]]] = {w: {p: [] for p in subjects} for w in wires}
+    for r in range(args.rounds):
+        warm_up, cold, warm = picks(args.files, args.reads, r)
+        for transport, mode in wires:
+            for peer in subjects if r % 2 == 0 else reversed(subjects):
+                result = anyio.run(one_run, peer, root, mode, transport, warm_up, cold, warm)
+                runs[(transport, mode)][peer].append(result)
+                print(f"round {r + 1} {transport} {mode} {peer}: cold {result[0].reads_per_s:,.0f}/s "
+                      f"p50 {result[0].p50_ms:.2f} ms, warm {result[1].reads_per_s:,.0f}/s "
+                      f"p50 {result[1].p50_ms:.2f} ms", file=sys.stderr)
+    results = {wire: {peer: (median_phase([c for c, _ in got]), median_phase([w for _, w in got]))
+                      for peer, got in peers.items()} for wire, peers in runs.items()}
+    command = " ".join(["python -m benchmarks.cold_reads", *sys.argv[1:]])
+    text = section(results, args.files, args.reads, args.rounds, command)
+    print(text)
+    write_section(args.output, text)
+
+
+if __name__ == "__main__":
+    main()
