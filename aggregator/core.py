@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 from cachetools import LRUCache
 
-from aggregator.cache import CachePolicy, ContentCache
+from aggregator.cache import CachePolicy, ContentCache, Load, Revalidate
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
 from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceRenderFailed,
@@ -334,6 +334,27 @@ class Aggregator:
             return await self._render(catalog, target, scopes)
         if target.query is not None:
             return await self._query(target)
+        return await self.cache.get_or_load(*self._file_load(target), stale_on=(ResourceUnavailable,))
+
+    async def read_ahead(self, uri: str) -> None:
+        """Start loading the file `uri` names for a trusted read of it about to be dispatched (stdio: the request
+        line has arrived, the SDK is still validating it), so that the source call overlaps that work; the read
+        takes the value from the cache (one source call). Nothing for what is cached, loading, not a file (text,
+        renders, queries) or unknown; failures are left for the read to meet and report."""
+        try:
+            target = self.catalog.resolve(uri)
+        except ResourceNotFound:
+            return
+        if target.source is None or target.path is None or target.text is not None or target.render is not None \
+                or target.query is not None or self._limits[target.source].policy.ttl <= 0:
+            return  # a ttl of 0 keeps nothing: the read would load again
+        try:
+            await self.cache.load_ahead(*self._file_load(target), stale_on=(ResourceUnavailable,))
+        except Exception:  # noqa: BLE001 - the read that follows meets the same failure and reports it
+            pass
+
+    def _file_load(self, target: Target) -> tuple[Hashable, CachePolicy, Load[Content], Revalidate]:
+        """The cache key, policy, load and revalidation of a file target's content."""
         assert target.source is not None and target.path is not None
         source, limits, path = self.sources[target.source], self._limits[target.source], target.path
 
@@ -351,8 +372,7 @@ class Aggregator:
             info = await _backend_call(target, source, lambda: source.stat(path), self.source_errors)
             return info.version == version
 
-        key = (target.source, path, target.mime_type, target.decompress)
-        return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
+        return (target.source, path, target.mime_type, target.decompress), limits.policy, load, revalidate
 
     async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:
         """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden).
