@@ -58,6 +58,7 @@ bench: $(BENCH_STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (u
 	$(BIN)/python -m benchmarks.live --rounds 5
 	$(BIN)/python -m benchmarks.remote --objects 2000 --skip-listing
 	$(BIN)/python -m benchmarks.http_load --rounds 2 --seconds 2
+	$(BIN)/python -m benchmarks.cold_reads --rounds 3 --reads 500 --modes auto
 
 bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source and reliability figures
 	$(BIN)/python -m benchmarks.run --full
@@ -65,6 +66,7 @@ bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs
 	$(BIN)/python -m benchmarks.live --rounds 20
 	$(BIN)/python -m benchmarks.remote --objects 100000
 	$(BIN)/python -m benchmarks.http_load --rounds 5 --seconds 5
+	$(BIN)/python -m benchmarks.cold_reads --rounds 5 --reads 2000
 	$(BIN)/python -m benchmarks.reliability
 
 conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
