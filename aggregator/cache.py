@@ -4,8 +4,9 @@ An expired entry is not thrown away: while it stays within the byte budget it ca
 metadata call comparing versions) instead of downloaded again, and served stale for a bounded time when the
 backend fails. Errors are never cached, and concurrent misses of one key share one backend call.
 
-A load may be started ahead of the read that wants it (`ahead=True`: a read-ahead, see `stdio`); its miss is
-counted by the read that takes the value, so hits and misses still count reads, not read-aheads.
+A load may be started ahead of the read that wants it (`load_ahead`: a read-ahead, see `stdio`); its miss is
+counted by the read that takes the value, so hits and misses still count reads, not read-aheads, and if it fails,
+that read gets its error rather than calling the backend a second time.
 """
 
 from __future__ import annotations

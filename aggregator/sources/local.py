@@ -34,9 +34,9 @@ logger = logging.getLogger("aggregator.sources.local")
 # Open flags: never follow a link swapped in after resolving, never block on a FIFO, never become a terminal.
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
                | getattr(os, "O_NOCTTY", 0))
-# Errors that mean "there is no such file to serve" rather than "the folder failed".
 # Further reads of a file that turned out larger than fstat said.
 _GROWTH_CHUNK = 256 * 1024
+# Errors that mean "there is no such file to serve" rather than "the folder failed".
 _ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
 
