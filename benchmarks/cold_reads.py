@@ -149,7 +149,10 @@ def section(results: dict[tuple[str, str], dict[str, tuple[Phase, Phase]]],
              "event loop (no thread, timeout, containment or file-type check, all of which aggregator keeps). "
              f"Targets: aggregator's cold reads/s at least {COLD_TARGET[1]:.2f}x `{COLD_TARGET[0]}`'s, its warm "
              f"reads/s at least {WARM_TARGET[1]:.2f}x `{WARM_TARGET[0]}`'s. The OS page cache holds the files in "
-             "every case.", "",
+             "every case. Reads/s is the reads over their summed latencies, so a few slow reads weigh on it; p50 is "
+             "the steadier figure when the machine is loaded. Over stdio aggregator starts a file's load as soon as "
+             "the request line is read (read-ahead, see docs/design.md), so its thread hop overlaps the SDK's "
+             "dispatch of the request.", "",
              f"| wire | peer | cold reads/s | cold p50 (ms) | cold vs {COLD_TARGET[0]} | warm reads/s | warm p50 (ms) "
              f"| warm vs {WARM_TARGET[0]} |", "|---|---|---|---|---|---|---|---|"]
     for (transport, mode), peers in results.items():
