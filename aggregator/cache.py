@@ -130,10 +130,13 @@ class ContentCache(Generic[V]):
                          stale_on: tuple[type[BaseException], ...] = ()) -> None:
         """Load `key` for a read about to ask for it, unless it is fresh or loading already; errors are raised as
         `get_or_load` raises them. The read that takes the value counts the miss."""
+        if self.would_load(key):
+            await self._lead(key, policy, load, revalidate, stale_on, ahead=True)
+
+    def would_load(self, key: Hashable) -> bool:
+        """Whether a read of `key` now would call the backend: nothing fresh is stored and no load is in flight."""
         slot = self._entries.get(key)
-        if (slot is not None and self._timer() < slot.fresh_until) or key in self._flights:
-            return
-        await self._lead(key, policy, load, revalidate, stale_on, ahead=True)
+        return (slot is None or self._timer() >= slot.fresh_until) and key not in self._flights
 
     def _failed_ahead(self, key: Hashable) -> _Flight | None:
         """The read-ahead of `key` that just failed, once: the read it was for gets its error rather than a second

@@ -336,22 +336,23 @@ class Aggregator:
             return await self._query(target)
         return await self.cache.get_or_load(*self._file_load(target), stale_on=(ResourceUnavailable,))
 
-    async def read_ahead(self, uri: str) -> None:
-        """Start loading the file `uri` names for a trusted read of it about to be dispatched (stdio: the request
-        line has arrived, the SDK is still validating it), so that the source call overlaps that work; the read
-        takes the value from the cache (one source call). Nothing for what is cached, loading, not a file (text,
-        renders, queries) or unknown; failures are left for the read to meet and report."""
+    def read_ahead(self, uri: str) -> Awaitable[None] | None:
+        """For a trusted read of `uri` about to be dispatched (stdio: its request line has arrived, the SDK is still
+        validating it): the load of the file it names, to run now so that the source call overlaps that work, or
+        None when there is nothing to load (cached or loading already, not a file: text, renders, queries, or
+        unknown). The read takes the value from the cache: one source call. The load never raises: a failure is
+        the read's to meet and report."""
         try:
             target = self.catalog.resolve(uri)
         except ResourceNotFound:
-            return
+            return None
         if target.source is None or target.path is None or target.text is not None or target.render is not None \
                 or target.query is not None or self._limits[target.source].policy.ttl <= 0:
-            return  # a ttl of 0 keeps nothing: the read would load again
-        try:
-            await self.cache.load_ahead(*self._file_load(target), stale_on=(ResourceUnavailable,))
-        except Exception:  # noqa: BLE001 - the read that follows meets the same failure and reports it
-            pass
+            return None  # a ttl of 0 keeps nothing: the read would load again
+        key, policy, load, revalidate = self._file_load(target)
+        if not self.cache.would_load(key):
+            return None
+        return _quietly(self.cache.load_ahead(key, policy, load, revalidate, stale_on=(ResourceUnavailable,)))
 
     def _file_load(self, target: Target) -> tuple[Hashable, CachePolicy, Load[Content], Revalidate]:
         """The cache key, policy, load and revalidation of a file target's content."""
@@ -446,6 +447,13 @@ def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
     ttl = spec.ttl if spec.ttl is not None else defaults.ttl
     return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
                         CachePolicy(ttl, spec.stale_if_error))
+
+
+async def _quietly(job: Awaitable[None]) -> None:
+    try:
+        await job
+    except Exception:  # noqa: BLE001 - a read-ahead's failure waits for its read (`ContentCache.load_ahead`)
+        pass
 
 
 async def _backend_call(target: Target, source: Source, call: Callable[[], Awaitable[T]],

@@ -54,23 +54,35 @@ class _Unanswered:
             self.none.set()
 
 
-ReadAhead = Callable[[str], Awaitable[None]]
+ReadAhead = Callable[[str], Awaitable[None] | None]
+"""Given a read's URI, the work to start for it at once (it must not raise), or None."""
 
 
 async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT,
                       read_ahead: ReadAhead | None = None) -> None:
     """Run `server` on stdin/stdout until stdin closes and the requests read by then are answered (or
-    `drain_timeout` passes); stdout is flushed after every message. `read_ahead(uri)` runs beside each
-    `resources/read` from the moment its line is read (it must not raise)."""
+    `drain_timeout` passes); stdout is flushed after every message. `read_ahead(uri)` is asked for each
+    `resources/read` the moment its line is read, and what it returns runs beside the request."""
     async with stdio_server() as (wire_in, wire_out):
         to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
         unanswered = _Unanswered()
         async with anyio.create_task_group() as tg:
-            ahead = (lambda uri: tg.start_soon(read_ahead, uri)) if read_ahead is not None else None
-            tg.start_soon(_relay_requests, wire_in, to_server, wire_out, unanswered, drain_timeout, ahead)
+
+            def ahead(uri: str) -> None:
+                assert read_ahead is not None
+                job = read_ahead(uri)
+                if job is not None:  # most reads need nothing: no task for them
+                    tg.start_soon(_awaited, job)
+
+            tg.start_soon(_relay_requests, wire_in, to_server, wire_out, unanswered, drain_timeout,
+                          ahead if read_ahead is not None else None)
             tg.start_soon(_relay_responses, from_server, wire_out, unanswered)
             await server.run(server_in, server_out, options)
+
+
+async def _awaited(job: Awaitable[None]) -> None:
+    await job
 
 
 async def _relay_requests(wire_in: ObjectReceiveStream[SessionMessage | Exception],

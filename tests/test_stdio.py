@@ -43,6 +43,12 @@ def test_blank_lines_and_other_failures_get_no_answer() -> None:
     assert unreadable_line_error(OSError("stdin went away")) is None
 
 
+async def _read_ahead(aggregator: Aggregator, uri: str) -> None:
+    job = aggregator.read_ahead(uri)
+    if job is not None:
+        await job
+
+
 def test_read_ahead_loads_a_cold_file_once_for_the_read_and_nothing_else(docs_manifest: Path) -> None:
     """What the stdio transport starts when a `resources/read` line arrives: the file's load, which the read then
     takes (one source call, counted once as a miss); a cached file, an inline text or an unknown URI cost nothing,
@@ -60,13 +66,14 @@ def test_read_ahead_loads_a_cold_file_once_for_the_read_and_nothing_else(docs_ma
 
         source.read = counted  # type: ignore[method-assign]
         try:
-            await aggregator.read_ahead("docs://readme")
+            await _read_ahead(aggregator, "docs://readme")
             assert calls == ["README.md"] and aggregator.cache.misses == 0
             assert (await aggregator.read("docs://readme")).text == "# Readme\n"
             assert calls == ["README.md"] and (aggregator.cache.misses, aggregator.cache.hits) == (1, 0)
-            await aggregator.read_ahead("docs://readme")  # cached now
+            for uri in ("docs://readme", "note://inline", "nope://x"):  # cached, not a file, unknown: no work at all
+                assert aggregator.read_ahead(uri) is None
             for uri in ("note://inline", "nope://x", "file://docs/missing.md", "file://docs/big.bin", "img://logo"):
-                await aggregator.read_ahead(uri)
+                await _read_ahead(aggregator, uri)
             assert calls == ["README.md", "missing.md", "big.bin", "logo.png"]
             assert (await aggregator.read("img://logo")).blob == PNG_BYTES
             with pytest.raises(ResourceNotFound):  # the read-ahead's failure, not a second source call
