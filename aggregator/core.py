@@ -349,10 +349,9 @@ class Aggregator:
         if target.source is None or target.path is None or target.text is not None or target.render is not None \
                 or target.query is not None or self._limits[target.source].policy.ttl <= 0:
             return None  # a ttl of 0 keeps nothing: the read would load again
-        key, policy, load, revalidate = self._file_load(target)
-        if not self.cache.would_load(key):
+        if not self.cache.would_load(_file_key(target)):
             return None
-        return _quietly(self.cache.load_ahead(key, policy, load, revalidate, stale_on=(ResourceUnavailable,)))
+        return _quietly(self.cache.load_ahead(*self._file_load(target), stale_on=(ResourceUnavailable,)))
 
     def _file_load(self, target: Target) -> tuple[Hashable, CachePolicy, Load[Content], Revalidate]:
         """The cache key, policy, load and revalidation of a file target's content."""
@@ -373,7 +372,7 @@ class Aggregator:
             info = await _backend_call(target, source, lambda: source.stat(path), self.source_errors)
             return info.version == version
 
-        return (target.source, path, target.mime_type, target.decompress), limits.policy, load, revalidate
+        return _file_key(target), limits.policy, load, revalidate
 
     async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:
         """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden).
@@ -447,6 +446,11 @@ def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
     ttl = spec.ttl if spec.ttl is not None else defaults.ttl
     return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
                         CachePolicy(ttl, spec.stale_if_error))
+
+
+def _file_key(target: Target) -> Hashable:
+    """The cache key of a file target's content."""
+    return (target.source, target.path, target.mime_type, target.decompress)
 
 
 async def _quietly(job: Awaitable[None]) -> None:
