@@ -3,10 +3,6 @@
 An expired entry is not thrown away: while it stays within the byte budget it can be revalidated (a cheap
 metadata call comparing versions) instead of downloaded again, and served stale for a bounded time when the
 backend fails. Errors are never cached, and concurrent misses of one key share one backend call.
-
-A load may be started ahead of the read that wants it (`load_ahead`: a read-ahead, see `stdio`); its miss is
-counted by the read that takes the value, so hits and misses still count reads, not read-aheads, and if it fails,
-that read gets its error rather than calling the backend a second time.
 """
 
 from __future__ import annotations
@@ -25,9 +21,6 @@ __all__ = ["CachePolicy", "ContentCache", "Sized"]
 logger = logging.getLogger("aggregator.cache")
 
 DEFAULT_BUDGET = 256 * 1024 * 1024
-# A failed read-ahead's error waits this long for its read (which follows within milliseconds), for so many keys.
-_FAILED_AHEAD_S = 2.0
-_FAILED_KEPT = 64
 
 
 class Sized(Protocol):
@@ -54,22 +47,18 @@ class _Slot(Generic[V]):
     version: str | None
     fresh_until: float
     stale_until: float
-    ahead: bool = False
-    """Loaded by a read-ahead and not read since: the first read counts the miss."""
 
 
 class _Flight:
     """One load in progress; followers wait on `done` and read `value` or `error`."""
 
-    __slots__ = ("done", "loaded", "value", "error", "ahead")
+    __slots__ = ("done", "loaded", "value", "error")
 
-    def __init__(self, ahead: bool) -> None:
+    def __init__(self) -> None:
         self.done = anyio.Event()
         self.loaded = False
         self.value: object = None
         self.error: BaseException | None = None
-        self.ahead = ahead
-        """A read-ahead's load whose miss no read has counted yet."""
 
 
 Load = Callable[[], Awaitable[tuple[V, str | None]]]
@@ -86,8 +75,6 @@ class ContentCache(Generic[V]):
                                                                getsizeof=lambda slot: slot.value.nbytes)
         self._timer = timer
         self._flights: dict[Hashable, _Flight] = {}
-        self._failed: dict[Hashable, tuple[_Flight, float]] = {}
-        """Read-aheads that failed, until the read they were for takes the error (or `_FAILED_AHEAD_S` passes)."""
         self.hits = 0
         self.misses = 0
         self.revalidated = 0
@@ -112,60 +99,26 @@ class ContentCache(Generic[V]):
         while True:
             slot = self._entries.get(key)
             if slot is not None and self._timer() < slot.fresh_until:
-                self._count_read(key, slot)
+                self.hits += 1
                 return slot.value
-            flight = self._flights.get(key) or self._failed_ahead(key)
+            flight = self._flights.get(key)
             if flight is None:
                 return await self._lead(key, policy, load, revalidate, stale_on)
             await flight.done.wait()
             if flight.loaded:
-                self._count_read(key, flight)
+                self.hits += 1
                 return flight.value  # type: ignore[return-value]
             if flight.error is not None:
                 raise flight.error
             # The leader was cancelled: its followers try again rather than inherit the cancellation.
 
-    async def load_ahead(self, key: Hashable, policy: CachePolicy, load: Load[V],
-                         revalidate: Revalidate | None = None,
-                         stale_on: tuple[type[BaseException], ...] = ()) -> None:
-        """Load `key` for a read about to ask for it, unless it is fresh or loading already; errors are raised as
-        `get_or_load` raises them. The read that takes the value counts the miss."""
-        if self.would_load(key):
-            await self._lead(key, policy, load, revalidate, stale_on, ahead=True)
-
-    def would_load(self, key: Hashable) -> bool:
-        """Whether a read of `key` now would call the backend: nothing fresh is stored and no load is in flight."""
-        slot = self._entries.get(key)
-        return (slot is None or self._timer() >= slot.fresh_until) and key not in self._flights
-
-    def _failed_ahead(self, key: Hashable) -> _Flight | None:
-        """The read-ahead of `key` that just failed, once: the read it was for gets its error rather than a second
-        backend call (an error is kept for this one read, never cached)."""
-        failed = self._failed.pop(key, None)
-        return failed[0] if failed is not None and self._timer() < failed[1] else None
-
-    def _count_read(self, key: Hashable, taken: _Slot[V] | _Flight) -> None:
-        """A read took a stored or loaded value: a hit, or the miss of the read-ahead that loaded it for this read."""
-        if not taken.ahead:
-            self.hits += 1
-            return
-        self.misses += 1
-        taken.ahead = False
-        slot = self._entries.get(key)
-        if slot is not None:
-            slot.ahead = False  # the value this read-ahead stored: its miss is counted now
-
     async def _lead(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
-                    stale_on: tuple[type[BaseException], ...], ahead: bool = False) -> V:
-        flight = self._flights[key] = _Flight(ahead)
+                    stale_on: tuple[type[BaseException], ...]) -> V:
+        flight = self._flights[key] = _Flight()
         try:
-            value = await self._refresh(key, policy, load, revalidate, stale_on, flight)
+            value = await self._refresh(key, policy, load, revalidate, stale_on)
         except Exception as exc:
             flight.error = exc
-            if ahead:
-                if len(self._failed) >= _FAILED_KEPT:
-                    self._failed.pop(next(iter(self._failed)))
-                self._failed[key] = (flight, self._timer() + _FAILED_AHEAD_S)
             raise
         else:
             flight.value, flight.loaded = value, True
@@ -175,17 +128,15 @@ class ContentCache(Generic[V]):
             flight.done.set()
 
     async def _refresh(self, key: Hashable, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
-                       stale_on: tuple[type[BaseException], ...], flight: _Flight) -> V:
+                       stale_on: tuple[type[BaseException], ...]) -> V:
         old = self._entries.get(key)
         try:
             if old is not None and old.version is not None and revalidate is not None:
                 if await revalidate(old.version):
                     self.revalidated += 1
-                    flight.ahead = False  # no download: whoever reads it has a hit
                     self._store(key, old.value, old.version, policy)
                     return old.value
-            if not flight.ahead:
-                self.misses += 1
+            self.misses += 1
             value, version = await load()
         except stale_on:
             if old is not None and self._timer() < old.stale_until:
@@ -197,17 +148,17 @@ class ContentCache(Generic[V]):
         except Exception:
             self._entries.pop(key, None)
             raise
-        self._store(key, value, version, policy, flight.ahead)
+        self._store(key, value, version, policy)
         return value
 
-    def _store(self, key: Hashable, value: V, version: str | None, policy: CachePolicy, ahead: bool = False) -> None:
+    def _store(self, key: Hashable, value: V, version: str | None, policy: CachePolicy) -> None:
         if policy.ttl <= 0:
             self._entries.pop(key, None)
             return
         now = self._timer()
         fresh_until = now + policy.ttl
         try:
-            self._entries[key] = _Slot(value, version, fresh_until, fresh_until + policy.stale_if_error, ahead)
+            self._entries[key] = _Slot(value, version, fresh_until, fresh_until + policy.stale_if_error)
         except ValueError:
             self._entries.pop(key, None)  # larger than the whole budget: serve it, do not keep it
 

@@ -98,8 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     if args.http:
                         await _serve_http(server, live, metrics, args, sock)
                     else:
-                        # A trusted caller (stdio has no scopes): a file's load may start as its request arrives.
-                        await serve_stdio(server, initialization_options(server), read_ahead=aggregator.read_ahead)
+                        await serve_stdio(server, initialization_options(server))
                     live.stop()
         except ManifestError as exc:
             _report(exc)

@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 from cachetools import LRUCache
 
-from aggregator.cache import CachePolicy, ContentCache, Load, Revalidate
+from aggregator.cache import CachePolicy, ContentCache
 from aggregator.catalog import Catalog, Entry, Page, Target, TemplateEntry, compile_catalog
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
 from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceRenderFailed,
@@ -334,27 +334,6 @@ class Aggregator:
             return await self._render(catalog, target, scopes)
         if target.query is not None:
             return await self._query(target)
-        return await self.cache.get_or_load(*self._file_load(target), stale_on=(ResourceUnavailable,))
-
-    def read_ahead(self, uri: str) -> Awaitable[None] | None:
-        """For a trusted read of `uri` about to be dispatched (stdio: its request line has arrived, the SDK is still
-        validating it): the load of the file it names, to run now so that the source call overlaps that work, or
-        None when there is nothing to load (cached or loading already, not a file: text, renders, queries, or
-        unknown). The read takes the value from the cache: one source call. The load never raises: a failure is
-        the read's to meet and report."""
-        try:
-            target = self.catalog.resolve(uri)
-        except ResourceNotFound:
-            return None
-        if target.source is None or target.path is None or target.text is not None or target.render is not None \
-                or target.query is not None or self._limits[target.source].policy.ttl <= 0:
-            return None  # a ttl of 0 keeps nothing: the read would load again
-        if not self.cache.would_load(_file_key(target)):
-            return None
-        return _quietly(self.cache.load_ahead(*self._file_load(target), stale_on=(ResourceUnavailable,)))
-
-    def _file_load(self, target: Target) -> tuple[Hashable, CachePolicy, Load[Content], Revalidate]:
-        """The cache key, policy, load and revalidation of a file target's content."""
         assert target.source is not None and target.path is not None
         source, limits, path = self.sources[target.source], self._limits[target.source], target.path
 
@@ -372,7 +351,8 @@ class Aggregator:
             info = await _backend_call(target, source, lambda: source.stat(path), self.source_errors)
             return info.version == version
 
-        return _file_key(target), limits.policy, load, revalidate
+        key = (target.source, path, target.mime_type, target.decompress)
+        return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
 
     async def _render(self, catalog: Catalog, target: Target, scopes: frozenset[str] | None) -> Content:
         """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden).
@@ -446,18 +426,6 @@ def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
     ttl = spec.ttl if spec.ttl is not None else defaults.ttl
     return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
                         CachePolicy(ttl, spec.stale_if_error))
-
-
-def _file_key(target: Target) -> Hashable:
-    """The cache key of a file target's content."""
-    return (target.source, target.path, target.mime_type, target.decompress)
-
-
-async def _quietly(job: Awaitable[None]) -> None:
-    try:
-        await job
-    except Exception:  # noqa: BLE001 - a read-ahead's failure waits for its read (`ContentCache.load_ahead`)
-        pass
 
 
 async def _backend_call(target: Target, source: Source, call: Callable[[], Awaitable[T]],

@@ -4,15 +4,11 @@ A line that is not JSON gets a JSON-RPC -32700 error (id null) and one that is J
 -32600, where the SDK drops both silently. When stdin closes (a script piping requests in), the requests already
 read are finished and their responses written before the server stops, for at most `DRAIN_TIMEOUT` seconds;
 the SDK would cancel them on end of input, and the last answers were lost.
-
-With `read_ahead`, a `resources/read` line starts that hook with its URI as soon as it is read: the SDK takes a
-few hundred microseconds to validate and dispatch the request, and a file's load (a thread hop) fits in them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -54,41 +50,22 @@ class _Unanswered:
             self.none.set()
 
 
-ReadAhead = Callable[[str], Awaitable[None] | None]
-"""Given a read's URI, the work to start for it at once (it must not raise), or None."""
-
-
-async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT,
-                      read_ahead: ReadAhead | None = None) -> None:
+async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT) -> None:
     """Run `server` on stdin/stdout until stdin closes and the requests read by then are answered (or
-    `drain_timeout` passes); stdout is flushed after every message. `read_ahead(uri)` is asked for each
-    `resources/read` the moment its line is read, and what it returns runs beside the request."""
+    `drain_timeout` passes); stdout is flushed after every message."""
     async with stdio_server() as (wire_in, wire_out):
         to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
         unanswered = _Unanswered()
         async with anyio.create_task_group() as tg:
-
-            def ahead(uri: str) -> None:
-                assert read_ahead is not None
-                job = read_ahead(uri)
-                if job is not None:  # most reads need nothing: no task for them
-                    tg.start_soon(_awaited, job)
-
-            tg.start_soon(_relay_requests, wire_in, to_server, wire_out, unanswered, drain_timeout,
-                          ahead if read_ahead is not None else None)
+            tg.start_soon(_relay_requests, wire_in, to_server, wire_out, unanswered, drain_timeout)
             tg.start_soon(_relay_responses, from_server, wire_out, unanswered)
             await server.run(server_in, server_out, options)
 
 
-async def _awaited(job: Awaitable[None]) -> None:
-    await job
-
-
 async def _relay_requests(wire_in: ObjectReceiveStream[SessionMessage | Exception],
                           to_server: ObjectSendStream[SessionMessage | Exception], wire_out: Any,
-                          unanswered: _Unanswered, drain_timeout: float,
-                          ahead: Callable[[str], None] | None = None) -> None:
+                          unanswered: _Unanswered, drain_timeout: float) -> None:
     """stdin to the server, answering unreadable lines itself; at end of input, hold the server's input open
     until what was asked is answered."""
     async with to_server:
@@ -102,10 +79,6 @@ async def _relay_requests(wire_in: ObjectReceiveStream[SessionMessage | Exceptio
                 message = item.message
                 if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
                     unanswered.add(message.id)
-                    if ahead is not None and message.method == "resources/read":
-                        uri = (message.params or {}).get("uri")
-                        if isinstance(uri, str):
-                            ahead(uri)
                 elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
                     # A cancelled request is never answered.
                     unanswered.discard((message.params or {}).get("requestId"))

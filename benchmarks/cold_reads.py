@@ -150,9 +150,9 @@ def section(results: dict[tuple[str, str], dict[str, tuple[Phase, Phase]]],
              f"Targets: aggregator's cold reads/s at least {COLD_TARGET[1]:.2f}x `{COLD_TARGET[0]}`'s, its warm "
              f"reads/s at least {WARM_TARGET[1]:.2f}x `{WARM_TARGET[0]}`'s. The OS page cache holds the files in "
              "every case. Reads/s is the reads over their summed latencies, so a few slow reads weigh on it; p50 is "
-             "the steadier figure when the machine is loaded. Over stdio aggregator starts a file's load as soon as "
-             "the request line is read (read-ahead, see docs/design.md), so its thread hop overlaps the SDK's "
-             "dispatch of the request.", "",
+             "the steadier figure when the machine is loaded. A cold read costs aggregator one hop to its source's "
+             "threads (`sources/threads.py`: what keeps a hung mount from stalling the server), which the floors do "
+             "not pay.", "",
              f"| wire | peer | cold reads/s | cold p50 (ms) | cold vs {COLD_TARGET[0]} | warm reads/s | warm p50 (ms) "
              f"| warm vs {WARM_TARGET[0]} |", "|---|---|---|---|---|---|---|---|"]
     for (transport, mode), peers in results.items():

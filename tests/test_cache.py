@@ -147,32 +147,3 @@ def test_stale_if_error_is_bounded() -> None:
         assert (await get()).tag == "body@v1" and backend.loads == 2  # the stale copy was dropped
 
     anyio.run(main)
-
-
-def test_a_load_ahead_is_counted_by_the_read_that_uses_it() -> None:
-    """A read-ahead (`load_ahead`) loads as any miss does, but the miss is counted by the read that then takes the
-    value (joining the load in flight or finding it stored), not as a read-ahead plus a hit; a read-ahead nobody
-    reads counts nothing, and one for a key already fresh or loading loads nothing."""
-    clock, backend = Clock(), Backend(delay=0.05)
-    cache: ContentCache[Blob] = ContentCache(1000, timer=clock)
-    policy = CachePolicy(60)
-
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:  # the read joins the read-ahead's load
-            tg.start_soon(cache.load_ahead, "a", policy, backend.load)
-            await anyio.sleep(0.01)
-            tg.start_soon(cache.get_or_load, "a", policy, backend.load)
-        assert (backend.loads, cache.misses, cache.hits) == (1, 1, 0)
-        await cache.load_ahead("b", policy, backend.load)  # done before the read comes
-        assert (backend.loads, cache.misses, cache.hits) == (2, 1, 0)
-        await cache.get_or_load("b", policy, backend.load)
-        assert (backend.loads, cache.misses, cache.hits) == (2, 2, 0)
-        await cache.get_or_load("b", policy, backend.load)
-        assert (backend.loads, cache.misses, cache.hits) == (2, 2, 1)
-        await cache.load_ahead("b", policy, backend.load)  # fresh: nothing to do, nothing counted
-        await cache.get_or_load("b", policy, backend.load)
-        assert (backend.loads, cache.misses, cache.hits) == (2, 2, 2)
-        await cache.load_ahead("unread", policy, backend.load)
-        assert (backend.loads, cache.misses, cache.hits) == (3, 2, 2)
-
-    anyio.run(main)
