@@ -1,6 +1,6 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (templates, live, remote, search) each own one `## ` section of it, which they replace or append and which a
-rewrite of the main report keeps."""
+benchmarks (cold_reads, http_load, reliability, templates, live, remote, search) each own one `## ` section of it,
+which they replace or append and which a rewrite of the main report keeps."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ DOCS = REPO / "docs" / "benchmarks.md"
 TEMPLATES = "## Reads through URI templates"
 LIVE = "## Live catalog: save to notification"
 REMOTE = "## Remote sources: S3 and HTTP"
+COLD_READS = "## Cold and warm reads against a floor that reads the disk"
 HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
 RELIABILITY = "## Reliability under faults"
 SEARCH = "## Search: full-text index and queries"
-SIDE = (HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH)
+SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH)
 
 
 def split(text: str) -> list[str]:

@@ -23,6 +23,8 @@ from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from aggregator.manifest import load_manifest
 from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.sources import LocalSource, SourceError, SourceNotFound, open_source
+from aggregator.sources.base import SourceTooLarge
+from aggregator.sources.local import read_at_most
 from tests.conftest import MODES, connect, write_manifest
 
 
@@ -304,3 +306,50 @@ def test_folder_links_inside_the_root_are_followed_once_and_outside_ones_skipped
     caplog.clear()
     assert listed() == paths
     assert not [r for r in caplog.records if "outside" in r.getMessage()]  # once per source, not per listing
+
+
+def test_reads_follow_links_inside_the_root_and_refuse_the_rest(tmp_path: Path) -> None:
+    """A read resolves links anywhere in the path: inside the root they are followed, outside they are refused,
+    and a file past `maxBytes` is too large whichever way it is reached."""
+    root = tmp_path / "root"
+    (root / "real" / "deep").mkdir(parents=True)
+    (root / "real" / "deep" / "a.md").write_text("a")
+    (root / "big.md").write_bytes(b"x" * 11)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.md").write_text("secret")
+    os.symlink(root / "real", root / "alias")
+    os.symlink(root / "real" / "deep" / "a.md", root / "link.md")
+    os.symlink(root / "big.md", root / "big-link.md")
+    os.symlink(root, root / "real" / "deep" / "loop")
+    os.symlink(tmp_path / "outside", root / "out-dir")
+    os.symlink(tmp_path / "outside" / "secret.md", root / "out-file.md")
+    os.symlink("../../outside/secret.md", root / "real" / "relative-out.md")
+    source = LocalSource("s", str(root), timeout=10)
+
+    async def main() -> None:
+        for path in ("real/deep/a.md", "alias/deep/a.md", "link.md", "real/deep/loop/alias/deep/a.md"):
+            assert (await source.read(path, 10)).data == b"a", path
+        for path in ("out-dir/secret.md", "out-file.md", "real/relative-out.md", "real/deep/a.md/x", "real"):
+            with pytest.raises(SourceNotFound):
+                await source.read(path, 10)
+        for path in ("big.md", "big-link.md"):
+            with pytest.raises(SourceTooLarge):
+                await source.read(path, 10)
+            assert (await source.read(path, 11)).data == b"x" * 11
+
+    anyio.run(main)
+
+
+def test_a_file_longer_than_its_stat_said_is_read_to_its_end_or_one_byte_past_the_limit(tmp_path: Path) -> None:
+    """The read is sized from fstat, but a file that grew since is read on: never cut short, never more than
+    `max_bytes + 1` bytes."""
+    path = tmp_path / "grown.md"
+    path.write_bytes(bytes(range(256)) * 2000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for expected, max_bytes, wanted in ((0, 10**6, 512_000), (10, 10**6, 512_000), (512_000, 10**6, 512_000),
+                                            (0, 1000, 1001), (10**7, 1000, 1001), (0, 512_000, 512_000)):
+            os.lseek(fd, 0, os.SEEK_SET)
+            assert read_at_most(fd, expected, max_bytes) == path.read_bytes()[:wanted]
+    finally:
+        os.close(fd)

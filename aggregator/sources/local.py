@@ -35,6 +35,8 @@ logger = logging.getLogger("aggregator.sources.local")
 # Open flags: never follow a link swapped in after resolving, never block on a FIFO, never become a terminal.
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
                | getattr(os, "O_NOCTTY", 0))
+# Further reads of a file that turned out larger than fstat said.
+_GROWTH_CHUNK = 256 * 1024
 # Errors that mean "there is no such file to serve" rather than "the folder failed".
 _ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
@@ -73,14 +75,35 @@ class LocalSource(Source):
 
     def resolve(self, path: str) -> str:
         """The real absolute path of `path`, or SourceNotFound if it is unsafe or escapes the root (blocking)."""
+        return self._resolve_stat(path)[0]
+
+    def _resolve_stat(self, path: str) -> tuple[str, os.stat_result | None]:
+        """`resolve(path)` and, when no segment under the root is a link, the final segment's lstat (no link, so
+        it is the file's own stat); None when links were followed (the caller stats the real path then).
+
+        The root is real (resolved at start), so when no segment under it is a link, root + path is the real path:
+        one lstat per segment below the root instead of `realpath`'s one per segment from `/`. A link anywhere
+        under the root falls back to `realpath` and the containment check."""
         try:
             safe_relpath(path)
         except UnsafePath as exc:
             raise SourceNotFound(f"refused path: {exc}") from None
+        current = self.root
+        st: os.stat_result | None = None
+        for segment in path.split("/"):
+            current = os.path.join(current, segment)
+            try:
+                st = os.lstat(current)
+            except OSError as exc:
+                raise _os_error("stat", exc) from None
+            if stat_mode.S_ISLNK(st.st_mode):
+                break
+        else:
+            return current, st
         real = os.path.realpath(os.path.join(self.root, *path.split("/")))
         if not is_within(self.root, real) or real == self.root:
             raise SourceNotFound("path resolves outside the source root")
-        return real
+        return real, None
 
     async def stat(self, path: str) -> FileInfo:
         return await self._call(self._stat_file, path)
@@ -93,23 +116,28 @@ class LocalSource(Source):
         return await self._call(self._read_file, path, max_bytes)
 
     def _read_file(self, path: str, max_bytes: int) -> Blob:
-        real = self.resolve(path)
-        _regular_file(real)  # checked before open: a FIFO, socket or device is never opened
+        real, st = self._resolve_stat(path)
+        # Checked before open: a FIFO, socket or device is never opened.
+        if st is None:
+            _regular_file(real)
+        elif not stat_mode.S_ISREG(st.st_mode):
+            raise SourceNotFound("not a regular file")
         try:
             fd = os.open(real, _OPEN_FLAGS)
         except OSError as exc:
             raise _os_error("open", exc) from None
-        with os.fdopen(fd, "rb") as handle:
+        try:
             st = os.fstat(fd)
             if not stat_mode.S_ISREG(st.st_mode):  # swapped after the check
                 raise SourceNotFound("not a regular file")
             if st.st_size > max_bytes:
                 raise SourceTooLarge(st.st_size, max_bytes)
             try:
-                # One byte past the limit: the file may have grown since fstat.
-                data = handle.read(max_bytes + 1)
+                data = read_at_most(fd, st.st_size, max_bytes)
             except OSError as exc:
                 raise _os_error("read", exc) from None
+        finally:
+            os.close(fd)
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
         return Blob(data, version=_version(st.st_mtime, st.st_size))
@@ -178,6 +206,24 @@ class LocalSource(Source):
                         yield rel, entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+
+
+def read_at_most(fd: int, expected: int, max_bytes: int) -> bytes:
+    """The bytes of `fd` to its end, but never more than `max_bytes + 1` (one past the limit tells the caller it
+    was passed). The first read asks for `expected + 1` bytes (fstat's size): a buffer of the file's size rather
+    than of the limit (a 10 MiB allocation per read costs more than the read); a file that grew since is read on."""
+    limit = max_bytes + 1
+    chunks: list[bytes] = []
+    total = 0
+    want = min(expected, max_bytes) + 1
+    while total < limit:
+        chunk = os.read(fd, min(want, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        want = max(want, _GROWTH_CHUNK)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _regular_file(real: str) -> os.stat_result:

@@ -49,15 +49,25 @@ class ThreadSlots:
     async def run(self, timeout: float, func: Callable[..., T], *args: Any) -> T:
         """`func(*args)` in a thread; TimeoutError if waiting for a slot and the call together take over `timeout`."""
         loop = asyncio.get_running_loop()
-        with anyio.fail_after(timeout):
-            await self._acquire(loop)
-            done: asyncio.Future[T] = loop.create_future()
-            try:
-                self._dispatch((loop, done, func, args))
-            except BaseException:
-                self._release()
-                raise
+        deadline = loop.time() + timeout
+        if self._busy < self.size and not self._waiting:
+            self._busy += 1  # the common case: a free slot, nothing to wait for
+        else:
+            with anyio.fail_at(deadline):
+                await self._acquire(loop)
+        done: asyncio.Future[T] = loop.create_future()
+        try:
+            self._dispatch((loop, done, func, args))
+        except BaseException:
+            self._release()
+            raise
+        # The deadline fails the future itself: a timer handle costs a fraction of a cancel scope, and the caller
+        # gives up the same way (the thread keeps its slot until it returns, see `_finish`).
+        timer = loop.call_at(deadline, _expire, done)
+        try:
             return await done
+        finally:
+            timer.cancel()
 
     def _dispatch(self, job: _Job) -> None:
         """Hand `job` to an idle thread, or start one (the caller holds a slot, so threads never exceed `size`)."""
@@ -118,6 +128,11 @@ class ThreadSlots:
                         self._idle.remove(inbox)
                         return
                 job = inbox.get()  # taken off the idle list just now: its job is on the way
+
+
+def _expire(done: asyncio.Future[Any]) -> None:
+    if not done.done():
+        done.set_exception(TimeoutError())
 
 
 def _finish(slots: ThreadSlots, done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -69,6 +69,11 @@ def _floor_annotated(root: Path, page_size: int, port: int | None) -> Launch:
                                    *_http(port, "--http")])
 
 
+def _floor_disk(root: Path, page_size: int, port: int | None) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.floor", str(root), str(page_size), "--disk",
+                                   *_http(port, "--http")])
+
+
 def _sdk_mcpserver(root: Path, page_size: int, port: int | None) -> Launch:
     return Launch(sys.executable, ["-m", "benchmarks.peers.sdk_mcpserver", str(root), *_http(port, "--http")])
 
@@ -116,6 +121,8 @@ FASTMCP_CAP_REASON = (
 PEERS: dict[str, Peer] = {peer.name: peer for peer in [
     Peer("aggregator", "this project: `aggregator serve` on a manifest with one collection", _aggregator),
     Peer("floor", "bare low-level SDK `Server`, preloaded `Resource` objects and strings: the protocol floor", _floor),
+    Peer("floor-disk", "the floor opening and reading the file on every read (a plain `open` on the event loop): "
+         "the floor for a read that reaches the disk", _floor_disk),
     Peer("aggregator-annotated", "aggregator with `annotations: {lastModified: file}` on the collection (stdio "
          "only: it exists to compare listing costs)", _aggregator_annotated, http=False),
     Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator-annotated does "

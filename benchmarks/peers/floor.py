@@ -1,10 +1,13 @@
 """The protocol floor: a bare low-level SDK `Server` answering from preloaded `Resource` objects and strings.
 
-Usage: python -m benchmarks.peers.floor FOLDER PAGE_SIZE [--annotated] [--http PORT]   (URIs are bench://<path>)
+Usage: python -m benchmarks.peers.floor FOLDER PAGE_SIZE [--annotated] [--disk] [--http PORT]
+(URIs are bench://<path>)
 
 Every file is read into a dict at start; listing pages through a preloaded list with an integer cursor; a read is
 one dict lookup. `--annotated` also lists what aggregator-annotated lists (`annotations.lastModified` from the file's
-mtime), so listing costs compare like for like. Unknown URIs get -32602 with data.uri.
+mtime), so listing costs compare like for like. `--disk` (the `floor-disk` peer) opens and reads the file on every
+read instead, on the event loop with a plain `open`: what a bare SDK server reading from disk costs, with none of
+aggregator's safety (no thread, timeout, containment or file-type check). Unknown URIs get -32602 with data.uri.
 """
 
 from __future__ import annotations
@@ -49,10 +52,12 @@ def resources_of(root: str, contents: dict[str, str], annotated: bool) -> list[t
             for uri in sorted(contents)]
 
 
-def build(root: str, page_size: int, annotated: bool = False) -> Server[Any]:
-    """The floor server over `root`, listing `page_size` resources per page."""
+def build(root: str, page_size: int, annotated: bool = False, disk: bool = False) -> Server[Any]:
+    """The floor server over `root`, listing `page_size` resources per page; with `disk`, every read opens and
+    reads the file (the listing is the same)."""
     contents = load(root)
     resources = resources_of(root, contents, annotated)
+    paths = {uri: os.path.join(root, uri[len("bench://"):]) for uri in contents} if disk else {}
 
     async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         start = int(params.cursor) if params and params.cursor else 0
@@ -62,9 +67,16 @@ def build(root: str, page_size: int, annotated: bool = False) -> Server[Any]:
                                          ttl_ms=TTL_MS, cache_scope="public")
 
     async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        text = contents.get(params.uri)
-        if text is None:
-            raise MCPError(-32602, "Resource not found", data={"uri": params.uri})
+        if disk:
+            path = paths.get(params.uri)
+            if path is None:
+                raise MCPError(-32602, "Resource not found", data={"uri": params.uri})
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        else:
+            text = contents.get(params.uri)
+            if text is None:
+                raise MCPError(-32602, "Resource not found", data={"uri": params.uri})
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=params.uri, mime_type="text/markdown", text=text)],
             ttl_ms=TTL_MS, cache_scope="public")
@@ -72,24 +84,25 @@ def build(root: str, page_size: int, annotated: bool = False) -> Server[Any]:
     return Server("floor", version="1", on_list_resources=list_resources, on_read_resource=read_resource)
 
 
-async def serve(root: str, page_size: int, annotated: bool) -> None:
+async def serve(root: str, page_size: int, annotated: bool, disk: bool) -> None:
     """Serve the floor over stdio until stdin closes."""
-    server = build(root, page_size, annotated)
+    server = build(root, page_size, annotated, disk)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def serve_http(root: str, page_size: int, annotated: bool, port: int) -> None:
+def serve_http(root: str, page_size: int, annotated: bool, disk: bool, port: int) -> None:
     """Serve the floor over Streamable HTTP at http://127.0.0.1:PORT/mcp until killed."""
     import uvicorn
 
-    app = build(root, page_size, annotated).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    app = build(root, page_size, annotated, disk).streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":
     extra = sys.argv[3:]
     if "--http" in extra:
-        serve_http(sys.argv[1], int(sys.argv[2]), "--annotated" in extra, int(extra[extra.index("--http") + 1]))
+        serve_http(sys.argv[1], int(sys.argv[2]), "--annotated" in extra, "--disk" in extra,
+                   int(extra[extra.index("--http") + 1]))
     else:
-        anyio.run(serve, sys.argv[1], int(sys.argv[2]), "--annotated" in extra)
+        anyio.run(serve, sys.argv[1], int(sys.argv[2]), "--annotated" in extra, "--disk" in extra)
