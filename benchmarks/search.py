@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from benchmarks.machine import describe as describe_machine
 from benchmarks.sections import DOCS, SEARCH, write_section
-from benchmarks.workload import FILES_PER_FOLDER, relative_path
+from benchmarks.workload import generate as generate_files
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / ".data"
@@ -52,17 +52,7 @@ def body(i: int) -> str:
 
 
 def generate(count: int) -> Path:
-    root = DATA / f"search-{count}"
-    marker = root / ".complete"
-    if marker.exists():
-        return root
-    for i in range(count):
-        path = root / relative_path(i)
-        if i % FILES_PER_FOLDER == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body(i))
-    marker.write_text("")
-    return root
+    return generate_files(DATA, count, prefix="search", body=body)
 
 
 def manifest(root: Path, index_file: Path) -> Path:

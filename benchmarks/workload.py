@@ -5,6 +5,7 @@ Layout: `<base>/<prefix>-<N>/dNNNN/fNNN.md`, 100 files per folder; file i is ser
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 FILES_PER_FOLDER = 100
@@ -26,8 +27,9 @@ def body_of(i: int) -> str:
     return f"# Document {i}\n\nBody of document {i}.\n"
 
 
-def generate(base: Path, count: int, prefix: str = "files") -> Path:
-    """Create `count` files under `base/<prefix>-<count>` once (a `.complete` marker records it); return that folder.
+def generate(base: Path, count: int, prefix: str = "files", body: Callable[[int], str] = body_of) -> Path:
+    """Create `count` files (`body(i)` each) under `base/<prefix>-<count>` once (a `.complete` marker records it);
+    return that folder.
 
     `benchmarks.run` uses its own prefix so that other benchmarks editing their files (live.py) cannot disturb it.
     """
@@ -39,7 +41,7 @@ def generate(base: Path, count: int, prefix: str = "files") -> Path:
         path = root / relative_path(i)
         if i % FILES_PER_FOLDER == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body_of(i))
+        path.write_text(body(i))
     marker.write_text("")
     return root
 
