@@ -3,7 +3,7 @@
 outer cache off: every read crosses both), and the same with the outer cache on (`one hop, cached`).
 
 `python -m benchmarks.upstream_hop [--reads 600] [--modes legacy,auto]` prints a table (it writes no report section
-yet: the `mcp` kind is registered by tests/hop_serve.py until the lead wires it).
+yet). The outer aggregator's source is the `mcp` kind: `mcp+stdio:` with the inner aggregator as its command.
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ def manifests(folder: Path, root: Path) -> dict[str, StdioServerParameters]:
     for name, ttl in (("one hop", "0s"), ("one hop, cached", "60s")):
         outer = folder / f"outer-{ttl}.yaml"
         outer.write_text(f"version: 1\nserver: {{name: outer}}\ndefaults: {{ttl: {ttl}}}\nsources:\n"
-                         f"  inner: {{url: 'mcptest://inner', options: {{root: 'bench://', command: {command!r}, "
-                         f"env: {ENV!r}}}}}\n"
+                         f"  inner: {{url: 'mcp+stdio:', prefix: 'bench://', command: {command!r}, env: {ENV!r}}}\n"
                          'collections:\n  - {source: inner, glob: "**/*.md", uri: "bench://{path}"}\n')
         peers[name] = StdioServerParameters(
-            command=sys.executable, args=[str(REPO / "tests" / "hop_serve.py"), "serve", str(outer)], env=ENV)
+            command=sys.executable, args=["-m", "aggregator", "serve", str(outer)], env=ENV)
     return peers
 
 

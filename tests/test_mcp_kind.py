@@ -1,0 +1,195 @@
+"""The `mcp` source kind: another MCP server's resources in the catalog (`mcp+stdio:` with `command`, or
+`mcp+https://host/mcp`), end to end through the official client on both wires: collections over upstream URIs under
+`prefix`, reads forwarded, upstream errors kept from clients, one child per source across reloads, manifests read
+from URLs refused what would run commands or reach private networks, aggregator serving aggregator."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from aggregator.manifest import ManifestError, load_manifest
+from aggregator.sources import kind_for_url
+from tests.conftest import MODES, write_manifest
+from tests.test_live import BASE
+from tests.test_manifest_compose import _errors, web  # noqa: F401 - a fixture
+from tests.test_upstream import ENV, HERE, free_port, start_http, stop
+
+UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
+
+
+def serve(manifest: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve", str(manifest)], env=ENV)
+
+
+@pytest.mark.parametrize(("url", "protocol"), [("mcp+stdio:", "mcp"), ("mcp+stdio:./sub", "mcp"),
+                                               ("mcp+https://example.com/mcp", "mcp"), ("MCP+HTTP://h/mcp", "mcp")])
+def test_the_url_picks_the_mcp_kind(tmp_path: Path, url: str, protocol: str) -> None:
+    (tmp_path / "sub").mkdir()
+    m = load_manifest(write_manifest(tmp_path, f"version: 1\nserver: {{name: s}}\n"
+                                               f"sources: {{s: {{url: '{url}', command: [x]}}}}\n"))
+    spec = m.sources["s"]
+    assert (spec.kind, spec.protocol, kind_for_url(url).name) == ("mcp", protocol, "mcp")
+    if url.startswith("mcp+stdio"):  # the child's folder: the manifest's, or the one written after the colon
+        assert spec.url == "mcp+stdio:" + str((tmp_path / url.split(":", 1)[1]).resolve())
+    assert spec.settings == {"command": ("x",), "env": {}, "headers": {}, "allowPrivateNetwork": False, "prefix": ""}
+    assert kind_for_url("https://example.com/mcp").name == "http"  # plain https stays the http kind's
+
+
+def test_settings_of_the_other_wire_are_refused(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, """
+        version: 1
+        server: {name: s}
+        sources:
+          a: {url: "mcp+stdio:", command: [x], headers: {A: b}}
+        collections:
+          - {source: a, glob: "*", uri: "a://{path}"}
+        """)
+
+    async def main() -> None:
+        from aggregator.service import ResourceService
+
+        with pytest.raises(ManifestError, match="headers and allowPrivateNetwork are for mcp\\+https"):
+            await ResourceService.open(path)
+
+    anyio.run(main)
+
+
+def test_a_url_manifest_may_not_run_commands_or_reach_private_networks(tmp_path: Path,
+                                                                      web: tuple[str, Path]) -> None:  # noqa: F811
+    base, folder = web
+    write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  u: {url: 'mcp+stdio:', command: [sh, -c, id], "
+                           "env: {A: b}}\n", name="stdio.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  u: {url: 'mcp+http://10.0.0.1/mcp', "
+                           "allowPrivateNetwork: true}\n", name="net.yaml")
+    write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  u: {url: 'mcp+https://example.com/mcp', "
+                           "headers: {Authorization: Bearer x}}\n", name="fine.yaml")
+
+    def including(name: str) -> Path:
+        return write_manifest(tmp_path, f'version: 1\nserver: {{name: x}}\ninclude: [{{url: "{base}/{name}"}}]\n',
+                              name=f"inc-{name}")
+
+    refused = _errors(including("stdio.yaml"))
+    assert refused.count("may not run commands on this machine (mcp+stdio)") == 3  # url, command, env
+    assert "may not open private networks to MCP upstreams" in _errors(including("net.yaml"))
+    assert load_manifest(including("fine.yaml")).sources["u"].kind == "mcp"
+
+
+def test_mcp_source_behind_the_read_path(tmp_path: Path) -> None:
+    """Collections over an upstream's URIs under `prefix`, reads, not-found and failures as clients see them (no
+    upstream text); an unchanged source keeps its child across reloads, a changed one gets a new one."""
+    from aggregator.errors import ResourceNotFound, ResourceUnavailable
+    from aggregator.service import ResourceService
+
+    def text(tag: str) -> str:
+        return f"""
+            version: 1
+            server: {{name: outer}}
+            defaults: {{ttl: 0s}}
+            sources:
+              up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r},
+                    env: {{PYTHONPATH: "{ENV['PYTHONPATH']}", UPSTREAM_TAG: {tag}}}}}
+            collections:
+              - {{source: up, glob: "static-*", uri: "wiki://{{path}}"}}
+              - {{source: up, glob: "boom", uri: "wiki://{{path}}"}}
+              - {{source: up, glob: "tag/*", uri: "tag://{{name}}"}}
+            """
+
+    manifest = write_manifest(tmp_path, text("one"))
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        try:
+            assert sorted(e.uri for e in service.catalog.entries) == [
+                "tag://one", "wiki://boom", "wiki://static-binary", "wiki://static-text"]
+            assert (await service.read("wiki://static-text")).content.text == "Hello from one"
+            assert (await service.read("wiki://static-binary")).content.blob is not None
+            with pytest.raises(ResourceUnavailable) as failed:
+                await service.read("wiki://boom")
+            assert failed.value.message == "Resource wiki://boom could not be read right now"
+            assert "SECRET" not in failed.value.message
+            with pytest.raises(ResourceNotFound):
+                await service.read("wiki://nope")
+            upstream = service.sources["up"].upstream  # type: ignore[attr-defined]
+            manifest.write_text(manifest.read_text() + "resources:\n  - {uri: 'note://x', name: x, text: x}\n")
+            await service.reload()
+            assert service.sources["up"].upstream is upstream and upstream.status.state == "connected"
+            assert upstream.status.reconnects == 0
+            manifest.write_text(text("two"))
+            await service.reload()
+            assert service.sources["up"].upstream is not upstream
+            assert "tag://two" in {e.uri for e in service.catalog.entries}
+            assert (await service.read("wiki://static-text")).content.text == "Hello from two"
+        finally:
+            await service.aclose()
+        assert upstream.status.state == "closed"
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregator_serving_aggregator(mode: str, tmp_path: Path) -> None:
+    """Two levels through the official client: `hop://...` from an aggregator whose source is another aggregator's
+    `docs://...` over stdio (its folder watched: a change reaches the outer client once the inner cache lets go)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    (docs / "b.md").write_text("# B\n")
+    inner = write_manifest(tmp_path, BASE, "inner.yaml")
+    command = [sys.executable, "-m", "aggregator", "serve", str(inner)]
+    outer = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        defaults: {{ttl: 0s}}
+        sources:
+          inner: {{url: "mcp+stdio:", prefix: "docs://", command: {command!r}, env: {ENV!r}}}
+        collections:
+          - {{source: inner, glob: "*.md", uri: "hop://{{path}}"}}
+        """, "outer.yaml")
+
+    async def main() -> None:
+        async with Client(serve(outer), mode=mode, cache=None) as client:
+            assert sorted(r.uri for r in (await client.list_resources()).resources) == ["hop://a.md", "hop://b.md"]
+            assert (await client.read_resource("hop://b.md")).contents[0].text == "# B\n"
+            (docs / "b.md").write_text("# B again\n")
+            with anyio.fail_after(8):
+                while (await client.read_resource("hop://b.md")).contents[0].text != "# B again\n":
+                    await anyio.sleep(0.1)
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_http_upstream_with_a_static_bearer(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mcp+http://` to a Streamable HTTP upstream on loopback (allowPrivateNetwork), the manifest's header (from
+    ${ENV}) sent upstream, served to the official client over stdio."""
+    port = free_port()
+    process = start_http([sys.executable, str(HERE / "upstream_server.py"), "http", str(port)], port)
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+http://127.0.0.1:{port}/mcp", prefix: "test://", allowPrivateNetwork: ["127.0.0.0/8"],
+                headers: {{Authorization: "Bearer ${{UPSTREAM_TOKEN}}"}}}}
+        collections:
+          - {{source: up, glob: "static-text", uri: "wiki://{{path}}"}}
+        resources:
+          - {{uri: "wiki://auth", name: auth, source: up, path: "header/authorization"}}
+        """)
+
+    async def main() -> None:
+        async with Client(StdioServerParameters(command=sys.executable,
+                                                args=["-m", "aggregator", "serve", str(manifest)],
+                                                env={**ENV, "UPSTREAM_TOKEN": "s3cret"}), mode=mode,
+                          cache=None) as client:
+            assert (await client.read_resource("wiki://static-text")).contents[0].text == "Hello from one"
+            assert (await client.read_resource("wiki://auth")).contents[0].text == "Bearer s3cret"
+
+    try:
+        anyio.run(main)
+    finally:
+        stop(process)
