@@ -316,6 +316,22 @@ class ResourceService:
             found |= more
             frontier, listing_changed = more, False
 
+    def paths_by_source(self, uris: Iterable[str]) -> dict[str, set[str]]:
+        """The files these URIs read, by source (URIs that name no file are left out)."""
+        catalog, found = self._snapshot.catalog, {}
+        for uri in uris:
+            try:
+                target = catalog.resolve(uri)
+            except ResourceNotFound:
+                continue
+            if isinstance(target, FileTarget):
+                found.setdefault(target.source, set()).add(target.path)
+        return found
+
+    def health(self) -> dict[str, Mapping[str, object]]:
+        """The connection state of every source that keeps one (`Source.health`), by source id."""
+        return {sid: health for sid, src in self._snapshot.sources.items() if (health := src.health()) is not None}
+
     def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
         catalog = self._snapshot.catalog

@@ -193,3 +193,111 @@ def test_an_http_upstream_with_a_static_bearer(mode: str, tmp_path: Path, monkey
         anyio.run(main)
     finally:
         stop(process)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_live_through_one_hop(mode: str, tmp_path: Path) -> None:
+    """The outer aggregator (Streamable HTTP) over an inner one (mcp+stdio): the inner's `updated` for a subscribed
+    URI reaches the outer client; the inner's list_changed makes the outer relist and send its own list_changed
+    exactly once, and none when the change is outside what the outer lists; a killed inner child is reconnected,
+    and /healthz and /metrics show it."""
+    import os
+    import signal
+    import warnings
+
+    import httpx2 as httpx
+    import psutil
+
+    from tests.test_live import QUIET, Inbox, save
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    inner = write_manifest(tmp_path, BASE, "inner.yaml")
+    command = [sys.executable, "-m", "aggregator", "serve", str(inner)]
+    outer = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          inner: {{url: "mcp+stdio:", prefix: "docs://", command: {command!r}, env: {ENV!r}}}
+        collections:
+          - {{source: inner, glob: "*.md", uri: "hop://{{path}}"}}
+        """, "outer.yaml")
+    port = free_port()
+    process = start_http([sys.executable, "-m", "aggregator", "serve", str(outer), "--http", str(port)], port)
+    base = f"http://127.0.0.1:{port}"
+    inbox = Inbox()
+    events: list[tuple[str, str | None]] = []
+
+    async def until(condition: object, timeout: float = 10.0) -> None:
+        with anyio.fail_after(timeout):
+            while not condition():  # type: ignore[operator]
+                await anyio.sleep(0.05)
+
+    async def exercise(client: Client, next_event: object) -> None:
+        got = next_event  # an async function: the next notification, or None after a wait
+        assert sorted(r.uri for r in (await client.list_resources()).resources) == ["hop://a.md"]
+        await anyio.sleep(0.8)  # the inner's watcher and the upstream subscription are up
+        (docs / "a.md").write_text("# A changed\n")
+        assert await got(8) == ("updated", "hop://a.md")  # type: ignore[operator]
+        assert (await client.read_resource("hop://a.md")).contents[0].text == "# A changed\n"
+        (docs / "c.md").write_text("# C\n")
+        assert await got(8) == ("list_changed", None)  # type: ignore[operator]
+        assert await got(QUIET) is None  # type: ignore[operator]  # exactly once
+        assert "hop://c.md" in {r.uri for r in (await client.list_resources()).resources}
+        # The inner's listing changes outside what the outer lists: the outer says nothing.
+        save(inner, BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n')
+        assert await got(2.5) is None  # type: ignore[operator]
+        health = httpx.get(base + "/healthz").json()
+        assert health["upstreams"] == {"total": 1, "connected": 1, "reconnects": 0}
+        # The inner child dies: it is started again, and the subscription with it.
+        child = next(p for p in psutil.Process(process.pid).children() if "inner.yaml" in " ".join(p.cmdline()))
+        os.kill(child.pid, signal.SIGKILL)
+        await until(lambda: httpx.get(base + "/healthz").json()["upstreams"] == {
+            "total": 1, "connected": 1, "reconnects": 1})
+        metrics = httpx.get(base + "/metrics").text
+        assert 'aggregator_upstream_connected{source="inner"} 1.0' in metrics
+        assert 'aggregator_upstream_reconnects_total{source="inner"} 1.0' in metrics
+        while await got(1.5) is not None:  # type: ignore[operator]
+            pass  # a reconnect may have told of changes missed meanwhile
+        (docs / "a.md").write_text("# A after the restart\n")
+        assert await got(10) == ("updated", "hop://a.md")  # type: ignore[operator]
+        assert (await client.read_resource("hop://a.md")).contents[0].text == "# A after the restart\n"
+
+    async def main() -> None:
+        if mode == "legacy":
+            async with Client(base + "/mcp", mode="legacy", cache=None, message_handler=inbox) as client:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    await client.subscribe_resource("hop://a.md")
+                await exercise(client, inbox.next)
+            return
+        async with Client(base + "/mcp", mode="auto", cache=None) as client:
+            async with client.listen(resources_list_changed=True, resource_subscriptions=["hop://a.md"]) as sub:
+                arrived = anyio.Event()
+
+                async def collect() -> None:
+                    nonlocal arrived
+                    async for event in sub:
+                        events.append(("list_changed", None) if type(event).__name__ == "ResourcesListChanged"
+                                      else ("updated", event.uri))
+                        arrived.set()
+
+                async def next_event(timeout: float) -> tuple[str, str | None] | None:
+                    nonlocal arrived
+                    with anyio.move_on_after(timeout):
+                        while not events:
+                            arrived = anyio.Event()
+                            await arrived.wait()
+                        return events.pop(0)
+                    return None
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    await exercise(client, next_event)
+                    tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(main)
+    finally:
+        stop(process)

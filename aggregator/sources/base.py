@@ -7,7 +7,7 @@ callers pass them through `aggregator.paths.safe_relpath` first.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -57,6 +57,9 @@ class SourceTooLarge(SourceError):
 class SourceUnsupported(SourceError):
     """The source cannot do what was asked (a query on a source that runs none)."""
 
+
+ChangeCallback = Callable[[frozenset[str] | None], Awaitable[None]]
+"""Told of a backend's own change events: the paths that may have changed, or None when the listing may have."""
 
 POLL_CONCURRENCY = 8
 """Version checks one `poll` runs at once by default."""
@@ -130,4 +133,20 @@ class Source(ABC):
 
     def watch_root(self) -> str | None:
         """The local folder whose file events say what changed, or None: such a source is watched, not polled."""
+        return None
+
+    pushes_changes: ClassVar[bool] = False
+    """True when the backend tells of its own changes (`changes`): such a source is neither watched nor polled."""
+
+    def changes(self, callback: ChangeCallback | None) -> None:
+        """Deliver the backend's change events to `callback` (None: stop). The callback only takes note (it may run
+        inside the backend's own connection): the work it causes runs elsewhere. Nothing by default."""
+
+    def want(self, paths: Collection[str]) -> None:
+        """The paths whose content changes are wanted (what clients subscribed to), replacing the previous set;
+        listing changes are always wanted. Nothing to do by default."""
+
+    def health(self) -> Mapping[str, object] | None:
+        """The backend connection's state for /healthz and /metrics (`state`, `reconnects`...), or None when the
+        source keeps no connection of its own."""
         return None

@@ -184,7 +184,7 @@ class McpKind(SourceKind):
 
     name = "mcp"
     schemes = frozenset({MCP_STDIO, "mcp+https", "mcp+http"})
-    source = "aggregator.sources.mcp:McpSource"
+    source = "aggregator.sources.mcp:open_mcp"
     url_help = "mcp+stdio: (with command) or mcp+https://host/mcp (another MCP server's resources)"
     settings = {
         "command": Setting({
@@ -226,24 +226,8 @@ class McpKind(SourceKind):
             yield ("allowPrivateNetwork",), "open private networks to MCP upstreams"
 
     def open(self, spec: SourceSpec) -> Source:
-        from aggregator.sources.base import SourceError
-        from aggregator.upstream import HttpTarget, StdioTarget, Target, Upstream
-
-        s = spec.settings
-        target: Target
-        if url_scheme(spec.url) == MCP_STDIO:
-            if s["headers"] or s["allowPrivateNetwork"]:
-                raise SourceError("headers and allowPrivateNetwork are for mcp+https:// upstreams, not mcp+stdio:")
-            target = StdioTarget(list(s["command"]), env=dict(s["env"]), cwd=spec.url.split(":", 1)[1] or None)
-        else:
-            if s["command"] or s["env"]:
-                raise SourceError("command and env are for mcp+stdio: upstreams")
-            target = HttpTarget(spec.url[len("mcp+"):], headers=dict(s["headers"]),
-                                allow_private_network=s["allowPrivateNetwork"])
-        # A child (or a remote session) takes longer to start than one call may take.
-        upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 30.0),
-                            max_concurrency=spec.max_concurrency)
-        return self.load()(spec.id, upstream, root=s["prefix"])  # type: ignore[call-arg]
+        open_mcp = self.load()  # a function: it builds the upstream connection the source reads through
+        return open_mcp(spec)  # type: ignore[call-arg,no-any-return]
 
 
 class FsspecKind(SourceKind):

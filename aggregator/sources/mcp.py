@@ -1,41 +1,41 @@
-"""Another MCP server's resources as a source (`mcp+stdio:` command or `https://host/mcp`), over `aggregator.upstream`.
+"""Another MCP server's resources as a source (the `mcp` kind: `mcp+stdio:` with `command`, or `mcp+https://host/mcp`),
+over `aggregator.upstream`.
 
-A "path" is the upstream's resource URI as it is (`file:///docs/a.md`), or with `root` (a URI prefix such as
-`file:///docs/`) what follows it (`a.md`): `list(pattern)` globs over the paths of the URIs the upstream lists,
-`stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it a `root`.
+A "path" is the upstream's resource URI as it is (`file:///docs/a.md`), or with `root` (the manifest's `prefix`, a URI
+prefix such as `file:///docs/`) what follows it (`a.md`): `list(pattern)` globs over the paths of the URIs the
+upstream lists, `stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it
+a `prefix`.
 
-Not registered as a source kind yet; what the integration needs (for the lead, with the kind's settings):
-
-- registry: `McpSource.open(spec)`-style factory from `url` (`mcp+stdio:` + `command`/`env`, or http(s) + `headers`,
-  `allowPrivateNetwork`), `timeout`, `maxConcurrency`; refuse `mcp+stdio` in manifests read from URLs.
-- catalog: upstream resources join under a `namespace` (or a collection's `glob` over upstream URIs with
-  `uri: "wiki://{path}"`): a collection over this source already works through `list()`. Templates come from
-  `templates()` and are re-published namespaced; a read of a templated URI forwards the upstream URI (`read()`
-  takes any URI, listed or not); completion forwards through `complete()`.
-- cache: `read()` returns an `McpBlob` carrying the upstream's `ttl_ms`/`cache_scope`; `private` content must not be
-  shared across callers (key it by caller, or do not cache it). `version()` reads and hashes (MCP has no cheap
-  version): prefer change events over polling.
-- live: `watch(callback)` delivers `ListChanged` (list again, and send our own list_changed only if our listing
-  changed) and `Updated(uri)` (relay to our subscribers of the URI it maps to); `subscribe(uris)` sets the upstream
-  URIs our subscribers want. After a reconnect the callback hears ListChanged and Updated for every subscribed URI.
-- health: `status` (state, reconnects, last error for the operator) for `/healthz` and `/metrics`.
+- live: `changes(callback)` relays the upstream's ListChanged (callback(None): the supervisor lists again and sends
+  our own list_changed only if our listing changed) and Updated (callback({path})); `want(paths)` subscribes
+  upstream to what our subscribers read. After a reconnect the upstream tells ListChanged and Updated for every
+  subscribed URI. `health()` is the connection's state for /healthz and /metrics.
 - access: the caller's token is never forwarded: the upstream's credentials are the manifest's `headers`.
+- not wired yet: templates (`templates()`, `complete()`) are not re-published; `read()` returns an `McpBlob` with
+  the upstream's `ttl_ms`/`cache_scope`, which the read path does not use yet. `version()` reads and hashes (MCP has
+  no cheap version): change events are preferred over polling.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
 from aggregator.globs import path_filter
-from aggregator.sources.base import Blob, FileInfo, Source, SourceNotFound
-from aggregator.upstream import Listing, Upstream, UpstreamEvent, UpstreamStatus
+from aggregator.manifest.source_urls import url_scheme
+from aggregator.sources.base import Blob, ChangeCallback, FileInfo, Source, SourceError, SourceNotFound
+from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
+                                 UpstreamEvent, UpstreamStatus)
 
-__all__ = ["McpBlob", "McpSource"]
+if TYPE_CHECKING:
+    from aggregator.manifest.model import SourceSpec
+
+__all__ = ["McpBlob", "McpSource", "open_mcp"]
 
 LISTING_REUSE_S = 2.0
 """How long one upstream listing answers stat/list calls (a catalog build stats every resource it lists)."""
@@ -51,6 +51,8 @@ class McpBlob(Blob):
 
 class McpSource(Source):
     """Resources of one upstream MCP server; paths are upstream URIs."""
+
+    pushes_changes = True
 
     def __init__(self, id: str, upstream: Upstream, *, root: str = "", listing_reuse: float = LISTING_REUSE_S) -> None:
         self.id = id
@@ -141,6 +143,50 @@ class McpSource(Source):
     def subscribe(self, uris: Iterable[str]) -> None:
         """The upstream URIs whose `Updated` events are wanted (replaces the previous set)."""
         self.upstream.subscribe(uris)
+
+    # ---- the generic Source hooks over the two above ----
+
+    def changes(self, callback: ChangeCallback | None) -> None:
+        if callback is None:
+            self.watch(None)
+            return
+
+        async def relay(event: UpstreamEvent) -> None:
+            if isinstance(event, ListChanged):
+                self._listing = None  # the next list asks the upstream, not the listing kept for stat calls
+                await callback(None)
+            elif isinstance(event, Updated) and (path := self.path_of(event.uri)) is not None:
+                await callback(frozenset({path}))
+
+        self.watch(relay)
+
+    def want(self, paths: Collection[str]) -> None:
+        self.subscribe(self.uri_of(path) for path in paths)
+
+    def health(self) -> Mapping[str, object]:
+        status = self.upstream.status
+        return {"state": status.state, "reconnects": status.reconnects, "protocolVersion": status.protocol_version}
+
+
+def open_mcp(spec: SourceSpec) -> McpSource:
+    """The source an `mcp` manifest entry describes (`aggregator.sources.builtin.McpKind`): `mcp+stdio:<folder>` runs
+    `command` there with `env`; `mcp+http(s)://...` connects with the manifest's `headers` (never a caller's token)
+    through the SSRF guard. The connection is made when the source is first used."""
+    s = spec.settings
+    target: Target
+    if url_scheme(spec.url) == "mcp+stdio":
+        if s["headers"] or s["allowPrivateNetwork"]:
+            raise SourceError("headers and allowPrivateNetwork are for mcp+https:// upstreams, not mcp+stdio:")
+        target = StdioTarget(list(s["command"]), env=dict(s["env"]), cwd=spec.url.split(":", 1)[1] or None)
+    else:
+        if s["command"] or s["env"]:
+            raise SourceError("command and env are for mcp+stdio: upstreams")
+        target = HttpTarget(spec.url[len("mcp+"):], headers=dict(s["headers"]),
+                            allow_private_network=s["allowPrivateNetwork"])
+    # A child (or a remote session) takes longer to start than one call may take.
+    upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 30.0),
+                        max_concurrency=spec.max_concurrency)
+    return McpSource(spec.id, upstream, root=s["prefix"])
 
 
 def _info(path: str, resource: object) -> FileInfo:
