@@ -301,3 +301,33 @@ def test_live_through_one_hop(mode: str, tmp_path: Path) -> None:
         anyio.run(main)
     finally:
         stop(process)
+
+
+def test_the_gateway_sample(tmp_path: Path) -> None:
+    """sample-configs/gateway.yaml serves two aggregators (stdio children) and a folder as one searchable catalog."""
+    import os
+    import shutil
+
+    from tests.test_search import structured
+
+    samples = tmp_path / "sample-configs"
+    shutil.copytree(HERE.parent / "sample-configs", samples)  # the index and children stay out of the checkout
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # `python` is ours
+    params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve",
+                                                                 str(samples / "gateway.yaml")],
+                                   env={**ENV, "PATH": path})
+
+    async def main() -> None:
+        async with Client(params, mode="auto", cache=None) as client:
+            listed = sorted(r.uri for r in (await client.list_resources()).resources)
+            assert "gateway://handbook/README.md" in listed and "gateway://runbooks/onboarding.md" in listed
+            assert "gateway://reference/glossary.md" in listed
+            onboarding = (await client.read_resource("gateway://runbooks/onboarding.md")).contents[0].text
+            assert onboarding == (samples / "docs" / "guides" / "onboarding.md").read_text()
+            with anyio.fail_after(20):  # the index is built in the background
+                while not (found := structured(await client.call_tool("search_resources", {"query": "onboarding"}))
+                           ["results"]):
+                    await anyio.sleep(0.2)
+            assert any(r["uri"].startswith("gateway://") for r in found)
+
+    anyio.run(main)
