@@ -384,7 +384,8 @@ class ResourceService:
                 content = await self._query(snapshot, target)
             case FileTarget():
                 content = await self._file(snapshot, target)
-        return Served(content, snapshot.ttl(target), snapshot.private(target, scopes))
+        ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
+        return Served(content, ttl, content.private or snapshot.private(target, scopes))
 
     async def _file(self, snapshot: Snapshot, target: FileTarget) -> Content:
         source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
@@ -397,7 +398,10 @@ class ResourceService:
             # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
             upstream = None if target.decompress else blob.mime_type
             declared = target.mime_type if target.mime_declared or not upstream else upstream
-            return decode_body(data, declared), blob.version
+            content = decode_body(data, declared)
+            if blob.max_age is not None or blob.private:
+                content = replace(content, max_age=blob.max_age, private=blob.private)
+            return content, blob.version
 
         async def revalidate(version: str) -> bool:
             return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version

@@ -331,3 +331,41 @@ def test_the_gateway_sample(tmp_path: Path) -> None:
             assert any(r["uri"].startswith("gateway://") for r in found)
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize(("hint", "misses", "ttl", "private"), [
+    ("", 3, 0.0, True),                    # the SDK's default hint: immediately stale, private
+    ("public:600000", 1, 300.0, False),    # a longer ttlMs: the source's ttl
+    ("public:60000", 1, 60.0, False),      # a shorter ttlMs wins
+    ("public:0", 2, 0.0, False),           # immediately stale: not kept (two reads at once still share one load)
+    ("private:60000", 3, 60.0, True),      # private: never kept, never shared, and said so to our client
+])
+def test_upstream_caching_hints(tmp_path: Path, hint: str, misses: int, ttl: float, private: bool) -> None:
+    from aggregator.service import ResourceService
+
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        defaults: {{ttl: 5m}}
+        sources:
+          up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r},
+                env: {{PYTHONPATH: "{ENV['PYTHONPATH']}", UPSTREAM_CACHE: "{hint}"}}}}
+        collections:
+          - {{source: up, glob: "static-text", uri: "wiki://{{path}}"}}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        try:
+            before = service.cache.misses
+            async with anyio.create_task_group() as tg:  # at once: a private load is not shared with followers
+                for _ in range(2):
+                    tg.start_soon(service.read, "wiki://static-text")
+            served = await service.read("wiki://static-text")
+            assert served.content.text == "Hello from one"
+            assert (served.ttl, served.private) == (ttl, private)
+            assert service.cache.misses - before == misses
+        finally:
+            await service.aclose()
+
+    anyio.run(main)

@@ -35,6 +35,10 @@ class Blob:
     mime_type: str | None = None
     """The type the backend declared (an HTTP Content-Type), if any."""
     version: str | None = None
+    max_age: float | None = None
+    """Seconds the backend says the bytes may be kept, if it says (an MCP upstream's ttlMs)."""
+    private: bool = False
+    """The backend says the bytes depend on who asked (an MCP upstream's cacheScope: private)."""
 
 
 class SourceError(Exception):

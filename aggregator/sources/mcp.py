@@ -120,7 +120,9 @@ class McpSource(Source):
     async def read(self, path: str, max_bytes: int) -> McpBlob:
         result = await self.upstream.read(self.uri_of(path), max_bytes)
         content = result.first
-        return McpBlob(content.data, content.mime_type, _digest(content.data), result.ttl_ms, result.cache_scope)
+        return McpBlob(content.data, content.mime_type, _digest(content.data),
+                       None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",
+                       result.ttl_ms, result.cache_scope)
 
     async def version(self, path: str | None) -> str | None:
         """A digest of the content (MCP has no cheaper version); None when gone or for queries."""
