@@ -14,7 +14,8 @@ REMOTE = "## Remote sources: S3 and HTTP"
 HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
 RELIABILITY = "## Reliability under faults"
 SEARCH = "## Search: full-text index and queries"
-SIDE = (HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH)
+UPSTREAM = "## MCP upstreams: reads through one hop"
+SIDE = (HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM)
 
 
 def split(text: str) -> list[str]:
