@@ -369,3 +369,36 @@ def test_upstream_caching_hints(tmp_path: Path, hint: str, misses: int, ttl: flo
             await service.aclose()
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_upstream_templates_read_and_complete_through_ours(mode: str, tmp_path: Path) -> None:
+    """A template of ours over the source's path `template/{id}/data` (under `prefix` test://, the upstream's own
+    template): reads are forwarded, completion is the upstream's; a template over listed paths completes from the
+    listing as for any source."""
+    from mcp_types import ResourceTemplateReference
+
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r}, env: {ENV!r}}}
+        templates:
+          - {{uriTemplate: "wiki://template/{{id}}/data", name: data, source: up, path: "template/{{id}}/data"}}
+          - {{uriTemplate: "wiki://static/{{name}}", name: static, source: up, path: "static-{{name}}"}}
+        """)
+
+    async def main() -> None:
+        async with Client(serve(manifest), mode=mode, cache=None) as client:
+            read = await client.read_resource("wiki://template/42/data")
+            assert (read.contents[0].text, read.contents[0].mime_type) == ('{"id": "42"}', "application/json")
+            done = await client.complete(ResourceTemplateReference(type="ref/resource",
+                                                                   uri="wiki://template/{id}/data"),
+                                         {"name": "id", "value": "al"})
+            assert done.completion.values == ["alpha", "alpine"]
+            listed = await client.complete(ResourceTemplateReference(type="ref/resource", uri="wiki://static/{name}"),
+                                           {"name": "name", "value": "t"})
+            assert listed.completion.values == ["text"]
+            assert (await client.read_resource("wiki://static/text")).contents[0].text == "Hello from one"
+
+    anyio.run(main)

@@ -150,6 +150,12 @@ class Source(ABC):
         """The paths whose content changes are wanted (what clients subscribed to), replacing the previous set;
         listing changes are always wanted. Nothing to do by default."""
 
+    async def complete_path(self, path_template: str, name: str, value: str,
+                            context: Mapping[str, str] | None = None) -> Sequence[str] | None:
+        """Values the backend itself offers for variable `name` (starting with `value`) of a template's `path`
+        (another MCP server completes its own templates), or None: complete from the listing (the default)."""
+        return None
+
     def health(self) -> Mapping[str, object] | None:
         """The backend connection's state for /healthz and /metrics (`state`, `reconnects`...), or None when the
         source keeps no connection of its own."""

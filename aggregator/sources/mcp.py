@@ -63,6 +63,7 @@ class McpSource(Source):
         self._listing_reuse = listing_reuse
         self._listing: tuple[float, Listing] | None = None
         self._listing_lock = anyio.Lock()
+        self._templates: tuple[float, Listing] | None = None
 
     def describe(self) -> str:
         return self.upstream.describe()
@@ -88,8 +89,14 @@ class McpSource(Source):
             return listing
 
     async def templates(self) -> Listing:
-        """The upstream's resource templates (items are `mcp_types.ResourceTemplate`)."""
-        return await self.upstream.list_templates()
+        """The upstream's resource templates (items are `mcp_types.ResourceTemplate`), one listing shared by calls
+        within `listing_reuse` seconds (completion asks on every keystroke)."""
+        now = anyio.current_time()
+        if self._templates is not None and now - self._templates[0] < self._listing_reuse:
+            return self._templates[1]
+        templates = await self.upstream.list_templates()
+        self._templates = (anyio.current_time(), templates)
+        return templates
 
     def uri_of(self, path: str) -> str:
         """The upstream URI a path names."""
@@ -138,6 +145,16 @@ class McpSource(Source):
         """The upstream's completion values for one argument of one of its templates."""
         return list((await self.upstream.complete(uri_template, name, value, context)).values)
 
+    async def complete_path(self, path_template: str, name: str, value: str,
+                            context: Mapping[str, str] | None = None) -> Sequence[str] | None:
+        """The upstream's completion when the template's path, under `root`, is one of the upstream's templates
+        (`template/{id}/data` under `test://` is `test://template/{id}/data`); None (complete from the listing)
+        otherwise."""
+        uri_template = self.uri_of(path_template)
+        if not any(t.uri_template == uri_template for t in (await self.templates()).items):
+            return None
+        return await self.complete(uri_template, name, value, dict(context) if context else None)
+
     def watch(self, callback: Callable[[UpstreamEvent], Awaitable[None]] | None) -> None:
         """Deliver the upstream's change events to `callback` (None: stop); see `Upstream.on_change`."""
         self.upstream.on_change(callback)
@@ -155,7 +172,7 @@ class McpSource(Source):
 
         async def relay(event: UpstreamEvent) -> None:
             if isinstance(event, ListChanged):
-                self._listing = None  # the next list asks the upstream, not the listing kept for stat calls
+                self._listing = self._templates = None  # the next list asks the upstream again
                 await callback(None)
             elif isinstance(event, Updated) and (path := self.path_of(event.uri)) is not None:
                 await callback(frozenset({path}))
