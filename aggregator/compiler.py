@@ -16,12 +16,13 @@ import anyio
 
 from aggregator.catalog import RENDERED_TYPE, Catalog, Entry, TemplateEntry
 from aggregator.content import file_mime_type, served_name
-from aggregator.manifest.model import (CollectionSpec, Location, Manifest, ManifestError, ManifestIssue, ResourceSpec,
-                                       TemplateSpec)
+from aggregator.manifest.model import (CollectionSpec, Display, Location, Manifest, ManifestError, ManifestIssue,
+                                       ResourceSpec, SourceSpec, TemplateSpec)
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
 from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
-from aggregator.templates import UriTemplate
+from aggregator.sources.base import Published
+from aggregator.templates import TemplateSyntaxError, UriTemplate
 
 __all__ = ["collection_key", "compile_catalog"]
 
@@ -174,11 +175,22 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             return
         built[i] = _collection_entries(spec, files)
 
+    published: dict[str, Published] = {}
+
+    async def publish(spec: SourceSpec) -> None:
+        try:
+            published[spec.id] = await sources[spec.id].published()
+        except SourceError as exc:
+            issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.id!r}: {exc}"))
+
     async with anyio.create_task_group() as tg:
         for i, rspec in enumerate(manifest.resources):
             tg.start_soon(build_resource, i, rspec)
         for i, cspec in enumerate(manifest.collections):
             tg.start_soon(list_collection, i, cspec)
+        for sspec in manifest.sources.values():
+            if sspec.id in sources and sources[sspec.id].publishes:
+                tg.start_soon(publish, sspec)
 
     owners: dict[str, tuple[str, Location]] = {}
     entries: list[Entry] = []
@@ -200,8 +212,31 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
                 entries.append(entry)
 
+    for sid, offered in published.items():
+        sspec = manifest.sources[sid]
+        for res in offered.resources:
+            if claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where):
+                entries.append(Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
+                                     res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime,
+                                     sid, res.path, access=sspec.access))
+
     templates: list[TemplateEntry] = []
     seen_templates: dict[str, TemplateSpec] = {}
+    for sid, offered in published.items():
+        sspec = manifest.sources[sid]
+        for pub in offered.templates:
+            try:
+                parsed = UriTemplate.parse(pub.uri_template)
+            except TemplateSyntaxError as exc:  # one we cannot match URIs against: left out, said once
+                if _first_warning((sid, pub.uri_template)):
+                    logger.warning("%s: %s: upstream template %r not published: %s", sspec.where, sspec.key,
+                                   pub.uri_template, exc)
+                continue
+            tspec = TemplateSpec(pub.uri_template, pub.name, sid, pub.path,
+                                 Display(pub.title, pub.description, pub.mime_type), sspec.where, sspec.key,
+                                 access=sspec.access)
+            seen_templates[pub.uri_template] = tspec
+            templates.append(TemplateEntry(parsed, tspec))
     for tspec in manifest.templates:
         if tspec.uri_template in seen_templates:
             first = seen_templates[tspec.uri_template]
@@ -214,7 +249,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     if issues:
         raise ManifestError(issues)
     catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
-                      frozenset(sid for sid, src in sources.items() if src.byte_names))
+                      frozenset(sid for sid, src in sources.items() if src.byte_names),
+                      frozenset(sid for sid, src in sources.items() if src.uri_paths))
     now = time.monotonic()
     catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: (reused_at or {}).get(key, now) if key in reuse else now for key in catalog.collections}

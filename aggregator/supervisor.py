@@ -361,4 +361,7 @@ class Supervisor:
             await self._renders_of_listing()
 
     def _has_collection(self, source: str) -> bool:
-        return any(c.source == source for c in self.service.manifest.collections)
+        """Whether what `source` lists shows in the catalog: a collection over it, or its own published entries."""
+        backend = self.service.sources.get(source)
+        return (backend is not None and backend.publishes) or any(
+            c.source == source for c in self.service.manifest.collections)

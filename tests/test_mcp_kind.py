@@ -36,7 +36,8 @@ def test_the_url_picks_the_mcp_kind(tmp_path: Path, url: str, protocol: str) -> 
     assert (spec.kind, spec.protocol, kind_for_url(url).name) == ("mcp", protocol, "mcp")
     if url.startswith("mcp+stdio"):  # the child's folder: the manifest's, or the one written after the colon
         assert spec.url == "mcp+stdio:" + str((tmp_path / url.split(":", 1)[1]).resolve())
-    assert spec.settings == {"command": ("x",), "env": {}, "headers": {}, "allowPrivateNetwork": False, "prefix": ""}
+    assert spec.settings == {"command": ("x",), "env": {}, "headers": {}, "allowPrivateNetwork": False, "prefix": "",
+                             "namespace": None}
     assert kind_for_url("https://example.com/mcp").name == "http"  # plain https stays the http kind's
 
 
@@ -400,5 +401,77 @@ def test_upstream_templates_read_and_complete_through_ours(mode: str, tmp_path: 
                                            {"name": "name", "value": "t"})
             assert listed.completion.values == ["text"]
             assert (await client.read_resource("wiki://static/text")).contents[0].text == "Hello from one"
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_namespace_form(mode: str, tmp_path: Path) -> None:
+    """`namespace: up`: every upstream resource and template listed as `up+<uri>`, described as upstream does;
+    reads (listed and templated) and completion forwarded; errors still kept from clients."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import ResourceTemplateReference
+
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", namespace: up, command: {UPSTREAM!r}, env: {ENV!r}}}
+        """)
+
+    async def main() -> None:
+        async with Client(serve(manifest), mode=mode, cache=None) as client:
+            listed = {r.uri: r for r in (await client.list_resources()).resources}
+            assert {"up+test://static-text", "up+test://static-binary", "up+test://tag/one"} <= set(listed)
+            assert (listed["up+test://static-text"].name, listed["up+test://static-text"].mime_type) == (
+                "static_text", "text/plain")
+            templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+            assert templates == {"up+test://template/{id}/data", "up+test://header/{name}"}
+            assert (await client.read_resource("up+test://static-text")).contents[0].text == "Hello from one"
+            assert (await client.read_resource("up+test://template/7/data")).contents[0].text == '{"id": "7"}'
+            done = await client.complete(ResourceTemplateReference(type="ref/resource",
+                                                                   uri="up+test://template/{id}/data"),
+                                         {"name": "id", "value": "al"})
+            assert done.completion.values == ["alpha", "alpine"]
+            with pytest.raises(MCPError) as failed:
+                await client.read_resource("up+test://boom")
+            assert "SECRET" not in str(failed.value)
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_namespaces_nest_through_two_hops(mode: str, tmp_path: Path) -> None:
+    """outer (namespace out) -> middle (namespace mid) -> inner (a folder): `out+mid+docs://a.md`, and a change
+    in the folder reaches the outer client's listing through both hops."""
+    from tests.test_live import _until_listed
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    inner = write_manifest(tmp_path, BASE, "inner.yaml")
+    middle = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: middle}}
+        sources:
+          inner: {{url: "mcp+stdio:", namespace: mid, command: {[sys.executable, "-m", "aggregator", "serve",
+                                                                 str(inner)]!r}, env: {ENV!r}}}
+        """, "middle.yaml")
+    outer = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          middle: {{url: "mcp+stdio:", namespace: out, command: {[sys.executable, "-m", "aggregator", "serve",
+                                                                  str(middle)]!r}, env: {ENV!r}}}
+        """, "outer.yaml")
+
+    async def main() -> None:
+        async with Client(serve(outer), mode=mode, cache=None) as client:
+            assert [r.uri for r in (await client.list_resources()).resources] == ["out+mid+docs://a.md"]
+            assert (await client.read_resource("out+mid+docs://a.md")).contents[0].text == "# A\n"
+            await anyio.sleep(0.8)
+            (docs / "b.md").write_text("# B\n")
+            await _until_listed(client, "out+mid+docs://b.md", timeout=15)
+            assert (await client.read_resource("out+mid+docs://b.md")).contents[0].text == "# B\n"
 
     anyio.run(main)

@@ -41,6 +41,40 @@ class Blob:
     """The backend says the bytes depend on who asked (an MCP upstream's cacheScope: private)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PublishedResource:
+    """A resource a backend publishes itself (another MCP server), at the URI the catalog lists it under."""
+
+    uri: str
+    path: str
+    """What `read` takes to read it."""
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTemplate:
+    """A URI template a backend publishes itself: URIs matching `uri_template` read the path `path` expands to
+    (an RFC 6570 template with the same variables)."""
+
+    uri_template: str
+    path: str
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    resources: Sequence[PublishedResource] = ()
+    templates: Sequence[PublishedTemplate] = ()
+
+
 class SourceError(Exception):
     """A backend failure. Its message is for the server log only, never for a client."""
 
@@ -138,6 +172,22 @@ class Source(ABC):
     def watch_root(self) -> str | None:
         """The local folder whose file events say what changed, or None: such a source is watched, not polled."""
         return None
+
+    @property
+    def publishes(self) -> bool:
+        """True when the backend publishes its own resources and templates (`published`), which the catalog lists
+        beside the manifest's collections."""
+        return False
+
+    async def published(self) -> Published:
+        """What the backend publishes itself, under the URIs it is to be listed at; nothing by default."""
+        return Published()
+
+    @property
+    def uri_paths(self) -> bool:
+        """True when paths are another server's URIs: a published template's path is expanded by its own RFC 6570
+        template and judged by that server (no file-path rules apply)."""
+        return False
 
     pushes_changes: ClassVar[bool] = False
     """True when the backend tells of its own changes (`changes`): such a source is neither watched nor polled."""

@@ -202,6 +202,11 @@ class McpKind(SourceKind):
                            "file:///docs/ (only URIs under it are listed; glob: \"**/*.md\" then matches "
                            "file:///docs/a/b.md as a/b.md).",
             "type": "string"}, ""),
+        "namespace": Setting({
+            "description": "mcp sources: list every upstream resource and template (under prefix) as NS+uri "
+                           "(docs://a becomes NS+docs://a), described as the upstream describes it; reads and "
+                           "completion are forwarded. Collections over the source work with or without it.",
+            "type": "string", "pattern": "^[a-z][a-z0-9-]{0,39}$"}),
     }
 
     def protocol(self, scheme: str) -> str:

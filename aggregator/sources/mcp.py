@@ -11,9 +11,11 @@ a `prefix`.
   upstream to what our subscribers read. After a reconnect the upstream tells ListChanged and Updated for every
   subscribed URI. `health()` is the connection's state for /healthz and /metrics.
 - access: the caller's token is never forwarded: the upstream's credentials are the manifest's `headers`.
-- not wired yet: templates (`templates()`, `complete()`) are not re-published; `read()` returns an `McpBlob` with
-  the upstream's `ttl_ms`/`cache_scope`, which the read path does not use yet. `version()` reads and hashes (MCP has
-  no cheap version): change events are preferred over polling.
+- catalog: with a `namespace`, `published()` offers every upstream resource and template (under `root`) as
+  `<ns>+<uri>`; its paths are then upstream URIs (`uri_paths`) that a template's own RFC 6570 text expands.
+  `complete_path` forwards completion of a template whose path is an upstream template.
+- cache: `read()` returns an `McpBlob` whose `max_age`/`private` carry the upstream's `ttlMs`/`cacheScope`.
+  `version()` reads and hashes (MCP has no cheap version): change events are preferred over polling.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import anyio
 
 from aggregator.globs import path_filter
 from aggregator.manifest.source_urls import url_scheme
-from aggregator.sources.base import Blob, ChangeCallback, FileInfo, Source, SourceError, SourceNotFound
+from aggregator.manifest.model import namespaced_uri
+from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedResource, PublishedTemplate,
+                                     Source, SourceError, SourceNotFound)
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
 
@@ -54,9 +58,12 @@ class McpSource(Source):
 
     pushes_changes = True
 
-    def __init__(self, id: str, upstream: Upstream, *, root: str = "", listing_reuse: float = LISTING_REUSE_S) -> None:
+    def __init__(self, id: str, upstream: Upstream, *, root: str = "", namespace: str | None = None,
+                 listing_reuse: float = LISTING_REUSE_S) -> None:
         self.id = id
         self.upstream = upstream
+        self.namespace = namespace
+        """With a namespace, every upstream resource and template (under `root`) is published as `<ns>+<uri>`."""
         self.root = root
         """A URI prefix paths are relative to (`bench://` makes `a/b.md` mean `bench://a/b.md`); "" for whole URIs.
         Only URIs under it are listed."""
@@ -97,6 +104,36 @@ class McpSource(Source):
         templates = await self.upstream.list_templates()
         self._templates = (anyio.current_time(), templates)
         return templates
+
+    @property
+    def publishes(self) -> bool:
+        return bool(self.namespace)
+
+    @property
+    def uri_paths(self) -> bool:
+        return bool(self.namespace)
+
+    async def published(self) -> Published:
+        """Every upstream resource and template under `root`, as `<namespace>+<uri>`, described as upstream does."""
+        if not self.namespace:
+            return Published()
+        resources = []
+        for resource in (await self.listing()).items:
+            uri = str(resource.uri)
+            path = self.path_of(uri)
+            if path is not None:
+                info = _info(path, resource)
+                resources.append(PublishedResource(
+                    namespaced_uri(self.namespace, uri), path, resource.name, getattr(resource, "title", None),
+                    resource.description, resource.mime_type, info.size, info.mtime))
+        templates = []
+        for template in (await self.templates()).items:
+            text = template.uri_template
+            if text.startswith(self.root) and len(text) > len(self.root):
+                templates.append(PublishedTemplate(
+                    namespaced_uri(self.namespace, text), text[len(self.root):], template.name,
+                    getattr(template, "title", None), template.description, template.mime_type))
+        return Published(resources, templates)
 
     def uri_of(self, path: str) -> str:
         """The upstream URI a path names."""
@@ -205,7 +242,7 @@ def open_mcp(spec: SourceSpec) -> McpSource:
     # A child (or a remote session) takes longer to start than one call may take.
     upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 30.0),
                         max_concurrency=spec.max_concurrency)
-    return McpSource(spec.id, upstream, root=s["prefix"])
+    return McpSource(spec.id, upstream, root=s["prefix"], namespace=s["namespace"])
 
 
 def _info(path: str, resource: object) -> FileInfo:
