@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 import time
 
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
@@ -164,6 +164,10 @@ class Catalog:
         # for reloads that can reuse them.
         self.collections: dict[CollectionSpec, list[Entry]] = {}
         self.listed_at: dict[CollectionSpec, float] = {}
+        # What sources published themselves (MCP upstreams with a namespace), by source id, and when: kept while
+        # such a source is unreachable, for up to its staleIfError.
+        self.published: dict[str, Any] = {}
+        self.published_at: dict[str, float] = {}
         self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
         self._uris = [e.uri for e in self.entries]
         self._index = {e.uri: e for e in self.entries}

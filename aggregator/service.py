@@ -214,11 +214,13 @@ class ResourceService:
                 if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)
         sources = {**kept, **fresh}
-        still, now, before = set(watched) & set(kept), time.monotonic(), old.catalog
+        # Watched folders and sources that tell of their own changes keep their listings current themselves.
+        pushing = {sid for sid, src in kept.items() if src.pushes_changes}
+        still, now, before = (set(watched) | pushing) & set(kept), time.monotonic(), old.catalog
         reuse = {key: entries for key, entries in before.collections.items() if key.source in kept and (
             key.source in still or now - before.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
         try:
-            catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at)
+            catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at, before)
         except BaseException:
             await close_sources(fresh.values())
             raise
@@ -236,7 +238,7 @@ class ResourceService:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
         async with self._swapping:
             old = self._snapshot
-            catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1)
+            catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             return self._swap(replace(old, catalog=catalog), replaced=set())
 
     def _swap(self, new: Snapshot, replaced: set[str]) -> bool:

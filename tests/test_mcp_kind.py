@@ -475,3 +475,45 @@ def test_namespaces_nest_through_two_hops(mode: str, tmp_path: Path) -> None:
             assert (await client.read_resource("out+mid+docs://b.md")).contents[0].text == "# B\n"
 
     anyio.run(main)
+
+
+def test_an_upstream_down_at_start_and_gone_later(tmp_path: Path) -> None:
+    """The gateway serves while an upstream is down (its entries come when it does, with list_changed); when it
+    goes away, what it listed is kept for staleIfError (`keep`) or dropped (`drop`)."""
+    from tests.test_live import Inbox
+
+    port = free_port()
+    url = f"mcp+http://127.0.0.1:{port}/mcp"
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          keep: {{url: "{url}", namespace: k, allowPrivateNetwork: true, staleIfError: 1h, timeout: 3s}}
+          drop: {{url: "{url}", namespace: d, allowPrivateNetwork: true, timeout: 3s}}
+        resources:
+          - {{uri: "note://n", name: n, text: here}}
+        """)
+    inbox = Inbox()
+
+    async def listed(client: Client) -> set[str]:
+        return {r.uri for r in (await client.list_resources()).resources}
+
+    async def main() -> None:
+        async with Client(serve(manifest), mode="legacy", cache=None, message_handler=inbox) as client:
+            assert await listed(client) == {"note://n"}
+            process = await anyio.to_thread.run_sync(
+                start_http, [sys.executable, str(HERE / "upstream_server.py"), "http", str(port)], port)
+            try:
+                with anyio.fail_after(20):
+                    while not {"k+test://static-text", "d+test://static-text"} <= await listed(client):
+                        await anyio.sleep(0.2)
+                assert ("list_changed", None) in inbox.events
+                assert (await client.read_resource("d+test://static-text")).contents[0].text == "Hello from one"
+            finally:
+                stop(process)
+            with anyio.fail_after(20):
+                while "d+test://static-text" in await listed(client):
+                    await anyio.sleep(0.2)
+            assert "k+test://static-text" in await listed(client)
+
+    anyio.run(main)
