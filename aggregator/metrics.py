@@ -115,8 +115,8 @@ class _LiveCollector:
                                          "was made again after it was lost, by source id.", labels=["source"])
         for source, health in sorted(service.health().items()):
             up.add_metric([source], 1.0 if health.get("state") == "connected" else 0.0)
-            count = health.get("reconnects")
-            reconnects.add_metric([source], float(count) if isinstance(count, int) else 0.0)
+            times = health.get("reconnects")
+            reconnects.add_metric([source], float(times) if isinstance(times, int) else 0.0)
         yield up
         yield reconnects
         yield GaugeMetricFamily("aggregator_catalog_generation", "Generation of the catalog being served.",

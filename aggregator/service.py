@@ -320,7 +320,7 @@ class ResourceService:
 
     def paths_by_source(self, uris: Iterable[str]) -> dict[str, set[str]]:
         """The files these URIs read, by source (URIs that name no file are left out)."""
-        catalog, found = self._snapshot.catalog, {}
+        catalog, found = self._snapshot.catalog, dict[str, set[str]]()
         for uri in uris:
             try:
                 target = catalog.resolve(uri)
