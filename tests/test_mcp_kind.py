@@ -517,3 +517,52 @@ def test_an_upstream_down_at_start_and_gone_later(tmp_path: Path) -> None:
             assert "k+test://static-text" in await listed(client)
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_access_scopes_and_no_confused_deputy(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served over HTTP with bearer auth: `access: {scopes}` on the mcp source hides and refuses its entries to
+    callers without the scope, and the caller's own token never reaches the upstream (it sees no Authorization)."""
+    from mcp.shared.exceptions import MCPError
+
+    from tests.test_auth import _client
+
+    port = free_port()
+    alice, bob = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server:
+          name: outer
+          auth:
+            resource: "http://127.0.0.1:{port}/mcp"
+            tokens:
+              - {{name: alice, token: "${{ALICE}}", scopes: [wiki]}}
+              - {{name: bob, token: "${{BOB}}", scopes: [other]}}
+        sources:
+          up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r}, env: {ENV!r}, access: {{scopes: [wiki]}}}}
+        collections:
+          - {{source: up, glob: "static-text", uri: "wiki://{{path}}"}}
+        resources:
+          - {{uri: "wiki://auth", name: auth, source: up, path: "header/authorization"}}
+          - {{uri: "note://open", name: open, text: open}}
+        """)
+    monkeypatch.setenv("ALICE", alice)
+    monkeypatch.setenv("BOB", bob)
+    process = start_http([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)], port)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def main() -> None:
+        async with _client(url, alice, mode) as client:
+            assert {r.uri for r in (await client.list_resources()).resources} == {
+                "wiki://static-text", "wiki://auth", "note://open"}
+            assert (await client.read_resource("wiki://static-text")).contents[0].text == "Hello from one"
+            assert (await client.read_resource("wiki://auth")).contents[0].text == "-"  # nothing forwarded
+        async with _client(url, bob, mode) as client:
+            assert {r.uri for r in (await client.list_resources()).resources} == {"note://open"}
+            with pytest.raises(MCPError):
+                await client.read_resource("wiki://static-text")
+
+    try:
+        anyio.run(main)
+    finally:
+        stop(process)
