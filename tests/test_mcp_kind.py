@@ -36,7 +36,8 @@ def test_the_url_picks_the_mcp_kind(tmp_path: Path, url: str, protocol: str) -> 
     assert (spec.kind, spec.protocol, kind_for_url(url).name) == ("mcp", protocol, "mcp")
     if url.startswith("mcp+stdio"):  # the child's folder: the manifest's, or the one written after the colon
         assert spec.url == "mcp+stdio:" + str((tmp_path / url.split(":", 1)[1]).resolve())
-    assert spec.settings == {"command": ("x",), "env": {}, "headers": {}, "allowPrivateNetwork": False, "prefix": "",
+    assert spec.settings == {"command": ("x",), "env": {}, "headers": {}, "oauth": None, "allowPrivateNetwork": False,
+                             "prefix": "",
                              "namespace": None}
     assert kind_for_url("https://example.com/mcp").name == "http"  # plain https stays the http kind's
 
@@ -54,7 +55,7 @@ def test_settings_of_the_other_wire_are_refused(tmp_path: Path) -> None:
     async def main() -> None:
         from aggregator.service import ResourceService
 
-        with pytest.raises(ManifestError, match="headers and allowPrivateNetwork are for mcp\\+https"):
+        with pytest.raises(ManifestError, match="headers, oauth and allowPrivateNetwork are for mcp\\+https"):
             await ResourceService.open(path)
 
     anyio.run(main)
@@ -566,3 +567,93 @@ def test_access_scopes_and_no_confused_deputy(mode: str, tmp_path: Path, monkeyp
         anyio.run(main)
     finally:
         stop(process)
+
+
+def test_oauth_client_credentials(tmp_path: Path) -> None:
+    """An upstream aggregator that asks for a JWT (server.auth.jwt): the gateway gets one from the authorization
+    server the upstream names (client_credentials, the secret from ${ENV}), through the SSRF guard."""
+    import json
+    import threading
+    from base64 import b64decode
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from typing import Any
+    from urllib.parse import parse_qs
+
+    from tests.test_auth import Keys
+
+    keys = Keys()
+    port = free_port()
+    resource = f"http://127.0.0.1:{port}/mcp"
+    granted: list[str] = []
+
+    class AuthorizationServer(BaseHTTPRequestHandler):
+        def reply(self, body: dict[str, Any], status: int = 200) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path == "/jwks":
+                self.reply(keys.jwks)
+            elif self.path.startswith("/.well-known/oauth-authorization-server"):
+                self.reply({"issuer": issuer, "token_endpoint": f"{issuer}/token",
+                            "authorization_endpoint": f"{issuer}/authorize", "response_types_supported": ["code"],
+                            "grant_types_supported": ["client_credentials"],
+                            "token_endpoint_auth_methods_supported": ["client_secret_basic"]})
+            else:
+                self.reply({"error": "not_found"}, 404)
+
+        def do_POST(self) -> None:  # noqa: N802
+            form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            basic = b64decode(self.headers.get("Authorization", "Basic ").split(" ", 1)[1] or b"").decode()
+            if form.get("grant_type") != ["client_credentials"] or basic != "gateway:s3cret":
+                self.reply({"error": "invalid_client"}, 401)
+                return
+            granted.append(basic)
+            self.reply({"access_token": keys.token(resource, "docs", issuer=issuer), "token_type": "Bearer",
+                        "expires_in": 300})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AuthorizationServer)
+    issuer = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    inner = write_manifest(tmp_path, f"""
+        version: 1
+        server:
+          name: inner
+          auth: {{resource: "{resource}", jwt: {{issuer: "{issuer}", jwksUrl: "{issuer}/jwks"}}}}
+        sources:
+          docs: {{url: ./docs}}
+        collections:
+          - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+        """, "inner.yaml")
+    outer = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          inner: {{url: "mcp+{resource}", namespace: in, allowPrivateNetwork: ["127.0.0.0/8"],
+                   oauth: {{clientId: gateway, clientSecret: "${{GATEWAY_SECRET}}", issuer: "{issuer}"}}}}
+        """, "outer.yaml")
+    process = start_http([sys.executable, "-m", "aggregator", "serve", str(inner), "--http", str(port)], port)
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve", str(outer)],
+                                       env={**ENV, "GATEWAY_SECRET": "s3cret"})
+        async with Client(params, mode="auto", cache=None) as client:
+            assert [r.uri for r in (await client.list_resources()).resources] == ["in+docs://a.md"]
+            assert (await client.read_resource("in+docs://a.md")).contents[0].text == "# A\n"
+
+    try:
+        anyio.run(main)
+    finally:
+        stop(process)
+        server.shutdown()
+    assert granted  # the token came from the authorization server

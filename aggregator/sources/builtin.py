@@ -196,6 +196,17 @@ class McpKind(SourceKind):
                            "HOME, PATH...; nothing else of ours is inherited). ${VAR} references are resolved.",
             "type": "object", "additionalProperties": {"type": "string"}}, EMPTY, dict),
         "headers": HttpKind.settings["headers"],
+        "oauth": Setting({
+            "description": "mcp+https sources: OAuth client credentials (the client_credentials grant) for an upstream "
+                           "that asks for a token: the token comes from the authorization server the upstream names, "
+                           "which must be `issuer`. Take the secret from the environment (${VAR}).",
+            "type": "object", "additionalProperties": False, "required": ["clientId", "clientSecret", "issuer"],
+            "properties": {
+                "clientId": {"type": "string", "minLength": 1},
+                "clientSecret": {"type": "string", "minLength": 1},
+                "issuer": {"type": "string", "pattern": "^https?://",
+                           "description": "The authorization server's issuer URL the credentials belong to."},
+                "scope": {"type": "string", "description": "Scopes to ask for, space-separated."}}}, None, dict),
         "allowPrivateNetwork": HttpKind.settings["allowPrivateNetwork"],
         "prefix": Setting({
             "description": "mcp sources: the upstream URI prefix that collection paths are relative to, e.g. "

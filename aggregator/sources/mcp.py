@@ -231,14 +231,14 @@ def open_mcp(spec: SourceSpec) -> McpSource:
     s = spec.settings
     target: Target
     if url_scheme(spec.url) == "mcp+stdio":
-        if s["headers"] or s["allowPrivateNetwork"]:
-            raise SourceError("headers and allowPrivateNetwork are for mcp+https:// upstreams, not mcp+stdio:")
+        if s["headers"] or s["allowPrivateNetwork"] or s["oauth"]:
+            raise SourceError("headers, oauth and allowPrivateNetwork are for mcp+https:// upstreams, not mcp+stdio:")
         target = StdioTarget(list(s["command"]), env=dict(s["env"]), cwd=spec.url.split(":", 1)[1] or None)
     else:
         if s["command"] or s["env"]:
             raise SourceError("command and env are for mcp+stdio: upstreams")
         target = HttpTarget(spec.url[len("mcp+"):], headers=dict(s["headers"]),
-                            allow_private_network=s["allowPrivateNetwork"])
+                            allow_private_network=s["allowPrivateNetwork"], oauth=s["oauth"])
     # A child (or a remote session) takes longer to start than one call may take.
     upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 30.0),
                         max_concurrency=spec.max_concurrency)
