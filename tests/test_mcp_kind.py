@@ -478,9 +478,11 @@ def test_namespaces_nest_through_two_hops(mode: str, tmp_path: Path) -> None:
     anyio.run(main)
 
 
-def test_an_upstream_down_at_start_and_gone_later(tmp_path: Path) -> None:
+def test_an_upstream_down_at_start_and_gone_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The gateway serves while an upstream is down (its entries come when it does, with list_changed); when it
-    goes away, what it listed is kept for staleIfError (`keep`) or dropped (`drop`)."""
+    goes away, what it listed is kept for staleIfError (`keep`, whose content is then served stale) or dropped
+    (`drop`)."""
+    monkeypatch.setenv("UPSTREAM_CACHE", "public:600000")  # content the gateway may keep
     from tests.test_live import Inbox
 
     port = free_port()
@@ -489,7 +491,7 @@ def test_an_upstream_down_at_start_and_gone_later(tmp_path: Path) -> None:
         version: 1
         server: {{name: outer}}
         sources:
-          keep: {{url: "{url}", namespace: k, allowPrivateNetwork: true, staleIfError: 1h, timeout: 3s}}
+          keep: {{url: "{url}", namespace: k, allowPrivateNetwork: true, staleIfError: 1h, ttl: 1s, timeout: 3s}}
           drop: {{url: "{url}", namespace: d, allowPrivateNetwork: true, timeout: 3s}}
         resources:
           - {{uri: "note://n", name: n, text: here}}
@@ -510,12 +512,15 @@ def test_an_upstream_down_at_start_and_gone_later(tmp_path: Path) -> None:
                         await anyio.sleep(0.2)
                 assert ("list_changed", None) in inbox.events
                 assert (await client.read_resource("d+test://static-text")).contents[0].text == "Hello from one"
+                assert (await client.read_resource("k+test://static-text")).contents[0].text == "Hello from one"
             finally:
                 stop(process)
             with anyio.fail_after(20):
                 while "d+test://static-text" in await listed(client):
                     await anyio.sleep(0.2)
             assert "k+test://static-text" in await listed(client)
+            await anyio.sleep(1.1)  # past the ttl: the upstream is asked, fails, and the stale copy is served
+            assert (await client.read_resource("k+test://static-text")).contents[0].text == "Hello from one"
 
     anyio.run(main)
 
