@@ -52,11 +52,21 @@ def test_settings_of_the_other_wire_are_refused(tmp_path: Path) -> None:
           - {source: a, glob: "*", uri: "a://{path}"}
         """)
 
+    private = write_manifest(tmp_path, """
+        version: 1
+        server: {name: s}
+        sources:
+          a: {url: "mcp+http://127.0.0.1:9/mcp"}
+        """, "private.yaml")
+
     async def main() -> None:
         from aggregator.service import ResourceService
 
         with pytest.raises(ManifestError, match="headers, oauth and allowPrivateNetwork are for mcp\\+https"):
             await ResourceService.open(path)
+        # The SSRF guard of HTTP sources: loopback is refused unless allowPrivateNetwork says otherwise.
+        with pytest.raises(ManifestError, match="private.yaml:4:3: sources.a.url: refused: .*allowPrivateNetwork"):
+            await ResourceService.open(private)
 
     anyio.run(main)
 
