@@ -289,7 +289,6 @@ def test_live_through_one_hop(mode: str, tmp_path: Path) -> None:
                 arrived = anyio.Event()
 
                 async def collect() -> None:
-                    nonlocal arrived
                     async for event in sub:
                         events.append(("list_changed", None) if type(event).__name__ == "ResourcesListChanged"
                                       else ("updated", event.uri))
