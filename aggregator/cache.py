@@ -107,6 +107,8 @@ class ContentCache(Generic[K, V]):
             if flight is None:
                 return await self._lead(key, policy, load, revalidate, stale_on)
             await flight.done.wait()
+            if flight.loaded and getattr(flight.value, "private", False):
+                continue  # it depended on who asked: this caller loads its own
             if flight.loaded:
                 self.hits += 1
                 assert flight.value is not None  # loaded: the leader stored its value
@@ -155,11 +157,14 @@ class ContentCache(Generic[K, V]):
         return value
 
     def _store(self, key: K, value: V, version: str | None, policy: CachePolicy) -> None:
-        if policy.ttl <= 0:
+        # A value may say how long it may be kept (`max_age`), or that it depends on who asked (`private`).
+        max_age = getattr(value, "max_age", None)
+        ttl = policy.ttl if max_age is None else min(policy.ttl, max_age)
+        if ttl <= 0 or getattr(value, "private", False):
             self._entries.pop(key, None)
             return
         now = self._timer()
-        fresh_until = now + policy.ttl
+        fresh_until = now + ttl
         try:
             self._entries[key] = _Slot(value, version, fresh_until, fresh_until + policy.stale_if_error)
         except ValueError:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 import time
 
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
@@ -151,8 +151,11 @@ class Catalog:
     """Listed entries in URI order, templates in match order, and lookup of both."""
 
     def __init__(self, entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int = 1,
-                 url_sources: Mapping[str, bool] | None = None, byte_sources: frozenset[str] = frozenset()) -> None:
+                 url_sources: Mapping[str, bool] | None = None, byte_sources: frozenset[str] = frozenset(),
+                 uri_sources: frozenset[str] = frozenset()) -> None:
         self.generation = generation
+        # Sources whose paths are another server's URIs: a template's path is its own RFC 6570 template.
+        self._uri_sources = uri_sources
         # Sources whose paths are URL paths: template values get percent-encoded into them.
         self._url_sources = dict(url_sources or {})
         # Sources whose names are bytes (local folders): a %XX that is not UTF-8 in a URI names those bytes.
@@ -161,6 +164,10 @@ class Catalog:
         # for reloads that can reuse them.
         self.collections: dict[CollectionSpec, list[Entry]] = {}
         self.listed_at: dict[CollectionSpec, float] = {}
+        # What sources published themselves (MCP upstreams with a namespace), by source id, and when: kept while
+        # such a source is unreachable, for up to its staleIfError.
+        self.published: dict[str, Any] = {}
+        self.published_at: dict[str, float] = {}
         self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
         self._uris = [e.uri for e in self.entries]
         self._index = {e.uri: e for e in self.entries}
@@ -273,7 +280,11 @@ class Catalog:
                                    spec.query, bound, spec.format, spec.access)
             # A match refused for safety never falls through to a looser template.
             url_path = self._url_sources.get(spec.source, False)
-            path = expand_path(candidate, values, url_path, spec.source in self._byte_sources)
+            if spec.source in self._uri_sources:
+                # Another server's URI: its own template expands the values, and that server judges them.
+                path: str | None = UriTemplate.parse(spec.path or "", for_matching=False).expand(values)
+            else:
+                path = expand_path(candidate, values, url_path, spec.source in self._byte_sources)
             if path is None:
                 raise ResourceNotFound(uri)
             declared = spec.display.mime_type

@@ -11,17 +11,19 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import anyio
 
 from aggregator.catalog import RENDERED_TYPE, Catalog, Entry, TemplateEntry
 from aggregator.content import file_mime_type, served_name
-from aggregator.manifest.model import (CollectionSpec, Location, Manifest, ManifestError, ManifestIssue, ResourceSpec,
-                                       TemplateSpec)
+from aggregator.manifest.model import (CollectionSpec, Display, Location, Manifest, ManifestError, ManifestIssue,
+                                       ResourceSpec, SourceSpec, TemplateSpec)
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
 from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
-from aggregator.templates import UriTemplate
+from aggregator.sources.base import Published
+from aggregator.templates import TemplateSyntaxError, UriTemplate
 
 __all__ = ["collection_key", "compile_catalog"]
 
@@ -148,16 +150,34 @@ _NOWHERE = Location("", 0, 0)
 
 async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1,
                           reuse: Mapping[CollectionSpec, Sequence[Entry]] | None = None,
-                          reused_at: Mapping[CollectionSpec, float] | None = None) -> Catalog:
+                          reused_at: Mapping[CollectionSpec, float] | None = None,
+                          previous: Catalog | None = None) -> Catalog:
     """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources.
 
     `reuse` maps collections (by `collection_key`) to entries still known to be current (their folder is
-    watched), so a reload does not list and build them again.
+    watched), so a reload does not list and build them again. A source that tells of its own changes (an MCP
+    upstream) and cannot be listed now is no error: what `previous` listed of it is kept while younger than its
+    `staleIfError`, else it lists nothing, until it is back and says so.
     """
     issues: list[ManifestIssue] = []
     resource_entries: list[Entry | None] = [None] * len(manifest.resources)
     built: list[Sequence[Entry]] = [()] * len(manifest.collections)
     reuse = reuse or {}
+    started = time.monotonic()
+    stale_at: dict[CollectionSpec | str, float] = {}  # what was kept from `previous`, and when it was listed
+
+    def down(sid: str, key: CollectionSpec | str, listed_at: Mapping[Any, float] | None, what: str,
+             exc: SourceError) -> bool:
+        """Whether to keep `previous`'s listing of an unreachable pushing source (logged either way)."""
+        spec = manifest.sources[sid]
+        at = (listed_at or {}).get(key)
+        keep = at is not None and started - at <= spec.stale_if_error
+        logger.warning("%s: %s: source %r cannot be listed (%s); %s", spec.where, spec.key, sid, exc,
+                       f"serving its last {what} (staleIfError)" if keep else f"its {what} is empty until it is back")
+        if keep:
+            assert at is not None
+            stale_at[key] = at
+        return keep
 
     async def build_resource(i: int, spec: ResourceSpec) -> None:
         resource_entries[i] = await _resource_entry(spec, sources)
@@ -170,15 +190,38 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
         try:
             files = await sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden)
         except SourceError as exc:
+            if sources[spec.source].pushes_changes:
+                key = collection_key(spec)
+                old = previous.collections.get(key) if previous is not None else None
+                if down(spec.source, key, previous.listed_at if previous else None, "listing", exc) and old:
+                    built[i] = old
+                return
             issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
             return
         built[i] = _collection_entries(spec, files)
+
+    published: dict[str, Published] = {}
+
+    async def publish(spec: SourceSpec) -> None:
+        try:
+            published[spec.id] = await sources[spec.id].published()
+        except SourceError as exc:
+            if not sources[spec.id].pushes_changes:
+                issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.id!r}: {exc}"))
+            elif previous is not None and spec.id in previous.published and down(
+                    spec.id, spec.id, previous.published_at, "published resources", exc):
+                published[spec.id] = previous.published[spec.id]
+            else:
+                down(spec.id, spec.id, None, "published resources", exc)
 
     async with anyio.create_task_group() as tg:
         for i, rspec in enumerate(manifest.resources):
             tg.start_soon(build_resource, i, rspec)
         for i, cspec in enumerate(manifest.collections):
             tg.start_soon(list_collection, i, cspec)
+        for sspec in manifest.sources.values():
+            if sspec.id in sources and sources[sspec.id].publishes:
+                tg.start_soon(publish, sspec)
 
     owners: dict[str, tuple[str, Location]] = {}
     entries: list[Entry] = []
@@ -200,8 +243,31 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
                 entries.append(entry)
 
+    for sid, offered in published.items():
+        sspec = manifest.sources[sid]
+        for res in offered.resources:
+            if claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where):
+                entries.append(Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
+                                     res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime,
+                                     sid, res.path, access=sspec.access))
+
     templates: list[TemplateEntry] = []
     seen_templates: dict[str, TemplateSpec] = {}
+    for sid, offered in published.items():
+        sspec = manifest.sources[sid]
+        for pub in offered.templates:
+            try:
+                parsed = UriTemplate.parse(pub.uri_template)
+            except TemplateSyntaxError as exc:  # one we cannot match URIs against: left out, said once
+                if _first_warning((sid, pub.uri_template)):
+                    logger.warning("%s: %s: upstream template %r not published: %s", sspec.where, sspec.key,
+                                   pub.uri_template, exc)
+                continue
+            tspec = TemplateSpec(pub.uri_template, pub.name, sid, pub.path,
+                                 Display(pub.title, pub.description, pub.mime_type), sspec.where, sspec.key,
+                                 access=sspec.access)
+            seen_templates[pub.uri_template] = tspec
+            templates.append(TemplateEntry(parsed, tspec))
     for tspec in manifest.templates:
         if tspec.uri_template in seen_templates:
             first = seen_templates[tspec.uri_template]
@@ -214,10 +280,14 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     if issues:
         raise ManifestError(issues)
     catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
-                      frozenset(sid for sid, src in sources.items() if src.byte_names))
+                      frozenset(sid for sid, src in sources.items() if src.byte_names),
+                      frozenset(sid for sid, src in sources.items() if src.uri_paths))
     now = time.monotonic()
     catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
-    catalog.listed_at = {key: (reused_at or {}).get(key, now) if key in reuse else now for key in catalog.collections}
+    catalog.listed_at = {key: stale_at[key] if key in stale_at else (reused_at or {}).get(key, now)
+                         if key in reuse else now for key in catalog.collections}
+    catalog.published = published
+    catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
     return catalog
 
 

@@ -56,6 +56,12 @@ class Completer:
             return _rank([v for v in enumerated if v.startswith(prefix)], folders=False)
         if spec.path is None or source is None:
             return NONE
+        try:
+            offered = await source.complete_path(spec.path, name, prefix, context)
+        except SourceError:
+            return NONE  # the backend's own completion failed: the log has why, the client gets nothing
+        if offered is not None:
+            return _rank([v for v in offered if v.startswith(prefix)], folders=False)
         multi = name in template.template.multi_segment
         reserved = template.template.reserved
         chosen = {k: unquote(v, errors="surrogateescape") if k in reserved else v for k, v in (context or {}).items()}

@@ -76,6 +76,10 @@ class Content:
     mime_type: str
     text: str | None = None
     blob: bytes | None = None
+    max_age: float | None = None
+    """Seconds the backend said this may be kept (an MCP upstream's ttlMs), None when it said nothing."""
+    private: bool = False
+    """The backend said this depends on who asked (an MCP upstream's cacheScope private): never kept or shared."""
 
     @property
     def nbytes(self) -> int:

@@ -58,13 +58,21 @@ class Health(Protocol):
 
 
 def health_route(live: Health) -> Route:
-    """GET /healthz: the catalog generation, its size and the last reload error (if the last reload failed)."""
+    """GET /healthz: the catalog generation, its size, the last reload error (if the last reload failed) and the
+    connection state of sources that keep one (MCP upstreams: how many are connected, reconnects; per source only
+    in /metrics, since this route stays open to any Host and names no source)."""
 
     async def healthz(request: Request) -> JSONResponse:
         catalog = live.service.catalog
-        return JSONResponse({"status": "ok", "generation": catalog.generation, "resources": len(catalog),
-                             "templates": len(catalog.templates), "reloads": live.reloads,
-                             "lastReloadError": live.last_error})
+        body: dict[str, Any] = {"status": "ok", "generation": catalog.generation, "resources": len(catalog),
+                                "templates": len(catalog.templates), "reloads": live.reloads,
+                                "lastReloadError": live.last_error}
+        upstreams = live.service.health().values()
+        if upstreams:
+            body["upstreams"] = {
+                "total": len(upstreams), "connected": sum(h.get("state") == "connected" for h in upstreams),
+                "reconnects": sum(h["reconnects"] for h in upstreams if isinstance(h.get("reconnects"), int))}
+        return JSONResponse(body)
 
     return Route("/healthz", healthz, methods=["GET"])
 

@@ -109,6 +109,16 @@ class _LiveCollector:
         reloads.add_metric(["ok"], self.live.reloads)
         reloads.add_metric(["error"], self.live.reload_errors)
         yield reloads
+        up = GaugeMetricFamily("aggregator_upstream_connected", "1 while the source's upstream connection is up, by "
+                               "source id (MCP upstreams).", labels=["source"])
+        reconnects = CounterMetricFamily("aggregator_upstream_reconnects", "Times the source's upstream connection "
+                                         "was made again after it was lost, by source id.", labels=["source"])
+        for source, health in sorted(service.health().items()):
+            up.add_metric([source], 1.0 if health.get("state") == "connected" else 0.0)
+            times = health.get("reconnects")
+            reconnects.add_metric([source], float(times) if isinstance(times, int) else 0.0)
+        yield up
+        yield reconnects
         yield GaugeMetricFamily("aggregator_catalog_generation", "Generation of the catalog being served.",
                                 value=service.catalog.generation)
         yield GaugeMetricFamily("aggregator_catalog_resources", "Resources listed by the catalog.",

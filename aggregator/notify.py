@@ -48,6 +48,12 @@ class Notifier:
         self.sent_updated = 0
         self._listen = ListenHandler(self.bus, max_subscriptions=max_subscriptions)
         self._scoped: set[ListenHandler] = set()  # one per open stream of a caller who sees only part of the catalog
+        self.subscription_listeners: list[Callable[[], None]] = []
+        """Told when the set of subscribed URIs may have changed (sources that push changes ask for exactly those)."""
+
+    def _subscriptions_changed(self) -> None:
+        for listener in self.subscription_listeners:
+            listener()
 
     # --- legacy wire ---------------------------------------------------------------------------------
 
@@ -60,8 +66,10 @@ class Notifier:
 
     def _forget(self, connection: Connection) -> None:
         self._sessions.pop(connection, None)
-        self._subscriptions.pop(connection, None)
+        had = self._subscriptions.pop(connection, None)
         self._visible.pop(connection, None)
+        if had:
+            self._subscriptions_changed()
 
     def subscribe(self, connection: Connection, session: ServerSession, uri: str,
                   visible: Callable[[str], bool] | None = None) -> None:
@@ -72,10 +80,15 @@ class Notifier:
         uris = self._subscriptions.setdefault(connection, set())
         if uri not in uris and len(uris) >= self.max_subscriptions:
             raise TooManySubscriptions(self.max_subscriptions)
-        uris.add(uri)
+        if uri not in uris:
+            uris.add(uri)
+            self._subscriptions_changed()
 
     def unsubscribe(self, connection: Connection, uri: str) -> None:
-        self._subscriptions.get(connection, set()).discard(uri)
+        uris = self._subscriptions.get(connection, set())
+        if uri in uris:
+            uris.discard(uri)
+            self._subscriptions_changed()
 
     # --- modern wire ---------------------------------------------------------------------------------
 
@@ -97,11 +110,15 @@ class Notifier:
             self._scoped.add(handler)
         token = object()
         self._listens[token] = frozenset(uris)
+        if uris:
+            self._subscriptions_changed()
         try:
             return await handler(ctx, params)
         finally:
             del self._listens[token]
             self._scoped.discard(handler)
+            if uris:
+                self._subscriptions_changed()
 
     def close(self) -> None:
         self._listen.close()

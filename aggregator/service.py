@@ -214,11 +214,13 @@ class ResourceService:
                 if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)
         sources = {**kept, **fresh}
-        still, now, before = set(watched) & set(kept), time.monotonic(), old.catalog
+        # Watched folders and sources that tell of their own changes keep their listings current themselves.
+        pushing = {sid for sid, src in kept.items() if src.pushes_changes}
+        still, now, before = (set(watched) | pushing) & set(kept), time.monotonic(), old.catalog
         reuse = {key: entries for key, entries in before.collections.items() if key.source in kept and (
             key.source in still or now - before.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
         try:
-            catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at)
+            catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at, before)
         except BaseException:
             await close_sources(fresh.values())
             raise
@@ -236,7 +238,7 @@ class ResourceService:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
         async with self._swapping:
             old = self._snapshot
-            catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1)
+            catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             return self._swap(replace(old, catalog=catalog), replaced=set())
 
     def _swap(self, new: Snapshot, replaced: set[str]) -> bool:
@@ -316,6 +318,22 @@ class ResourceService:
             found |= more
             frontier, listing_changed = more, False
 
+    def paths_by_source(self, uris: Iterable[str]) -> dict[str, set[str]]:
+        """The files these URIs read, by source (URIs that name no file are left out)."""
+        catalog, found = self._snapshot.catalog, dict[str, set[str]]()
+        for uri in uris:
+            try:
+                target = catalog.resolve(uri)
+            except ResourceNotFound:
+                continue
+            if isinstance(target, FileTarget):
+                found.setdefault(target.source, set()).add(target.path)
+        return found
+
+    def health(self) -> dict[str, Mapping[str, object]]:
+        """The connection state of every source that keeps one (`Source.health`), by source id."""
+        return {sid: health for sid, src in self._snapshot.sources.items() if (health := src.health()) is not None}
+
     def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
         catalog = self._snapshot.catalog
@@ -368,7 +386,8 @@ class ResourceService:
                 content = await self._query(snapshot, target)
             case FileTarget():
                 content = await self._file(snapshot, target)
-        return Served(content, snapshot.ttl(target), snapshot.private(target, scopes))
+        ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
+        return Served(content, ttl, content.private or snapshot.private(target, scopes))
 
     async def _file(self, snapshot: Snapshot, target: FileTarget) -> Content:
         source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
@@ -381,7 +400,10 @@ class ResourceService:
             # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
             upstream = None if target.decompress else blob.mime_type
             declared = target.mime_type if target.mime_declared or not upstream else upstream
-            return decode_body(data, declared), blob.version
+            content = decode_body(data, declared)
+            if blob.max_age is not None or blob.private:
+                content = replace(content, max_age=blob.max_age, private=blob.private)
+            return content, blob.version
 
         async def revalidate(version: str) -> bool:
             return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version

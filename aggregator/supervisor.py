@@ -9,6 +9,7 @@ resources, or the catalog empty, waits one more such window before it applies.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -68,6 +69,14 @@ class Supervisor:
         self._sources_changed = anyio.Event()
         self._watched: set[str] = set()  # local sources whose watcher is running
         self._stop = anyio.Event()
+        # Sources that push their own changes: what they told, handled off their connection's task.
+        self._pushers_changed = anyio.Event()
+        self._pushed = anyio.Event()
+        self._pushed_paths: dict[str, set[str]] = {}
+        self._pushed_listings: set[str] = set()
+        self._wants_dirty = anyio.Event()
+        notifier.subscription_listeners.append(self._wants_changed)
+        service.change_listeners.append(lambda files: self._wants_changed() if files is None else None)
 
     async def run(self) -> None:
         """Watch until `stop()`; run it in a task group beside the server."""
@@ -80,6 +89,7 @@ class Supervisor:
                 tg.start_soon(self._reload_loop)
             tg.start_soon(self._watch_sources)
             tg.start_soon(self._poll_sources)
+            tg.start_soon(self._source_events)
             await self._stop.wait()
             tg.cancel_scope.cancel()
 
@@ -191,6 +201,7 @@ class Supervisor:
                            "else)", ", server.".join(fixed))
         if self._watch_plan() != watch_plan:
             self._sources_changed.set()  # restart watchers and pollers only when what they watch changed
+            self._pushers_changed.set()
         logger.info("reloaded %s: generation %d, %d resources, %d templates%s", self._manifest_path,
                     self.service.catalog.generation, len(self.service.catalog),
                     len(self.service.catalog.templates), "; listing changed" if changed else "")
@@ -206,7 +217,8 @@ class Supervisor:
         """What the watchers and pollers cover: local roots (by source object) and poll intervals."""
         sources = self.service.sources
         return (tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.watch_root() is not None)),
-                tuple(sorted((sid, spec.poll) for sid, spec in self.service.manifest.sources.items() if spec.poll)))
+                tuple(sorted((sid, spec.poll) for sid, spec in self.service.manifest.sources.items() if spec.poll)),
+                tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.pushes_changes)))
 
     # --- local folders -------------------------------------------------------------------------------
 
@@ -249,6 +261,62 @@ class Supervisor:
         uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
         if uris:
             await self.notifier.updated(sorted(uris))
+
+    # --- sources that tell of their own changes (MCP upstreams) ------------------------------------------
+
+    async def _source_events(self) -> None:
+        """Listen to every source that pushes changes, ask it for the paths subscribers want, and handle what it
+        tells; listen again when a reload changes those sources."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._handle_pushed)
+            tg.start_soon(self._keep_wants)
+            while True:
+                self._pushers_changed = anyio.Event()
+                for sid, src in self.service.sources.items():
+                    if src.pushes_changes:
+                        src.changes(functools.partial(self.source_changed, sid))
+                self._wants_changed()
+                await self._pushers_changed.wait()
+
+    async def source_changed(self, source: str, paths: frozenset[str] | None) -> None:
+        """A source's own change event (paths changed, or None: its listing may have): noted, handled later."""
+        if paths is None:
+            self._pushed_listings.add(source)
+        else:
+            self._pushed_paths.setdefault(source, set()).update(paths)
+        self._pushed.set()
+
+    async def _handle_pushed(self) -> None:
+        while True:
+            await self._pushed.wait()
+            self._pushed = anyio.Event()
+            paths, self._pushed_paths = self._pushed_paths, {}
+            listings, self._pushed_listings = self._pushed_listings, set()
+            try:
+                for sid, changed in paths.items():
+                    if sid in self.service.sources:
+                        await self.files_changed(sid, {(Change.modified, path) for path in changed})
+                # Our own list_changed only when our listing changed (an upstream's may not touch what we list).
+                if any(self._has_collection(sid) for sid in listings) and await self.service.refresh_listing():
+                    await self.notifier.list_changed()
+                    await self._renders_of_listing()
+            except Exception:
+                logger.exception("handling the change events of source(s) %s failed",
+                                 ", ".join(map(repr, sorted({*paths, *listings}))))
+
+    def _wants_changed(self) -> None:
+        self._wants_dirty.set()
+
+    async def _keep_wants(self) -> None:
+        """Tell each pushing source the paths our subscribers (and the renders they subscribed to) read."""
+        while True:
+            await self._wants_dirty.wait()
+            self._wants_dirty = anyio.Event()
+            subscribed = self.notifier.subscribed_uris()
+            wanted = self.service.paths_by_source(subscribed | self.service.render_inputs(subscribed))
+            for sid, src in self.service.sources.items():
+                if src.pushes_changes:
+                    src.want(wanted.get(sid, set()))
 
     # --- remote sources --------------------------------------------------------------------------------
 
@@ -293,4 +361,7 @@ class Supervisor:
             await self._renders_of_listing()
 
     def _has_collection(self, source: str) -> bool:
-        return any(c.source == source for c in self.service.manifest.collections)
+        """Whether what `source` lists shows in the catalog: a collection over it, or its own published entries."""
+        backend = self.service.sources.get(source)
+        return (backend is not None and backend.publishes) or any(
+            c.source == source for c in self.service.manifest.collections)

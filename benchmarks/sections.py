@@ -1,5 +1,5 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (cold_reads, http_load, reliability, templates, live, remote, search) each own one `## ` section of it,
+benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop) each own one `## ` section of it,
 which they replace or append and which a rewrite of the main report keeps."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ COLD_READS = "## Cold and warm reads against a floor that reads the disk"
 HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
 RELIABILITY = "## Reliability under faults"
 SEARCH = "## Search: full-text index and queries"
-SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH)
+UPSTREAM = "## MCP upstreams: reads through one hop"
+SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM)
 
 
 def split(text: str) -> list[str]:

@@ -108,7 +108,8 @@ def test_every_sample_validates(sample: Path) -> None:
 
 @contextmanager
 def sample_services() -> Iterator[dict[str, str]]:
-    """moto S3 with the bucket local_s3.py makes, an HTTP server over sample-configs/docs, the sample SQLite db."""
+    """moto S3 with the bucket local_s3.py makes, an HTTP server over sample-configs/docs, the sample SQLite db, and
+    this Python first on PATH (gateway.yaml's upstreams run `python -m aggregator`)."""
     import functools
     import http.server
     import threading
@@ -129,7 +130,8 @@ def sample_services() -> Iterator[dict[str, str]]:
     web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=web.serve_forever, daemon=True).start()
     try:
-        yield {"S3_ENDPOINT": f"http://{host}:{port}", "SITE_URL": f"http://127.0.0.1:{web.server_address[1]}"}
+        yield {"S3_ENDPOINT": f"http://{host}:{port}", "SITE_URL": f"http://127.0.0.1:{web.server_address[1]}",
+               "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     finally:
         web.shutdown()
         s3.stop()

@@ -65,7 +65,8 @@ def test_the_published_schema_is_assembled_from_the_builtin_kinds() -> None:
 def test_each_builtin_kind_owns_its_keys() -> None:
     owned = {kind.name: list(kind.settings) for kind in builtin_kinds()}
     assert owned == {"file": [], "http": ["headers", "allowPrivateNetwork"], "git": ["ref"],
-                     "sql": ["tables", "sampleRows", "rowLimit", "checksum"], "fsspec": ["options"]}
+                     "sql": ["tables", "sampleRows", "rowLimit", "checksum"],
+                     "mcp": ["command", "env", "headers", "oauth", "allowPrivateNetwork", "prefix", "namespace"], "fsspec": ["options"]}
 
 
 @pytest.mark.parametrize(("url", "kind", "protocol"), [
@@ -100,8 +101,8 @@ def test_a_key_of_another_kind_is_refused_where_it_is_written(tmp_path: Path) ->
     assert [(i.line, i.col, i.key, i.message) for i in caught.value.issues] == [
         (4, 29, "sources.bucket.tables", "'tables' is a setting of sql sources only; this source's kind (from its "
                                          "url) is fsspec (s3)"),
-        (5, 23, "sources.docs.headers", "'headers' is a setting of http sources only; this source's kind (from its "
-                                        "url) is file"),
+        (5, 23, "sources.docs.headers", "'headers' is a setting of http and mcp sources only; this source's kind "
+                                        "(from its url) is file"),
         (5, 40, "sources.docs.options", "'options' is a setting of fsspec sources only; this source's kind (from "
                                         "its url) is file"),
         (6, 38, "sources.web.ref", "'ref' is a setting of git sources only; this source's kind (from its url) is "

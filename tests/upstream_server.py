@@ -2,7 +2,8 @@
 
 Static text and binary resources, a template with completion, one echoing a request header, a resource larger than
 small limits, one that never answers, one whose handler fails with a secret in its message, and one whose name
-depends on `UPSTREAM_TAG`. With `UPSTREAM_PIDFILE` set it writes its pid there (a test kills it).
+depends on `UPSTREAM_TAG`. With `UPSTREAM_PIDFILE` set it writes its pid there (a test kills it); with
+`UPSTREAM_CACHE=private:5000` (scope:ttlMs) its reads carry those caching hints (modern wire).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sys
 
 import anyio
+from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import Completion, ResourceTemplateReference
@@ -18,7 +20,9 @@ from mcp_types import Completion, ResourceTemplateReference
 PNG = bytes.fromhex("89504e470d0a1a0a") + bytes(range(256))
 TAG = os.environ.get("UPSTREAM_TAG", "one")
 
-server = MCPServer("test-upstream", version="1.0")
+_scope, _, _ttl = os.environ.get("UPSTREAM_CACHE", "").partition(":")
+server = MCPServer("test-upstream", version="1.0", cache_hints={
+    "resources/read": CacheHint(ttl_ms=int(_ttl), scope=_scope)} if _scope else None)  # type: ignore[typeddict-item]
 
 
 @server.resource("test://static-text", mime_type="text/plain")

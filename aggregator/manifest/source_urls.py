@@ -17,14 +17,15 @@ from urllib.parse import unquote
 
 __all__ = ["file_url_path", "is_remote_git", "local_path", "url_scheme"]
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://|^([A-Za-z][A-Za-z0-9.-]*\+[A-Za-z0-9+.-]*):")
+"""`proto://...`, or a compound scheme without an authority (`mcp+stdio:`): a drive letter (`C:`) has no `+`."""
 _REMOTE_GIT = re.compile(r"^(https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
 
 
 def url_scheme(url: str) -> str:
     """The URL's scheme in lower case; `file` for a path."""
     match = _SCHEME.match(url)
-    return match.group(1).lower() if match else "file"
+    return (match.group(1) or match.group(2)).lower() if match else "file"
 
 
 def is_remote_git(url: str) -> bool:

@@ -7,7 +7,7 @@ callers pass them through `aggregator.paths.safe_relpath` first.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,6 +35,44 @@ class Blob:
     mime_type: str | None = None
     """The type the backend declared (an HTTP Content-Type), if any."""
     version: str | None = None
+    max_age: float | None = None
+    """Seconds the backend says the bytes may be kept, if it says (an MCP upstream's ttlMs)."""
+    private: bool = False
+    """The backend says the bytes depend on who asked (an MCP upstream's cacheScope: private)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedResource:
+    """A resource a backend publishes itself (another MCP server), at the URI the catalog lists it under."""
+
+    uri: str
+    path: str
+    """What `read` takes to read it."""
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTemplate:
+    """A URI template a backend publishes itself: URIs matching `uri_template` read the path `path` expands to
+    (an RFC 6570 template with the same variables)."""
+
+    uri_template: str
+    path: str
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    resources: Sequence[PublishedResource] = ()
+    templates: Sequence[PublishedTemplate] = ()
 
 
 class SourceError(Exception):
@@ -57,6 +95,9 @@ class SourceTooLarge(SourceError):
 class SourceUnsupported(SourceError):
     """The source cannot do what was asked (a query on a source that runs none)."""
 
+
+ChangeCallback = Callable[[frozenset[str] | None], Awaitable[None]]
+"""Told of a backend's own change events: the paths that may have changed, or None when the listing may have."""
 
 POLL_CONCURRENCY = 8
 """Version checks one `poll` runs at once by default."""
@@ -130,4 +171,42 @@ class Source(ABC):
 
     def watch_root(self) -> str | None:
         """The local folder whose file events say what changed, or None: such a source is watched, not polled."""
+        return None
+
+    @property
+    def publishes(self) -> bool:
+        """True when the backend publishes its own resources and templates (`published`), which the catalog lists
+        beside the manifest's collections."""
+        return False
+
+    async def published(self) -> Published:
+        """What the backend publishes itself, under the URIs it is to be listed at; nothing by default."""
+        return Published()
+
+    @property
+    def uri_paths(self) -> bool:
+        """True when paths are another server's URIs: a published template's path is expanded by its own RFC 6570
+        template and judged by that server (no file-path rules apply)."""
+        return False
+
+    pushes_changes: ClassVar[bool] = False
+    """True when the backend tells of its own changes (`changes`): such a source is neither watched nor polled."""
+
+    def changes(self, callback: ChangeCallback | None) -> None:
+        """Deliver the backend's change events to `callback` (None: stop). The callback only takes note (it may run
+        inside the backend's own connection): the work it causes runs elsewhere. Nothing by default."""
+
+    def want(self, paths: Collection[str]) -> None:
+        """The paths whose content changes are wanted (what clients subscribed to), replacing the previous set;
+        listing changes are always wanted. Nothing to do by default."""
+
+    async def complete_path(self, path_template: str, name: str, value: str,
+                            context: Mapping[str, str] | None = None) -> Sequence[str] | None:
+        """Values the backend itself offers for variable `name` (starting with `value`) of a template's `path`
+        (another MCP server completes its own templates), or None: complete from the listing (the default)."""
+        return None
+
+    def health(self) -> Mapping[str, object] | None:
+        """The backend connection's state for /healthz and /metrics (`state`, `reconnects`...), or None when the
+        source keeps no connection of its own."""
         return None

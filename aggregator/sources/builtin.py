@@ -1,4 +1,5 @@
-"""The built-in kinds' declarations: local folders, HTTP, git, SQL databases and fsspec's filesystems.
+"""The built-in kinds' declarations: local folders, HTTP, git, SQL databases, other MCP servers and fsspec's
+filesystems.
 
 Light on purpose (see `aggregator.sources.kind`): each names its `Source` class by string, imported when a source
 opens, so a manifest validates without the kind's extra installed.
@@ -11,14 +12,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aggregator.manifest.source_urls import file_url_path, is_remote_git, local_path
+from aggregator.manifest.source_urls import file_url_path, is_remote_git, local_path, url_scheme
 from aggregator.sources.kind import EMPTY, KeyPath, Setting, SourceKind
 
 if TYPE_CHECKING:
     from aggregator.manifest.model import SourceSpec
     from aggregator.sources.base import Source
 
-__all__ = ["FsspecKind", "GitKind", "HttpKind", "LocalKind", "SqlKind", "SQL_SCHEMES"]
+__all__ = ["FsspecKind", "GitKind", "HttpKind", "LocalKind", "McpKind", "SqlKind", "SQL_SCHEMES"]
 
 SQL_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle"})
 
@@ -64,11 +65,11 @@ class HttpKind(SourceKind):
     url_help = "https://host/base"
     settings = {
         "headers": Setting({
-            "description": "HTTP sources: request headers, e.g. Authorization: \"Bearer ${TOKEN}\". Never sent "
+            "description": "HTTP and mcp+https sources: request headers, e.g. Authorization: \"Bearer ${TOKEN}\". Never sent "
                            "anywhere else, never logged.",
             "type": "object", "additionalProperties": {"type": "string"}}, EMPTY, dict),
         "allowPrivateNetwork": Setting({
-            "description": "HTTP sources: true allows loopback, link-local and private addresses; a list allows only "
+            "description": "HTTP and mcp+https sources: true allows loopback, link-local and private addresses; a list allows only "
                            "those networks (e.g. [\"10.0.0.0/8\"]). Refused by default.",
             "oneOf": [{"type": "boolean"},
                       {"type": "array", "items": {"type": "string", "pattern": "^[0-9A-Fa-f:.]+(/\\d{1,3})?$",
@@ -166,6 +167,85 @@ class SqlKind(SourceKind):
         return self.load()(spec.id, spec.url, tables=s["tables"],  # type: ignore[call-arg]
                            sample_rows=s["sampleRows"], row_limit=s["rowLimit"], checksum=s["checksum"],
                            timeout=spec.timeout, max_concurrency=spec.max_concurrency)
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(value)
+
+
+MCP_STDIO = "mcp+stdio"
+"""`mcp+stdio:` (the child runs in the manifest's folder) or `mcp+stdio:./dir` (in that folder)."""
+
+
+class McpKind(SourceKind):
+    """Another MCP server's resources: a command started over stdio (`mcp+stdio:` with `command`), or a Streamable
+    HTTP endpoint (`mcp+https://host/mcp`, `mcp+http://...`; plain https:// is the http kind's). Paths are the
+    upstream's resource URIs under `prefix`; the official client negotiates the wire."""
+
+    name = "mcp"
+    schemes = frozenset({MCP_STDIO, "mcp+https", "mcp+http"})
+    source = "aggregator.sources.mcp:open_mcp"
+    url_help = "mcp+stdio: (with command) or mcp+https://host/mcp (another MCP server's resources)"
+    settings = {
+        "command": Setting({
+            "description": "mcp+stdio sources: the upstream server's command line, e.g. [\"npx\", \"some-server\"]; "
+                           "it runs in the manifest's folder (or the folder after mcp+stdio:).",
+            "type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}, (), _strings),
+        "env": Setting({
+            "description": "mcp+stdio sources: environment variables of the upstream's process (besides a minimal "
+                           "HOME, PATH...; nothing else of ours is inherited). ${VAR} references are resolved.",
+            "type": "object", "additionalProperties": {"type": "string"}}, EMPTY, dict),
+        "headers": HttpKind.settings["headers"],
+        "oauth": Setting({
+            "description": "mcp+https sources: OAuth client credentials (the client_credentials grant) for an upstream "
+                           "that asks for a token: the token comes from the authorization server the upstream names, "
+                           "which must be `issuer`. Take the secret from the environment (${VAR}).",
+            "type": "object", "additionalProperties": False, "required": ["clientId", "clientSecret", "issuer"],
+            "properties": {
+                "clientId": {"type": "string", "minLength": 1,
+                             "description": "The client id registered with the authorization server."},
+                "clientSecret": {"type": "string", "minLength": 1,
+                                 "description": "The client's secret: write ${VAR}, never the secret itself."},
+                "issuer": {"type": "string", "pattern": "^https?://",
+                           "description": "The authorization server's issuer URL the credentials belong to."},
+                "scope": {"type": "string", "description": "Scopes to ask for, space-separated."}}}, None, dict),
+        "allowPrivateNetwork": HttpKind.settings["allowPrivateNetwork"],
+        "prefix": Setting({
+            "description": "mcp sources: the upstream URI prefix that collection paths are relative to, e.g. "
+                           "file:///docs/ (only URIs under it are listed; glob: \"**/*.md\" then matches "
+                           "file:///docs/a/b.md as a/b.md).",
+            "type": "string"}, ""),
+        "namespace": Setting({
+            "description": "mcp sources: list every upstream resource and template (under prefix) as NS+uri "
+                           "(docs://a becomes NS+docs://a), described as the upstream describes it; reads and "
+                           "completion are forwarded. Collections over the source work with or without it.",
+            "type": "string", "pattern": "^[a-z][a-z0-9-]{0,39}$"}),
+    }
+
+    def protocol(self, scheme: str) -> str:
+        return "mcp"
+
+    def locate(self, url: str, base: Path) -> str:
+        if url_scheme(url) != MCP_STDIO:
+            return url
+        folder = url.split(":", 1)[1].removeprefix("//")
+        return f"{MCP_STDIO}:{local_path(folder or '.', base)}"
+
+    def reads_this_machine(self, url: str) -> bool:
+        return url_scheme(url) == MCP_STDIO
+
+    def remote_refusals(self, url: str, keys: Mapping[str, Any]) -> Iterator[tuple[KeyPath, str]]:
+        if self.reads_this_machine(url):
+            yield ("url",), "run commands on this machine (mcp+stdio)"
+        for key in ("command", "env"):
+            if key in keys:
+                yield (key,), "run commands on this machine (mcp+stdio)"
+        if keys.get("allowPrivateNetwork"):
+            yield ("allowPrivateNetwork",), "open private networks to MCP upstreams"
+
+    def open(self, spec: SourceSpec) -> Source:
+        open_mcp = self.load()  # a function: it builds the upstream connection the source reads through
+        return open_mcp(spec)  # type: ignore[call-arg]
 
 
 class FsspecKind(SourceKind):

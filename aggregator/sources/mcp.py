@@ -1,41 +1,45 @@
-"""Another MCP server's resources as a source (`mcp+stdio:` command or `https://host/mcp`), over `aggregator.upstream`.
+"""Another MCP server's resources as a source (the `mcp` kind: `mcp+stdio:` with `command`, or `mcp+https://host/mcp`),
+over `aggregator.upstream`.
 
-A "path" is the upstream's resource URI as it is (`file:///docs/a.md`), or with `root` (a URI prefix such as
-`file:///docs/`) what follows it (`a.md`): `list(pattern)` globs over the paths of the URIs the upstream lists,
-`stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it a `root`.
+A "path" is the upstream's resource URI as it is (`file:///docs/a.md`), or with `root` (the manifest's `prefix`, a URI
+prefix such as `file:///docs/`) what follows it (`a.md`): `list(pattern)` globs over the paths of the URIs the
+upstream lists, `stat`/`read`/`version` forward to it. A catalog collection needs relative paths (no `//`): give it
+a `prefix`.
 
-Not registered as a source kind yet; what the integration needs (for the lead, with the kind's settings):
-
-- registry: `McpSource.open(spec)`-style factory from `url` (`mcp+stdio:` + `command`/`env`, or http(s) + `headers`,
-  `allowPrivateNetwork`), `timeout`, `maxConcurrency`; refuse `mcp+stdio` in manifests read from URLs.
-- catalog: upstream resources join under a `namespace` (or a collection's `glob` over upstream URIs with
-  `uri: "wiki://{path}"`): a collection over this source already works through `list()`. Templates come from
-  `templates()` and are re-published namespaced; a read of a templated URI forwards the upstream URI (`read()`
-  takes any URI, listed or not); completion forwards through `complete()`.
-- cache: `read()` returns an `McpBlob` carrying the upstream's `ttl_ms`/`cache_scope`; `private` content must not be
-  shared across callers (key it by caller, or do not cache it). `version()` reads and hashes (MCP has no cheap
-  version): prefer change events over polling.
-- live: `watch(callback)` delivers `ListChanged` (list again, and send our own list_changed only if our listing
-  changed) and `Updated(uri)` (relay to our subscribers of the URI it maps to); `subscribe(uris)` sets the upstream
-  URIs our subscribers want. After a reconnect the callback hears ListChanged and Updated for every subscribed URI.
-- health: `status` (state, reconnects, last error for the operator) for `/healthz` and `/metrics`.
+- live: `changes(callback)` relays the upstream's ListChanged (callback(None): the supervisor lists again and sends
+  our own list_changed only if our listing changed) and Updated (callback({path})); `want(paths)` subscribes
+  upstream to what our subscribers read. After a reconnect the upstream tells ListChanged and Updated for every
+  subscribed URI. `health()` is the connection's state for /healthz and /metrics.
 - access: the caller's token is never forwarded: the upstream's credentials are the manifest's `headers`.
+- catalog: with a `namespace`, `published()` offers every upstream resource and template (under `root`) as
+  `<ns>+<uri>`; its paths are then upstream URIs (`uri_paths`) that a template's own RFC 6570 text expands.
+  `complete_path` forwards completion of a template whose path is an upstream template.
+- cache: `read()` returns an `McpBlob` whose `max_age`/`private` carry the upstream's `ttlMs`/`cacheScope`.
+  `version()` reads and hashes (MCP has no cheap version): change events are preferred over polling.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
 from aggregator.globs import path_filter
-from aggregator.sources.base import Blob, FileInfo, Source, SourceNotFound
-from aggregator.upstream import Listing, Upstream, UpstreamEvent, UpstreamStatus
+from aggregator.manifest.source_urls import url_scheme
+from aggregator.manifest.model import namespaced_uri
+from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedResource, PublishedTemplate,
+                                     Source, SourceError, SourceNotFound)
+from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
+                                 UpstreamEvent, UpstreamStatus)
 
-__all__ = ["McpBlob", "McpSource"]
+if TYPE_CHECKING:
+    from aggregator.manifest.model import SourceSpec
+
+__all__ = ["McpBlob", "McpSource", "open_mcp"]
 
 LISTING_REUSE_S = 2.0
 """How long one upstream listing answers stat/list calls (a catalog build stats every resource it lists)."""
@@ -52,15 +56,21 @@ class McpBlob(Blob):
 class McpSource(Source):
     """Resources of one upstream MCP server; paths are upstream URIs."""
 
-    def __init__(self, id: str, upstream: Upstream, *, root: str = "", listing_reuse: float = LISTING_REUSE_S) -> None:
+    pushes_changes = True
+
+    def __init__(self, id: str, upstream: Upstream, *, root: str = "", namespace: str | None = None,
+                 listing_reuse: float = LISTING_REUSE_S) -> None:
         self.id = id
         self.upstream = upstream
+        self.namespace = namespace
+        """With a namespace, every upstream resource and template (under `root`) is published as `<ns>+<uri>`."""
         self.root = root
         """A URI prefix paths are relative to (`bench://` makes `a/b.md` mean `bench://a/b.md`); "" for whole URIs.
         Only URIs under it are listed."""
         self._listing_reuse = listing_reuse
         self._listing: tuple[float, Listing] | None = None
         self._listing_lock = anyio.Lock()
+        self._templates: tuple[float, Listing] | None = None
 
     def describe(self) -> str:
         return self.upstream.describe()
@@ -86,8 +96,44 @@ class McpSource(Source):
             return listing
 
     async def templates(self) -> Listing:
-        """The upstream's resource templates (items are `mcp_types.ResourceTemplate`)."""
-        return await self.upstream.list_templates()
+        """The upstream's resource templates (items are `mcp_types.ResourceTemplate`), one listing shared by calls
+        within `listing_reuse` seconds (completion asks on every keystroke)."""
+        now = anyio.current_time()
+        if self._templates is not None and now - self._templates[0] < self._listing_reuse:
+            return self._templates[1]
+        templates = await self.upstream.list_templates()
+        self._templates = (anyio.current_time(), templates)
+        return templates
+
+    @property
+    def publishes(self) -> bool:
+        return bool(self.namespace)
+
+    @property
+    def uri_paths(self) -> bool:
+        return bool(self.namespace)
+
+    async def published(self) -> Published:
+        """Every upstream resource and template under `root`, as `<namespace>+<uri>`, described as upstream does."""
+        if not self.namespace:
+            return Published()
+        resources = []
+        for resource in (await self.listing()).items:
+            uri = str(resource.uri)
+            path = self.path_of(uri)
+            if path is not None:
+                info = _info(path, resource)
+                resources.append(PublishedResource(
+                    namespaced_uri(self.namespace, uri), path, resource.name, getattr(resource, "title", None),
+                    resource.description, resource.mime_type, info.size, info.mtime))
+        templates = []
+        for template in (await self.templates()).items:
+            text = template.uri_template
+            if text.startswith(self.root) and len(text) > len(self.root):
+                templates.append(PublishedTemplate(
+                    namespaced_uri(self.namespace, text), text[len(self.root):], template.name,
+                    getattr(template, "title", None), template.description, template.mime_type))
+        return Published(resources, templates)
 
     def uri_of(self, path: str) -> str:
         """The upstream URI a path names."""
@@ -118,7 +164,9 @@ class McpSource(Source):
     async def read(self, path: str, max_bytes: int) -> McpBlob:
         result = await self.upstream.read(self.uri_of(path), max_bytes)
         content = result.first
-        return McpBlob(content.data, content.mime_type, _digest(content.data), result.ttl_ms, result.cache_scope)
+        return McpBlob(content.data, content.mime_type, _digest(content.data),
+                       None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",
+                       result.ttl_ms, result.cache_scope)
 
     async def version(self, path: str | None) -> str | None:
         """A digest of the content (MCP has no cheaper version); None when gone or for queries."""
@@ -134,6 +182,16 @@ class McpSource(Source):
         """The upstream's completion values for one argument of one of its templates."""
         return list((await self.upstream.complete(uri_template, name, value, context)).values)
 
+    async def complete_path(self, path_template: str, name: str, value: str,
+                            context: Mapping[str, str] | None = None) -> Sequence[str] | None:
+        """The upstream's completion when the template's path, under `root`, is one of the upstream's templates
+        (`template/{id}/data` under `test://` is `test://template/{id}/data`); None (complete from the listing)
+        otherwise."""
+        uri_template = self.uri_of(path_template)
+        if not any(t.uri_template == uri_template for t in (await self.templates()).items):
+            return None
+        return await self.complete(uri_template, name, value, dict(context) if context else None)
+
     def watch(self, callback: Callable[[UpstreamEvent], Awaitable[None]] | None) -> None:
         """Deliver the upstream's change events to `callback` (None: stop); see `Upstream.on_change`."""
         self.upstream.on_change(callback)
@@ -141,6 +199,50 @@ class McpSource(Source):
     def subscribe(self, uris: Iterable[str]) -> None:
         """The upstream URIs whose `Updated` events are wanted (replaces the previous set)."""
         self.upstream.subscribe(uris)
+
+    # ---- the generic Source hooks over the two above ----
+
+    def changes(self, callback: ChangeCallback | None) -> None:
+        if callback is None:
+            self.watch(None)
+            return
+
+        async def relay(event: UpstreamEvent) -> None:
+            if isinstance(event, ListChanged):
+                self._listing = self._templates = None  # the next list asks the upstream again
+                await callback(None)
+            elif isinstance(event, Updated) and (path := self.path_of(event.uri)) is not None:
+                await callback(frozenset({path}))
+
+        self.watch(relay)
+
+    def want(self, paths: Collection[str]) -> None:
+        self.subscribe(self.uri_of(path) for path in paths)
+
+    def health(self) -> Mapping[str, object]:
+        status = self.upstream.status
+        return {"state": status.state, "reconnects": status.reconnects, "protocolVersion": status.protocol_version}
+
+
+def open_mcp(spec: SourceSpec) -> McpSource:
+    """The source an `mcp` manifest entry describes (`aggregator.sources.builtin.McpKind`): `mcp+stdio:<folder>` runs
+    `command` there with `env`; `mcp+http(s)://...` connects with the manifest's `headers` (never a caller's token)
+    through the SSRF guard. The connection is made when the source is first used."""
+    s = spec.settings
+    target: Target
+    if url_scheme(spec.url) == "mcp+stdio":
+        if s["headers"] or s["allowPrivateNetwork"] or s["oauth"]:
+            raise SourceError("headers, oauth and allowPrivateNetwork are for mcp+https:// upstreams, not mcp+stdio:")
+        target = StdioTarget(list(s["command"]), env=dict(s["env"]), cwd=spec.url.split(":", 1)[1] or None)
+    else:
+        if s["command"] or s["env"]:
+            raise SourceError("command and env are for mcp+stdio: upstreams")
+        target = HttpTarget(spec.url[len("mcp+"):], headers=dict(s["headers"]),
+                            allow_private_network=s["allowPrivateNetwork"], oauth=s["oauth"])
+    # A child (or a remote session) takes longer to start than one call may take.
+    upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 30.0),
+                        max_concurrency=spec.max_concurrency)
+    return McpSource(spec.id, upstream, root=s["prefix"], namespace=s["namespace"])
 
 
 def _info(path: str, resource: object) -> FileInfo:

@@ -32,6 +32,7 @@ _BUILTIN: dict[str, str] = {
     "http": "aggregator.sources.builtin:HttpKind",
     "git": "aggregator.sources.builtin:GitKind",
     "sql": "aggregator.sources.builtin:SqlKind",
+    "mcp": "aggregator.sources.builtin:McpKind",
     "fsspec": "aggregator.sources.builtin:FsspecKind",
 }
 

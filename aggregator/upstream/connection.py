@@ -230,9 +230,11 @@ class Upstream:
                     break
                 self._last_error = reason
                 if self._was_up:
-                    # A connection that was up and got lost (a restart, a crash): try again at once.
+                    # A connection that was up and got lost (a restart, a crash): try again at once, and let the
+                    # listener look (it keeps or drops what it listed per its own rules while we are down).
                     logger.warning("%s (%s): connection lost: %s", self.describe(), self.name, reason)
                     delay = self.backoff[0]
+                    await self._emit(ListChanged())
                     continue
                 logger.warning("%s (%s): cannot connect: %s", self.describe(), self.name, reason)
                 self._set_state("failed")
@@ -255,6 +257,8 @@ class Upstream:
                 conn = _Connection(client)
                 self._conn = conn
                 first = not self._ever_connected
+                # A first connection after failed attempts: whoever listed meanwhile got nothing, so tell them too.
+                missed = not first or self._last_error is not None
                 self._ever_connected = self._was_up = True
                 if not first:
                     self._reconnects += 1
@@ -262,7 +266,7 @@ class Upstream:
                 logger.info("%s (%s): connected (%s)", self.describe(), self.name, client.protocol_version)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watch, conn)
-                    if not first:
+                    if missed:
                         tg.start_soon(self._after_reconnect)
                     await conn.lost.wait()
                     tg.cancel_scope.cancel()
@@ -363,8 +367,9 @@ class Upstream:
     # ---- change events ----
 
     def on_change(self, callback: EventCallback | None) -> None:
-        """Deliver the upstream's ListChanged and Updated events to `callback` (None: stop); after a reconnect it is
-        told ListChanged and Updated for every subscribed URI, since changes may have been missed meanwhile."""
+        """Deliver the upstream's ListChanged and Updated events to `callback` (None: stop). It is also told
+        ListChanged when the connection is lost, and after a reconnect (or a first connection after failed attempts)
+        ListChanged and Updated for every subscribed URI, since changes may have been missed meanwhile."""
         self._callback = callback
         self._wanted_changed.set()
 

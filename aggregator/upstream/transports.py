@@ -66,6 +66,10 @@ class HttpTarget:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Sent on every request (a static `Authorization: Bearer ...` from the manifest); never logged."""
     allow_private_network: bool | Sequence[str] = False
+    oauth: Mapping[str, str] | None = field(default=None, repr=False)
+    """OAuth client credentials (`clientId`, `clientSecret`, `issuer`, `scope`): tokens from the upstream's
+    authorization server, which must be `issuer` (the SDK's client_credentials provider), kept across connections."""
+    _auth: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
@@ -79,6 +83,21 @@ class HttpTarget:
         if literal is not None and (reason := policy.refusal(literal)) is not None:
             raise SourceError(f"refused: {reason}; allowPrivateNetwork lists the networks an upstream may reach")
 
+    def _oauth_provider(self) -> Any:
+        """The client_credentials provider (made once: it holds the tokens), or None without `oauth`."""
+        if not self.oauth:
+            return None
+        if "provider" not in self._auth:
+            try:
+                from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+            except ImportError as exc:
+                raise SourceError(f"OAuth client credentials need {exc.name}: pip install "
+                                  "'mcp-aggregator[auth]'") from None
+            self._auth["provider"] = ClientCredentialsOAuthProvider(
+                self.url, _TokenMemory(), self.oauth["clientId"], self.oauth["clientSecret"],
+                scope=self.oauth.get("scope"), issuer=self.oauth["issuer"])
+        return self._auth["provider"]
+
     def describe(self) -> str:
         url = httpx2.URL(self.url)
         return f"MCP upstream {url.scheme}://{url.netloc.decode('ascii', 'replace')}"
@@ -90,6 +109,7 @@ class HttpTarget:
         del name
         transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes)
         client = httpx2.AsyncClient(headers=dict(self.headers), transport=transport, trust_env=False,
+                                    auth=self._oauth_provider(),
                                     follow_redirects=False,
                                     # Reads wait long: a listen stream (SSE) stays open between events.
                                     timeout=httpx2.Timeout(timeout, read=None))
@@ -101,6 +121,26 @@ class HttpTarget:
 
 
 Target = StdioTarget | HttpTarget
+
+
+class _TokenMemory:
+    """The SDK's TokenStorage, in memory: tokens live as long as the target (across reconnections)."""
+
+    def __init__(self) -> None:
+        self.tokens: Any = None
+        self.client_info: Any = None
+
+    async def get_tokens(self) -> Any:
+        return self.tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> Any:
+        return self.client_info
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self.client_info = client_info
 
 
 class _EofWatch(ObjectReceiveStream[Any]):
