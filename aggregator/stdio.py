@@ -55,8 +55,11 @@ class _Unanswered:
         self.ids: set[types.RequestId] = set()
         self.none = anyio.Event()
         self.none.set()
+        self.gone = False
 
     def add(self, request_id: types.RequestId) -> None:
+        if self.gone:
+            return
         self.ids.add(request_id)
         if self.none.is_set():
             self.none = anyio.Event()
@@ -65,6 +68,12 @@ class _Unanswered:
         self.ids.discard(request_id)
         if not self.ids:
             self.none.set()
+
+    def abandon(self) -> None:
+        """Nobody can read answers any more (stdout broke): there is nothing left to wait for."""
+        self.gone = True
+        self.ids.clear()
+        self.none.set()
 
 
 class _Lines(Protocol):
@@ -108,7 +117,7 @@ class _WireIn:
                 line = await self._lines.readline()
             except ValueError:  # longer than MAX_LINE: the reader dropped it
                 logger.warning("a line on stdin longer than %d bytes was dropped", MAX_LINE)
-                await self._out.send(SessionMessage(_parse_error()))
+                await self._answer(_parse_error())
                 continue
             if not line:
                 self._ended = True
@@ -120,7 +129,7 @@ class _WireIn:
             except Exception as exc:
                 error = unreadable_line_error(exc)
                 if error is not None:
-                    await self._out.send(SessionMessage(error))
+                    await self._answer(error)
                 continue
             if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
                 self._unanswered.add(message.id)
@@ -129,6 +138,12 @@ class _WireIn:
                 self._unanswered.discard((message.params or {}).get("requestId"))
             return SessionMessage(message)
         raise anyio.EndOfStream
+
+    async def _answer(self, error: types.JSONRPCError) -> None:
+        try:
+            await self._out.send(SessionMessage(error))
+        except anyio.BrokenResourceError:
+            pass  # the client stopped reading: the requests still coming are read, and drained, all the same
 
     async def _drain(self) -> None:
         with anyio.move_on_after(self._drain_timeout) as waited:
@@ -171,6 +186,7 @@ class _WireOut:
         try:
             await self._out.write(data)
         except OSError as exc:  # the client closed its end
+            self._unanswered.abandon()
             raise anyio.BrokenResourceError from exc
         if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
             self._unanswered.discard(item.message.id)

@@ -303,3 +303,25 @@ def test_responses_larger_than_the_pipe_buffer_arrive_whole_and_in_one_piece(tmp
     assert set(answers) == {0, *range(10, 22)}
     for n in range(12):
         assert answers[10 + n]["result"]["contents"][0]["text"] == bodies[n % 4], n
+
+
+def test_a_client_that_stopped_reading_does_not_hold_the_exit(docs_manifest: Path) -> None:
+    """Answers that cannot be written (the client closed its end of stdout) are not waited for at end of input."""
+    import os
+    import subprocess
+    import time
+
+    from aggregator.stdio import DRAIN_TIMEOUT
+    from tests.conftest import server_params
+
+    params = server_params(docs_manifest, "--no-reload")
+    process = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, env={**os.environ, **(params.env or {})}, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdout.close()
+    time.sleep(1)  # started: the time measured below is the shutdown's
+    began = time.monotonic()
+    process.stdin.write("\n".join(_piped_lines("modern")) + "\n")
+    process.stdin.close()
+    process.wait(timeout=60)
+    assert process.returncode == 0 and time.monotonic() - began < DRAIN_TIMEOUT / 2
