@@ -4,18 +4,32 @@ A line that is not JSON gets a JSON-RPC -32700 error (id null) and one that is J
 -32600, where the SDK drops both silently. When stdin closes (a script piping requests in), the requests already
 read are finished and their responses written before the server stops, for at most `DRAIN_TIMEOUT` seconds;
 the SDK would cancel them on end of input, and the last answers were lost.
+
+The server reads and writes the wire itself, with no task in between: its read loop reads the next line, and a
+handler's response is written by the handler's own `send`. Pipes and sockets (what an MCP client spawns us with)
+are read and written without blocking on the event loop; anything else (a regular file, a terminal) through a
+worker thread, as the SDK does for every line. Like the SDK, fds 0 and 1 point elsewhere while serving (stray
+output of handlers and children misses the wire) and are restored on exit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, BinaryIO, Protocol
 
 import anyio
 import mcp_types as types
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+# The SDK's fd claim (private, but the one `stdio_server()` uses): divert fd 0/1, serve from private duplicates.
+from mcp.server.stdio import _claim_fd, _open_stdin_diversion, _open_stdout_diversion
 from mcp.server.models import InitializationOptions
-from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -26,6 +40,9 @@ logger = logging.getLogger("aggregator.stdio")
 DRAIN_TIMEOUT = 30.0
 """Seconds requests read before stdin closed may take to finish: the default source timeout, so a read that
 would succeed is not cut short."""
+
+MAX_LINE = 16 * 1024 * 1024
+"""Bytes at most in one line read from a pipe; the loop stops reading stdin while twice that is unread."""
 
 # Requests whose response is a stream that lasts until the connection ends: waiting for them would only wait.
 _OPEN_ENDED = frozenset({"subscriptions/listen"})
@@ -38,8 +55,11 @@ class _Unanswered:
         self.ids: set[types.RequestId] = set()
         self.none = anyio.Event()
         self.none.set()
+        self.gone = False
 
     def add(self, request_id: types.RequestId) -> None:
+        if self.gone:
+            return
         self.ids.add(request_id)
         if self.none.is_set():
             self.none = anyio.Event()
@@ -49,56 +69,241 @@ class _Unanswered:
         if not self.ids:
             self.none.set()
 
+    def abandon(self) -> None:
+        """Nobody can read answers any more (stdout broke): there is nothing left to wait for."""
+        self.gone = True
+        self.ids.clear()
+        self.none.set()
+
+
+class _Lines(Protocol):
+    async def readline(self) -> bytes: ...
+
+
+class _Bytes(Protocol):
+    async def write(self, data: bytes) -> None: ...
+
 
 async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT) -> None:
     """Run `server` on stdin/stdout until stdin closes and the requests read by then are answered (or
-    `drain_timeout` passes); stdout is flushed after every message."""
-    async with stdio_server() as (wire_in, wire_out):
-        to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        server_out, from_server = anyio.create_memory_object_stream[SessionMessage](0)
-        unanswered = _Unanswered()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_relay_requests, wire_in, to_server, wire_out, unanswered, drain_timeout)
-            tg.start_soon(_relay_responses, from_server, wire_out, unanswered)
-            await server.run(server_in, server_out, options)
-
-
-async def _relay_requests(wire_in: ObjectReceiveStream[SessionMessage | Exception],
-                          to_server: ObjectSendStream[SessionMessage | Exception], wire_out: Any,
-                          unanswered: _Unanswered, drain_timeout: float) -> None:
-    """stdin to the server, answering unreadable lines itself; at end of input, hold the server's input open
-    until what was asked is answered."""
-    async with to_server:
+    `drain_timeout` passes); each message is written out whole before its `send` returns."""
+    stdin, release_stdin = _claim_fd(0, sys.stdin, "rb", _open_stdin_diversion)
+    try:
+        stdout, release_stdout = _claim_fd(1, sys.stdout, "wb", _open_stdout_diversion)
         try:
-            async for item in wire_in:
-                if isinstance(item, Exception):
-                    error = unreadable_line_error(item)
-                    if error is not None:
-                        await wire_out.send(SessionMessage(error))
-                    continue
-                message = item.message
-                if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
-                    unanswered.add(message.id)
-                elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
-                    # A cancelled request is never answered.
-                    unanswered.discard((message.params or {}).get("requestId"))
-                await to_server.send(item)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            return  # the server stopped first: nothing left to hand it
-        with anyio.move_on_after(drain_timeout) as waited:
-            await unanswered.none.wait()
+            async with _line_reader(stdin) as lines, _byte_writer(stdout) as out:
+                unanswered = _Unanswered()
+                to_wire = _WireOut(out, unanswered)
+                await server.run(_WireIn(lines, to_wire, unanswered, drain_timeout), to_wire, options)
+        finally:
+            if release_stdout is not None:
+                release_stdout()
+    finally:
+        if release_stdin is not None:
+            release_stdin()
+
+
+class _WireIn:
+    """The server's read stream: the next decodable message on stdin; undecodable lines are answered here. At end
+    of input it returns only when what was asked is answered (or the drain timeout passes)."""
+
+    def __init__(self, lines: _Lines, out: _WireOut, unanswered: _Unanswered, drain_timeout: float) -> None:
+        self._lines, self._out, self._unanswered, self._drain_timeout = lines, out, unanswered, drain_timeout
+        self._ended = False
+
+    async def receive(self) -> SessionMessage:
+        while not self._ended:
+            try:
+                line = await self._lines.readline()
+            except ValueError:  # longer than MAX_LINE: the reader dropped it
+                logger.warning("a line on stdin longer than %d bytes was dropped", MAX_LINE)
+                await self._answer(_parse_error())
+                continue
+            if not line:
+                self._ended = True
+                await self._drain()
+                break
+            text = line.decode("utf-8", errors="replace")
+            try:
+                message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+            except Exception as exc:
+                error = unreadable_line_error(exc)
+                if error is not None:
+                    await self._answer(error)
+                continue
+            if isinstance(message, types.JSONRPCRequest) and message.method not in _OPEN_ENDED:
+                self._unanswered.add(message.id)
+            elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                # A cancelled request is never answered.
+                self._unanswered.discard((message.params or {}).get("requestId"))
+            return SessionMessage(message)
+        raise anyio.EndOfStream
+
+    async def _answer(self, error: types.JSONRPCError) -> None:
+        try:
+            await self._out.send(SessionMessage(error))
+        except anyio.BrokenResourceError:
+            pass  # the client stopped reading: the requests still coming are read, and drained, all the same
+
+    async def _drain(self) -> None:
+        with anyio.move_on_after(self._drain_timeout) as waited:
+            await self._unanswered.none.wait()
         if waited.cancelled_caught:
             logger.warning("stdin closed; %d requests still unanswered after %.0f s are cancelled",
-                           len(unanswered.ids), drain_timeout)
+                           len(self._unanswered.ids), self._drain_timeout)
+
+    def __aiter__(self) -> _WireIn:
+        return self
+
+    async def __anext__(self) -> SessionMessage:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._ended = True
+
+    async def __aenter__(self) -> _WireIn:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
 
 
-async def _relay_responses(from_server: ObjectReceiveStream[SessionMessage], wire_out: Any,
-                           unanswered: _Unanswered) -> None:
-    async with wire_out, from_server:
-        async for item in from_server:
-            await wire_out.send(item)
-            if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
-                unanswered.discard(item.message.id)
+class _WireOut:
+    """The server's write stream: each message one JSON line on stdout, written by the task that sends it."""
+
+    def __init__(self, out: _Bytes, unanswered: _Unanswered) -> None:
+        self._out, self._unanswered = out, unanswered
+        self._closed = False
+
+    async def send(self, item: SessionMessage) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+        try:
+            await self._out.write(data)
+        except OSError as exc:  # the client closed its end
+            self._unanswered.abandon()
+            raise anyio.BrokenResourceError from exc
+        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+            self._unanswered.discard(item.message.id)
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> _WireOut:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def _pipe_fd(stream: BinaryIO) -> int | None:
+    """The fd behind `stream` if it is a pipe or a socket (which the event loop can wait on), else None."""
+    try:
+        fd = stream.fileno()
+        return fd if stat.S_ISFIFO(mode := os.fstat(fd).st_mode) or stat.S_ISSOCK(mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+@asynccontextmanager
+async def _line_reader(stream: BinaryIO) -> AsyncIterator[_Lines]:
+    """Lines of `stream`: from the event loop for a pipe, else from a worker thread."""
+    fd = _pipe_fd(stream)
+    if fd is None:
+        yield anyio.wrap_file(stream)
+        return
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE, loop=loop)
+    # A duplicate for the transport to own and close; the claimed fd is restored onto fd 0 afterwards.
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+                                                os.fdopen(os.dup(fd), "rb", buffering=0))
+    try:
+        yield reader
+    finally:
+        transport.close()
+        _set_blocking(fd)
+
+
+@asynccontextmanager
+async def _byte_writer(stream: BinaryIO) -> AsyncIterator[_Bytes]:
+    """Writes to `stream`, each done when its bytes are all out: from the event loop for a pipe, else from a
+    worker thread."""
+    fd = _pipe_fd(stream)
+    if fd is None:
+        yield _ThreadWriter(stream)
+        return
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.connect_write_pipe(_Flow, os.fdopen(os.dup(fd), "wb", buffering=0))
+    transport.set_write_buffer_limits(high=0)  # paused while anything is buffered: a write waits until it is out
+    try:
+        yield _PipeWriter(transport, protocol)
+    finally:
+        transport.close()
+        _set_blocking(fd)
+
+
+def _set_blocking(fd: int) -> None:
+    # The transport made the shared file description non-blocking; whoever gets fd 0/1 back expects blocking.
+    try:
+        os.set_blocking(fd, True)
+    except OSError:
+        pass
+
+
+class _Flow(asyncio.Protocol):
+    """Flow control of a write pipe: `wait` returns once the transport's buffer is empty."""
+
+    def __init__(self) -> None:
+        self._resumed: asyncio.Event | None = None
+        self._lost: Exception | None = None
+
+    def pause_writing(self) -> None:
+        self._resumed = asyncio.Event()
+
+    def resume_writing(self) -> None:
+        if self._resumed is not None:
+            self._resumed.set()
+            self._resumed = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = exc or BrokenPipeError("stdout closed")
+        self.resume_writing()
+
+    async def wait(self) -> None:
+        while self._resumed is not None:
+            await self._resumed.wait()
+        if self._lost is not None:
+            raise self._lost
+
+
+class _PipeWriter:
+    def __init__(self, transport: asyncio.WriteTransport, flow: _Flow) -> None:
+        self._transport, self._flow = transport, flow
+
+    async def write(self, data: bytes) -> None:
+        if self._transport.is_closing():
+            raise BrokenPipeError("stdout closed")
+        self._transport.write(data)  # whole, in order: concurrent senders never interleave
+        await self._flow.wait()
+
+
+class _ThreadWriter:
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream, self._lock = stream, anyio.Lock()
+
+    def _write(self, data: bytes) -> None:
+        self._stream.write(data)
+        self._stream.flush()
+
+    async def write(self, data: bytes) -> None:
+        async with self._lock:  # one message at a time, in the order sent
+            await anyio.to_thread.run_sync(self._write, data)
 
 
 def unreadable_line_error(exc: Exception) -> types.JSONRPCError | None:
@@ -112,11 +317,15 @@ def unreadable_line_error(exc: Exception) -> types.JSONRPCError | None:
         raw = errors[0].get("input")
         if isinstance(raw, str) and not raw.strip():
             return None
-        return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
-            code=types.PARSE_ERROR, message="Parse error: the line is not JSON"))
+        return _parse_error()
     request_id = next((_id_of(e.get("input")) for e in errors if isinstance(e.get("input"), dict)), None)
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(
         code=types.INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 request, notification or response"))
+
+
+def _parse_error() -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+        code=types.PARSE_ERROR, message="Parse error: the line is not JSON"))
 
 
 def _id_of(data: dict[str, Any]) -> types.RequestId | None:

@@ -152,7 +152,10 @@ def section(results: dict[tuple[str, str], dict[str, tuple[Phase, Phase]]],
              "every case. Reads/s is the reads over their summed latencies, so a few slow reads weigh on it; p50 is "
              "the steadier figure when the machine is loaded. A cold read costs aggregator one hop to its source's "
              "threads (`sources/threads.py`: what keeps a hung mount from stalling the server), which the floors do "
-             "not pay.", "",
+             "not pay. Over stdio the floors use the SDK's transport, which reads each line and writes each "
+             "message through a worker thread and relays both through a memory stream; aggregator's "
+             "(`aggregator/stdio.py`) reads and writes a pipe from the event loop with no task in between, which "
+             "is most of its lead.", "",
              f"| wire | peer | cold reads/s | cold p50 (ms) | cold vs {COLD_TARGET[0]} | warm reads/s | warm p50 (ms) "
              f"| warm vs {WARM_TARGET[0]} |", "|---|---|---|---|---|---|---|---|"]
     for (transport, mode), peers in results.items():

@@ -247,3 +247,81 @@ def test_an_open_listen_stream_does_not_hold_the_exit_after_stdin_closes(docs_ma
     answers = {a.get("id"): a for a in map(json.loads, out.splitlines()) if "id" in a}
     assert answers[2]["result"]["contents"][0]["text"] == "# Readme\n"
     assert process.returncode == 0 and took < DRAIN_TIMEOUT / 2, took
+
+
+def test_requests_from_a_file_are_answered_into_a_file(docs_manifest: Path, tmp_path: Path) -> None:
+    """stdin and stdout that are regular files (no pipe for the event loop to wait on) are served too."""
+    import os
+    import subprocess
+
+    from tests.conftest import server_params
+
+    params = server_params(docs_manifest, "--no-reload")
+    for wire in ("legacy", "modern"):
+        requests, answers = tmp_path / f"in-{wire}.jsonl", tmp_path / f"out-{wire}.jsonl"
+        requests.write_text("\n".join(_piped_lines(wire)) + "\n", encoding="utf-8")
+        with requests.open("rb") as stdin, answers.open("wb") as stdout:
+            done = subprocess.run([params.command, *params.args], stdin=stdin, stdout=stdout,
+                                  stderr=subprocess.DEVNULL, env={**os.environ, **(params.env or {})}, timeout=60)
+        assert done.returncode == 0
+        by_id = {a.get("id"): a for a in map(json.loads, answers.read_text(encoding="utf-8").splitlines())}
+        assert set(by_id) == {None, 1, 2, 3}, (wire, by_id)
+        assert by_id[None]["error"]["code"] == -32700
+        assert by_id[3]["result"]["contents"][0]["text"] == "# Readme\n", (wire, by_id[3])
+
+
+def test_responses_larger_than_the_pipe_buffer_arrive_whole_and_in_one_piece(tmp_path: Path) -> None:
+    """Several reads of a 1 MiB file in flight at once over pipes: every answer is one whole JSON line (the pipe
+    fills, so writes wait for the client, and concurrent responses never interleave)."""
+    import os
+    import subprocess
+
+    from tests.conftest import server_params, write_manifest
+
+    (tmp_path / "big").mkdir()
+    bodies = {i: f"{i}" * (1024 * 1024) for i in range(4)}
+    for i, body in bodies.items():
+        (tmp_path / "big" / f"b{i}.txt").write_text(body, encoding="utf-8")
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: big}
+        defaults: {maxBytes: 8MiB}
+        sources:
+          big: {url: ./big}
+        collections:
+          - {source: big, glob: "*.txt", uri: "big://{path}", name: "{stem}"}
+        """)
+    params = server_params(manifest, "--no-reload")
+    lines = [{"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": MODERN_META}}]
+    lines += [{"jsonrpc": "2.0", "id": 10 + n, "method": "resources/read",
+               "params": {"uri": f"big://b{n % 4}.txt", "_meta": MODERN_META}} for n in range(12)]
+    process = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, env={**os.environ, **(params.env or {})})
+    out, _ = process.communicate("".join(json.dumps(m) + "\n" for m in lines).encode(), timeout=60)
+    assert process.returncode == 0
+    answers = {a["id"]: a for a in map(json.loads, out.splitlines())}
+    assert set(answers) == {0, *range(10, 22)}
+    for n in range(12):
+        assert answers[10 + n]["result"]["contents"][0]["text"] == bodies[n % 4], n
+
+
+def test_a_client_that_stopped_reading_does_not_hold_the_exit(docs_manifest: Path) -> None:
+    """Answers that cannot be written (the client closed its end of stdout) are not waited for at end of input."""
+    import os
+    import subprocess
+    import time
+
+    from aggregator.stdio import DRAIN_TIMEOUT
+    from tests.conftest import server_params
+
+    params = server_params(docs_manifest, "--no-reload")
+    process = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, env={**os.environ, **(params.env or {})}, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdout.close()
+    time.sleep(1)  # started: the time measured below is the shutdown's
+    began = time.monotonic()
+    process.stdin.write("\n".join(_piped_lines("modern")) + "\n")
+    process.stdin.close()
+    process.wait(timeout=60)
+    assert process.returncode == 0 and time.monotonic() - began < DRAIN_TIMEOUT / 2
