@@ -18,7 +18,6 @@ import asyncio
 import logging
 import os
 import stat
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -27,11 +26,11 @@ from typing import Any, BinaryIO, Protocol
 import anyio
 import mcp_types as types
 
-# The SDK's fd claim (private, but the one `stdio_server()` uses): divert fd 0/1, serve from private duplicates.
-from mcp.server.stdio import _claim_fd, _open_stdin_diversion, _open_stdout_diversion
 from mcp.server.models import InitializationOptions
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+
+from aggregator.sdk_compat import claim_stdin, claim_stdout  # the SDK's own claim of fd 0 and 1 (private in 2.3)
 
 __all__ = ["DRAIN_TIMEOUT", "serve_stdio"]
 
@@ -87,9 +86,9 @@ class _Bytes(Protocol):
 async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT) -> None:
     """Run `server` on stdin/stdout until stdin closes and the requests read by then are answered (or
     `drain_timeout` passes); each message is written out whole before its `send` returns."""
-    stdin, release_stdin = _claim_fd(0, sys.stdin, "rb", _open_stdin_diversion)
+    stdin, release_stdin = claim_stdin()
     try:
-        stdout, release_stdout = _claim_fd(1, sys.stdout, "wb", _open_stdout_diversion)
+        stdout, release_stdout = claim_stdout()
         try:
             async with _line_reader(stdin) as lines, _byte_writer(stdout) as out:
                 unanswered = _Unanswered()

@@ -1,14 +1,19 @@
 """Library internals the server relies on still have the shape it expects: the mcp SDK's per-connection object
 (aggregator.sdk_compat) through a real session and the official client, and the uvicorn httptools protocol's
-attributes that aggregator.http_limits reads, on a real uvicorn server. Each failure names the installed version."""
+attributes that aggregator.http_limits reads, on a real uvicorn server; the SDK's claim of the standard streams that
+aggregator.stdio serves from. Each failure names the installed version."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import os
 import socket
+import subprocess
+import sys
 import warnings
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -140,3 +145,26 @@ def test_fsspec_and_s3fs_internals_the_remote_source_calls_are_there() -> None:
     params = inspect.signature(iterdir).parameters
     missing = [name for name in ("bucket", "delimiter", "prefix") if name not in params]
     assert not missing, f"{versions}: S3FileSystem._iterdir no longer takes {missing}"
+
+
+def test_the_sdk_still_claims_the_standard_streams() -> None:
+    """aggregator.stdio serves the wire from the SDK's claim of fd 0 and 1: the wire moves to private duplicates,
+    a stray print goes to stderr, and releasing gives the descriptors back."""
+    script = """
+import sys
+from aggregator.sdk_compat import claim_stdin, claim_stdout
+wire_in, release_in = claim_stdin()
+wire_out, release_out = claim_stdout()
+print("stray", flush=True)
+wire_out.write(wire_in.readline().upper())
+wire_out.flush()
+release_out()
+release_in()
+print("restored", flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], input=b"hello\n", capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert (done.returncode, done.stdout) == (0, b"HELLO\nrestored\n"), (
+        f"{MCP}: the private stdio claim (mcp.server.stdio._claim_fd and its diversions) changed: update "
+        f"aggregator/sdk_compat.py\n{done.stderr.decode(errors='replace')}")
+    assert b"stray" in done.stderr, f"{MCP}: a stray print no longer goes to stderr while fd 1 is claimed"
