@@ -52,8 +52,24 @@ class SqlContract(SourceContract):
     queries = True
     blob_type = "BLOB"
 
-    def engine(self) -> Any:
+    def database_url(self, tmp_path: Path) -> str:
+        """The URL of an empty database of the suite's own (tables are the files)."""
         raise NotImplementedError
+
+    @pytest.fixture
+    def make_source(self, tmp_path: Path) -> Opener:
+        self.url = self.database_url(tmp_path)
+
+        def open(files: dict[str, bytes], **settings: object) -> Source:
+            engine = self.engine()
+            fill(engine, files, self.blob_type)
+            engine.dispose()
+            return sql_source(self.url, **settings)
+
+        return open
+
+    def engine(self) -> Any:
+        return sqlalchemy.create_engine(self.url)
 
     def held(self, source: Source) -> int:
         pool = source._engine.pool  # type: ignore[attr-defined]
@@ -76,7 +92,6 @@ class SqlContract(SourceContract):
             conn.execute(sqlalchemy.text(f"DROP TABLE {engine.dialect.identifier_preparer.quote(path)}"))
         engine.dispose()
 
-
     def test_a_schema_change_changes_the_version(self, make_source: Opener) -> None:
         """The document lists the columns: a new column is new bytes, though not a single row changed."""
         async def body(source: Source) -> None:
@@ -93,20 +108,8 @@ class SqlContract(SourceContract):
 
 
 class TestSqliteContract(SqlContract):
-    @pytest.fixture
-    def make_source(self, tmp_path: Path) -> Opener:
-        self.url = f"sqlite:///{tmp_path / 'contract.db'}"
-
-        def open(files: dict[str, bytes], **settings: object) -> Source:
-            engine = self.engine()
-            fill(engine, files, self.blob_type)
-            engine.dispose()
-            return sql_source(self.url, **settings)
-
-        return open
-
-    def engine(self) -> Any:
-        return sqlalchemy.create_engine(self.url)
+    def database_url(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'contract.db'}"
 
     @pytest.fixture
     def hanging(self, tmp_path: Path) -> Iterator[Callable[[float], tuple[Source, str]]]:
@@ -148,20 +151,8 @@ class TestPostgresContract(SqlContract):
     blob_type = "BYTEA"
     credentials = True
 
-    @pytest.fixture
-    def make_source(self) -> Opener:
-        self.url = postgres_url()
-
-        def open(files: dict[str, bytes], **settings: object) -> Source:
-            engine = self.engine()
-            fill(engine, files, self.blob_type)
-            engine.dispose()
-            return sql_source(self.url, **settings)
-
-        return open
-
-    def engine(self) -> Any:
-        return sqlalchemy.create_engine(self.url)
+    def database_url(self, tmp_path: Path) -> str:
+        return postgres_url()
 
     @pytest.fixture(params=["lock", "silent server"])
     def hanging(self, request: pytest.FixtureRequest) -> Iterator[Callable[[float], tuple[Source, str]]]:
@@ -210,20 +201,8 @@ def mariadb_url() -> str:
 class TestMariadbContract(SqlContract):
     blob_type = "LONGBLOB"
 
-    @pytest.fixture
-    def make_source(self) -> Opener:
-        self.url = mariadb_url()
-
-        def open(files: dict[str, bytes], **settings: object) -> Source:
-            engine = self.engine()
-            fill(engine, files, self.blob_type)
-            engine.dispose()
-            return sql_source(self.url, **settings)
-
-        return open
-
-    def engine(self) -> Any:
-        return sqlalchemy.create_engine(self.url)
+    def database_url(self, tmp_path: Path) -> str:
+        return mariadb_url()
 
     @pytest.fixture(params=["lock", "silent server"])
     def hanging(self, request: pytest.FixtureRequest) -> Iterator[Callable[[float], tuple[Source, str]]]:
