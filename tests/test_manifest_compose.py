@@ -417,6 +417,10 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources: {g: {url: 'git+file:///srv/repo'}}\n",
                    name="git.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources: {l: {url: 'local:///etc'}}\n", name="fs.yaml")
+    for proto, url in (("zip", "zip://docs.md::file:///etc/archive.zip"), ("tar", "tar:///etc/x.tar"),
+                       ("ftp", "ftp://10.0.0.1/pub"), ("dir", "dir:///etc")):
+        write_manifest(folder, f"version: 1\nserver: {{name: s}}\nsources: {{w: {{url: '{url}'}}}}\n",
+                       name=f"{proto}.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  h: {url: 'http://10.0.0.1/', "
                            "allowPrivateNetwork: true}\n", name="net.yaml")
     write_manifest(folder, "version: 1\nserver: {name: s}\nsources:\n  b: {url: 's3://bucket/x', options: "
@@ -436,6 +440,8 @@ def test_a_url_manifest_reaches_only_urls(tmp_path: Path, web: tuple[str, Path])
     assert "cannot read included manifest '../../secret.yaml'" in _errors(including("up.yaml"))  # fetched, 404
     assert "may not declare local folders" in _errors(including("git.yaml"))
     assert "may not declare local folders" in _errors(including("fs.yaml"))  # fsspec's name for local files
+    for proto in ("zip", "tar", "ftp", "dir"):  # fsspec protocols that reach local files or any host, unguarded
+        assert f"may not open the fsspec protocol {proto!r}" in _errors(including(f"{proto}.yaml")), proto
     assert "may not open private networks" in _errors(including("net.yaml"))
     refused = _errors(including("s3.yaml"))
     assert "sources.b.options.endpoint_url" in refused and "may not point a source at another endpoint" in refused

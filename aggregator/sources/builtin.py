@@ -248,6 +248,12 @@ class McpKind(SourceKind):
         return open_mcp(spec)  # type: ignore[call-arg]
 
 
+URL_MANIFEST_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})
+"""The fsspec protocols a manifest read from a URL may name: object stores behind their providers' endpoints (and
+this process's memory). Others may reach this machine's files (zip, tar, dir, the caching wrappers, reference) or
+any host of its network without the address guard HTTP sources have (ftp, sftp, smb, webhdfs ...)."""
+
+
 class FsspecKind(SourceKind):
     """Any other protocol, opened with fsspec's implementation of that name (s3, gcs, az, memory ...): the
     registry's fallback for URLs no kind claims."""
@@ -264,6 +270,10 @@ class FsspecKind(SourceKind):
 
     def remote_refusals(self, url: str, keys: Mapping[str, Any]) -> Iterator[tuple[KeyPath, str]]:
         yield from super().remote_refusals(url, keys)
+        scheme = url_scheme(url)
+        if scheme not in URL_MANIFEST_PROTOCOLS:
+            yield ("url",), (f"open the fsspec protocol {scheme!r}: from a URL manifest only object stores may be "
+                             f"named ({', '.join(sorted(URL_MANIFEST_PROTOCOLS))})")
         for option in keys.get("options", {}):
             if _REDIRECTING_OPTION.search(option):
                 yield ("options", option), "point a source at another endpoint (options that name a host, URL or proxy)"
