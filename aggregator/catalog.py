@@ -10,7 +10,7 @@ import base64
 import binascii
 import bisect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
@@ -213,7 +213,7 @@ class Catalog:
     def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
         """Up to `limit` entries after `cursor` that a caller holding `scopes` may see (None: every entry);
         InvalidCursor if the cursor was not made by a catalog."""
-        entries, uris = self._view(scopes)
+        entries, uris = self.visible(scopes)
         return _paginate(entries, uris, cursor, limit)
 
     def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None
@@ -233,19 +233,13 @@ class Catalog:
 
     def under(self, prefix: str, scopes: frozenset[str] | None = None) -> Sequence[Entry]:
         """Listed entries whose URI starts with `prefix` that a caller holding `scopes` may see; O(log n + found)."""
-        entries, uris = self._view(scopes)
-        start = bisect.bisect_left(uris, prefix)
-        end = start
-        while end < len(uris) and uris[end].startswith(prefix):
-            end += 1
+        entries, uris = self.visible(scopes)
+        start, end = prefix_range(uris, prefix)
         return entries[start:end]
 
     def visible(self, scopes: frozenset[str] | None = None) -> tuple[Sequence[Entry], list[str]]:
-        """The entries a caller holding `scopes` may see, in URI order, and their URIs (for bisecting)."""
-        return self._view(scopes)
-
-    def _view(self, scopes: frozenset[str] | None) -> tuple[Sequence[Entry], list[str]]:
-        """The entries a scope set may see, filtered once per catalog and scope set, so pages stay O(page)."""
+        """The entries a caller holding `scopes` may see, in URI order, and their URIs (for bisecting); filtered
+        once per catalog and scope set, so pages stay O(page)."""
         if scopes is None or not self.restricted:
             return self.entries, self._uris
         view = self._views.get(scopes)
@@ -255,6 +249,14 @@ class Catalog:
             visible = tuple(e for e in self.entries if e.access <= scopes)
             view = self._views[scopes] = (visible, [e.uri for e in visible])
         return view
+
+    def resolve_each(self, uris: Iterable[str]) -> Iterator[tuple[str, Target]]:
+        """(uri, target) for each of `uris` this catalog resolves; unknown and refused ones are left out."""
+        for uri in uris:
+            try:
+                yield uri, self.resolve(uri)
+            except ResourceNotFound:
+                continue
 
     def resolve(self, uri: str) -> Target:
         """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
@@ -371,6 +373,13 @@ def _at_segment_start(parts: list[str]) -> bool:
         if part:
             return part.endswith("/")
     return True
+
+
+def prefix_range(keys: Sequence[str], prefix: str) -> tuple[int, int]:
+    """The slice of sorted `keys` that start with `prefix`, found by bisection: O(log n)."""
+    start = bisect.bisect_left(keys, prefix)
+    # Keys cut to the prefix's length stay sorted; those equal to it are the run that starts with it.
+    return start, bisect.bisect_right(keys, prefix, lo=start, key=lambda key: key[: len(prefix)])
 
 
 def encode_cursor(key: str) -> str:

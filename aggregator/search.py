@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from aggregator.catalog import Catalog, Entry, FileTarget, Page, decode_cursor, encode_cursor
+from aggregator.catalog import Catalog, Entry, FileTarget, Page, decode_cursor, encode_cursor, prefix_range
 from aggregator.content import decode_body, gunzip, is_text_mime
 from aggregator.errors import RequestError
 from aggregator.manifest.model import SearchSettings
@@ -280,13 +280,6 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _prefix_range(uris: Sequence[str], prefix: str) -> tuple[int, int]:
-    """The slice of sorted `uris` that start with `prefix`."""
-    if not prefix:
-        return 0, len(uris)
-    return bisect.bisect_left(uris, prefix), bisect.bisect_left(uris, prefix + "\U0010ffff")
-
-
 def _name_test(glob: str | None) -> Callable[[str], bool] | None:
     if not glob:
         return None
@@ -326,7 +319,7 @@ class Discovery:
         self._owns_scheme: tuple[Catalog, bool] | None = None
         self._wake = anyio.Event()
         self._stop = anyio.Event()
-        self._dirty: set[tuple[str | None, str | None]] = set()
+        self._dirty: set[tuple[str, str]] = set()
         self._known: dict[str, tuple[str, int]] = {}
         self.indexed_generation = 0
         """The catalog generation the index last caught up with (0: never): for tests and /healthz-style checks."""
@@ -346,7 +339,7 @@ class Discovery:
         catalog = self.service.catalog
         if self._owns_scheme is None or self._owns_scheme[0] is not catalog:
             _, uris = catalog.visible(None)
-            start, end = _prefix_range(uris, SEARCH_SCHEME)
+            start, end = prefix_range(uris, SEARCH_SCHEME)
             owned = end > start or any(t.uri_template.lower().startswith(SEARCH_SCHEME) for t in catalog.templates)
             if owned and (self._owns_scheme is None or not self._owns_scheme[1]):  # said once, not per relisting
                 logger.warning("the manifest serves search: URIs itself, so the built-in %s template is not offered "
@@ -367,7 +360,7 @@ class Discovery:
         catalog = self.service.catalog
         limit = limit or self.service.page_size
         entries, uris = catalog.visible(scopes)
-        start, end = _prefix_range(uris, prefix)
+        start, end = prefix_range(uris, prefix)
         if cursor:
             start = max(start, bisect.bisect_right(uris, decode_cursor(cursor)))
         name_ok, mime_ok = _name_test(name), _mime_test(mime_type)
@@ -394,7 +387,7 @@ class Discovery:
         terms = query_terms(query)
         catalog = self.service.catalog
         entries, uris = catalog.visible(scopes)
-        start, end = _prefix_range(uris, prefix)
+        start, end = prefix_range(uris, prefix)
         if not terms:
             return [Hit(e) for e in entries[start : min(end, start + limit)]]
         meta = await self._meta(catalog, terms, scopes, prefix, limit)
@@ -468,7 +461,7 @@ class Discovery:
 
     # --- the indexer -------------------------------------------------------------------------------------------
 
-    def _changed(self, files: set[tuple[str | None, str | None]] | None) -> None:
+    def _changed(self, files: set[tuple[str, str]] | None) -> None:
         if files:
             self._dirty |= files
         self._wake.set()
@@ -577,12 +570,11 @@ class Discovery:
     async def _read_text(self, catalog: Catalog, entry: Entry) -> str | None:
         """The text of a listed file as resources/read serves it, read past the content cache (indexing every file
         must not evict what clients read); "" for binary content, None when it cannot be read now."""
-        source = self.service.sources.get(entry.source or "")
+        snapshot = self.service.snapshot
+        source = snapshot.sources.get(entry.source or "")
         if source is None or entry.path is None:
             return None
-        manifest = self.service.manifest
-        spec = manifest.sources.get(entry.source or "")
-        max_bytes = spec.max_bytes if spec is not None and spec.max_bytes is not None else manifest.defaults.max_bytes
+        max_bytes = snapshot.limits[entry.source or ""].max_bytes  # the source's maxBytes, else the default
         try:
             target = catalog.resolve(entry.uri)
             blob = await source.read(entry.path, max_bytes)

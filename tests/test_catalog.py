@@ -6,8 +6,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from aggregator.catalog import Catalog, Entry, FileTarget
+from aggregator.catalog import Catalog, Entry, FileTarget, prefix_range
 from aggregator.compiler import compile_catalog
 from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import (
@@ -154,3 +156,12 @@ def test_missing_explicit_file_is_listed_without_size(root: Path, caplog: pytest
     entry = cat.get("docs://gone")
     assert isinstance(entry, Entry) and entry.size is None
     assert "m.yaml:4:5" in caplog.text and "gone.md" in caplog.text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab\U0010ffff/:", max_size=5), max_size=30),
+       st.text(alphabet="ab\U0010ffff/:", max_size=3))
+def test_prefix_range_is_exactly_the_keys_with_the_prefix(keys: list[str], prefix: str) -> None:
+    keys = sorted(keys)
+    start, end = prefix_range(keys, prefix)
+    assert keys[start:end] == [k for k in keys if k.startswith(prefix)]
