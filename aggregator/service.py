@@ -31,7 +31,7 @@ from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBu
                                ResourceUnavailable)
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
-from aggregator.snapshot import Lease, Leases, Snapshot, SourceLimits
+from aggregator.snapshot import Lease, Leases, Snapshot, SourceLimits, close_sources
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
 
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
@@ -116,11 +116,6 @@ def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[st
     return sources
 
 
-async def close_sources(sources: Iterable[Source]) -> None:
-    for source in sources:
-        await source.aclose()
-
-
 class ResourceService:
     """Serves one manifest: listing pages, template pages and reads, each from one snapshot."""
 
@@ -134,7 +129,7 @@ class ResourceService:
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
         """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
-        self.change_listeners: list[Callable[[set[tuple[str | None, str | None]] | None], None]] = []
+        self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
         """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
         swapped in (the search index follows both)."""
 
@@ -249,7 +244,7 @@ class ResourceService:
         self._tell(None)
         return old.catalog.listing_signature != new.catalog.listing_signature
 
-    def _tell(self, files: set[tuple[str | None, str | None]] | None) -> None:
+    def _tell(self, files: set[tuple[str, str]] | None) -> None:
         for listener in self.change_listeners:
             listener(files)
 
@@ -257,35 +252,27 @@ class ResourceService:
 
     def invalidate_uris(self, uris: Iterable[str]) -> None:
         """Forget cached content of these URIs (files they read, or query results of their source)."""
-        catalog, files, queries = self._snapshot.catalog, set(), set()
-        for uri in uris:
-            try:
-                target = catalog.resolve(uri)
-            except ResourceNotFound:
-                continue
+        files, queries = set(), set()
+        for _, target in self._snapshot.catalog.resolve_each(uris):
             if isinstance(target, QueryTarget):
                 queries.add(target.source)
             elif isinstance(target, FileTarget):
                 files.add((target.source, target.path))
         self.cache.invalidate_where(Forget.of(files=files, queries=queries))
-        self._tell(set(files))
+        self._tell(files)
 
     def invalidate(self, source: str, paths: Iterable[str]) -> None:
         """Forget cached content of these files (they changed)."""
         wanted = {(source, p) for p in paths}
         self.cache.invalidate_where(Forget.of(files=wanted))
-        self._tell(set(wanted))
+        self._tell(wanted)
 
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
         """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""
         async with self.lease() as snapshot:
-            catalog, backend = snapshot.catalog, snapshot.sources[source]
+            backend = snapshot.sources[source]
             wanted: dict[str, str | None] = {}  # URI -> the path whose version it has (None: the query data's)
-            for uri in uris:
-                try:
-                    target = catalog.resolve(uri)
-                except ResourceNotFound:
-                    continue
+            for uri, target in snapshot.catalog.resolve_each(uris):
                 if isinstance(target, QueryTarget) and target.source == source:
                     wanted[uri] = None
                 elif isinstance(target, FileTarget) and target.source == source:
@@ -320,12 +307,8 @@ class ResourceService:
 
     def paths_by_source(self, uris: Iterable[str]) -> dict[str, set[str]]:
         """The files these URIs read, by source (URIs that name no file are left out)."""
-        catalog, found = self._snapshot.catalog, dict[str, set[str]]()
-        for uri in uris:
-            try:
-                target = catalog.resolve(uri)
-            except ResourceNotFound:
-                continue
+        found: dict[str, set[str]] = {}
+        for _, target in self._snapshot.catalog.resolve_each(uris):
             if isinstance(target, FileTarget):
                 found.setdefault(target.source, set()).add(target.path)
         return found
@@ -338,11 +321,7 @@ class ResourceService:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
         catalog = self._snapshot.catalog
         uris = {e.uri for e in catalog.entries_for(source, paths)}
-        for uri in candidates:
-            try:
-                target = catalog.resolve(uri)
-            except ResourceNotFound:
-                continue
+        for uri, target in catalog.resolve_each(candidates):
             if isinstance(target, FileTarget) and target.source == source and target.path in paths:
                 uris.add(uri)
         return uris

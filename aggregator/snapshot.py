@@ -21,7 +21,7 @@ from aggregator.errors import ResourceNotFound
 from aggregator.manifest.model import Manifest
 from aggregator.sources import Source
 
-__all__ = ["Lease", "Leases", "Snapshot", "SourceLimits"]
+__all__ = ["Lease", "Leases", "Snapshot", "SourceLimits", "close_sources"]
 
 logger = logging.getLogger("aggregator")
 
@@ -118,7 +118,7 @@ class Leases:
     async def close_all(self) -> None:
         """Close every retired source, held or not (the service is shutting down)."""
         retired, self._retired = self._retired, []
-        await _close(retired)
+        await close_sources(retired)
 
     async def _release(self, snapshot: Snapshot) -> None:
         self._held[snapshot] -= 1
@@ -131,12 +131,12 @@ class Leases:
         idle = [source for source in self._retired if not self.in_use(source)]
         if idle:
             self._retired = [source for source in self._retired if source not in idle]
-            await _close(idle)
+            await close_sources(idle)
 
 
-async def _close(sources: Iterable[Source]) -> None:
-    """Close each source; shielded, since the read whose end triggers this may be being cancelled, and one
-    failing to close does not keep the others open."""
+async def close_sources(sources: Iterable[Source]) -> None:
+    """Close each source; shielded, since the read (or reload) whose end triggers this may be being cancelled, and
+    one failing to close is logged and does not keep the others open."""
     with anyio.CancelScope(shield=True):
         for source in sources:
             try:
