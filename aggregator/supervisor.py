@@ -252,12 +252,14 @@ class Supervisor:
             if uris:
                 await self.notifier.updated(sorted(uris))
         if any(change != Change.modified for change, _ in changes) and self._has_collection(source):
-            if await self.service.refresh_listing():
-                await self.notifier.list_changed()
-                await self._renders_of_listing()
+            await self._relist()
 
-    async def _renders_of_listing(self) -> None:
-        """The listing changed: subscribed renders that listed resources may read differently now."""
+    async def _relist(self) -> None:
+        """List collections again; if the listing changed, send list_changed, and `updated` to subscribed renders
+        that listed resources (they may read differently now)."""
+        if not await self.service.refresh_listing():
+            return
+        await self.notifier.list_changed()
         uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
         if uris:
             await self.notifier.updated(sorted(uris))
@@ -297,9 +299,8 @@ class Supervisor:
                     if sid in self.service.sources:
                         await self.files_changed(sid, {(Change.modified, path) for path in changed})
                 # Our own list_changed only when our listing changed (an upstream's may not touch what we list).
-                if any(self._has_collection(sid) for sid in listings) and await self.service.refresh_listing():
-                    await self.notifier.list_changed()
-                    await self._renders_of_listing()
+                if any(self._has_collection(sid) for sid in listings):
+                    await self._relist()
             except Exception:
                 logger.exception("handling the change events of source(s) %s failed",
                                  ", ".join(map(repr, sorted({*paths, *listings}))))
@@ -356,9 +357,8 @@ class Supervisor:
             told = {*changed, *self.service.rendered_dependents(changed)} & subscribed
             if told:
                 await self.notifier.updated(sorted(told))
-        if self._has_collection(source) and await self.service.refresh_listing():
-            await self.notifier.list_changed()
-            await self._renders_of_listing()
+        if self._has_collection(source):
+            await self._relist()
 
     def _has_collection(self, source: str) -> bool:
         """Whether what `source` lists shows in the catalog: a collection over it, or its own published entries."""
