@@ -715,3 +715,27 @@ def test_an_explicit_tag_the_value_does_not_fit_is_located() -> None:
     assert "'y' is not a valid !!float" in found["defaults.ttl"][2]
     assert "'maybe' is not a valid !!bool" in found["defaults.timeout"][2]
     assert (1, 10, "version", "unsupported YAML value: '' is not a valid !!int") in issues_of("version: !!int\n")
+
+
+def test_cluster_settings_take_the_redis_url_from_the_environment(tmp_path: Path) -> None:
+    from aggregator.manifest.model import ClusterSettings
+
+    path = write_manifest(tmp_path, """
+        version: 1
+        server:
+          name: c
+          cluster: {redis: "${REDIS_URL}", prefix: team-a, sharedCacheMaxBytes: 64KiB, timeout: 250ms}
+        sources: {docs: {url: docs}}
+        collections: [{source: docs, glob: "*.md", uri: "d://{path}"}]
+        """)
+    m = load_manifest(path, env={"REDIS_URL": "redis://:secret@127.0.0.1:6379/2"})
+    assert m.server.cluster == ClusterSettings(redis="redis://:secret@127.0.0.1:6379/2", prefix="team-a",
+                                               shared_max_bytes=64 * 1024, timeout=0.25)
+    assert load_manifest(write_manifest(tmp_path, "version: 1\nserver: {name: c}\n"), env={}).server.cluster is None
+
+
+def test_cluster_settings_are_checked_and_located() -> None:
+    assert issues_of(HEAD.replace("{name: t}", "{name: t, cluster: {redis: 'http://x'}}"))[0][2] == \
+        "server.cluster.redis"
+    assert issues_of(HEAD.replace("{name: t}", "{name: t, cluster: {redis: 'redis://x', timeout: 0s}}")) == [
+        (2, 58, "server.cluster.timeout", "a Redis timeout must be longer than 0s")]

@@ -31,6 +31,7 @@ from aggregator.manifest.model import (
     RenderSettings,
     ResourceSpec,
     SearchSettings,
+    ClusterSettings,
     ServerSettings,
     SourceSpec,
     StaticToken,
@@ -213,7 +214,20 @@ class _Builder:
             tools=spec.get("tools", False),
             max_manifest_bytes=self.max_manifest_bytes(spec),
             search=self.search_settings(spec.get("search", {})),
+            cluster=self.cluster_settings(spec["cluster"]) if "cluster" in spec else None,
         )
+
+    def cluster_settings(self, spec: dict[str, Any]) -> ClusterSettings:
+        path: KeyPath = ("server", "cluster")
+        base = ClusterSettings(redis="")
+        timeout = self.parsed(parse_duration, spec, "timeout", path, base.timeout)
+        if timeout <= 0:
+            self.issues.append(self.marked.issue(path + ("timeout",), "a Redis timeout must be longer than 0s"))
+        return ClusterSettings(
+            redis=spec["redis"], prefix=spec.get("prefix", base.prefix),
+            shared_cache=spec.get("sharedCache", base.shared_cache),
+            shared_max_bytes=self.parsed(parse_size, spec, "sharedCacheMaxBytes", path, base.shared_max_bytes),
+            single_flight=spec.get("singleFlight", base.single_flight), timeout=timeout)
 
     def search_settings(self, spec: dict[str, Any]) -> SearchSettings:
         path: KeyPath = ("server", "search")

@@ -119,6 +119,24 @@ class SearchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """Replicas sharing one Redis (`server.cluster`): change events, poll leases, interests and a content cache."""
+
+    redis: str
+    """redis://, rediss:// or unix:// URL; it may hold a password, so it is never logged or shown."""
+    prefix: str = "aggregator"
+    """Prefix of every Redis key and channel: one per deployment sharing a Redis."""
+    shared_cache: bool = True
+    """Keep remote sources' bodies in Redis too, so a cold read on one replica is warm on the others."""
+    shared_max_bytes: int = 1024 * 1024
+    """Largest body put in the shared cache; bigger ones stay in each replica's own cache."""
+    single_flight: bool = True
+    """One replica loads a cold remote body while the others wait for it (a Redis lock around the load)."""
+    timeout: float = 0.5
+    """Seconds one Redis call may take; past it the replica goes on alone (local cache, local detection)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     name: str
     title: str | None = None
@@ -136,6 +154,8 @@ class ServerSettings:
     """Cap on each manifest file a load reads: its includes (and, on reload, the manifest itself and its bases)."""
     search: SearchSettings = field(default_factory=SearchSettings)
     """Where the full-text index lives and how much text it holds."""
+    cluster: ClusterSettings | None = None
+    """Off (None): one process on its own, as without a cluster."""
 
 
 @dataclass(frozen=True, slots=True)
