@@ -10,7 +10,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -21,6 +21,8 @@ import anyio.to_thread
 from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
+from aggregator.cluster.link import source_fingerprint
+from aggregator.cluster.shared_cache import SharedContent
 from aggregator.cache_keys import CacheKey, FileKey, Forget, QueryKey
 from aggregator.catalog import (Catalog, Entry, FileTarget, Page, QueryTarget, RenderTarget, Target, TemplateEntry,
                                 TextTarget)
@@ -129,6 +131,8 @@ class ResourceService:
         """Failed backend calls per source id, since start (for /metrics)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
         """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
+        self.shared: SharedContent | None = None
+        """The cluster's shared content cache (server.cluster), under this replica's own cache; None: off."""
         self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
         """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
         swapped in (the search index follows both)."""
@@ -266,6 +270,13 @@ class ResourceService:
         wanted = {(source, p) for p in paths}
         self.cache.invalidate_where(Forget.of(files=wanted))
         self._tell(wanted)
+
+    async def forget_shared(self, source: str, paths: Collection[str], data: bool = False) -> None:
+        """Forget what the cluster's shared cache holds of these files of `source` (and, with `data`, its query
+        results): a replica that saw them change calls this before telling the others. Nothing without a cluster."""
+        if self.shared is None or source not in self._snapshot.manifest.sources:
+            return
+        await self.shared.forget(source_fingerprint(self._snapshot.manifest.sources[source]), paths, data)
 
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
         """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""

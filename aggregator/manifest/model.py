@@ -334,6 +334,9 @@ class Manifest:
     """Every local file this manifest was built from (itself, extends bases, includes): what a reload watches."""
     render: RenderSettings = field(default_factory=RenderSettings)
     """Only the root manifest's `render:` counts, like its `server:`."""
+    digest: str = ""
+    """sha256 (hex) of the bytes of every file the manifest was built from, in load order: equal on two replicas
+    exactly when they serve the same manifest (mtimes and paths play no part)."""
 
 
 @dataclass(frozen=True, slots=True)
