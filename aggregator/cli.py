@@ -57,6 +57,27 @@ async def _opened(path: str) -> AsyncIterator[Any]:
         await service.aclose()
 
 
+@asynccontextmanager
+async def _cluster(service: Any) -> AsyncIterator[Any]:
+    """With `server.cluster`: this replica's Redis link (None without), and the shared content cache under the
+    service's own when `sharedCache` is on; the link is closed on the way out."""
+    settings = service.manifest.server.cluster
+    if settings is None:
+        yield None
+        return
+    from aggregator.cluster.link import RedisLink
+    from aggregator.cluster.shared_cache import SharedContent
+
+    link = RedisLink(settings)
+    if settings.shared_cache:
+        service.shared = SharedContent(link)
+    try:
+        yield link
+    finally:
+        service.shared = None
+        await link.aclose()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if not args.http and sys.stdin is not None and sys.stdin.isatty():  # a person, not a client: never on stdout
         from aggregator.terminal_hint import stdio_hint
@@ -81,7 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def run(sock: Any = None) -> int:
         started = time.perf_counter()
         try:
-            async with _opened(args.manifest) as service:
+            async with _opened(args.manifest) as service, _cluster(service):
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     service.manifest.server.max_subscriptions)
                 live = Supervisor(service, notifier, reload=not args.no_reload)

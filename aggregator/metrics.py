@@ -100,6 +100,14 @@ class _LiveCollector:
         yield GaugeMetricFamily("aggregator_cache_bytes", "Bytes held by the content cache.",
                                 value=cache.current_bytes)
         yield GaugeMetricFamily("aggregator_cache_entries", "Entries held by the content cache.", value=len(cache))
+        if service.shared is not None:
+            shared = CounterMetricFamily("aggregator_shared_cache", "Local cache misses the cluster's shared cache "
+                                         "answered (hit), did not (miss), bodies it stored or skipped (private, too "
+                                         "large), unreadable values it deleted (rejected), failed Redis calls (error).",
+                                         labels=["result"])
+            for result, count in service.shared.counts().items():
+                shared.add_metric([result], count)
+            yield shared
         errors = CounterMetricFamily("aggregator_source_errors", "Failed source calls, by source id.",
                                      labels=["source"])
         for source, count in sorted(service.source_errors.items()):

@@ -22,7 +22,7 @@ from cachetools import LRUCache
 
 from aggregator.cache import CachePolicy, ContentCache
 from aggregator.cluster.link import source_fingerprint
-from aggregator.cluster.shared_cache import SharedContent
+from aggregator.cluster.shared_cache import SharedContent, SharedItem, shareable
 from aggregator.cache_keys import CacheKey, FileKey, Forget, QueryKey
 from aggregator.catalog import (Catalog, Entry, FileTarget, Page, QueryTarget, RenderTarget, Target, TemplateEntry,
                                 TextTarget)
@@ -399,7 +399,19 @@ class ResourceService:
             return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
 
         key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
-        return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
+        shared = self._through_shared(source, load, lambda spec, cluster: cluster.file_item(
+            spec, path, target.mime_type, target.decompress, limits.max_bytes, limits.ttl), snapshot, target.source)
+        return await self.cache.get_or_load(key, limits.policy, shared, revalidate, stale_on=(ResourceUnavailable,))
+
+    def _through_shared(self, source: Source, load: Callable[[], Awaitable[tuple[Content, str | None]]],
+                        where: Callable[[SourceSpec, SharedContent], SharedItem], snapshot: Snapshot,
+                        source_id: str) -> Callable[[], Awaitable[tuple[Content, str | None]]]:
+        """`load`, or with the cluster's shared cache on and a remote source, `load` behind it: the local cache's
+        misses ask Redis first (and single-flight across replicas)."""
+        cluster = self.shared
+        if cluster is None or not shareable(source):
+            return load
+        return lambda: cluster.load(where(snapshot.manifest.sources[source_id], cluster), load)
 
     async def _render(self, snapshot: Snapshot, target: RenderTarget, scopes: frozenset[str] | None) -> Content:
         """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden), from
@@ -461,7 +473,9 @@ class ResourceService:
             return decode_body(blob.data, target.mime_type), None
 
         key = QueryKey(target.source, snapshot.epochs[target.source], sql, target.params, fmt)
-        return await self.cache.get_or_load(key, limits.policy, load, stale_on=(ResourceUnavailable,))
+        shared = self._through_shared(source, load, lambda spec, cluster: cluster.query_item(
+            spec, sql, target.params, fmt, limits.max_bytes, limits.ttl), snapshot, target.source)
+        return await self.cache.get_or_load(key, limits.policy, shared, stale_on=(ResourceUnavailable,))
 
 
 T = TypeVar("T")
