@@ -1,0 +1,393 @@
+"""The cluster's shared content cache against the real Redis on 127.0.0.1:6379 (a unique key prefix per test) and
+a local HTTP server counting GETs: several ResourceService instances in one process play the replicas, each with its
+own sources and its own local cache, as separate processes would have."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aggregator.cluster import shared_cache
+from aggregator.cluster.link import RedisLink
+from aggregator.cluster.shared_cache import MAGIC, SharedContent
+from aggregator.content import Content
+from aggregator.service import ResourceService
+from tests.conftest import write_manifest
+from tests.http_server import Upstream, serve
+
+ROOT = Path(__file__).resolve().parents[1]
+REDIS = ("127.0.0.1", 6379)
+TOKEN = "tok-s3cr3t-123"
+
+
+def _reachable(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex((host, port)) == 0
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """The shared Redis; every key this test's replicas wrote is deleted afterwards (their prefix is unique)."""
+    if not _reachable(*REDIS):
+        pytest.skip("the shared cache tests need Redis on 127.0.0.1:6379 (apt install redis-server)")
+    yield "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    import redis
+
+    name = f"test-{uuid.uuid4().hex}"
+    yield name
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=f"{name}:*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    with serve() as server:
+        yield server
+
+
+def manifest(folder: Path, upstream: Upstream, redis_url: str, prefix: str, *, cluster: str = "",
+             headers: str = f"Authorization: 'Bearer {TOKEN}'", source_id: str = "api") -> Path:
+    """A replica's manifest: the HTTP upstream as a remote source, `server.cluster` on Redis under `prefix`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_manifest(folder, f"""
+        version: 1
+        server:
+          name: replica
+          cluster: {{redis: "{redis_url}", prefix: "{prefix}", timeout: 1s{cluster}}}
+        sources:
+          {source_id}:
+            url: "http://127.0.0.1:{upstream.port}/base"
+            allowPrivateNetwork: ["127.0.0.1/32"]
+            headers: {{{headers}}}
+            timeout: 5s
+            ttl: 5m
+        resources:
+          - {{uri: "api://a", name: a, source: {source_id}, path: docs/a.md}}
+          - {{uri: "api://blob", name: blob, source: {source_id}, path: blob}}
+        templates:
+          - {{uriTemplate: "api://raw/{{+path}}", name: raw, source: {source_id}, path: "{{path}}"}}
+        """)
+
+
+@asynccontextmanager
+async def replicas(*manifests: Path) -> AsyncIterator[list[ResourceService]]:
+    """One ResourceService per manifest, each with its own link to Redis and its shared cache."""
+    services: list[ResourceService] = []
+    links: list[RedisLink] = []
+    try:
+        for path in manifests:
+            service = await ResourceService.open(path)
+            services.append(service)
+            settings = service.manifest.server.cluster
+            assert settings is not None
+            links.append(link := RedisLink(settings))
+            service.shared = SharedContent(link)
+        yield services
+    finally:
+        for service in services:
+            await service.aclose()
+        for link in links:
+            await link.aclose()
+
+
+def shared(service: ResourceService) -> SharedContent:
+    assert service.shared is not None
+    return service.shared
+
+
+def three(tmp_path: Path, upstream: Upstream, redis_url: str, prefix: str, cluster: str = "") -> list[Path]:
+    return [manifest(tmp_path / f"r{n}", upstream, redis_url, prefix, cluster=cluster) for n in range(3)]
+
+
+def test_a_body_one_replica_read_is_served_to_the_others_without_upstream_calls(
+        tmp_path: Path, upstream: Upstream, redis_url: str, prefix: str) -> None:
+    async def main() -> None:
+        async with replicas(*three(tmp_path, upstream, redis_url, prefix)) as (a, b, c):
+            first = (await a.read("api://a")).content
+            assert first.text == upstream.body and first.mime_type == "text/markdown"
+            for other in (b, c):
+                content = (await other.read("api://a")).content
+                assert (content.text, content.mime_type) == (first.text, first.mime_type)
+            binary = (await a.read("api://blob")).content
+            assert (await b.read("api://blob")).content.blob == binary.blob
+            assert shared(b).hits == 2 and shared(c).hits == 1 and shared(a).stores == 2
+
+    anyio.run(main)
+    assert upstream.hits["GET docs/a.md"] == 1
+    assert upstream.hits["GET blob"] == 1
+
+
+@pytest.mark.parametrize("single_flight", [True, False])
+def test_a_cold_herd_across_replicas_costs_one_upstream_get_with_single_flight(
+        tmp_path: Path, upstream: Upstream, redis_url: str, prefix: str, single_flight: bool) -> None:
+    """50 concurrent cold reads over 3 replicas: each replica's own cache lets one through, and the Redis lock makes
+    those three one upstream GET; without it, every replica goes upstream (docs/a.md answers after 50 ms, so the
+    three loads overlap)."""
+    paths = three(tmp_path, upstream, redis_url, prefix, cluster=f", singleFlight: {str(single_flight).lower()}")
+
+    async def main() -> None:
+        async with replicas(*paths) as services:
+            texts: list[str | None] = []
+
+            async def read(n: int) -> None:
+                texts.append((await services[n % 3].read("api://a")).content.text)
+
+            async with anyio.create_task_group() as tg:
+                for n in range(50):
+                    tg.start_soon(read, n)
+            assert texts == [upstream.body] * 50
+
+    anyio.run(main)
+    if single_flight:
+        assert upstream.hits["GET docs/a.md"] == 1
+    else:
+        assert upstream.hits["GET docs/a.md"] > 1
+
+
+def test_forget_sends_the_next_read_upstream(tmp_path: Path, upstream: Upstream, redis_url: str,
+                                             prefix: str) -> None:
+    async def main() -> None:
+        async with replicas(*three(tmp_path, upstream, redis_url, prefix)) as (a, b, c):
+            await a.read("api://a")
+            await b.read("api://a")
+            assert upstream.hits["GET docs/a.md"] == 1
+            upstream.body, upstream.etag = "# A\n\nsecond version\n", '"v2"'
+            await a.forget_shared("api", ["docs/a.md"])
+            assert (await c.read("api://a")).content.text == upstream.body  # c had no local copy
+            assert upstream.hits["GET docs/a.md"] == 2
+            a.invalidate("api", ["docs/a.md"])  # what a change event does to each replica's own cache
+            assert (await a.read("api://a")).content.text == upstream.body
+            assert upstream.hits["GET docs/a.md"] == 2  # c stored the new body
+
+    anyio.run(main)
+
+
+def test_a_load_under_way_when_forgotten_does_not_store_the_old_body(tmp_path: Path, upstream: Upstream,
+                                                                   redis_url: str, prefix: str) -> None:
+    """`gated` answers only when the test says: the forget lands while a's read is in flight."""
+    async def main() -> None:
+        async with replicas(*three(tmp_path, upstream, redis_url, prefix)[:2]) as (a, b):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(a.read, "api://raw/gated")
+                with anyio.fail_after(10):
+                    while upstream.hits["GET gated"] == 0:
+                        await anyio.sleep(0.01)
+                await b.forget_shared("api", ["gated"])
+                upstream.gate.set()
+            assert shared(a).stores == 0 and shared(a).skipped == 1
+            await b.read("api://raw/gated")
+            assert upstream.hits["GET gated"] == 2
+
+    anyio.run(main)
+
+
+def test_too_large_and_private_bodies_are_not_stored(tmp_path: Path, upstream: Upstream, redis_url: str,
+                                                     prefix: str) -> None:
+    paths = three(tmp_path, upstream, redis_url, prefix, cluster=", sharedCacheMaxBytes: 100")
+
+    async def main() -> None:
+        async with replicas(*paths[:2]) as (a, b):
+            await a.read("api://blob")  # 1024 bytes
+            await b.read("api://blob")
+            assert shared(a).skipped == 1 and shared(a).stores == 0
+            # Private content (an MCP upstream's cacheScope private) depends on who asked: never shared.
+            cluster = shared(a)
+            item = cluster.file_item(a.manifest.sources["api"], "private.md", None, False, 1000, 60)
+            calls = 0
+
+            async def load() -> tuple[Content, str | None]:
+                nonlocal calls
+                calls += 1
+                return Content("text/plain", text="for one caller", private=True), None
+
+            for service in (a, b):
+                content, _ = await shared(service).load(item, load)
+                assert content.text == "for one caller" and content.private
+            assert calls == 2 and shared(b).skipped == 2  # the blob, then this
+
+    anyio.run(main)
+    assert upstream.hits["GET blob"] == 2
+
+
+def test_replicas_share_by_source_settings_never_by_source_id(tmp_path: Path, upstream: Upstream, redis_url: str,
+                                                               prefix: str) -> None:
+    """Other headers (another token): another backend view, nothing shared. Same settings under another id: shared."""
+    same = manifest(tmp_path / "a", upstream, redis_url, prefix)
+    other_token = manifest(tmp_path / "b", upstream, redis_url, prefix, headers="Authorization: 'Bearer other'")
+    other_id = manifest(tmp_path / "c", upstream, redis_url, prefix, source_id="docs")
+
+    async def main() -> None:
+        async with replicas(same, other_token, other_id) as (a, b, c):
+            await a.read("api://a")
+            await b.read("api://a")
+            assert upstream.hits["GET docs/a.md"] == 2 and shared(b).misses == 1
+            await c.read("api://a")
+            assert upstream.hits["GET docs/a.md"] == 2 and shared(c).hits == 1
+
+    anyio.run(main)
+
+
+def test_a_corrupt_or_foreign_value_is_ignored_deleted_and_counted(tmp_path: Path, upstream: Upstream,
+                                                                   redis_url: str, prefix: str) -> None:
+    import redis
+
+    async def main() -> None:
+        async with replicas(*three(tmp_path, upstream, redis_url, prefix)[:2]) as (a, b):
+            await a.read("api://a")
+            client = redis.Redis.from_url(redis_url)
+            try:
+                [key] = [k for k in client.scan_iter(match=f"{prefix}:content:*") if not k.endswith(b":gen")]
+                [field] = client.hkeys(key)
+                for bad in (b"not ours at all", MAGIC + b'{"mime":"text/plain"}\n' + b"x",
+                            MAGIC + b'{"mime":"text/plain","text":true,"version":null,"maxAge":null,'
+                                    b'"expires":9e99,"size":9}\nshort',
+                            MAGIC + b'{"mime":"text/plain","text":true,"version":null,"maxAge":null,'
+                                    b'"expires":9e99,"size":2}\n\xff\xfe'):
+                    client.hset(key, field, bad)
+                    b.cache.clear()
+                    assert (await b.read("api://a")).content.text == upstream.body
+                    assert client.hget(key, field).startswith(MAGIC + b'{"mime":"text/markdown"')  # b stored it
+            finally:
+                client.close()
+            assert shared(b).rejected == 4
+
+    anyio.run(main)
+    assert upstream.hits["GET docs/a.md"] == 5
+
+
+def test_key_names_and_values_hold_no_url_path_or_secret(tmp_path: Path, upstream: Upstream, redis_url: str,
+                                                         prefix: str) -> None:
+    import redis
+
+    async def main() -> None:
+        async with replicas(manifest(tmp_path, upstream, redis_url, prefix)) as (a,):
+            await a.read("api://a")
+            await a.read("api://raw/weather")
+            await a.forget_shared("api", ["blob"])
+
+    anyio.run(main)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*"))
+        assert len(keys) == 3  # two files and the forget counter
+        names = b" ".join(keys) + b" ".join(f for k in keys if client.type(k) == b"hash" for f in client.hkeys(k))
+        for secret in (b"127.0.0.1", str(upstream.port).encode(), b"base", b"docs", b"a.md", b"weather",
+                       b"blob", TOKEN.encode(), b"api"):
+            assert secret not in names, (secret, keys)
+        values = b"".join(v for k in keys if client.type(k) == b"hash" for v in client.hvals(k))
+        assert TOKEN.encode() not in values
+    finally:
+        client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def own_redis() -> Iterator[tuple[int, list[subprocess.Popen[bytes]]]]:
+    """A private redis-server on a free port (the test kills and restarts it: never the shared one)."""
+    server = "/usr/bin/redis-server"
+    if not os.path.exists(server):
+        pytest.skip("needs redis-server (apt install redis-server) for a private Redis the test can kill")
+    port = free_port()
+    processes: list[subprocess.Popen[bytes]] = []
+    processes.append(start_redis(port))
+    try:
+        yield port, processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def start_redis(port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(["/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not _reachable("127.0.0.1", port):
+        assert time.monotonic() < deadline, "redis-server did not start"
+        time.sleep(0.02)
+    return process
+
+
+def test_redis_down_reads_still_work_errors_counted_outage_logged_once(
+        tmp_path: Path, upstream: Upstream, own_redis: tuple[int, list[subprocess.Popen[bytes]]],
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shared_cache, "RETRY_AFTER", 0.2)
+    port, processes = own_redis
+    paths = three(tmp_path, upstream, f"redis://127.0.0.1:{port}/0", "test")
+    caplog.set_level(logging.INFO, logger="aggregator.cluster.shared_cache")
+
+    def outage_lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "aggregator.cluster.shared_cache"]
+
+    async def main() -> None:
+        async with replicas(*paths[:2]) as (a, b):
+            await a.read("api://a")
+            assert shared(a).stores == 1
+            processes[0].send_signal(signal.SIGKILL)
+            processes[0].wait(10)
+            for _ in range(5):  # over several retry windows: each retry fails again, the outage is logged once
+                b.cache.clear()
+                assert (await b.read("api://a")).content.text == upstream.body
+                await anyio.sleep(0.25)
+            assert shared(b).errors >= 2 and not shared(b).available
+            assert len(outage_lines()) == 1 and f"127.0.0.1:{port}" in outage_lines()[0]
+            assert "redis://" not in outage_lines()[0]
+            processes.append(start_redis(port))  # back, empty
+            # A connection Redis dropped may fail the first call after the restart; the next retry reconnects.
+            for service, done in ((b, lambda: shared(b).stores == 1), (a, lambda: shared(a).hits == 1)):
+                with anyio.fail_after(10):
+                    while not done():
+                        await anyio.sleep(0.25)
+                        service.cache.clear()
+                        assert (await service.read("api://a")).content.text == upstream.body
+                assert shared(service).available
+            lines = outage_lines()
+            assert "back" in lines[-1] and all("back" in line or "failed" in line for line in lines)
+
+    anyio.run(main)
+
+
+def test_no_redis_at_all_reads_work_and_wait_for_nothing(tmp_path: Path, upstream: Upstream,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A port nothing listens on: every read loads by itself; later reads within the retry window skip Redis."""
+    path = manifest(tmp_path, upstream, f"redis://:hunter2@127.0.0.1:{free_port()}/0", "test")
+    caplog.set_level(logging.INFO, logger="aggregator.cluster.shared_cache")
+
+    async def main() -> None:
+        async with replicas(path) as (a,):
+            for _ in range(3):
+                a.cache.clear()
+                assert (await a.read("api://a")).content.text == upstream.body
+            assert shared(a).errors == 1  # the first failure opened the retry window
+
+    anyio.run(main)
+    lines = [r.getMessage() for r in caplog.records if r.name == "aggregator.cluster.shared_cache"]
+    assert len(lines) == 1 and "hunter2" not in lines[0]
