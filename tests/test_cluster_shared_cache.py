@@ -68,14 +68,14 @@ def upstream() -> Iterator[Upstream]:
 
 
 def manifest(folder: Path, upstream: Upstream, redis_url: str, prefix: str, *, cluster: str = "",
-             headers: str = f"Authorization: 'Bearer {TOKEN}'", source_id: str = "api") -> Path:
+             headers: str = f"Authorization: 'Bearer {TOKEN}'", source_id: str = "api", timeout: str = "1s") -> Path:
     """A replica's manifest: the HTTP upstream as a remote source, `server.cluster` on Redis under `prefix`."""
     folder.mkdir(parents=True, exist_ok=True)
     return write_manifest(folder, f"""
         version: 1
         server:
           name: replica
-          cluster: {{redis: "{redis_url}", prefix: "{prefix}", timeout: 1s{cluster}}}
+          cluster: {{redis: "{redis_url}", prefix: "{prefix}", timeout: {timeout}{cluster}}}
         sources:
           {source_id}:
             url: "http://127.0.0.1:{upstream.port}/base"
@@ -117,8 +117,10 @@ def shared(service: ResourceService) -> SharedContent:
     return service.shared
 
 
-def three(tmp_path: Path, upstream: Upstream, redis_url: str, prefix: str, cluster: str = "") -> list[Path]:
-    return [manifest(tmp_path / f"r{n}", upstream, redis_url, prefix, cluster=cluster) for n in range(3)]
+def three(tmp_path: Path, upstream: Upstream, redis_url: str, prefix: str, cluster: str = "",
+          timeout: str = "1s") -> list[Path]:
+    return [manifest(tmp_path / f"r{n}", upstream, redis_url, prefix, cluster=cluster, timeout=timeout)
+            for n in range(3)]
 
 
 def test_a_body_one_replica_read_is_served_to_the_others_without_upstream_calls(
@@ -391,3 +393,144 @@ def test_no_redis_at_all_reads_work_and_wait_for_nothing(tmp_path: Path, upstrea
     anyio.run(main)
     lines = [r.getMessage() for r in caplog.records if r.name == "aggregator.cluster.shared_cache"]
     assert len(lines) == 1 and "hunter2" not in lines[0]
+
+
+def test_three_serve_replicas_answer_a_cold_herd_of_50_reads_with_one_upstream_get(
+        tmp_path: Path, upstream: Upstream, redis_url: str, prefix: str) -> None:
+    """End to end: three `serve --http` processes on one Redis, 50 concurrent reads spread over them through the
+    official client (one replica on the legacy wire, two on the modern one)."""
+    import httpx2 as httpx
+    from mcp import Client
+
+    path = manifest(tmp_path, upstream, redis_url, prefix)
+    ports = [free_port() for _ in range(3)]
+    processes = [subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(path), "--http", str(port)],
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
+                 for port in ports]
+    try:
+        deadline = time.monotonic() + 30
+        for port in ports:
+            while not _reachable("127.0.0.1", port):
+                assert time.monotonic() < deadline, "a replica did not start"
+                time.sleep(0.05)
+
+        async def main() -> None:
+            async with (Client(f"http://127.0.0.1:{ports[0]}/mcp", mode="legacy", cache=None) as one,
+                        Client(f"http://127.0.0.1:{ports[1]}/mcp", mode="auto", cache=None) as two,
+                        Client(f"http://127.0.0.1:{ports[2]}/mcp", mode="auto", cache=None) as three):
+                clients = (one, two, three)
+                texts: list[str] = []
+
+                async def read(n: int) -> None:
+                    result = await clients[n % 3].read_resource("api://a")
+                    texts.append(getattr(result.contents[0], "text", ""))
+
+                async with anyio.create_task_group() as tg:
+                    for n in range(50):
+                        tg.start_soon(read, n)
+                assert texts == [upstream.body] * 50
+
+        anyio.run(main)
+        scraped = [httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text for port in ports]
+        assert all('aggregator_shared_cache_total{result="hit"}' in text for text in scraped)
+        assert sum('aggregator_shared_cache_total{result="store"} 1.0' in text for text in scraped) == 1
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+    assert upstream.hits["GET docs/a.md"] == 1
+
+
+def test_query_results_are_shared_per_parameters_and_forgotten_with_the_data(
+        tmp_path: Path, redis_url: str, prefix: str) -> None:
+    """A changed row proves where b's answer came from: the shared copy until the source's data is forgotten."""
+    import sqlalchemy
+
+    url = f"sqlite:///{tmp_path / 'crm.db'}"
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name VARCHAR(100))"))
+        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (1, 'Ada'), (2, 'Grace')"))
+    paths = [write_manifest(tmp_path / f"r{n}", f"""
+        version: 1
+        server:
+          name: replica
+          cluster: {{redis: "{redis_url}", prefix: "{prefix}"}}
+        sources:
+          crm: {{url: "{url}", tables: ["customers"]}}
+        templates:
+          - {{uriTemplate: "db://crm/customers/{{id}}", name: customer, source: crm,
+             query: "SELECT id, name FROM customers WHERE id = :id"}}
+        """) for n in range(2) if (tmp_path / f"r{n}").mkdir() is None]
+
+    async def main() -> None:
+        async with replicas(*paths) as (a, b):
+            assert "Ada" in ((await a.read("db://crm/customers/1")).content.text or "")
+            with engine.begin() as conn:
+                conn.execute(sqlalchemy.text("UPDATE customers SET name = 'Ada L.' WHERE id = 1"))
+            assert "Ada L." not in ((await b.read("db://crm/customers/1")).content.text or "")
+            assert "Grace" in ((await b.read("db://crm/customers/2")).content.text or "")  # its own parameters
+            assert shared(b).hits == 1 and shared(b).misses == 1
+            await a.forget_shared("crm", [], data=True)
+            b.cache.clear()
+            assert "Ada L." in ((await b.read("db://crm/customers/1")).content.text or "")
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.dispose()
+
+
+def test_local_folders_are_never_shared(tmp_path: Path, redis_url: str, prefix: str) -> None:
+    """Each replica has its own copy of a local folder (a ConfigMap, a git-sync volume): nothing goes to Redis."""
+    import redis
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server:
+          name: replica
+          cluster: {{redis: "{redis_url}", prefix: "{prefix}"}}
+        sources:
+          docs: {{url: "./docs"}}
+        resources:
+          - {{uri: "docs://a", name: a, source: docs, path: a.md}}
+        """)
+
+    async def main() -> None:
+        async with replicas(path) as (a,):
+            assert (await a.read("docs://a")).content.text == "# A\n"
+            assert shared(a).counts() == dict.fromkeys(shared(a).counts(), 0)
+
+    anyio.run(main)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert list(client.scan_iter(match=f"{prefix}:*")) == []
+    finally:
+        client.close()
+
+
+def test_a_paused_redis_delays_reads_by_its_timeout_and_never_fails_them(
+        tmp_path: Path, upstream: Upstream, own_redis: tuple[int, list[subprocess.Popen[bytes]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`CLIENT PAUSE`: Redis accepts but does not answer; each call gives up after `timeout` and the read goes on."""
+    port, _ = own_redis
+    paths = three(tmp_path, upstream, f"redis://127.0.0.1:{port}/0", "test", timeout="200ms")
+    subprocess.run(["redis-cli", "-p", str(port), "CLIENT", "PAUSE", "5000", "ALL"], check=True, timeout=10,
+                   stdout=subprocess.DEVNULL)
+
+    async def main() -> None:
+        async with replicas(*paths[:2]) as (a, b):
+            with anyio.fail_after(30):
+                for service in (a, b):
+                    assert (await service.read("api://a")).content.text == upstream.body
+            assert shared(a).errors >= 1 and not shared(a).available
+
+    anyio.run(main)
+    assert upstream.hits["GET docs/a.md"] == 2
