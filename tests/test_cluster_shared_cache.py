@@ -160,6 +160,8 @@ def test_a_cold_herd_across_replicas_costs_one_upstream_get_with_single_flight(
                 for n in range(50):
                     tg.start_soon(read, n)
             assert texts == [upstream.body] * 50
+            if single_flight:  # one replica loaded, the two others waited for the lock and read its copy
+                assert [sum(shared(s).misses for s in services), sum(shared(s).hits for s in services)] == [1, 2]
 
     anyio.run(main)
     if single_flight:
@@ -201,6 +203,31 @@ def test_a_load_under_way_when_forgotten_does_not_store_the_old_body(tmp_path: P
             assert shared(a).stores == 0 and shared(a).skipped == 1
             await b.read("api://raw/gated")
             assert upstream.hits["GET gated"] == 2
+
+    anyio.run(main)
+
+
+def test_a_cancelled_leader_frees_the_single_flight_lock(tmp_path: Path, upstream: Upstream, redis_url: str,
+                                                        prefix: str) -> None:
+    """Cancelled mid-load (a client gone, a shutdown), the leader still deletes its lock: the others need not wait
+    for it to expire."""
+    import redis
+
+    async def main() -> None:
+        async with replicas(manifest(tmp_path, upstream, redis_url, prefix)) as (a,):
+            client = redis.Redis.from_url(redis_url)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(a.read, "api://raw/gated")
+                    with anyio.fail_after(10):
+                        while upstream.hits["GET gated"] == 0:
+                            await anyio.sleep(0.01)
+                    assert len(list(client.scan_iter(match=f"{prefix}:lock:*"))) == 1
+                    tg.cancel_scope.cancel()
+                assert list(client.scan_iter(match=f"{prefix}:lock:*")) == []
+            finally:
+                upstream.gate.set()
+                client.close()
 
     anyio.run(main)
 

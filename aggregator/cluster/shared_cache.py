@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import anyio
+
 from aggregator.cluster.link import RedisLink, source_fingerprint
 from aggregator.content import Content
 from aggregator.manifest.model import SourceSpec
@@ -129,33 +131,37 @@ class SharedContent:
 
     async def load(self, item: SharedItem, load: Load) -> Loaded:
         """The content from Redis, else from `load` (stored for the other replicas when it may be shared). With
-        single-flight one replica loads a cold body while the others wait for the lock, then read what it stored."""
+        single-flight one replica loads a cold body while the others wait for the lock, then read what it stored.
+        Each call counts one hit or one miss."""
         found, gen = await self._get(item)
         if found is not None:
+            self.hits += 1
             return found
-        if not self.single_flight or not self._usable():
+        if not self.single_flight or gen is None:
             return await self._load_and_store(item, load, gen)
         lock = self.link.client.lock(item.lock, timeout=item.wait, sleep=LOCK_SLEEP, blocking_timeout=item.wait)
         try:
             held = await lock.acquire()
         except self._failures as exc:
             self._failed(exc)
-            return await self._load_and_store(item, load, gen)
+            return await self._load_and_store(item, load, None)
         if not held:  # the leader took too long: load alone rather than wait any longer
             return await self._load_and_store(item, load, gen)
         try:
             # Whoever held the lock before may have stored it meanwhile (else it failed, was private or too big).
-            found, gen = await self._get(item, counted=False)
+            found, gen = await self._get(item)
             if found is not None:
+                self.hits += 1
                 return found
             return await self._load_and_store(item, load, gen)
         finally:
-            try:
-                await lock.release()
-            except self._failures as exc:  # expired (a slow load) or Redis gone: nothing to give back
-                logger.debug("single-flight lock not released: %s", exc)
+            with anyio.CancelScope(shield=True):  # a cancelled read still frees the lock (each call is bounded)
+                try:
+                    await lock.release()
+                except self._failures as exc:  # expired (a slow load) or Redis gone: nothing to give back
+                    logger.debug("single-flight lock not released: %s", exc)
 
-    async def _get(self, item: SharedItem, counted: bool = True) -> tuple[Loaded | None, str | None]:
+    async def _get(self, item: SharedItem) -> tuple[Loaded | None, str | None]:
         """The stored content (None: absent, expired, unreadable or Redis unusable) and the source's forget
         counter now (None when Redis could not be asked: nothing will be stored)."""
         if not self._usable():
@@ -169,17 +175,13 @@ class SharedContent:
             self._failed(exc)
             return None, None
         self._recovered()
-        generation = gen.decode() if isinstance(gen, bytes) else ""
-        content = self._decode(raw) if raw is not None else None
-        if raw is not None and content is None:
+        found = self._decode(raw) if raw is not None else None
+        if raw is not None and found is None:
             await self._drop(item)
-        if content is not None:
-            self.hits += 1
-        elif counted:
-            self.misses += 1
-        return content, generation
+        return found, gen.decode() if isinstance(gen, bytes) else ""
 
     async def _load_and_store(self, item: SharedItem, load: Load, gen: str | None) -> Loaded:
+        self.misses += 1
         content, version = await load()
         if gen is not None:
             await self._store(item, content, version, gen)
