@@ -6,7 +6,7 @@ the replica loads by itself, logs the outage once, and tries Redis again a littl
 
 Layout (every name under the deployment's prefix, `{fp}` the source's fingerprint as a Redis Cluster hash tag; no
 URL, path or secret ever appears in a name: paths and queries are hashed):
-  content:{fp}:f:<sha(path)>   hash: a field per read variant (mime type, decompress, size limit)
+  content:{fp}:f:<sha(fp,path)> hash: a field per read variant (mime type, decompress, size limit)
   content:{fp}:q               hash: a field per query (sql, parameters, format, size limit)
   content:{fp}:gen             bumped by every `forget`: a load that started before it does not store its body
   lock:{fp}:<hash>:<field>     single-flight lock (redis-py Lock: token-checked release, expiry)
@@ -65,6 +65,12 @@ def _digest(*parts: object, size: int = 32) -> str:
     return hashlib.sha256(json.dumps(parts, separators=(",", ":"), default=repr).encode()).hexdigest()[:size]
 
 
+def _path_digest(fingerprint: str, path: str) -> str:
+    # Salted with the source: a common name (README.md) hashes differently in every source, so names cannot be
+    # matched across sources or looked up in a table of hashed names.
+    return _digest(fingerprint, path)
+
+
 @dataclass(frozen=True, slots=True)
 class SharedItem:
     """Where one body lives in Redis and how long it may stay there."""
@@ -114,8 +120,9 @@ class SharedContent:
     def file_item(self, spec: SourceSpec, path: str, mime_type: str | None, decompress: bool, max_bytes: int,
                   ttl: float) -> SharedItem:
         """Where a file read as (mime_type, decompress) within `max_bytes` is shared."""
-        return self._item(source_fingerprint(spec), ("f", _digest(path)), _digest(mime_type, decompress, max_bytes,
-                                                                                 size=16), ttl, spec.timeout)
+        fingerprint = source_fingerprint(spec)
+        return self._item(fingerprint, ("f", _path_digest(fingerprint, path)),
+                          _digest(mime_type, decompress, max_bytes, size=16), ttl, spec.timeout)
 
     def query_item(self, spec: SourceSpec, sql: str, params: object, fmt: str, max_bytes: int,
                    ttl: float) -> SharedItem:
@@ -245,7 +252,7 @@ class SharedContent:
         """Drop what is kept of these files of the source `fingerprint` (and, with `data`, its query results), and
         keep loads already under way from storing what they read. Redis failing is logged and counted, not raised."""
         tag = "{" + fingerprint + "}"
-        keys = [self.link.key("content", tag, "f", _digest(path)) for path in paths]
+        keys = [self.link.key("content", tag, "f", _path_digest(fingerprint, path)) for path in paths]
         if data:
             keys.append(self.link.key("content", tag, "q"))
         if not keys:
@@ -278,7 +285,7 @@ class SharedContent:
     def _recovered(self) -> None:
         if self._down:
             self._down = False
-            logger.warning("shared cache: Redis at %s is back", self.link.describe())
+            logger.info("shared cache: Redis at %s is back", self.link.describe())
 
 
 def shareable(source: Source) -> bool:
