@@ -561,3 +561,52 @@ def test_a_paused_redis_delays_reads_by_its_timeout_and_never_fails_them(
 
     anyio.run(main)
     assert upstream.hits["GET docs/a.md"] == 2
+
+
+def test_an_s3_object_one_replica_read_is_served_to_the_other_from_redis(tmp_path: Path, redis_url: str,
+                                                                          prefix: str) -> None:
+    """moto's S3 server: the object changes after a's read; b serves a's copy until the file is forgotten. No key
+    name holds the bucket, the object key or the credentials."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    import redis
+
+    from tests.test_sources_s3 import start_store
+
+    store = start_store()
+    store.client.create_bucket(Bucket="shared-tests")
+    store.client.put_object(Bucket="shared-tests", Key="latest/r1.md", Body=b"# Report 1\n")
+    paths = [write_manifest(tmp_path / f"r{n}", f"""
+        version: 1
+        server:
+          name: replica
+          cluster: {{redis: "{redis_url}", prefix: "{prefix}"}}
+        sources:
+          reports:
+            url: "s3://shared-tests/latest"
+            options: {{key: test-key, secret: test-secret-value, endpoint_url: "{store.endpoint}"}}
+            ttl: 1m
+        resources:
+          - {{uri: "reports://r1", name: r1, source: reports, path: r1.md}}
+        """) for n in range(2) if (tmp_path / f"r{n}").mkdir() is None]
+
+    async def main() -> None:
+        async with replicas(*paths) as (a, b):
+            assert (await a.read("reports://r1")).content.text == "# Report 1\n"
+            store.client.put_object(Bucket="shared-tests", Key="latest/r1.md", Body=b"# Report 1, edited\n")
+            assert (await b.read("reports://r1")).content.text == "# Report 1\n"
+            assert shared(b).hits == 1
+            await a.forget_shared("reports", ["r1.md"])
+            b.cache.clear()
+            assert (await b.read("reports://r1")).content.text == "# Report 1, edited\n"
+
+    try:
+        anyio.run(main)
+        client = redis.Redis.from_url(redis_url)
+        try:
+            names = b" ".join(client.scan_iter(match=f"{prefix}:*"))
+        finally:
+            client.close()
+        for secret in (b"shared-tests", b"latest", b"r1", b"test-key", b"test-secret-value", b"reports"):
+            assert secret not in names
+    finally:
+        store.stop()
