@@ -34,6 +34,7 @@ from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBu
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.snapshot import Lease, Leases, Snapshot, SourceLimits, close_sources
+from aggregator.tracing import Span, span
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
 
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
@@ -199,8 +200,16 @@ class ResourceService:
         collections over other kept sources listed less than the source's `ttl` ago (source listings are cached with
         the source's ttl). Dropped sources close once the reads still holding them are done.
         """
-        async with self._swapping:  # one reload or relisting at a time: each builds on the snapshot it replaces
-            return await self._reload(watched, guard)
+        with span("aggregator.reload", guard=guard) as traced:
+            try:
+                async with self._swapping:  # one reload or relisting at a time: each builds on the one it replaces
+                    changed, content_changed = await self._reload(watched, guard)
+                    traced.set(outcome="ok", generation=self.catalog.generation, resources=len(self.catalog),
+                               listing_changed=changed)
+            except BaseException as exc:
+                traced.set(outcome="held back" if isinstance(exc, SuspiciousReload) else "failed")
+                raise
+            return changed, content_changed
 
     async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
         old = self._snapshot
@@ -371,7 +380,8 @@ class ResourceService:
             case TextTarget():
                 content = Content(target.mime_type or "text/plain", text=target.text)
             case RenderTarget():
-                content = await self._render(snapshot, target, scopes)
+                with span("aggregator.render", uri=target.uri):
+                    content = await self._render(snapshot, target, scopes)
             case QueryTarget():
                 content = await self._query(snapshot, target)
             case FileTarget():
@@ -383,7 +393,9 @@ class ResourceService:
         source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
 
         async def load() -> tuple[Content, str | None]:
-            blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes), self.source_errors)
+            with _source_span("aggregator.source.read", snapshot, target, path):
+                blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes),
+                                           self.source_errors)
             # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
             undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
             data = _gunzip(target, blob.data, limits.max_bytes) if target.decompress and not undone else blob.data
@@ -396,7 +408,8 @@ class ResourceService:
             return content, blob.version
 
         async def revalidate(version: str) -> bool:
-            return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
+            with _source_span("aggregator.source.version", snapshot, target, path):
+                return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
 
         key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
         return await self.cache.get_or_load(key, limits.policy, load, revalidate, stale_on=(ResourceUnavailable,))
@@ -456,8 +469,9 @@ class ResourceService:
         sql, fmt = target.query, target.format
 
         async def load() -> tuple[Content, str | None]:
-            blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
-                                       self.source_errors)
+            with _source_span("aggregator.source.read", snapshot, target, None):
+                blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
+                                           self.source_errors)
             return decode_body(blob.data, target.mime_type), None
 
         key = QueryKey(target.source, snapshot.epochs[target.source], sql, target.params, fmt)
@@ -479,6 +493,12 @@ def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
     ttl = spec.ttl if spec.ttl is not None else defaults.ttl
     return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
                         CachePolicy(ttl, spec.stale_if_error))
+
+
+def _source_span(name: str, snapshot: Snapshot, target: FileTarget | QueryTarget, path: str | None) -> Span:
+    """A span for one backend call: source id and kind, the path, the URI (never the source's URL or content)."""
+    return span(name, source_id=target.source, source_kind=snapshot.manifest.sources[target.source].kind, path=path,
+                uri=target.uri)
 
 
 async def _backend_call(target: FileTarget | QueryTarget, source: Source, call: Callable[[], Awaitable[T]],
