@@ -284,7 +284,6 @@ class _Collector:
     def __init__(self) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
         self.paths: list[str] = []
-        self.arrived = threading.Event()
 
     def span_names(self) -> set[str]:
         return {s.name for r in self.requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans}
@@ -317,7 +316,6 @@ def collector() -> Iterator[tuple[_Collector, int]]:
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 received.requests.append(request)
-                received.arrived.set()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")
@@ -338,7 +336,7 @@ def collector() -> Iterator[tuple[_Collector, int]]:
 
 
 @contextmanager
-def serving(folder: Path, **environ: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def serving(folder: Path, *extra: str, **environ: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """`aggregator serve --http` over folder/docs with `environ` (and no OTEL_* of the test's own), until it
     accepts connections; stopped with SIGTERM (a graceful exit, which flushes spans)."""
     (folder / "docs").mkdir()
@@ -353,8 +351,8 @@ def serving(folder: Path, **environ: str) -> Iterator[tuple[str, subprocess.Pope
         """)
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
-                               env={**clean, "PYTHONPATH": str(ROOT), **environ}, stderr=subprocess.PIPE)
+    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port),
+                                *extra], env={**clean, "PYTHONPATH": str(ROOT), **environ}, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and process.poll() is None:
@@ -373,22 +371,19 @@ def serving(folder: Path, **environ: str) -> Iterator[tuple[str, subprocess.Pope
             process.wait(10)
 
 
-async def _read_twice(url: str) -> None:
-    for mode in MODES:
+async def _read_twice(url: str, modes: Sequence[str] = MODES) -> None:
+    for mode in modes:
         async with Client(url, mode=mode, cache=None) as client:
             assert (await client.read_resource("docs://a.md")).contents[0].text == "# A\n"
 
 
 def test_otlp_http_exporter_end_to_end(tmp_path: Path) -> None:
     with collector() as (received, port):
+        # A batch delay longer than the test: what arrives was flushed by the graceful exit.
         with serving(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-                     OTEL_BSP_SCHEDULE_DELAY="100") as (url, process):
+                     OTEL_BSP_SCHEDULE_DELAY="600000") as (url, process):
             anyio.run(_read_twice, url)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and not {"resources/read", "aggregator.source.read",
-                                                        "aggregator.cache.load"} <= received.span_names():
-                received.arrived.wait(0.5)
-                received.arrived.clear()
+            assert received.requests == []
             process.terminate()
             assert process.wait(20) == 0
             stderr = process.stderr.read().decode()  # type: ignore[union-attr]
@@ -409,3 +404,19 @@ def test_nothing_is_exported_when_the_sdk_is_disabled(tmp_path: Path) -> None:
             assert process.wait(20) == 0  # exit flushes whatever was batched: there must be nothing
             stderr = process.stderr.read().decode()  # type: ignore[union-attr]
         assert received.paths == [] and "tracing on" not in stderr
+
+
+def test_each_worker_exports_its_spans_before_it_exits(tmp_path: Path) -> None:
+    with collector() as (received, port):
+        with serving(tmp_path, "--stateless", "--workers", "2", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                     OTEL_BSP_SCHEDULE_DELAY="600000") as (url, process):
+            anyio.run(_read_twice, url, ("auto",) * 8)  # new connections: the kernel spreads them over the workers
+            process.terminate()
+            assert process.wait(30) == 0
+            stderr = process.stderr.read().decode()  # type: ignore[union-attr]
+        assert stderr.count("tracing on") == 2, stderr
+        assert {"resources/read", "aggregator.source.read"} <= received.span_names()
+        # Each worker opened its own catalog, so each listed the collection and flushed that at its exit.
+        listings = [s for r in received.requests for rs in r.resource_spans for ss in rs.scope_spans
+                    for s in ss.spans if s.name == "aggregator.source.list"]
+        assert len(listings) == 2
