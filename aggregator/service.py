@@ -246,7 +246,8 @@ class ResourceService:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
         async with self._swapping:
             old = self._snapshot
-            catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
+            with span("aggregator.relist", generation=old.generation + 1):
+                catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             return self._swap(replace(old, catalog=catalog), replaced=set())
 
     def _swap(self, new: Snapshot, replaced: set[str]) -> bool:

@@ -18,10 +18,13 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Span", "cache_event", "disable", "enable", "enabled", "span", "setup_tracing", "shutdown_tracing", "wanted"]
+__all__ = ["SDK_SCOPE", "Span", "cache_event", "disable", "enable", "enabled", "scrubbed", "setup_tracing",
+           "shutdown_tracing", "span", "wanted"]
 
 logger = logging.getLogger("aggregator.tracing")
 
+SDK_SCOPE = "mcp-python-sdk"
+"""The instrumentation scope of the MCP SDK's own spans."""
 SHUTDOWN_SECONDS = 5.0
 """How long exit waits for the last spans to be exported."""
 
@@ -146,7 +149,7 @@ def setup_tracing(environ: Mapping[str, str] | None = None) -> bool:
         return False
     provider = TracerProvider(resource=Resource.create(_resource_defaults(environ)), shutdown_on_exit=False)
     for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(scrubbed(BatchSpanProcessor(exporter)))
     enable(provider)
     atexit.register(shutdown_tracing)
     logger.info("tracing on: exporting spans to %s", ", ".join(type(e).__name__ for e in exporters))
@@ -193,6 +196,48 @@ def _resource_defaults(environ: Mapping[str, str]) -> dict[str, str]:
     if "service.version" not in keys:
         defaults["service.version"] = __version__
     return defaults
+
+
+def scrubbed(processor: Any) -> Any:
+    """`processor` (an SDK SpanProcessor) fed the SDK's spans without error texts: a CLIENT span's status
+    description is the upstream MCP server's error message, and an exception's message and stack trace (in its
+    event and the status) may quote anything; the JSON-RPC code (`error.type`) and the exception's type stay."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+    from opentelemetry.trace import SpanKind, Status
+
+    def scrub(span: ReadableSpan) -> ReadableSpan:
+        scope = span.instrumentation_scope
+        if scope is None or scope.name != SDK_SCOPE:
+            return span  # ours: never carry a message in the first place
+        raised = [e for e in span.events if e.name == "exception"]
+        loud = [e for e in raised if len(e.attributes or {}) > 1]
+        # A recorded exception's span took its status text from the exception's message.
+        quiet = span.status.description is not None and (span.kind is SpanKind.CLIENT or bool(raised))
+        if not quiet and not loud:
+            return span
+        events = [Event(e.name, {k: v for k, v in (e.attributes or {}).items() if k == "exception.type"},
+                        e.timestamp) if e in loud else e for e in span.events]
+        error_type = (raised[0].attributes or {}).get("exception.type") if raised else None
+        status = Status(span.status.status_code, str(error_type) if error_type else None) if quiet else span.status
+        return ReadableSpan(name=span.name, context=span.context, parent=span.parent, resource=span.resource,
+                            attributes=span.attributes, events=events, links=span.links, kind=span.kind,
+                            status=status, start_time=span.start_time, end_time=span.end_time,
+                            instrumentation_scope=scope)
+
+    class Scrubbed(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            processor.on_start(span, parent_context=parent_context)
+
+        def on_end(self, span: ReadableSpan) -> None:
+            processor.on_end(scrub(span))
+
+        def shutdown(self) -> None:
+            processor.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(processor.force_flush(timeout_millis))
+
+    return Scrubbed()
 
 
 def enable(provider: Any) -> None:

@@ -22,6 +22,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from aggregator import tracing
+from aggregator.errors import ResourceUnavailable
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.server import build_server
@@ -42,6 +43,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+UPSTREAM = [sys.executable, str(ROOT / "tests" / "upstream_server.py"), "stdio"]
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER: TracerProvider | None = None
 
@@ -52,7 +54,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
     global _PROVIDER
     if _PROVIDER is None:
         _PROVIDER = TracerProvider()
-        _PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        _PROVIDER.add_span_processor(tracing.scrubbed(SimpleSpanProcessor(_EXPORTER)))  # as setup_tracing does
     tracing.enable(_PROVIDER)
     assert trace.get_tracer_provider() is _PROVIDER, "another test set a different global tracer provider"
     _EXPORTER.clear()
@@ -420,3 +422,51 @@ def test_each_worker_exports_its_spans_before_it_exits(tmp_path: Path) -> None:
         listings = [s for r in received.requests for rs in r.resource_spans for ss in rs.scope_spans
                     for s in ss.spans if s.name == "aggregator.source.list"]
         assert len(listings) == 2
+
+
+def test_an_mcp_upstream_call_nests_beneath_the_source_read(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r}, env: {{PYTHONPATH: "{ROOT}"}}}}
+        collections:
+          - {{source: up, glob: "static-*", uri: "wiki://{{path}}"}}
+          - {{source: up, glob: "boom", uri: "wiki://{{path}}"}}
+        """)
+
+    async def main() -> None:
+        async with served(manifest) as (service, _):
+            spans.clear()
+            assert (await service.read("wiki://static-text")).content.text == "Hello from one"
+            found = spans.get_finished_spans()
+            send = one(found, "MCP send resources/read")
+            assert send.kind is SpanKind.CLIENT
+            assert ancestry(send, found)[:2] == ["aggregator.source.read", "aggregator.cache.load"]
+            spans.clear()
+            with pytest.raises(ResourceUnavailable):
+                await service.read("wiki://boom")
+            failed = spans.get_finished_spans()
+            # The upstream's error text names a secret: no span keeps it, the SDK's client span included.
+            sent = one(failed, "MCP send resources/read")
+            assert sent.status.status_code is StatusCode.ERROR and sent.attributes["error.type"] == "-32603"
+            assert "SECRET" not in everything_said(failed)
+
+    anyio.run(main)
+
+
+def test_sdk_span_messages_are_scrubbed_and_types_kept(spans: InMemorySpanExporter) -> None:
+    assert _PROVIDER is not None
+    sdk = _PROVIDER.get_tracer(tracing.SDK_SCOPE)
+    with pytest.raises(ValueError):
+        with sdk.start_as_current_span("resources/read", kind=SpanKind.SERVER):
+            raise ValueError("cannot open /srv/secret-path")
+    with sdk.start_as_current_span("MCP send resources/read", kind=SpanKind.CLIENT) as client:
+        client.set_status(StatusCode.ERROR, "upstream said: SECRET body")
+    with _PROVIDER.get_tracer("someone-else").start_as_current_span("other") as other:
+        other.set_status(StatusCode.ERROR, "kept as is")
+    server, sent, kept = spans.get_finished_spans()
+    assert [dict(e.attributes or {}) for e in server.events] == [{"exception.type": "ValueError"}]
+    assert server.status.status_code is StatusCode.ERROR and server.status.description == "ValueError"
+    assert sent.status.status_code is StatusCode.ERROR and sent.status.description is None
+    assert kept.status.description == "kept as is"
