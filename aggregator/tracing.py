@@ -13,6 +13,7 @@ import atexit
 import importlib
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -161,7 +162,7 @@ def _exporter(name: str, environ: Mapping[str, str]) -> Any:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter()
+        return ConsoleSpanExporter(out=sys.stderr)  # stdout may be the MCP wire
     if name != "otlp":
         logger.warning("OTEL_TRACES_EXPORTER=%s is not supported (otlp, console or none); ignored", name)
         return None

@@ -18,7 +18,8 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from aggregator import tracing
@@ -161,6 +162,14 @@ def test_reload_span_with_its_listings_and_a_failed_reload(docs_manifest: Path, 
             assert listing.attributes["aggregator.glob"] == "*.json" and listing.attributes["aggregator.files"] == 1
 
             spans.clear()
+            (docs_manifest.parent / "docs" / "more.json").write_text("{}")
+            assert await service.refresh_listing()
+            found = spans.get_finished_spans()
+            relist = one(found, "aggregator.relist")
+            assert relist.attributes["aggregator.generation"] == 3
+            assert {ancestry(s, found)[0] for s in named(found, "aggregator.source.list")} == {"aggregator.relist"}
+
+            spans.clear()
             write_manifest(docs_manifest.parent, "version: 1\nsources: [\n")
             with pytest.raises(ManifestError):
                 await service.reload()
@@ -257,6 +266,26 @@ def _python(code: str, **environ: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     return subprocess.run([sys.executable, "-c", code], env={**clean, "PYTHONPATH": str(ROOT), **environ},
                           capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_console_exporter_writes_to_stderr_beside_the_stdio_wire(docs_manifest: Path, tmp_path: Path,
+                                                                 mode: str) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve", str(docs_manifest)],
+                                   env={**clean, "PYTHONPATH": str(ROOT), "OTEL_TRACES_EXPORTER": "console",
+                                        "OTEL_BSP_SCHEDULE_DELAY": "10"})
+
+    async def main() -> None:
+        with open(tmp_path / "stderr.txt", "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), mode=mode, cache=None) as client:
+                for _ in range(5):  # spans are written while the session goes on: the wire must stay intact
+                    assert (await client.read_resource("docs://readme")).contents[0].text == "# Readme\n"
+                    await anyio.sleep(0.05)
+
+    anyio.run(main)
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert '"name": "resources/read"' in stderr and '"name": "aggregator.source.read"' in stderr, stderr
 
 
 def test_off_by_default_imports_no_sdk_and_makes_no_exporter() -> None:
