@@ -206,8 +206,11 @@ class ResourceService:
                     changed, content_changed = await self._reload(watched, guard)
                     traced.set(outcome="ok", generation=self.catalog.generation, resources=len(self.catalog),
                                listing_changed=changed)
-            except BaseException as exc:
-                traced.set(outcome="held back" if isinstance(exc, SuspiciousReload) else "failed")
+            except SuspiciousReload:
+                traced.set(outcome="held back")
+                raise
+            except Exception:
+                traced.set(outcome="failed")
                 raise
             return changed, content_changed
 

@@ -262,6 +262,25 @@ def test_only_the_standard_variables_turn_tracing_on(environ: dict[str, str], wa
     assert tracing.wanted(environ) is wanted
 
 
+@pytest.mark.parametrize(("environ", "name", "extra"), [
+    ({}, "aggregator", {}),
+    ({"OTEL_SERVICE_NAME": "docs-edge"}, "docs-edge", {}),
+    ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,deployment.environment=prod"}, "from-attrs",
+     {"deployment.environment": "prod"}),
+])
+def test_the_resource_names_the_service(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], name: str,
+                                        extra: dict[str, str]) -> None:
+    from opentelemetry.sdk.resources import Resource
+
+    for key in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    attributes = Resource.create(tracing._resource_defaults(environ)).attributes
+    assert attributes["service.name"] == name and attributes["service.version"]
+    assert extra.items() <= dict(attributes).items()
+
+
 def _python(code: str, **environ: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     return subprocess.run([sys.executable, "-c", code], env={**clean, "PYTHONPATH": str(ROOT), **environ},
