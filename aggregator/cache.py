@@ -16,6 +16,8 @@ from typing import Generic, Protocol, TypeVar
 import anyio
 from cachetools import LRUCache
 
+from aggregator.tracing import cache_event, span
+
 __all__ = ["CachePolicy", "ContentCache", "Sized"]
 
 logger = logging.getLogger("aggregator.cache")
@@ -102,6 +104,7 @@ class ContentCache(Generic[K, V]):
             slot = self._entries.get(key)
             if slot is not None and self._timer() < slot.fresh_until:
                 self.hits += 1
+                cache_event("hit", key)
                 return slot.value
             flight = self._flights.get(key)
             if flight is None:
@@ -111,6 +114,7 @@ class ContentCache(Generic[K, V]):
                 continue  # it depended on who asked: this caller loads its own
             if flight.loaded:
                 self.hits += 1
+                cache_event("hit", key)
                 assert flight.value is not None  # loaded: the leader stored its value
                 return flight.value
             if flight.error is not None:
@@ -121,7 +125,8 @@ class ContentCache(Generic[K, V]):
                     stale_on: tuple[type[BaseException], ...]) -> V:
         flight = self._flights[key] = _Flight[V]()
         try:
-            value = await self._refresh(key, policy, load, revalidate, stale_on)
+            with span("aggregator.cache.load", **_traced(key)):
+                value = await self._refresh(key, policy, load, revalidate, stale_on)
         except Exception as exc:
             flight.error = exc
             raise
@@ -139,13 +144,16 @@ class ContentCache(Generic[K, V]):
             if old is not None and old.version is not None and revalidate is not None:
                 if await revalidate(old.version):
                     self.revalidated += 1
+                    cache_event("revalidated")
                     self._store(key, old.value, old.version, policy)
                     return old.value
             self.misses += 1
+            cache_event("miss")
             value, version = await load()
         except stale_on:
             if old is not None and self._timer() < old.stale_until:
                 self.stale_served += 1
+                cache_event("stale")
                 logger.warning("serving a stale copy of %s after a backend error", _label(key))
                 return old.value
             self._entries.pop(key, None)
@@ -182,6 +190,11 @@ class ContentCache(Generic[K, V]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _traced(key: Hashable) -> dict[str, object]:
+    """What a span may say of a key: its source and path (a query's SQL and parameters stay out)."""
+    return {"source_id": getattr(key, "source", None), "path": getattr(key, "path", None)}
 
 
 def _label(key: Hashable) -> str:

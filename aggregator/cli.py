@@ -92,6 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aggregator.search import Discovery
     from aggregator.server import build_server, initialization_options, wire_summary
     from aggregator.stdio import serve_stdio
+    from aggregator.tracing import setup_tracing
 
     # One line per request is what an HTTP operator expects; over stdio the one caller is the local user and the
     # line would cost about a sixth of a cached read, so there it is asked for with --access-log.
@@ -101,6 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     async def run(sock: Any = None) -> int:
         started = time.perf_counter()
+        setup_tracing()  # in each worker: a fork does not carry the exporter's thread
         try:
             async with _opened(args.manifest) as service, _cluster(service):
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or

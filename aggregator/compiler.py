@@ -24,6 +24,7 @@ from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
 from aggregator.sources.base import Published
 from aggregator.templates import TemplateSyntaxError, UriTemplate
+from aggregator.tracing import span
 
 __all__ = ["collection_key", "compile_catalog"]
 
@@ -188,7 +189,10 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             built[i] = known
             return
         try:
-            files = await sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden)
+            with span("aggregator.source.list", source_id=spec.source, source_kind=manifest.sources[spec.source].kind,
+                      glob=spec.glob) as traced:
+                files = await sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden)
+                traced.set(files=len(files))
         except SourceError as exc:
             if sources[spec.source].pushes_changes:
                 key = collection_key(spec)

@@ -34,6 +34,7 @@ from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBu
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.snapshot import Lease, Leases, Snapshot, SourceLimits, close_sources
+from aggregator.tracing import Span, span
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
 
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
@@ -199,8 +200,19 @@ class ResourceService:
         collections over other kept sources listed less than the source's `ttl` ago (source listings are cached with
         the source's ttl). Dropped sources close once the reads still holding them are done.
         """
-        async with self._swapping:  # one reload or relisting at a time: each builds on the snapshot it replaces
-            return await self._reload(watched, guard)
+        with span("aggregator.reload", guard=guard) as traced:
+            try:
+                async with self._swapping:  # one reload or relisting at a time: each builds on the one it replaces
+                    changed, content_changed = await self._reload(watched, guard)
+                    traced.set(outcome="ok", generation=self.catalog.generation, resources=len(self.catalog),
+                               listing_changed=changed)
+            except SuspiciousReload:
+                traced.set(outcome="held back")
+                raise
+            except Exception:
+                traced.set(outcome="failed")
+                raise
+            return changed, content_changed
 
     async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
         old = self._snapshot
@@ -237,7 +249,8 @@ class ResourceService:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
         async with self._swapping:
             old = self._snapshot
-            catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
+            with span("aggregator.relist", generation=old.generation + 1):
+                catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             return self._swap(replace(old, catalog=catalog), replaced=set())
 
     def _swap(self, new: Snapshot, replaced: set[str]) -> bool:
@@ -371,7 +384,8 @@ class ResourceService:
             case TextTarget():
                 content = Content(target.mime_type or "text/plain", text=target.text)
             case RenderTarget():
-                content = await self._render(snapshot, target, scopes)
+                with span("aggregator.render", uri=target.uri):
+                    content = await self._render(snapshot, target, scopes)
             case QueryTarget():
                 content = await self._query(snapshot, target)
             case FileTarget():
@@ -383,7 +397,9 @@ class ResourceService:
         source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
 
         async def load() -> tuple[Content, str | None]:
-            blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes), self.source_errors)
+            with _source_span("aggregator.source.read", snapshot, target, path):
+                blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes),
+                                           self.source_errors)
             # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
             undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
             data = _gunzip(target, blob.data, limits.max_bytes) if target.decompress and not undone else blob.data
@@ -396,7 +412,8 @@ class ResourceService:
             return content, blob.version
 
         async def revalidate(version: str) -> bool:
-            return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
+            with _source_span("aggregator.source.version", snapshot, target, path):
+                return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
 
         key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
         shared = self._through_shared(source, load, lambda spec, cluster: cluster.file_item(
@@ -468,8 +485,9 @@ class ResourceService:
         sql, fmt = target.query, target.format
 
         async def load() -> tuple[Content, str | None]:
-            blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
-                                       self.source_errors)
+            with _source_span("aggregator.source.read", snapshot, target, None):
+                blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
+                                           self.source_errors)
             return decode_body(blob.data, target.mime_type), None
 
         key = QueryKey(target.source, snapshot.epochs[target.source], sql, target.params, fmt)
@@ -493,6 +511,12 @@ def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
     ttl = spec.ttl if spec.ttl is not None else defaults.ttl
     return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
                         CachePolicy(ttl, spec.stale_if_error))
+
+
+def _source_span(name: str, snapshot: Snapshot, target: FileTarget | QueryTarget, path: str | None) -> Span:
+    """A span for one backend call: source id and kind, the path, the URI (never the source's URL or content)."""
+    return span(name, source_id=target.source, source_kind=snapshot.manifest.sources[target.source].kind, path=path,
+                uri=target.uri)
 
 
 async def _backend_call(target: FileTarget | QueryTarget, source: Source, call: Callable[[], Awaitable[T]],

@@ -14,6 +14,8 @@ import socket
 from collections.abc import Callable
 from types import FrameType
 
+from aggregator.tracing import shutdown_tracing
+
 logger = logging.getLogger("aggregator.workers")
 
 
@@ -48,6 +50,7 @@ def run_workers(count: int, serve: Callable[[int], int]) -> int:
             except BaseException:
                 logger.exception("worker %d failed", index)
             finally:
+                shutdown_tracing()  # os._exit skips atexit, which flushes spans in a single process
                 logging.shutdown()
                 os._exit(code)
         children[pid] = index
