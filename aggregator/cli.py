@@ -78,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not access_log:
         logging.getLogger("aggregator.access").setLevel(logging.WARNING)
 
-    async def run(sock: Any = None) -> int:
+    async def run(sock: Any = None, shared_metrics: str | None = None) -> int:
         started = time.perf_counter()
         try:
             async with _opened(args.manifest) as service:
@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                     service.manifest.server.max_subscriptions)
                 live = Supervisor(service, notifier, reload=not args.no_reload)
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
-                metrics = Metrics(live) if args.http or access_log else None
+                metrics = Metrics(live, shared_metrics) if args.http or access_log else None
                 # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
                 discovery = Discovery(service, tools=service.manifest.server.tools)
                 server = build_server(service, notifier, metrics,
@@ -104,6 +104,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     tg.start_soon(discovery.run)
+                    if metrics is not None:
+                        tg.start_soon(metrics.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
                         await _serve_http(server, live, metrics, args, sock)
@@ -111,6 +113,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         await serve_stdio(server, initialization_options(server))
                     live.stop()
                     discovery.stop()
+                    if metrics is not None:
+                        metrics.stop()
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
@@ -129,6 +133,7 @@ def _host_port(http: str) -> tuple[str, int]:
 def _serve_workers(args: argparse.Namespace, run: Any) -> int:
     """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket."""
     from aggregator.manifest import load_manifest
+    from aggregator.metrics_multiprocess import private_folder, process_ended
     from aggregator.workers import listening_socket, run_workers
 
     if args.workers < 1 or not args.http or not args.stateless:
@@ -141,7 +146,10 @@ def _serve_workers(args: argparse.Namespace, run: Any) -> int:
         _report(exc)
         return EXIT_INVALID
     sock = listening_socket(*_host_port(args.http))
-    return run_workers(args.workers, lambda index: anyio.run(run, sock))
+    # One scrape of /metrics covers every worker: each writes its figures to files in a folder of this run only.
+    with private_folder() as shared:
+        return run_workers(args.workers, lambda index: anyio.run(run, sock, shared),
+                           ended=lambda pid: process_ended(shared, pid))
 
 
 async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
