@@ -256,6 +256,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
                 manifest = load_manifest(args.manifest)
                 counts = (len(manifest.resources), len(manifest.templates), len(manifest.sources))
+                digest = manifest.digest
                 findings = check_manifest(manifest)
             else:
                 from aggregator.service import ResourceService
@@ -264,6 +265,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     service = await ResourceService.open(args.manifest)
                 try:
                     counts = (len(service.catalog), len(service.catalog.templates), len(service.sources))
+                    digest = service.manifest.digest
                     findings = check_manifest(service.manifest) + await check_serving(service)
                 finally:
                     await service.aclose()
@@ -275,7 +277,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         warnings = [f.issue for f in findings if f.severity == "warning"]
         summary = {"valid": not errors, "resources": counts[0], "templates": counts[1], "sources": counts[2],
                    "sourcesChecked": not args.offline, "errors": [i.to_dict() for i in errors],
-                   "warnings": [i.to_dict() for i in warnings]}
+                   "warnings": [i.to_dict() for i in warnings], "manifest": {"sha256": digest}}
         if args.format == "json":
             print(json.dumps(summary, indent=2))
         else:
