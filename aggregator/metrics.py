@@ -65,7 +65,8 @@ class Metrics:
             from prometheus_client import CollectorRegistry, Counter, Histogram
         except ImportError:
             return
-        self.registry = CollectorRegistry(auto_describe=True)
+        # auto_describe would collect (read every worker's files) just to register the multiprocess collector.
+        self.registry = CollectorRegistry(auto_describe=shared is None)
         own = self.registry
         if shared is not None:
             from prometheus_client.multiprocess import MultiProcessCollector
