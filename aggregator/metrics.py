@@ -51,8 +51,9 @@ class Figures(Protocol):
 class Metrics:
     """Request counts by method and outcome, read latency, and the live catalog's own counters.
 
-    `live` is read at scrape time (see Figures). Without prometheus-client (the `metrics` extra) only the access
-    log works.
+    `live` is read at scrape time (see Figures). `shared`: the folder of `--workers N` (one scrape covers every
+    worker; run() must then run to keep this worker's live figures there). Without prometheus-client (the
+    `metrics` extra) only the access log works.
     """
 
     def __init__(self, live: Figures, shared: str | None = None) -> None:

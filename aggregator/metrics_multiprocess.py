@@ -5,6 +5,9 @@ counters and histograms each worker makes write their own files there; it remove
 left by a killed run is never reused: each run makes a new one). Figures read at scrape time (cache, catalog,
 upstreams: a collector's families) are written by each worker as a snapshot, whole files replaced atomically,
 and a scrape reads every file through prometheus_client's MultiProcessCollector.
+
+The snapshot files are written with prometheus_client's own file writer (mmap_dict: MmapedDict, mmap_key), the
+format its MultiProcessCollector reads; tests/test_metrics_multiprocess.py reads them back through it.
 """
 
 from __future__ import annotations
@@ -50,8 +53,12 @@ def process_ended(folder: str, pid: int) -> None:
     """Forget the live figures of a worker that ended (prometheus_client's mark_process_dead, without importing
     it in the parent): its `live*` gauges leave the sums; its counters stay, as counters never go down."""
     for path in glob.glob(os.path.join(glob.escape(folder), f"gauge_live*_{pid}.db")):
-        with suppress(FileNotFoundError):  # a scrape's glob or a second call raced us
+        try:
             os.remove(path)
+        except FileNotFoundError:  # a second call raced us
+            pass
+        except OSError as exc:  # the parent must go on waiting for the other workers
+            logger.warning("cannot forget the figures of ended worker %d: %s", pid, exc)
 
 
 def use_files() -> None:

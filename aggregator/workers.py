@@ -1,7 +1,8 @@
 """Several HTTP worker processes sharing one listening socket: `serve --http PORT --stateless --workers N`.
 
-Each worker is a fork that opens the manifest and serves on its own (its own catalog, cache, live reload and
-/metrics); the kernel hands each new connection to one of them. The parent only forwards SIGTERM/SIGINT and waits.
+Each worker is a fork that opens the manifest and serves on its own (its own catalog, cache and live reload; its
+figures go to files that any worker's /metrics reads, see metrics_multiprocess); the kernel hands each new
+connection to one of them. The parent only forwards SIGTERM/SIGINT and waits.
 Sessions of the legacy wire live in one process, so several workers need `--stateless`.
 """
 
