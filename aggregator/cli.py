@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not access_log:
         logging.getLogger("aggregator.access").setLevel(logging.WARNING)
 
-    async def run(sock: Any = None) -> int:
+    async def run(sock: Any = None, shared_metrics: str | None = None) -> int:
         started = time.perf_counter()
         setup_tracing()  # in each worker: a fork does not carry the exporter's thread
         try:
@@ -109,7 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                     service.manifest.server.max_subscriptions)
                 live = Supervisor(service, notifier, reload=not args.no_reload)
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
-                metrics = Metrics(live) if args.http or access_log else None
+                metrics = Metrics(live, shared_metrics) if args.http or access_log else None
                 # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
                 discovery = Discovery(service, tools=service.manifest.server.tools)
                 server = build_server(service, notifier, metrics,
@@ -127,6 +127,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     tg.start_soon(discovery.run)
+                    if metrics is not None:
+                        tg.start_soon(metrics.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
                         await _serve_http(server, live, metrics, args, sock)
@@ -134,6 +136,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         await serve_stdio(server, initialization_options(server))
                     live.stop()
                     discovery.stop()
+                    if metrics is not None:
+                        metrics.stop()
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
@@ -152,6 +156,7 @@ def _host_port(http: str) -> tuple[str, int]:
 def _serve_workers(args: argparse.Namespace, run: Any) -> int:
     """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket."""
     from aggregator.manifest import load_manifest
+    from aggregator.metrics_multiprocess import private_folder, process_ended
     from aggregator.workers import listening_socket, run_workers
 
     if args.workers < 1 or not args.http or not args.stateless:
@@ -164,7 +169,10 @@ def _serve_workers(args: argparse.Namespace, run: Any) -> int:
         _report(exc)
         return EXIT_INVALID
     sock = listening_socket(*_host_port(args.http))
-    return run_workers(args.workers, lambda index: anyio.run(run, sock))
+    # One scrape of /metrics covers every worker: each writes its figures to files in a folder of this run only.
+    with private_folder() as shared:
+        return run_workers(args.workers, lambda index: anyio.run(run, sock, shared),
+                           ended=lambda pid: process_ended(shared, pid))
 
 
 async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
@@ -271,6 +279,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
                 manifest = load_manifest(args.manifest)
                 counts = (len(manifest.resources), len(manifest.templates), len(manifest.sources))
+                digest = manifest.digest
                 findings = check_manifest(manifest)
             else:
                 from aggregator.service import ResourceService
@@ -279,6 +288,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     service = await ResourceService.open(args.manifest)
                 try:
                     counts = (len(service.catalog), len(service.catalog.templates), len(service.sources))
+                    digest = service.manifest.digest
                     findings = check_manifest(service.manifest) + await check_serving(service)
                 finally:
                     await service.aclose()
@@ -290,7 +300,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         warnings = [f.issue for f in findings if f.severity == "warning"]
         summary = {"valid": not errors, "resources": counts[0], "templates": counts[1], "sources": counts[2],
                    "sourcesChecked": not args.offline, "errors": [i.to_dict() for i in errors],
-                   "warnings": [i.to_dict() for i in warnings]}
+                   "warnings": [i.to_dict() for i in warnings], "manifest": {"sha256": digest}}
         if args.format == "json":
             print(json.dumps(summary, indent=2))
         else:

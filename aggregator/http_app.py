@@ -58,7 +58,8 @@ class Health(Protocol):
 
 
 def health_route(live: Health) -> Route:
-    """GET /healthz: the catalog generation, its size, the last reload error (if the last reload failed) and the
+    """GET /healthz: the catalog generation, its size, the last reload error (if the last reload failed), the
+    sha256 of the manifest being served (equal on replicas serving the same manifest), and the
     connection state of sources that keep one (MCP upstreams: how many are connected, reconnects; per source only
     in /metrics, since this route stays open to any Host and names no source)."""
 
@@ -66,7 +67,8 @@ def health_route(live: Health) -> Route:
         catalog = live.service.catalog
         body: dict[str, Any] = {"status": "ok", "generation": catalog.generation, "resources": len(catalog),
                                 "templates": len(catalog.templates), "reloads": live.reloads,
-                                "lastReloadError": live.last_error}
+                                "lastReloadError": live.last_error,
+                                "manifest": {"sha256": live.service.manifest.digest}}
         upstreams = live.service.health().values()
         if upstreams:
             body["upstreams"] = {

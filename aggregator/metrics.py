@@ -2,6 +2,8 @@
 
 Handlers report each request once (`Metrics.observe`); cache, source-error and reload figures are read at scrape
 time from the objects that already keep them, so nothing on the read path pays for metrics it does not need.
+With `--workers N` (Metrics(shared=folder)) every worker writes its figures to files in that folder and a scrape
+sums them (aggregator.metrics_multiprocess): the live figures are written each second and before each scrape.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from aggregator import __version__
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecurityMiddleware
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Figures", "Metrics", "metrics_route"]
 
 access_log = logging.getLogger("aggregator.access")
+logger = logging.getLogger("aggregator.metrics")
 
 # Seconds; cached reads take well under a millisecond, cold remote reads up to the source timeout.
 READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -45,23 +51,39 @@ class Figures(Protocol):
 class Metrics:
     """Request counts by method and outcome, read latency, and the live catalog's own counters.
 
-    `live` is read at scrape time (see Figures). Without prometheus-client (the `metrics` extra) only the access
-    log works.
+    `live` is read at scrape time (see Figures). `shared`: the folder of `--workers N` (one scrape covers every
+    worker; run() must then run to keep this worker's live figures there). Without prometheus-client (the
+    `metrics` extra) only the access log works.
     """
 
-    def __init__(self, live: Figures) -> None:
+    def __init__(self, live: Figures, shared: str | None = None) -> None:
         self.live = live
         self.registry: Any = None
+        self._snapshot: Any = None
+        self._stopping = False
+        self._stopped: anyio.Event | None = None
         try:
             from prometheus_client import CollectorRegistry, Counter, Histogram
         except ImportError:
             return
-        self.registry = CollectorRegistry(auto_describe=True)
+        # auto_describe would collect (read every worker's files) just to register the multiprocess collector.
+        self.registry = CollectorRegistry(auto_describe=shared is None)
+        own = self.registry
+        if shared is not None:
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            from aggregator.metrics_multiprocess import Snapshot, use_files
+
+            use_files()
+            own = None  # each worker's counts go to its files; a scrape reads all of them
+            MultiProcessCollector(self.registry, path=shared)
+            self._snapshot = Snapshot(_LiveCollector(live), shared, MULTIPROCESS_MODES)
         self._requests = Counter("aggregator_requests", "MCP requests handled, by method and outcome.",
-                                 ["method", "outcome"], registry=self.registry)
+                                 ["method", "outcome"], registry=own)
         self._read_seconds = Histogram("aggregator_read_seconds", "Time to answer resources/read.",
-                                       buckets=READ_BUCKETS, registry=self.registry)
-        self.registry.register(_LiveCollector(live))
+                                       buckets=READ_BUCKETS, registry=own)
+        if shared is None:
+            self.registry.register(_LiveCollector(live))
 
     def observe(self, method: str, uri: str | None, outcome: str, seconds: float, caller: str) -> None:
         """Count one handled request and write its access-log line."""
@@ -77,7 +99,46 @@ class Metrics:
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        if self._snapshot is not None:
+            self._write()  # this worker's figures as of now; the others' are at most a second old
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    async def run(self) -> None:
+        """With `shared`: write this worker's live figures each second until stop(), then once more."""
+        if self._snapshot is None:
+            return
+        self._stopped = stopped = anyio.Event()
+        while True:
+            self._write()
+            if self._stopping:
+                return
+            with anyio.move_on_after(SNAPSHOT_SECONDS):
+                await stopped.wait()
+
+    def _write(self) -> None:
+        try:
+            self._snapshot.write()
+        except Exception:  # a full disk must not stop serving or scraping; the next write may succeed
+            logger.exception("writing this worker's figures for /metrics failed")
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._stopped is not None:
+            self._stopped.set()
+
+
+SNAPSHOT_SECONDS = 1.0
+"""How often a worker writes its live figures for the others' scrapes (`--workers N`)."""
+
+MULTIPROCESS_MODES = {
+    # How a gauge of the live collector combines over workers with --workers N (default livesum: the sum over
+    # live workers). Each worker keeps its own catalog, so those are the same figure seen N times, not parts.
+    "aggregator_catalog_generation": "livemax",
+    "aggregator_catalog_resources": "livemax",
+    "aggregator_upstream_connected": "livemin",  # 1 when every worker's connection is up
+    "aggregator_manifest_info": "livemax",  # two digests at 1 while workers disagree (one reloaded, one not yet)
+    "aggregator_build_info": "livemax",
+}
 
 
 class _LiveCollector:
@@ -131,6 +192,14 @@ class _LiveCollector:
                                 value=service.catalog.generation)
         yield GaugeMetricFamily("aggregator_catalog_resources", "Resources listed by the catalog.",
                                 value=len(service.catalog))
+        manifest = GaugeMetricFamily("aggregator_manifest_info", "1, labelled with the sha256 of the manifest's "
+                                     "files (equal on replicas serving the same manifest).", labels=["sha256"])
+        manifest.add_metric([service.manifest.digest], 1.0)
+        yield manifest
+        build = GaugeMetricFamily("aggregator_build_info", "1, labelled with the aggregator's version.",
+                                  labels=["version"])
+        build.add_metric([__version__], 1.0)
+        yield build
 
 
 def _counter(family: Callable[..., Any], name: str, doc: str, value: float) -> Any:

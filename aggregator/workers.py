@@ -1,7 +1,8 @@
 """Several HTTP worker processes sharing one listening socket: `serve --http PORT --stateless --workers N`.
 
-Each worker is a fork that opens the manifest and serves on its own (its own catalog, cache, live reload and
-/metrics); the kernel hands each new connection to one of them. The parent only forwards SIGTERM/SIGINT and waits.
+Each worker is a fork that opens the manifest and serves on its own (its own catalog, cache and live reload; its
+figures go to files that any worker's /metrics reads, see metrics_multiprocess); the kernel hands each new
+connection to one of them. The parent only forwards SIGTERM/SIGINT and waits.
 Sessions of the legacy wire live in one process, so several workers need `--stateless`.
 """
 
@@ -32,8 +33,9 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
     return sock
 
 
-def run_workers(count: int, serve: Callable[[int], int]) -> int:
+def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], None] = lambda pid: None) -> int:
     """Fork `count` children each running `serve(index)`; wait for all of them and return the worst exit code.
+    `ended(pid)` is called in the parent for each child once it has ended.
 
     A worker that ends before the parent was asked to stop takes the others down with it (exit code kept), so a
     broken worker is seen by whatever supervises the service rather than silently halving its capacity.
@@ -71,6 +73,7 @@ def run_workers(count: int, serve: Callable[[int], int]) -> int:
         if pid not in children:
             continue
         index = children.pop(pid)
+        ended(pid)
         code = os.waitstatus_to_exitcode(status)
         worst = max(worst, code if code >= 0 else 1)
         if not stopping:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -29,6 +30,11 @@ def test_validate_ok_and_json(docs_manifest: Path) -> None:
     as_json = run("validate", str(docs_manifest), "--format", "json")
     report = json.loads(as_json.stdout)
     assert report["valid"] is True and report["resources"] == 17 and report["templates"] == 2
+    # The digest /healthz and /metrics will report, checkable before a deploy (offline too).
+    digest = hashlib.sha256(docs_manifest.read_bytes()).hexdigest()
+    assert report["manifest"] == {"sha256": digest}
+    offline = json.loads(run("validate", str(docs_manifest), "--offline", "--format", "json").stdout)
+    assert offline["manifest"] == {"sha256": digest}
 
 
 def test_validate_reports_every_error_located(tmp_path: Path) -> None:

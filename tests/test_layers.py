@@ -25,8 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                            "cluster.*")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),
     ("service", ("service", "preflight", "search")),
-    ("live and protocol", ("supervisor", "server", "metrics", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
-                           "__main__")),
+    ("live and protocol", ("supervisor", "server", "metrics", "metrics_multiprocess", "auth", "http_app",
+                           "http_limits", "stdio", "cli", "demo", "__main__")),
 ]
 
 

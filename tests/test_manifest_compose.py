@@ -549,3 +549,53 @@ def test_one_load_reads_at_most_max_files_manifests(tmp_path: Path) -> None:
     # The root, 5 mids and their 50 leaves, the 6th mid and 7 of its leaves: the 8th leaf is the 65th file.
     assert "mid.yaml:3:" in errors and "include[7]: more than 64 manifest files in one load" in errors
     assert errors.count("more than 64 manifest files") == 2  # where it happened, and the mid that was not read
+
+
+def _tree(folder: Path, base: str, team_doc: str = "# guide\n") -> Path:
+    """A root manifest extending a base and including a local and a URL manifest, in `folder`."""
+    folder.mkdir(parents=True)
+    (folder / "team-a" / "docs").mkdir(parents=True)
+    (folder / "team-a" / "docs" / "guide.md").write_text(team_doc)
+    write_manifest(folder / "team-a", TEAM)
+    write_manifest(folder, "version: 1\nserver: {name: base}\ndefaults: {ttl: 7s}\n", name="base.yaml")
+    return write_manifest(folder, f"""
+        version: 1
+        extends: base.yaml
+        server: {{name: company}}
+        include:
+          - {{path: team-a/manifest.yaml, namespace: a}}
+          - {{url: "{base}/shared.yaml", namespace: shared}}
+        """)
+
+
+def test_digest_covers_every_file_read_and_nothing_else(tmp_path: Path, web: tuple[str, Path]) -> None:
+    """The sha256 depends on the bytes of the root, its extends base, its includes (URL ones too) in load order:
+    two copies in different folders with different mtimes agree, a changed include or base changes it, and a
+    served file does not (it is content, not manifest)."""
+    import os
+
+    base, folder = web
+    write_manifest(folder, REMOTE, name="shared.yaml")
+    one = load_manifest(_tree(tmp_path / "one", base))
+    two_root = _tree(tmp_path / "elsewhere" / "two", base, team_doc="# another guide\n")
+    for path in (two_root.parent).rglob("*.yaml"):
+        os.utime(path, (1_000_000, 1_000_000))
+    two = load_manifest(two_root)
+    assert len(one.digest) == 64 and int(one.digest, 16) >= 0
+    assert one.digest == two.digest
+    assert load_manifest(two_root).digest == two.digest  # stable from load to load
+    write_manifest(tmp_path / "elsewhere" / "two" / "team-a", TEAM + "# a comment\n")
+    changed_include = load_manifest(two_root).digest
+    assert changed_include != one.digest
+    write_manifest(folder, REMOTE + "# a comment\n", name="shared.yaml")
+    changed_url = load_manifest(two_root).digest
+    assert changed_url not in (one.digest, changed_include)
+    write_manifest(tmp_path / "elsewhere" / "two", "version: 1\nserver: {name: base}\ndefaults: {ttl: 8s}\n",
+                   name="base.yaml")
+    assert load_manifest(two_root).digest not in (one.digest, changed_include, changed_url)
+
+
+def test_digest_of_a_single_file_is_its_sha256(tmp_path: Path) -> None:
+    """A manifest of one file reports what `sha256sum manifest.yaml` prints, so an operator can check it by hand."""
+    root = write_manifest(tmp_path, "version: 1\nserver: {name: one}\n")
+    assert load_manifest(root).digest == hashlib.sha256(root.read_bytes()).hexdigest()

@@ -340,3 +340,143 @@ def test_stateless_modern_wire_keeps_listen(stateless_server: tuple[str, Path]) 
             assert events == [ResourceUpdated(uri="docs://a.md")]
 
     anyio.run(main)
+
+
+def _wait_health(base: str, ready: Any = lambda health: True, seconds: float = 20) -> dict[str, Any]:
+    """/healthz once it answers and `ready(health)` holds (the last answer otherwise)."""
+    import httpx2 as httpx
+
+    deadline = time.monotonic() + seconds
+    health: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            health = httpx.get(base + "/healthz", timeout=2).json()
+            if ready(health):
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return health
+
+
+def test_manifest_digest_in_health_and_metrics_follows_a_reload(http_server: tuple[str, Path]) -> None:
+    """/healthz and /metrics name the manifest's sha256 (the bytes of its files) and the build; a hot reload
+    replaces the digest in both."""
+    import hashlib
+
+    import httpx2 as httpx
+
+    from aggregator import __version__
+
+    url, folder = http_server
+    base = url.removesuffix("/mcp")
+    manifest = folder / "manifest.yaml"
+    first = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    health = _wait_health(base)
+    assert health["manifest"] == {"sha256": first}
+    metrics = httpx.get(base + "/metrics").text
+    assert f'aggregator_manifest_info{{sha256="{first}"}} 1.0' in metrics
+    assert f'aggregator_build_info{{version="{__version__}"}} 1.0' in metrics
+    save(manifest, manifest.read_text() + "# edited\n")
+    second = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    health = _wait_health(base, lambda h: h.get("reloads", 0) >= 1)
+    assert health["manifest"] == {"sha256": second}
+    metrics = httpx.get(base + "/metrics").text
+    assert f'aggregator_manifest_info{{sha256="{second}"}} 1.0' in metrics and first not in metrics
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    """The samples of one metric in a Prometheus text scrape, by their label text ('' without labels)."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            labels, _, value = line[len(name):].rpartition(" ")
+            found[labels] = float(value)
+    return found
+
+
+def test_workers_metrics_one_scrape_covers_every_worker(tmp_path: Path) -> None:
+    """`--workers 3`: whichever worker answers /metrics, the request counts and cache figures are the sums over all
+    workers (Prometheus multiprocess mode in a private folder), and that folder is gone once the server stopped."""
+    import hashlib
+    import json
+    import tempfile
+
+    import httpx2 as httpx
+    import psutil
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(BASE)
+    port = free_port()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    log = tmp_path / "stderr.jsonl"
+    stale = tempfile.mkdtemp(dir=scratch)  # a folder left by an earlier run: it must not count
+    (Path(stale) / "counter_1.db").write_bytes(b"\0" * 8)
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "--log-format", "json", "serve", str(manifest),
+                                    "--http", str(port), "--stateless", "--workers", "3"],
+                                   env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch),
+                                        "PROMETHEUS_MULTIPROC_DIR": stale}, stderr=stderr)
+    reads = 0
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(psutil.Process(process.pid).children()) < 3:
+            time.sleep(0.05)
+        workers = {child.pid for child in psutil.Process(process.pid).children()}
+        assert len(workers) == 3
+        base = f"http://127.0.0.1:{port}"
+        assert _wait_health(base), log.read_text()[-2000:]
+        folders = [p for p in scratch.iterdir() if str(p) != stale]
+        assert len(folders) == 1, folders  # the server's own folder
+
+        async def client() -> None:
+            async with Client(base + "/mcp", mode="auto", cache=None) as c:
+                for _ in range(2):
+                    assert (await c.read_resource("docs://a.md")).contents[0].text == "# A\n"
+
+        async def batch() -> None:
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):  # concurrent connections: while one worker is busy, another accepts
+                    tg.start_soon(client)
+
+        def readers() -> set[int]:
+            records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+            return {r["pid"] for r in records if r.get("method") == "resources/read" and r.get("outcome") == "ok"}
+
+        # One worker may accept a whole burst of connections: read until at least two workers have served reads.
+        while reads < 16 * 10 and len(readers()) < 2:
+            anyio.run(batch)
+            reads += 16
+        assert len(readers()) >= 2, readers()
+
+        def cache_figures(text: str) -> float:
+            return sum(_samples(text, name).get("", 0.0) for name in ("aggregator_cache_hits_total",
+                                                                     "aggregator_cache_misses_total"))
+
+        # Live figures (cache, catalog) of the workers not answering are written each second: wait for them once.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and cache_figures(httpx.get(base + "/metrics").text) < reads:
+            time.sleep(0.1)
+        for _ in range(12):
+            with httpx.Client() as fresh:  # a new connection each time, so different workers answer
+                response = fresh.get(base + "/metrics", headers={"Connection": "close"})
+            text = response.text
+            requests = _samples(text, "aggregator_requests_total")
+            assert requests['{method="resources/read",outcome="ok"}'] == reads, requests
+            hits = _samples(text, "aggregator_cache_hits_total")[""]
+            misses = _samples(text, "aggregator_cache_misses_total")[""]
+            assert hits + misses == reads, (hits, misses)  # each read is one hit or one miss, in some worker
+            entries = _samples(text, "aggregator_cache_entries")[""]
+            assert 1 <= entries <= 3 and entries <= misses  # one entry in each worker that loaded it
+            assert _samples(text, "aggregator_catalog_resources")[""] == 1  # the same catalog, not a sum
+            digest = hashlib.sha256(manifest.read_bytes()).hexdigest()
+            assert _samples(text, "aggregator_manifest_info") == {f'{{sha256="{digest}"}}': 1.0}
+            assert _samples(text, "aggregator_read_seconds_count")[""] == reads
+    finally:
+        process.terminate()
+        code = process.wait(20)
+    assert code == 0
+    assert [p for p in scratch.iterdir() if str(p) != stale] == []  # the private folder was removed

@@ -64,15 +64,31 @@ files again and again, or a tree of them, cannot make a load read and check with
 
 
 class Reads:
-    """The manifest files one load has read so far, shared by every level of includes and extends."""
+    """The manifest files one load has read so far, shared by every level of includes and extends, and the digest
+    of their bytes in the order read.
 
-    def __init__(self) -> None:
+    The digest chains: sha256 of the root's bytes, then for each further file sha256(previous digest + the file's
+    sha256). A manifest of one file thus reports what `sha256sum` prints for it, and moving text from one file to
+    another changes it. Paths and mtimes play no part: replicas serving the same content report the same digest.
+    """
+
+    def __init__(self, root: bytes = b"") -> None:
         self.files = 1  # the root
+        self._digest = hashlib.sha256(root).digest()
 
     def take(self) -> bool:
         """Count one more file; False (and it must not be read) past MAX_FILES."""
         self.files += 1
         return self.files <= MAX_FILES
+
+    def read(self, data: bytes) -> None:
+        """Add the bytes of one more file read (a base or an include) to the digest."""
+        self._digest = hashlib.sha256(self._digest + hashlib.sha256(data).digest()).digest()
+
+    @property
+    def digest(self) -> str:
+        """The digest of every file read so far, in hex."""
+        return self._digest.hex()
 
 
 _TOO_MANY = f"more than {MAX_FILES} manifest files in one load (includes and extends bases at every level)"
@@ -208,6 +224,7 @@ def apply_extends(marked: Marked, here: str, chain: tuple[str, ...], options: Ma
         return marked, [marked.issue(("extends",), f"cannot read base manifest {ref!r}: {_reason(exc)}")], ()
     if name in chain or len(chain) >= MAX_CHAIN:
         return marked, [marked.issue(("extends",), "extends cycle: " + " -> ".join((*chain, name)))], ()
+    reads.read(data)
     text = data.decode("utf-8-sig", errors="replace")
     base, issues = load_marked(text, _display(name))
     if base is None or not isinstance(base.data, dict):
@@ -397,6 +414,7 @@ def include_manifests(manifest: Manifest, marked: Marked, chain: tuple[str, ...]
         if name in at or len(at) >= MAX_CHAIN:
             issues.append(marked.issue(path, "include cycle: " + " -> ".join((*at, name))))
             continue
+        reads.read(data)
         try:
             included = load(data.decode("utf-8-sig", errors="replace"), _display(name), (*at, name),
                             spec.get("options") or inherited)

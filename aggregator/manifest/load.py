@@ -76,7 +76,7 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None,
     # still means paths relative to the mount.
     base = Path(os.path.abspath(path)).parent
     return parse_manifest(text, file, base=base, env=env, chain=(os.path.normpath(os.path.abspath(path)),),
-                          max_bytes=max_bytes)
+                          max_bytes=max_bytes, reads=Reads(data))
 
 
 def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None,
@@ -89,9 +89,10 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     may not declare local folders or read the server's environment. `options`: fsspec options for manifests
     it names relative to its URL. `max_bytes` caps each extends base; includes are capped by the root manifest's
     own `server.maxManifestBytes` (an included manifest's `server:` never applies), passed down as `max_bytes`.
-    `reads` counts the files the whole load read (a new count for a root manifest).
+    `reads` counts the files the whole load read and digests their bytes (for a root manifest: new, over `text`
+    unless load_manifest passes the bytes it read); the root's Manifest.digest is that digest.
     """
-    reads = reads or Reads()
+    reads = reads or Reads(text.encode("utf-8"))
     here = chain[-1] if chain else os.path.normpath(os.path.join(base, os.path.basename(file)))
     chain = chain or (here,)
     marked, issues = load_marked(text, file)
@@ -127,6 +128,8 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
             return parse_manifest(text, name, folder, env, chain, options, limit, reads)
 
         manifest = include_manifests(manifest, marked, chain, bases, load_included, options, limit, reads)
+    if len(chain) == 1:  # the root: every file of the load has been read
+        manifest = replace(manifest, digest=reads.digest)
     return manifest
 
 
