@@ -6,7 +6,8 @@ front of them. Everything started is stopped on the way out (SIGTERM, then SIGKI
         async with Client(c.url, mode="auto") as client: ...
         c.replicas[0].kill()          # e.g. the lease holder
 
-A missing balancer binary skips the test with the reason (CI turns skips into failures).
+A missing balancer binary skips the test with the reason (CI turns skips into failures). Tests that pause, kill or
+restart Redis use `redis_server()`: a redis-server of their own on a free port, never the shared one on 6379.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ MAX_STATIC_REPLICAS = 8
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 
-__all__ = ["Balancer", "Cluster", "Replica", "cluster", "find_binary", "free_port", "haproxy", "haproxy_env",
-           "nginx", "nginx_config", "replicas", "start_replica", "wait_http"]
+__all__ = ["Balancer", "Cluster", "RedisServer", "Replica", "cluster", "find_binary", "free_port", "haproxy",
+           "haproxy_env", "metric_sum", "nginx", "nginx_config", "redis_server", "replicas", "start_replica",
+           "wait_http"]
 
 
 def free_port() -> int:
@@ -312,3 +314,66 @@ def cluster(manifest: Path, count: int, logs: Path, *, env: Mapping[str, str] | 
         else:
             front = stack.enter_context(nginx(addresses, logs / "nginx", config=config or NGINX_CONF))
         yield Cluster(started, front)
+
+
+@dataclass
+class RedisServer:
+    """A redis-server of the test's own on a free loopback port, no persistence; `url` for REDIS_URL."""
+
+    port: int
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start it (again, on the same port: a restart) and wait until it answers PING."""
+        binary = find_binary("redis-server", "/usr/bin/redis-server")
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if self.ping():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"redis-server on port {self.port} did not start\n{self.log.read_text()[-2000:]}")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def pause(self, milliseconds: int) -> None:
+        """CLIENT PAUSE: every client's commands wait `milliseconds` (Redis slow, not down)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as conn:
+            conn.sendall(f"CLIENT PAUSE {int(milliseconds)} ALL\r\n".encode())
+            reply = conn.recv(64)
+        if not reply.startswith(b"+OK"):
+            raise AssertionError(f"CLIENT PAUSE answered {reply!r}")
+
+    def kill(self) -> None:
+        """SIGKILL: Redis gone at once, connections reset."""
+        if self.process is not None:
+            _stop(self.process, signal.SIGKILL)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+
+
+@contextmanager
+def redis_server(logs: Path) -> Iterator[RedisServer]:
+    """A started RedisServer, stopped on the way out (whatever the test did to it)."""
+    server = RedisServer(free_port(), logs / "redis.log")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()

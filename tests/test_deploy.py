@@ -362,3 +362,32 @@ def test_without_the_stick_lines_legacy_sessions_lose_calls(tmp_path: Path) -> N
         failed = anyio.run(_legacy_sessions, c.url, 5, 20)
     print(f"haproxy without stickiness, legacy: {failed} of 100 calls failed")
     assert failed > 0
+
+
+def test_cluster_manifest_replicas_take_redis_url_from_the_environment(tmp_path: Path) -> None:
+    """The harness as the cluster tests use it: a redis-server of the test's own, REDIS_URL passed to 3 replicas
+    whose manifest says `server.cluster: {redis: "${REDIS_URL}"}`, HAProxy in front; both wires answer, and the
+    harness can pause, kill and restart that Redis."""
+    import uuid
+
+    from tests.replicas import redis_server
+
+    manifest = _fleet(tmp_path)
+    prefix = f"test-{uuid.uuid4().hex}"
+    manifest.write_text(MANIFEST.replace("server: {name: fleet, reloadSettle: 0s}", "server:\n  name: fleet\n"
+                                         f"  cluster: {{redis: \"${{REDIS_URL}}\", prefix: {prefix}}}"))
+
+    async def main(url: str) -> None:
+        for mode in MODES:
+            async with Client(url, mode=mode, cache=None) as client:
+                assert (await client.read_resource("docs://a.md")).contents[0].text == "# A\n"
+
+    with redis_server(tmp_path) as redis:
+        with cluster(manifest, 3, tmp_path, env={"REDIS_URL": redis.url}) as c:
+            anyio.run(main, c.url)
+            assert all(r.health()["status"] == "ok" for r in c.replicas)
+        redis.pause(200)
+        redis.kill()
+        assert not redis.ping()
+        redis.start()
+        assert redis.ping()
