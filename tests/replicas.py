@@ -238,8 +238,9 @@ def haproxy(backends: Sequence[str], logs: Path, *, config: Path = HAPROXY_CFG) 
         wait_http(f"http://127.0.0.1:{port}/healthz", process=process, log=log)
         yield Balancer(port, process, log)
     finally:
-        # SIGUSR1 is HAProxy's soft stop: it waits for open streams, so past the timeout it is killed.
-        _stop(process, signal.SIGUSR1)
+        # SIGTERM is HAProxy's hard stop (SIGUSR1, the soft one, would wait for open streams): the replicas
+        # behind it are stopped gracefully next.
+        _stop(process)
 
 
 def nginx_config(backends: Sequence[str], port: int, workdir: Path, *, config: Path = NGINX_CONF) -> Path:

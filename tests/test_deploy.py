@@ -391,3 +391,28 @@ def test_cluster_manifest_replicas_take_redis_url_from_the_environment(tmp_path:
         assert not redis.ping()
         redis.start()
         assert redis.ping()
+
+
+def test_a_replica_dying_behind_haproxy_costs_modern_clients_no_failed_call(tmp_path: Path) -> None:
+    """SIGKILL one of 3 replicas mid-traffic: HAProxy retries refused connections on another replica (`retries`,
+    `option redispatch`) until its health check takes the dead one out, so 90 modern-wire reads all succeed."""
+    manifest = _fleet(tmp_path)
+
+    async def main(c: Any) -> int:
+        failed = 0
+        async with Client(c.url, mode="auto", cache=None) as client:
+            for i in range(90):
+                if i == 30:
+                    c.replicas[1].kill()
+                try:
+                    with anyio.fail_after(10):
+                        await client.read_resource("docs://a.md")
+                except Exception:
+                    failed += 1
+        return failed
+
+    with cluster(manifest, 3, tmp_path) as c:
+        failed = anyio.run(main, c)
+        reads = [c.replicas[0].requests("resources/read"), c.replicas[2].requests("resources/read")]
+    print(f"haproxy, one of 3 replicas killed: {failed} of 90 reads failed; survivors answered {reads}")
+    assert failed == 0 and sum(reads) > 60
