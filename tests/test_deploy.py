@@ -183,8 +183,28 @@ def test_configmap_manifest_is_valid_and_takes_redis_from_the_environment(tmp_pa
     assert "s3cret" not in checked.stdout + checked.stderr
     assert "${REDIS_URL}" in manifest.read_text()
     monkeypatch.setenv("REDIS_URL", "redis://redis:6379/0")
-    cluster_settings = load_manifest(manifest).server.cluster
-    assert cluster_settings is not None and cluster_settings.redis == "redis://redis:6379/0"
+    loaded = load_manifest(manifest)
+    assert loaded.server.cluster is not None and loaded.server.cluster.redis == "redis://redis:6379/0"
+    # In-cluster clients reach the Service as aggregator:8080 (Host header with the port): it must pass the
+    # replicas' DNS-rebinding check, which `serve --http 0.0.0.0:8080` builds from allowedHosts.
+    anyio.run(_host_checks, loaded.server.http)
+
+
+async def _host_checks(settings: Any) -> None:
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.requests import Request
+
+    from aggregator.http_app import transport_security
+
+    guard = TransportSecurityMiddleware(transport_security("0.0.0.0", 8080, settings))
+
+    async def verdict(host: str) -> Any:
+        scope = {"type": "http", "method": "GET", "path": "/mcp", "headers": [(b"host", host.encode())]}
+        return await guard.validate_request(Request(scope))
+
+    for host in ("aggregator:8080", "aggregator.docs.svc.cluster.local:8080", "docs.example.com"):
+        assert await verdict(host) is None, host
+    assert (await verdict("evil.example")).status_code == 421
 
 
 def _configmap_mount(mount: Path, stamp: str, manifest: str) -> None:
@@ -416,3 +436,23 @@ def test_a_replica_dying_behind_haproxy_costs_modern_clients_no_failed_call(tmp_
         reads = [c.replicas[0].requests("resources/read"), c.replicas[2].requests("resources/read")]
     print(f"haproxy, one of 3 replicas killed: {failed} of 90 reads failed; survivors answered {reads}")
     assert failed == 0 and sum(reads) > 60
+
+
+def test_the_images_default_manifest_is_valid_where_the_image_puts_it(tmp_path: Path) -> None:
+    """The runtime stage's COPYs from the build context, laid out under a temporary root as the image lays them out:
+    the manifest its CMD serves is there and valid, its folder beside it."""
+    import shutil
+
+    steps = [(i["instruction"], i["value"]) for i in _dockerfile().structure]
+    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM"):]
+    for key, value in final:
+        if key == "COPY" and not value.startswith("--from="):
+            source, target = shlex.split(value)
+            destination = tmp_path / target.lstrip("/")
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if (ROOT / source).is_dir() else shutil.copy)(ROOT / source, destination)
+    cmd = json.loads(dict(final)["CMD"])
+    manifest = tmp_path / cmd[1].lstrip("/")
+    checked = subprocess.run([sys.executable, "-m", "aggregator", "validate", str(manifest)], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert checked.returncode == 0, checked.stderr
