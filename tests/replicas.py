@@ -287,15 +287,33 @@ def nginx(backends: Sequence[str], workdir: Path, *, config: Path = NGINX_CONF) 
 
 @dataclass
 class Cluster:
-    """Replicas and the balancer in front of them."""
+    """Replicas and the balancer in front of them (its backend addresses are the replicas' ports, so a replica
+    restarted on its port is back in the balancer once its health check passes)."""
 
     replicas: list[Replica]
     balancer: Balancer
+    manifest: Path
+    logs: Path
+    env: Mapping[str, str] | None = None
+    args: Sequence[str] = ()
 
     @property
     def url(self) -> str:
         """/mcp through the balancer."""
         return self.balancer.url
+
+    def restart(self, index: int, *, kill: bool = False) -> Replica:
+        """Stop replica `index` (SIGTERM, or SIGKILL with `kill`) and start a new one on its port, as a rolling
+        deploy does; return it once /healthz answers."""
+        old = self.replicas[index]
+        if kill:
+            old.kill()
+        else:
+            old.stop()
+        new = start_replica(self.manifest, index, self.logs, env=self.env, args=self.args, port=old.port)
+        self.replicas[index] = new  # the list `replicas()` stops on the way out
+        wait_http(f"{new.base}/healthz", process=new.process, log=new.log)
+        return new
 
 
 @contextmanager
@@ -314,7 +332,7 @@ def cluster(manifest: Path, count: int, logs: Path, *, env: Mapping[str, str] | 
             front = stack.enter_context(haproxy(addresses, logs, config=config or HAPROXY_CFG))
         else:
             front = stack.enter_context(nginx(addresses, logs / "nginx", config=config or NGINX_CONF))
-        yield Cluster(started, front)
+        yield Cluster(started, front, manifest, logs, env, args)
 
 
 @dataclass

@@ -456,3 +456,40 @@ def test_the_images_default_manifest_is_valid_where_the_image_puts_it(tmp_path: 
     checked = subprocess.run([sys.executable, "-m", "aggregator", "validate", str(manifest)], capture_output=True,
                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert checked.returncode == 0, checked.stderr
+
+
+def test_a_rolling_restart_behind_haproxy_costs_modern_clients_no_failed_call(tmp_path: Path) -> None:
+    """Each of 3 replicas in turn gets SIGTERM and is replaced on its port (a rolling deploy) while 4 modern-wire
+    clients read through HAProxy without pause: no read fails."""
+    manifest = _fleet(tmp_path)
+    outcome = {"ok": 0, "failed": 0}
+
+    async def main(c: Any) -> None:
+        done = anyio.Event()
+
+        async def reader() -> None:
+            async with Client(c.url, mode="auto", cache=None) as client:
+                while not done.is_set():
+                    try:
+                        with anyio.fail_after(10):
+                            await client.read_resource("docs://a.md")
+                        outcome["ok"] += 1
+                    except Exception:
+                        outcome["failed"] += 1
+                    await anyio.sleep(0.01)  # steady traffic, not a load test on a shared machine
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(reader)
+            await anyio.sleep(0.5)
+            for index in range(len(c.replicas)):
+                await anyio.to_thread.run_sync(c.restart, index)
+                await anyio.sleep(2.5)  # past HAProxy's `rise 2` checks 2 s apart: the new one takes traffic
+            done.set()
+
+    with cluster(manifest, 3, tmp_path) as c:
+        anyio.run(main, c)
+        fresh = [r.requests("resources/read") for r in c.replicas]
+    print(f"haproxy, rolling restart: {outcome['failed']} of {sum(outcome.values())} reads failed; "
+          f"reads on the new replicas {fresh}")
+    assert outcome["failed"] == 0 and outcome["ok"] > 100
