@@ -371,16 +371,22 @@ def test_legacy_sessions_stick_to_their_replica_through_haproxy(tmp_path: Path) 
     assert sum(reads) == 100 and all(n > 0 for n in reads), reads
 
 
-def test_without_the_stick_lines_legacy_sessions_lose_calls(tmp_path: Path) -> None:
-    """The same 100 calls through deploy/haproxy.cfg minus its three stick lines fail in part: the lines matter."""
+@pytest.mark.parametrize("balancer", ["haproxy without its stick lines", "nginx"])
+def test_round_robin_without_learned_stickiness_loses_legacy_calls(tmp_path: Path, balancer: str) -> None:
+    """The same 100 legacy calls through deploy/haproxy.cfg minus its three stick lines, or through
+    deploy/nginx.conf, fail in part: the stick lines matter, and nginx is for the modern wire only."""
     manifest = _fleet(tmp_path)
-    plain = tmp_path / "plain.cfg"
-    text = HAPROXY_CFG.read_text()
-    stick = _stick_lines(text)
-    plain.write_text("".join(line for line in text.splitlines(keepends=True) if line.strip() not in stick))
-    with cluster(manifest, 3, tmp_path, config=plain) as c:
+    if balancer == "nginx":
+        chosen: dict[str, Any] = {"balancer": "nginx"}
+    else:
+        plain = tmp_path / "plain.cfg"
+        text = HAPROXY_CFG.read_text()
+        stick = _stick_lines(text)
+        plain.write_text("".join(line for line in text.splitlines(keepends=True) if line.strip() not in stick))
+        chosen = {"config": plain}
+    with cluster(manifest, 3, tmp_path, **chosen) as c:
         failed = anyio.run(_legacy_sessions, c.url, 5, 20)
-    print(f"haproxy without stickiness, legacy: {failed} of 100 calls failed")
+    print(f"{balancer}, legacy: {failed} of 100 calls failed")
     assert failed > 0
 
 
