@@ -28,8 +28,8 @@ from tests.test_live import Inbox, listened
 KUBERNETES = DEPLOY / "kubernetes"
 KUBERNETES_VERSION = "1.34.0"
 """The Kubernetes API the files are validated against (kubernetes-validate's bundled schemas)."""
-GRACEFUL_SHUTDOWN = 5
-"""Seconds `serve --http` lets requests in flight finish after SIGTERM (uvicorn's timeout_graceful_shutdown)."""
+GRACEFUL_SHUTDOWN = int(re.findall(r"timeout_graceful_shutdown=(\d+)", (ROOT / "aggregator" / "cli.py").read_text())[0])
+"""Seconds `serve --http` lets requests in flight finish after SIGTERM (uvicorn's, as cli.py sets it)."""
 
 MANIFEST = """
 version: 1
@@ -56,9 +56,8 @@ def _kubernetes_objects() -> dict[str, dict[str, Any]]:
 
 
 def _dockerfile() -> Any:
-    from dockerfile_parse import DockerfileParser
-
-    return DockerfileParser(str(DEPLOY / "Dockerfile"))
+    parser = pytest.importorskip("dockerfile_parse", reason="dockerfile-parse (the test extra) is not installed")
+    return parser.DockerfileParser(str(DEPLOY / "Dockerfile"))
 
 
 def test_dockerfile_runs_as_non_root_installs_runtime_extras_and_copies_files_that_exist() -> None:
@@ -112,8 +111,8 @@ def test_dockerfile_healthcheck_answers_for_a_live_server_and_fails_for_none(tmp
 
 
 def test_kubernetes_files_validate_strictly_against_the_pinned_api_version() -> None:
-    import kubernetes_validate
-
+    kubernetes_validate = pytest.importorskip("kubernetes_validate",
+                                              reason="kubernetes-validate (the test extra) is not installed")
     objects = _kubernetes_objects()
     assert {key.split("/")[0] for key in objects} == {
         "ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"}
