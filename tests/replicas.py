@@ -55,7 +55,7 @@ def find_binary(name: str, *candidates: str) -> str:
         if path and os.access(path, os.X_OK):
             return path
     pytest.skip(f"{name} is not installed (apt-get install {name}; .ci/run installs it): "
-                "the balancer tests need a real one")
+                "these tests run the real program")
 
 
 def wait_http(url: str, timeout: float = START_TIMEOUT, process: subprocess.Popen[bytes] | None = None,
