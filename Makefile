@@ -62,6 +62,7 @@ bench: $(BENCH_STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (u
 	$(BIN)/python -m benchmarks.remote --objects 2000 --skip-listing
 	$(BIN)/python -m benchmarks.http_load --rounds 2 --seconds 2
 	$(BIN)/python -m benchmarks.cold_reads --rounds 3 --reads 500 --modes auto
+	$(BIN)/python -m benchmarks.replicas --seconds 2 --rounds 10
 
 bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source, reliability and search figures
 	$(BIN)/python -m benchmarks.run --full
@@ -70,6 +71,7 @@ bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs
 	$(BIN)/python -m benchmarks.remote --objects 100000
 	$(BIN)/python -m benchmarks.http_load --rounds 5 --seconds 5
 	$(BIN)/python -m benchmarks.cold_reads --rounds 5 --reads 2000
+	$(BIN)/python -m benchmarks.replicas --seconds 5 --rounds 20
 	$(BIN)/python -m benchmarks.reliability
 	$(BIN)/python -m benchmarks.search
 

@@ -236,7 +236,7 @@ def test_readme_systemd_command_line_is_one_the_cli_takes() -> None:
     from aggregator.cli import build_parser
 
     line = re.search(r"^ExecStart=(.*)$", README, re.M)
-    assert line and "container image and Kubernetes files are planned (issue 18)" in README
+    assert line and "deploy/Dockerfile" in README and "## Running several replicas" in README
     words = shlex.split(line.group(1))
     assert words[0].endswith("/.venv/bin/aggregator")
     args = build_parser().parse_args(words[1:])
