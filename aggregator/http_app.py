@@ -56,6 +56,8 @@ class Health(Protocol):
     @property
     def last_error(self) -> str | None: ...
 
+    def cluster_health(self) -> dict[str, object] | None: ...
+
 
 def health_route(live: Health) -> Route:
     """GET /healthz: the catalog generation, its size, the last reload error (if the last reload failed) and the
@@ -72,6 +74,9 @@ def health_route(live: Health) -> Route:
             body["upstreams"] = {
                 "total": len(upstreams), "connected": sum(h.get("state") == "connected" for h in upstreams),
                 "reconnects": sum(h["reconnects"] for h in upstreams if isinstance(h.get("reconnects"), int))}
+        cluster = live.cluster_health()
+        if cluster is not None:
+            body["cluster"] = cluster
         return JSONResponse(body)
 
     return Route("/healthz", healthz, methods=["GET"])

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from aggregator.cluster.bus import MAX_EVENT_BYTES, ChangeBus, ChangeEvent
-from aggregator.cluster.leases import DATA, Leases
+from aggregator.cluster.leases import DATA, PollLeases
 from aggregator.cluster.link import RedisLink
 from aggregator.manifest.model import ClusterSettings
 from tests.cluster_redis import delete_prefix, private_redis, require_shared, unique_prefix
@@ -187,7 +187,7 @@ def test_lease_is_exclusive_and_taken_over_once_the_holder_stops(settings: Clust
 
     async def main() -> None:
         links = [RedisLink(settings, name) for name in ("a", "b", "c")]
-        leases = [Leases(link) for link in links]
+        leases = [PollLeases(link) for link in links]
         try:
             held = [await lease.hold("fp", interval) for lease in leases]
             assert held == [True, False, False]
@@ -215,7 +215,7 @@ def test_lease_is_exclusive_and_taken_over_once_the_holder_stops(settings: Clust
 
 def test_interests_union_over_replicas_and_expire(settings: ClusterSettings) -> None:
     async def main() -> None:
-        a, b = Leases(RedisLink(settings, "a")), Leases(RedisLink(settings, "b"))
+        a, b = PollLeases(RedisLink(settings, "a")), PollLeases(RedisLink(settings, "b"))
         try:
             assert await a.wanted("fp") == set()
             await a.want("fp", {"x.md", "y.md"}, interval=10)

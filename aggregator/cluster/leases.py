@@ -1,6 +1,7 @@
 """Poll leases and interests: one replica polls each remote source, over what every replica's subscribers want.
 
-A lease is a key holding its holder's replica id with an expiry of a few poll intervals: taken with SET NX PX,
+The holder keeps the versions it last saw in Redis too: a replica that takes the lease over compares with them, so
+a change made while the old holder was dying is still seen. A lease is a key holding its holder's replica id with an expiry of a few poll intervals: taken with SET NX PX,
 renewed only by its holder (one Lua script, so a lease that expired and was taken by another is never extended),
 and lost by a replica that stops renewing it. Interests are one set per replica and source with the same kind of
 expiry, so a replica that went away stops being polled for.
@@ -8,14 +9,15 @@ expiry, so a replica that went away stops being polled for.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import anyio
 
 from aggregator.cluster.link import RedisLink
 
-__all__ = ["DATA", "Leases"]
+__all__ = ["DATA", "PollLeases"]
 
 logger = logging.getLogger("aggregator.cluster.leases")
 
@@ -24,6 +26,8 @@ DATA = "\0data"
 LEASE_INTERVALS = 2.5
 """A lease outlives its last renewal by this many poll intervals: another replica takes over within ~3."""
 INTEREST_INTERVALS = 3.0
+VERSIONS_SECONDS = 600.0
+"""How long the last polled versions outlive the last poll: a holder that takes over compares with them."""
 MAX_INTEREST_KEYS = 1000
 """Replicas' interest sets read per source (a bound on the SCAN, not on replicas expected)."""
 
@@ -48,7 +52,7 @@ return 0
 """
 
 
-class Leases:
+class PollLeases:
     """This replica's poll leases and interest sets, by source fingerprint."""
 
     def __init__(self, link: RedisLink) -> None:
@@ -113,3 +117,30 @@ class Leases:
                 return set()
             members = await self.link.client.sunion(keys)
         return {m.decode(errors="replace") if isinstance(m, bytes) else str(m) for m in members}
+
+    async def seen(self, fingerprint: str) -> dict[str | None, str | None]:
+        """The versions the source's last poll saw, by path (None: its query results); {} if none is kept."""
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            kept = await self.link.client.hgetall(self.link.key("versions", fingerprint))
+        found: dict[str | None, str | None] = {}
+        for raw_path, raw_version in kept.items():
+            try:
+                path = raw_path.decode()
+                version = json.loads(raw_version)
+            except ValueError:  # not ours: skipped (the next poll writes it again)
+                continue
+            if isinstance(version, str) or version is None:
+                found[None if path == DATA else path] = version
+        return found
+
+    async def record(self, fingerprint: str, versions: Mapping[str | None, str | None]) -> None:
+        """Keep the versions this poll saw for the next holder (the whole set: paths nobody wants are dropped)."""
+        key = self.link.key("versions", fingerprint)
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            async with self.link.client.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                if versions:
+                    pipe.hset(key, mapping={DATA if path is None else path: json.dumps(version)
+                                            for path, version in versions.items()})
+                    pipe.pexpire(key, int(VERSIONS_SECONDS * 1000))
+                await pipe.execute()
