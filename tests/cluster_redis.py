@@ -3,6 +3,7 @@ on a free port for tests that pause, kill or restart it (never the shared one)."
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import socket
 import subprocess
@@ -27,9 +28,7 @@ def _answers(port: int) -> bool:
 
 def require_shared() -> str:
     """The shared Redis URL, or skip saying why."""
-    try:
-        import redis  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("redis") is None:
         pytest.skip("redis-py is not installed: pip install 'mcp-aggregator[cluster]'")
     if not _answers(6379):
         pytest.skip("no Redis answers on 127.0.0.1:6379 (the cluster tests need one)")

@@ -233,3 +233,21 @@ def test_interests_union_over_replicas_and_expire(settings: ClusterSettings) -> 
             await b.link.aclose()
 
     anyio.run(main)
+
+
+def test_the_last_polled_versions_are_kept_for_the_next_holder(settings: ClusterSettings) -> None:
+    async def main() -> None:
+        a, b = PollLeases(RedisLink(settings, "a")), PollLeases(RedisLink(settings, "b"))
+        try:
+            assert await b.seen("fp") == {}
+            await a.record("fp", {"x.md": '"v1"', "gone.md": None, None: "rows-7"})
+            assert await b.seen("fp") == {"x.md": '"v1"', "gone.md": None, None: "rows-7"}
+            await a.record("fp", {"x.md": '"v2"'})  # replaced whole
+            assert await b.seen("fp") == {"x.md": '"v2"'}
+            await a.link.client.hset(a.link.key("versions", "fp"), "junk.md", b"\xff not json")
+            assert await b.seen("fp") == {"x.md": '"v2"'}
+        finally:
+            await a.link.aclose()
+            await b.link.aclose()
+
+    anyio.run(main)

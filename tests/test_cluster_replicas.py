@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 from mcp import Client
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.subscriptions import ResourceUpdated
@@ -235,10 +234,10 @@ def test_redis_paused_or_killed_keeps_serving_then_streams_close_and_recover(tmp
                         redis.start()
                         await _until(lambda: replica.health()["cluster"]["connected"])
                         # Clients listen again and hear the next change (through the lease holder's poll).
-                        again = await stack.enter_async_context(listening(replica, tg))
-                        await anyio.sleep(INTERVAL * 4)
-                        upstream.etag, upstream.body = '"v3"', "# A\n\nafter the restart\n"
-                        await _until(lambda: again.updated() == (1, 1))
+                        async with listening(replica, tg) as again:
+                            await anyio.sleep(INTERVAL * 4)
+                            upstream.etag, upstream.body = '"v3"', "# A\n\nafter the restart\n"
+                            await _until(lambda: again.updated() == (1, 1))
                         assert (await client.read_resource(URI)).contents[0].text == upstream.body
                         restarts = [line for line in replica.metrics().splitlines()
                                     if line.startswith("aggregator_cluster_subscriber_restarts_total")]

@@ -125,7 +125,7 @@ class PollLeases:
         found: dict[str | None, str | None] = {}
         for raw_path, raw_version in kept.items():
             try:
-                path = raw_path.decode()
+                path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
                 version = json.loads(raw_version)
             except ValueError:  # not ours: skipped (the next poll writes it again)
                 continue
