@@ -436,9 +436,18 @@ class Supervisor:
             await self.service.forget_shared(source, files, data)
             await self.apply_change(source, files, data)
             await self.cluster.publish(self._event(fingerprint, files, data, "updated"))
-        if self._has_collection(source) and await self._relist():
-            await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
+        if self._has_collection(source):
+            before = self._listing_of(source)
+            # Only this source's entries are told: a relist also picks up other sources' changes, which their own
+            # replicas see for themselves (local folders) or publish themselves.
+            if await self._relist() and self._listing_of(source) != before:
+                await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
         return True
+
+    def _listing_of(self, source: str) -> tuple[object, ...]:
+        """What the catalog lists of `source`, as resources/list shows it."""
+        return tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.listed_last_modified)
+                     for e in self.service.catalog.entries if e.source == source)
 
     def _event(self, fingerprint: str, paths: Iterable[str], data: bool, kind: Kind) -> ChangeEvent:
         assert self.cluster is not None

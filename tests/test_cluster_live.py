@@ -1,0 +1,123 @@
+"""Two replicas in one process on the shared Redis (unique prefix): query data and listings of a polled SQLite
+source travel the bus; local folders are watched by each replica and never published."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
+
+from aggregator.cluster.bus import ChangeBus
+from aggregator.cluster.link import RedisLink
+from aggregator.notify import Notifier
+from aggregator.server import build_server
+from aggregator.service import ResourceService
+from aggregator.supervisor import Supervisor
+from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
+from tests.conftest import write_manifest
+
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+
+@asynccontextmanager
+async def replica(manifest: Path, name: str) -> AsyncIterator[tuple[Any, Supervisor]]:
+    service = await ResourceService.open(manifest)
+    assert service.manifest.server.cluster is not None
+    link = RedisLink(service.manifest.server.cluster, name)
+    notifier = Notifier()
+    live = Supervisor(service, notifier, cluster=ChangeBus(link))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live.run)
+            try:
+                yield build_server(service, notifier), live
+            finally:
+                live.stop()
+                tg.cancel_scope.cancel()
+    finally:
+        await service.aclose()
+        await link.aclose()
+
+
+async def _until(condition: Any, timeout: float = 10.0) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+def test_query_data_and_listing_changes_travel_and_local_folders_stay_local(tmp_path: Path) -> None:
+    url = require_shared()
+    prefix = unique_prefix()
+    db = f"sqlite:///{tmp_path / 'live.db'}"
+    engine = sqlalchemy.create_engine(db)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)"))
+        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (1, 'Ada')"))
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server:
+          name: cluster-live
+          cluster: {{redis: "{url}", prefix: {prefix}}}
+        sources:
+          crm: {{url: "{db}", poll: 200ms, checksum: "SELECT count(*), max(id) FROM customers"}}
+          docs: {{url: ./docs}}
+        collections:
+          - {{source: crm, glob: "*", uri: "db://crm/{{path}}/schema"}}
+          - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+        templates:
+          - {{uriTemplate: "db://crm/customers/{{id}}", name: c, source: crm,
+              query: "SELECT * FROM customers WHERE id = :id"}}
+        """)
+
+    async def main() -> None:
+        async with replica(manifest, "a") as (_, a):
+            await _until(lambda: (a.cluster_health() or {}).get("leases") == 1)  # a polls for both
+            async with replica(manifest, "b") as (server_b, b), \
+                    Client(server_b, mode="auto", cache=None) as client:
+                assert b.cluster is not None and a.cluster is not None
+                await _until(lambda: b.cluster is not None and b.cluster.connected)
+                assert json.loads((await client.read_resource("db://crm/customers/2")).contents[0].text)["rows"] == []
+                events: list[Any] = []
+                async with client.listen(resources_list_changed=True, resource_subscriptions=[
+                        "db://crm/customers/2", "docs://a.md"]) as sub:
+                    async def collect() -> None:
+                        async for event in sub:
+                            events.append(event)
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(collect)
+                        await anyio.sleep(1.0)  # b's interests written, a's poll recorded the checksum
+                        with engine.begin() as conn:
+                            conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (2, 'Grace')"))
+                            conn.execute(sqlalchemy.text("CREATE TABLE notes (id INTEGER PRIMARY KEY)"))
+                        await _until(lambda: len(events) >= 2)
+                        await anyio.sleep(1.0)  # nothing more comes
+                        assert sorted(map(repr, events)) == sorted(map(repr, [
+                            ResourceUpdated(uri="db://crm/customers/2"), ResourcesListChanged()]))
+                        assert b.cluster.received >= 2 and b.cluster.published == 0
+                        published = a.cluster.published
+
+                        (tmp_path / "docs" / "a.md").write_text("# A2\n")  # each replica sees its own copy
+                        await _until(lambda: len(events) >= 3)
+                        assert events[-1] == ResourceUpdated(uri="docs://a.md")
+                        await anyio.sleep(0.5)
+                        assert a.cluster.published == published and b.cluster.published == 0
+                        tg.cancel_scope.cancel()
+                rows = json.loads((await client.read_resource("db://crm/customers/2")).contents[0].text)["rows"]
+                assert rows and rows[0]["name"] == "Grace"  # b's cached empty result was dropped
+                assert "db://crm/notes/schema" in [r.uri for r in (await client.list_resources()).resources]
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.dispose()
+        delete_prefix(url, prefix)
