@@ -410,7 +410,7 @@ class Supervisor:
         try:
             await self._leases.want(fingerprint, {DATA if p is None else p for p in mine}, interval)
             if not await self._leases.hold(fingerprint, interval):
-                seen.clear()  # another replica polls; when this one takes over it starts from its own first poll
+                seen.clear()  # another replica polls; taking over, this one starts from the versions that one kept
                 return True
             union = await self._leases.wanted(fingerprint)
             if not seen:  # just took the lease: compare with what the last holder saw

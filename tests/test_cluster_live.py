@@ -121,3 +121,51 @@ def test_query_data_and_listing_changes_travel_and_local_folders_stay_local(tmp_
     finally:
         engine.dispose()
         delete_prefix(url, prefix)
+
+
+def test_serve_without_redis_installed_names_the_extra(tmp_path: Path) -> None:
+    """server.cluster set, redis-py missing: `serve` exits 2 with one line naming the extra, before serving."""
+    import os
+    import subprocess
+    import sys
+
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server:
+          name: no-redis
+          cluster: {redis: "redis://:hunter2@127.0.0.1:6379/0"}
+        resources:
+          - {uri: "note://a", name: a, text: hi}
+        """)
+    code = ("import sys; sys.modules['redis'] = sys.modules['redis.asyncio'] = None; "
+            "from aggregator.cli import main; sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "serve", str(manifest), "--http", "0"], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'mcp-aggregator[cluster]'" in done.stderr
+    assert "hunter2" not in done.stderr
+
+
+def test_without_server_cluster_nothing_changes(tmp_path: Path) -> None:
+    """No `server.cluster`: no cluster state in /healthz, no cluster metrics, no Redis touched."""
+    from aggregator.metrics import Metrics
+
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: alone}
+        resources:
+          - {uri: "note://a", name: a, text: hi}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        try:
+            live = Supervisor(service, Notifier())
+            assert live.cluster is None and live.cluster_health() is None
+            body, _ = Metrics(live).render()
+            assert b"aggregator_cluster" not in body and b"aggregator_catalog_resources" in body
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
