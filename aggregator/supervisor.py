@@ -68,6 +68,7 @@ class Supervisor:
         """The change bus shared with the other replicas (`server.cluster`); None: this process is alone."""
         self._leases = PollLeases(cluster.link) if cluster is not None else None
         self._inbound_send, self._inbound = anyio.create_memory_object_stream[ChangeEvent](INBOUND_EVENTS)
+        self._overflowed = False
         self.reload_enabled = reload
         self.reloads = 0
         self.reload_errors = 0
@@ -358,6 +359,9 @@ class Supervisor:
                     tg.start_soon(self._poll_source, sid, interval)
                 await changed.wait()
                 tg.cancel_scope.cancel()
+            if self._leases is not None:  # the pollers start again: a source no longer polled is not kept held
+                with anyio.move_on_after(2):
+                    await self._leases.release_all()
             await anyio.sleep(0)
 
     async def _poll_source(self, source: str, interval: float) -> None:
@@ -482,14 +486,19 @@ class Supervisor:
     def _event_arrived(self, event: ChangeEvent) -> None:
         try:
             self._inbound_send.send_nowait(event)
-        except anyio.WouldBlock:
-            logger.warning("cluster: %d change events wait to be handled; dropping one of source %s",
-                           INBOUND_EVENTS, event.source)
+        except anyio.WouldBlock:  # events are lost: recover as after a reconnect, once the backlog is handled
+            if not self._overflowed:
+                logger.warning("cluster: %d change events wait to be handled; dropping further ones, then "
+                               "starting over as after a reconnect", INBOUND_EVENTS)
+            self._overflowed = True
 
     async def _cluster_events(self) -> None:
         """Handle other replicas' events: for each of this manifest's sources with that fingerprint (never a local
         folder or a source that pushes its own changes), invalidate and notify this replica's subscribers."""
         async for event in self._inbound:
+            if self._overflowed and not self._inbound.statistics().current_buffer_used:
+                self._overflowed = False
+                await self._rejoined()
             try:
                 for sid in self._sources_of(event.source):
                     if event.kind == "listing":
