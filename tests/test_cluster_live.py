@@ -169,3 +169,41 @@ def test_without_server_cluster_nothing_changes(tmp_path: Path) -> None:
             await service.aclose()
 
     anyio.run(main)
+
+
+def test_an_inbound_backlog_overflow_recovers_as_a_reconnect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """More events than the backlog holds arrive at once: the extra ones are dropped, so once the backlog is handled
+    the replica starts over as after a reconnect (list_changed to legacy sessions, streams ended), logged once."""
+    import aggregator.supervisor
+    from aggregator.cluster.bus import ChangeEvent
+
+    monkeypatch.setattr(aggregator.supervisor, "INBOUND_EVENTS", 2)
+    url = require_shared()
+    prefix = unique_prefix()
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server:
+          name: backlog
+          cluster: {{redis: "{url}", prefix: {prefix}}}
+        resources:
+          - {{uri: "note://a", name: a, text: hi}}
+        """)
+
+    async def main() -> None:
+        async with replica(manifest, "a") as (_, live):
+            assert live.cluster is not None
+            await _until(lambda: live.cluster is not None and live.cluster.connected)
+            assert live.notifier.sent_list_changed == 0  # joining is not a recovery
+            for listener in live.cluster.listeners:
+                for i in range(6):  # no await between them: the handler task cannot drain the backlog
+                    listener(ChangeEvent("other", "d", "no-such-source", (f"{i}.md",)))
+            await _until(lambda: live.notifier.sent_list_changed == 1)
+            await anyio.sleep(0.3)
+            assert live.notifier.sent_list_changed == 1
+
+    try:
+        anyio.run(main)
+    finally:
+        delete_prefix(url, prefix)
+    assert caplog.text.count("change events wait to be handled") == 1
