@@ -25,6 +25,8 @@ from aggregator.manifest.model import ManifestError
 if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
     from mcp.server import Server
 
+    from aggregator.cluster.link import RedisLink
+    from aggregator.manifest.model import ClusterSettings
     from aggregator.metrics import Metrics
     from aggregator.supervisor import Supervisor
 
@@ -129,7 +131,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     await link.aclose()
         return EXIT_OK
 
-    links: list[Any] = []  # the cluster's Redis link, closed after serving
+    links: list[RedisLink] = []  # the cluster's Redis link, closed after serving
     if args.workers == 1:
         return anyio.run(run)
     return _serve_workers(args, run)
@@ -139,7 +141,7 @@ class _NoRedis(Exception):
     """server.cluster is set but redis-py is not installed."""
 
 
-def _cluster_link(settings: Any) -> Any:
+def _cluster_link(settings: ClusterSettings | None) -> RedisLink | None:
     """The Redis link of `server.cluster` (None when it is not set); _NoRedis names the extra to install."""
     if settings is None:
         return None

@@ -62,7 +62,8 @@ class Health(Protocol):
 def health_route(live: Health) -> Route:
     """GET /healthz: the catalog generation, its size, the last reload error (if the last reload failed) and the
     connection state of sources that keep one (MCP upstreams: how many are connected, reconnects; per source only
-    in /metrics, since this route stays open to any Host and names no source)."""
+    in /metrics, since this route stays open to any Host and names no source); with `server.cluster`, whether the
+    change bus is up, this replica's id and the poll leases it holds (never the Redis URL)."""
 
     async def healthz(request: Request) -> JSONResponse:
         catalog = live.service.catalog
