@@ -28,6 +28,7 @@ from aggregator.service import ResourceService, SuspiciousReload
 from aggregator.manifest.compose import open_regular_file
 from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
 from aggregator.notify import Notifier
+from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.watch import Change, watch_folders, watch_manifest
 
 __all__ = ["Supervisor"]
@@ -36,6 +37,8 @@ logger = logging.getLogger("aggregator.supervisor")
 
 FALLBACK_CHECK_SECONDS = 2.0
 INBOUND_EVENTS = 1000
+MAX_POLLED_PATHS = 10_000
+"""Paths one poll of a source checks for the cluster (the union of every replica's interests)."""
 """Other replicas' change events waiting to be handled; past it they are dropped (and logged)."""
 SETTLE_STEP_SECONDS = 0.1
 """How often the manifest files are read while they settle."""
@@ -422,7 +425,7 @@ class Supervisor:
         except Exception as exc:  # Redis down or slow: the bus logs it once and marks the cluster down
             logger.debug("cluster call for source %r failed: %r", source, exc)
             return False
-        paths = {None if p == DATA else p for p in union}
+        paths = _pollable(union)
         async with self.service.lease() as snapshot:
             backend = snapshot.sources.get(source)
             versions = dict(await backend.poll(paths)) if backend is not None and paths else {}
@@ -533,3 +536,22 @@ class Supervisor:
         connected = self.cluster.connected
         return {"connected": connected, "replica": self.cluster.link.replica,
                 "leases": len(self._leases.held) if connected else 0}
+
+
+def _pollable(interests: set[str]) -> set[str | None]:
+    """The paths to poll among what Redis says replicas want (None: query results): whoever else writes Redis is
+    not trusted, so paths that could leave the source are dropped and the count is capped."""
+    found: set[str | None] = set()
+    for path in sorted(interests):
+        if len(found) >= MAX_POLLED_PATHS:
+            logger.warning("cluster: replicas want more than %d paths of one source; polling the first ones",
+                           MAX_POLLED_PATHS)
+            break
+        if path == DATA:
+            found.add(None)
+            continue
+        try:
+            found.add(safe_relpath(path))
+        except UnsafePath:
+            logger.debug("cluster: not polling the unsafe path %r", path)
+    return found

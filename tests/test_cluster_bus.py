@@ -251,3 +251,13 @@ def test_the_last_polled_versions_are_kept_for_the_next_holder(settings: Cluster
             await b.link.aclose()
 
     anyio.run(main)
+
+
+def test_paths_polled_for_the_cluster_are_safe_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interests come from Redis, which others write too: unsafe paths are never polled, and the count is capped."""
+    import aggregator.supervisor as supervisor
+
+    assert supervisor._pollable({"a.md", "dir/b.md", DATA, "../etc/passwd", "/abs", "http://evil/x", "a/%2e%2e/b",
+                                 ""}) == {"a.md", "dir/b.md", None}
+    monkeypatch.setattr(supervisor, "MAX_POLLED_PATHS", 3)
+    assert len(supervisor._pollable({f"{i}.md" for i in range(10)})) == 3
