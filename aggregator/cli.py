@@ -25,6 +25,8 @@ from aggregator.manifest.model import ManifestError
 if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
     from mcp.server import Server
 
+    from aggregator.cluster.link import RedisLink
+    from aggregator.manifest.model import ClusterSettings
     from aggregator.metrics import Metrics
     from aggregator.supervisor import Supervisor
 
@@ -107,7 +109,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             async with _opened(args.manifest) as service, _cluster(service):
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     service.manifest.server.max_subscriptions)
-                live = Supervisor(service, notifier, reload=not args.no_reload)
+                link = _cluster_link(service.manifest.server.cluster)
+                if link is not None:
+                    from aggregator.cluster.bus import ChangeBus
+
+                    links.append(link)
+                live = Supervisor(service, notifier, reload=not args.no_reload,
+                                  cluster=ChangeBus(link) if link is not None else None)
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
                 metrics = Metrics(live, shared_metrics) if args.http or access_log else None
                 # Stateless HTTP keeps no session past its request: legacy notifications could never arrive.
@@ -141,11 +149,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except ManifestError as exc:
             _report(exc)
             return EXIT_INVALID
+        except _NoRedis as exc:
+            print(f"aggregator: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        finally:
+            for link in links:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await link.aclose()
         return EXIT_OK
 
+    links: list[RedisLink] = []  # the cluster's Redis link, closed after serving
     if args.workers == 1:
         return anyio.run(run)
     return _serve_workers(args, run)
+
+
+class _NoRedis(Exception):
+    """server.cluster is set but redis-py is not installed."""
+
+
+def _cluster_link(settings: ClusterSettings | None) -> RedisLink | None:
+    """The Redis link of `server.cluster` (None when it is not set); _NoRedis names the extra to install."""
+    if settings is None:
+        return None
+    from aggregator.cluster.link import RedisLink
+
+    try:
+        return RedisLink(settings)
+    except RuntimeError as exc:  # redis-py missing: the message names `pip install 'mcp-aggregator[cluster]'`
+        raise _NoRedis(str(exc)) from None
 
 
 def _host_port(http: str) -> tuple[str, int]:

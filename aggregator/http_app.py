@@ -56,12 +56,15 @@ class Health(Protocol):
     @property
     def last_error(self) -> str | None: ...
 
+    def cluster_health(self) -> dict[str, object] | None: ...
+
 
 def health_route(live: Health) -> Route:
     """GET /healthz: the catalog generation, its size, the last reload error (if the last reload failed), the
     sha256 of the manifest being served (equal on replicas serving the same manifest), and the
     connection state of sources that keep one (MCP upstreams: how many are connected, reconnects; per source only
-    in /metrics, since this route stays open to any Host and names no source)."""
+    in /metrics, since this route stays open to any Host and names no source); with `server.cluster`, whether the
+    change bus is up, this replica's id and the poll leases it holds (never the Redis URL)."""
 
     async def healthz(request: Request) -> JSONResponse:
         catalog = live.service.catalog
@@ -74,6 +77,9 @@ def health_route(live: Health) -> Route:
             body["upstreams"] = {
                 "total": len(upstreams), "connected": sum(h.get("state") == "connected" for h in upstreams),
                 "reconnects": sum(h["reconnects"] for h in upstreams if isinstance(h.get("reconnects"), int))}
+        cluster = live.cluster_health()
+        if cluster is not None:
+            body["cluster"] = cluster
         return JSONResponse(body)
 
     return Route("/healthz", healthz, methods=["GET"])

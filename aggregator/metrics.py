@@ -23,6 +23,7 @@ from aggregator import __version__
 if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecurityMiddleware
 
+    from aggregator.cluster.bus import ChangeBus
     from aggregator.service import ResourceService
 
 __all__ = ["Figures", "Metrics", "metrics_route"]
@@ -46,6 +47,11 @@ class Figures(Protocol):
 
     @property
     def reload_errors(self) -> int: ...
+
+    @property
+    def cluster(self) -> ChangeBus | None: ...
+
+    def cluster_health(self) -> dict[str, object] | None: ...
 
 
 class Metrics:
@@ -136,6 +142,7 @@ MULTIPROCESS_MODES = {
     "aggregator_catalog_generation": "livemax",
     "aggregator_catalog_resources": "livemax",
     "aggregator_upstream_connected": "livemin",  # 1 when every worker's connection is up
+    "aggregator_cluster_connected": "livemin",
     "aggregator_manifest_info": "livemax",  # two digests at 1 while workers disagree (one reloaded, one not yet)
     "aggregator_build_info": "livemax",
 }
@@ -200,6 +207,29 @@ class _LiveCollector:
                                   labels=["version"])
         build.add_metric([__version__], 1.0)
         yield build
+        yield from _cluster_figures(self.live)
+
+
+def _cluster_figures(live: Figures) -> Iterator[Any]:
+    """The change bus of `server.cluster` (nothing without it)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    bus, health = live.cluster, live.cluster_health()
+    if bus is None or health is None:
+        return
+    yield GaugeMetricFamily("aggregator_cluster_connected", "1 while this replica is on the cluster's change bus.",
+                            value=1.0 if bus.connected else 0.0)
+    yield CounterMetricFamily("aggregator_cluster_subscriber_restarts", "Times the change bus subscriber started "
+                              "again after its Redis connection failed.", value=bus.restarts)
+    events = CounterMetricFamily("aggregator_cluster_events", "Change events published to and received from the "
+                                 "other replicas, and received ones rejected as malformed.", labels=["direction"])
+    events.add_metric(["published"], bus.published)
+    events.add_metric(["received"], bus.received)
+    events.add_metric(["rejected"], bus.rejected)
+    yield events
+    leases = health.get("leases")
+    yield GaugeMetricFamily("aggregator_cluster_leases_held", "Remote sources this replica polls for the cluster.",
+                            value=float(leases) if isinstance(leases, int) else 0.0)
 
 
 def _counter(family: Callable[..., Any], name: str, doc: str, value: float) -> Any:

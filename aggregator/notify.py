@@ -121,6 +121,8 @@ class Notifier:
                 self._subscriptions_changed()
 
     def close(self) -> None:
+        """End every open listen stream gracefully (each sends its final result). Not final: the SDK's handler
+        takes new streams afterwards, which is how clients re-listen after a cluster reconnect."""
         self._listen.close()
         for handler in list(self._scoped):
             handler.close()

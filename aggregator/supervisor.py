@@ -14,14 +14,21 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import anyio
 
+from aggregator.cache_keys import Forget
+from aggregator.catalog import FileTarget, QueryTarget
+from aggregator.cluster.bus import ChangeBus, ChangeEvent, Kind
+from aggregator.cluster.leases import DATA, PollLeases
+from aggregator.cluster.link import source_fingerprint
 from aggregator.service import ResourceService, SuspiciousReload
 from aggregator.manifest.compose import open_regular_file
 from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
 from aggregator.notify import Notifier
+from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.watch import Change, watch_folders, watch_manifest
 
 __all__ = ["Supervisor"]
@@ -29,6 +36,10 @@ __all__ = ["Supervisor"]
 logger = logging.getLogger("aggregator.supervisor")
 
 FALLBACK_CHECK_SECONDS = 2.0
+INBOUND_EVENTS = 1000
+MAX_POLLED_PATHS = 10_000
+"""Paths one poll of a source checks for the cluster (the union of every replica's interests)."""
+"""Other replicas' change events waiting to be handled; past it they are dropped (and logged)."""
 SETTLE_STEP_SECONDS = 0.1
 """How often the manifest files are read while they settle."""
 _FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("search", "search"),
@@ -52,9 +63,15 @@ def _digest(path: Path, limit: int = DEFAULT_MAX_MANIFEST_BYTES) -> str | None:
 class Supervisor:
     """Keeps an ResourceService in step with its manifest and its local folders, and notifies through a Notifier."""
 
-    def __init__(self, service: ResourceService, notifier: Notifier, *, reload: bool = True) -> None:
+    def __init__(self, service: ResourceService, notifier: Notifier, *, reload: bool = True,
+                 cluster: ChangeBus | None = None) -> None:
         self.service = service
         self.notifier = notifier
+        self.cluster = cluster
+        """The change bus shared with the other replicas (`server.cluster`); None: this process is alone."""
+        self._leases = PollLeases(cluster.link) if cluster is not None else None
+        self._inbound_send, self._inbound = anyio.create_memory_object_stream[ChangeEvent](INBOUND_EVENTS)
+        self._overflowed = False
         self.reload_enabled = reload
         self.reloads = 0
         self.reload_errors = 0
@@ -77,6 +94,9 @@ class Supervisor:
         self._wants_dirty = anyio.Event()
         notifier.subscription_listeners.append(self._wants_changed)
         service.change_listeners.append(lambda files: self._wants_changed() if files is None else None)
+        if cluster is not None:
+            cluster.listeners.append(self._event_arrived)
+            cluster.on_reconnect.append(self._rejoined)
 
     async def run(self) -> None:
         """Watch until `stop()`; run it in a task group beside the server."""
@@ -90,11 +110,19 @@ class Supervisor:
             tg.start_soon(self._watch_sources)
             tg.start_soon(self._poll_sources)
             tg.start_soon(self._source_events)
+            if self.cluster is not None:
+                tg.start_soon(self.cluster.run)
+                tg.start_soon(self._cluster_events)
             await self._stop.wait()
             tg.cancel_scope.cancel()
+        if self._leases is not None:  # another replica takes over at once rather than when they expire
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self._leases.release_all()
 
     def stop(self) -> None:
         self._stop.set()
+        if self.cluster is not None:
+            self.cluster.stop()
         self.notifier.close()
 
     # --- the manifest --------------------------------------------------------------------------------
@@ -254,15 +282,16 @@ class Supervisor:
         if any(change != Change.modified for change, _ in changes) and self._has_collection(source):
             await self._relist()
 
-    async def _relist(self) -> None:
+    async def _relist(self) -> bool:
         """List collections again; if the listing changed, send list_changed, and `updated` to subscribed renders
-        that listed resources (they may read differently now)."""
+        that listed resources (they may read differently now). True if it changed."""
         if not await self.service.refresh_listing():
-            return
+            return False
         await self.notifier.list_changed()
         uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
         if uris:
             await self.notifier.updated(sorted(uris))
+        return True
 
     # --- sources that tell of their own changes (MCP upstreams) ------------------------------------------
 
@@ -333,14 +362,23 @@ class Supervisor:
                     tg.start_soon(self._poll_source, sid, interval)
                 await changed.wait()
                 tg.cancel_scope.cancel()
+            if self._leases is not None:  # the pollers start again: a source no longer polled is not kept held
+                with anyio.move_on_after(2):
+                    await self._leases.release_all()
             await anyio.sleep(0)
 
     async def _poll_source(self, source: str, interval: float) -> None:
-        seen: dict[str, str | None] = {}
+        seen: dict[str, str | None] = {}  # by URI, when polling alone
+        seen_paths: dict[str | None, str | None] = {}  # by path, when polling for the cluster
         while True:
             await anyio.sleep(interval)
             try:
-                await self.poll_once(source, seen)
+                if self.cluster is not None and self.cluster.connected and \
+                        await self.poll_for_cluster(source, interval, seen_paths):
+                    seen.clear()
+                else:  # alone, or the cluster's Redis is unavailable: poll for this replica's subscribers
+                    seen_paths.clear()
+                    await self.poll_once(source, seen)
             except Exception:
                 logger.exception("polling source %r failed; trying again in %gs", source, interval)
 
@@ -365,3 +403,155 @@ class Supervisor:
         backend = self.service.sources.get(source)
         return (backend is not None and backend.publishes) or any(
             c.source == source for c in self.service.manifest.collections)
+
+    # --- the cluster (server.cluster): one replica polls each remote source, every replica hears of changes ---
+
+    async def poll_for_cluster(self, source: str, interval: float, seen: dict[str | None, str | None]) -> bool:
+        """Record what this replica's subscribers want of `source`; if this replica holds its poll lease, poll
+        what every replica wants, and apply and publish what changed. False if Redis failed (poll alone then)."""
+        assert self.cluster is not None and self._leases is not None
+        spec = self.service.manifest.sources[source]
+        fingerprint = source_fingerprint(spec)
+        subscribed = self.notifier.subscribed_uris()
+        mine = self._wanted(source, subscribed | self.service.render_inputs(subscribed))
+        try:
+            await self._leases.want(fingerprint, {DATA if p is None else p for p in mine}, interval)
+            if not await self._leases.hold(fingerprint, interval):
+                seen.clear()  # another replica polls; taking over, this one starts from the versions that one kept
+                return True
+            union = await self._leases.wanted(fingerprint)
+            if not seen:  # just took the lease: compare with what the last holder saw
+                seen.update(await self._leases.seen(fingerprint))
+        except Exception as exc:  # Redis down or slow: the bus logs it once and marks the cluster down
+            logger.debug("cluster call for source %r failed: %r", source, exc)
+            return False
+        paths = _pollable(union)
+        async with self.service.lease() as snapshot:
+            backend = snapshot.sources.get(source)
+            versions = dict(await backend.poll(paths)) if backend is not None and paths else {}
+        changed = {path for path, version in versions.items() if path in seen and seen[path] != version}
+        if versions != seen:
+            seen.clear()
+            seen.update(versions)
+            try:
+                await self._leases.record(fingerprint, versions)
+            except Exception as exc:
+                logger.debug("cluster: keeping the versions of source %r failed: %r", source, exc)
+        if changed:
+            files = {path for path in changed if path is not None}
+            data = None in changed
+            await self.service.forget_shared(source, files, data)
+            await self.apply_change(source, files, data)
+            await self.cluster.publish(self._event(fingerprint, files, data, "updated"))
+        if self._has_collection(source):
+            before = self._listing_of(source)
+            # Only this source's entries are told: a relist also picks up other sources' changes, which their own
+            # replicas see for themselves (local folders) or publish themselves.
+            if await self._relist() and self._listing_of(source) != before:
+                await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
+        return True
+
+    def _listing_of(self, source: str) -> tuple[object, ...]:
+        """What the catalog lists of `source`, as resources/list shows it."""
+        return tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.listed_last_modified)
+                     for e in self.service.catalog.entries if e.source == source)
+
+    def _event(self, fingerprint: str, paths: Iterable[str], data: bool, kind: Kind) -> ChangeEvent:
+        assert self.cluster is not None
+        return ChangeEvent(self.cluster.link.replica, self.service.manifest.digest, fingerprint,
+                           tuple(sorted(paths)), data, kind)
+
+    def _wanted(self, source: str, uris: Iterable[str]) -> set[str | None]:
+        """The paths of `source` these URIs read (None: its query results)."""
+        found: set[str | None] = set()
+        for _, target in self.service.catalog.resolve_each(uris):
+            if isinstance(target, FileTarget) and target.source == source:
+                found.add(target.path)
+            elif isinstance(target, QueryTarget) and target.source == source:
+                found.add(None)
+        return found
+
+    async def apply_change(self, source: str, files: set[str], data: bool) -> None:
+        """These files (and, with `data`, the query results) of `source` changed: invalidate them and send
+        `updated` to this replica's subscribers on both wires (with their scope filters, as for any change)."""
+        if files:
+            await self.files_changed(source, {(Change.modified, path) for path in files})
+        if data:
+            self.service.cache.invalidate_where(Forget.of(queries={source}))
+            subscribed = self.notifier.subscribed_uris()
+            queries = {uri for uri, target in self.service.catalog.resolve_each(
+                subscribed | self.service.render_inputs(subscribed))
+                if isinstance(target, QueryTarget) and target.source == source}
+            told = (queries | self.service.rendered_dependents(queries)) & subscribed
+            if told:
+                await self.notifier.updated(sorted(told))
+
+    def _event_arrived(self, event: ChangeEvent) -> None:
+        try:
+            self._inbound_send.send_nowait(event)
+        except anyio.WouldBlock:  # events are lost: recover as after a reconnect, once the backlog is handled
+            if not self._overflowed:
+                logger.warning("cluster: %d change events wait to be handled; dropping further ones, then "
+                               "starting over as after a reconnect", INBOUND_EVENTS)
+            self._overflowed = True
+
+    async def _cluster_events(self) -> None:
+        """Handle other replicas' events: for each of this manifest's sources with that fingerprint (never a local
+        folder or a source that pushes its own changes), invalidate and notify this replica's subscribers."""
+        async for event in self._inbound:
+            if self._overflowed and not self._inbound.statistics().current_buffer_used:
+                self._overflowed = False
+                await self._rejoined()
+            try:
+                for sid in self._sources_of(event.source):
+                    if event.kind == "listing":
+                        if self._has_collection(sid):
+                            await self._relist()
+                    else:
+                        await self.apply_change(sid, set(event.paths), event.data)
+            except Exception:
+                logger.exception("handling a cluster change event of source %s failed", event.source)
+
+    def _sources_of(self, fingerprint: str) -> list[str]:
+        return [sid for sid, src in self._remote_sources().items()
+                if source_fingerprint(self.service.manifest.sources[sid]) == fingerprint]
+
+    def _remote_sources(self) -> dict[str, object]:
+        """Sources whose changes travel on the bus: neither local folders nor sources that push their own."""
+        return {sid: src for sid, src in self.service.sources.items()
+                if src.watch_root() is None and not src.pushes_changes and sid in self.service.manifest.sources}
+
+    async def _rejoined(self) -> None:
+        """Back on the bus after events may have been lost: drop remote sources' cached content, end listen streams
+        (clients listen again: the SDK's handler takes new streams after close), and tell legacy sessions."""
+        remote = set(self._remote_sources())
+        self.service.cache.invalidate_where(Forget.of(sources=remote))
+        self.notifier.close()
+        await self.notifier.list_changed()
+
+    def cluster_health(self) -> dict[str, object] | None:
+        """For /healthz: whether the bus is up, this replica's id and the poll leases it holds (no Redis URL)."""
+        if self.cluster is None or self._leases is None:
+            return None
+        connected = self.cluster.connected
+        return {"connected": connected, "replica": self.cluster.link.replica,
+                "leases": len(self._leases.held) if connected else 0}
+
+
+def _pollable(interests: set[str]) -> set[str | None]:
+    """The paths to poll among what Redis says replicas want (None: query results): whoever else writes Redis is
+    not trusted, so paths that could leave the source are dropped and the count is capped."""
+    found: set[str | None] = set()
+    for path in sorted(interests):
+        if len(found) >= MAX_POLLED_PATHS:
+            logger.warning("cluster: replicas want more than %d paths of one source; polling the first ones",
+                           MAX_POLLED_PATHS)
+            break
+        if path == DATA:
+            found.add(None)
+            continue
+        try:
+            found.add(safe_relpath(path))
+        except UnsafePath:
+            logger.debug("cluster: not polling the unsafe path %r", path)
+    return found

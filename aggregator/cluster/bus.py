@@ -1,0 +1,219 @@
+"""The cluster's change bus: what one replica saw change in a remote source, told to every other replica.
+
+Events travel as JSON on Redis pub/sub (at most once, no replay: a replica that was cut off drops its remote
+sources' cache entries and closes its listen streams when it is back, see `on_reconnect`). Inbound events are
+untrusted: too big, malformed or mistyped ones are counted and ignored, and a replica ignores its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+
+from aggregator.cluster.link import RedisLink
+
+__all__ = ["ChangeBus", "ChangeEvent", "MAX_EVENT_BYTES"]
+
+logger = logging.getLogger("aggregator.cluster.bus")
+
+MAX_EVENT_BYTES = 256 * 1024
+"""Largest event accepted (and published: a bigger change is sent as several events)."""
+MAX_PATH_CHARS = 4096
+HEARTBEAT_SECONDS = 1.0
+"""How often the subscriber checks that Redis still answers (a paused Redis leaves the socket open)."""
+BACKOFF_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)
+Kind = Literal["updated", "listing"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """Files (`paths`) or query results (`data`) of the source whose fingerprint is `source` changed (`updated`),
+    or what it lists did (`listing`); `origin` is the publishing replica, `digest` its manifest's sha256."""
+
+    origin: str
+    digest: str
+    source: str
+    paths: tuple[str, ...] = ()
+    data: bool = False
+    kind: Kind = "updated"
+
+    def encode(self) -> bytes:
+        return json.dumps({"origin": self.origin, "digest": self.digest, "source": self.source,
+                           "paths": list(self.paths), "data": self.data, "kind": self.kind},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> ChangeEvent:
+        """The event in `raw`; ValueError for anything else (the sender is not trusted)."""
+        if len(raw) > MAX_EVENT_BYTES:
+            raise ValueError("event too large")
+        try:
+            facts: Any = json.loads(raw)
+        except RecursionError:  # `[[[[...` nests deeper than the parser's stack
+            raise ValueError("nested too deeply") from None
+        if not isinstance(facts, dict) or set(facts) != {"origin", "digest", "source", "paths", "data", "kind"}:
+            raise ValueError("not an event object")
+        text = (facts["origin"], facts["digest"], facts["source"])
+        if not all(isinstance(t, str) and 0 < len(t) <= 256 for t in text[::2]) or not isinstance(text[1], str):
+            raise ValueError("bad origin, digest or source")
+        paths = facts["paths"]
+        if not isinstance(paths, list) or not all(isinstance(p, str) and 0 < len(p) <= MAX_PATH_CHARS for p in paths):
+            raise ValueError("bad paths")
+        if not isinstance(facts["data"], bool) or facts["kind"] not in ("updated", "listing"):
+            raise ValueError("bad data or kind")
+        return cls(facts["origin"], facts["digest"][:128], facts["source"], tuple(paths), facts["data"],
+                   facts["kind"])
+
+
+class ChangeBus:
+    """Publish change events and deliver the other replicas' ones to `listeners`, with a supervised subscriber.
+
+    `connected` is True while the subscription is up and Redis answers; losing it and getting it back are each
+    logged once, and getting it back runs the `on_reconnect` callbacks (events sent meanwhile were lost).
+    """
+
+    def __init__(self, link: RedisLink) -> None:
+        self.link = link
+        self.channel = link.key("changes")
+        self.connected = False
+        self.published = 0
+        self.publish_errors = 0
+        self.received = 0
+        self.rejected = 0
+        self.restarts = 0
+        """Times the subscriber started again after its connection failed."""
+        self.listeners: list[Callable[[ChangeEvent], None]] = []
+        """Called with each accepted event, in the subscriber's task: they only take note (queue the work)."""
+        self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
+        self._lost = False  # connected before, and then not: the next connection is a recovery
+        self._stop = anyio.Event()
+
+    # --- publishing ------------------------------------------------------------------------------------
+
+    async def publish(self, event: ChangeEvent) -> bool:
+        """Send `event` to the other replicas (split when too big); False if Redis failed. Never raises."""
+        try:
+            with anyio.fail_after(self.link.settings.timeout * 2):
+                for part in _split(event):
+                    await self.link.client.publish(self.channel, part.encode())
+                    self.published += 1
+        except Exception as exc:  # any Redis or socket failure: the replica goes on alone
+            self.publish_errors += 1
+            self._mark_down(f"publishing failed ({type(exc).__name__})")
+            return False
+        return True
+
+    # --- subscribing -----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Subscribe until `stop()`, starting again with backoff whenever the connection fails."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                await self._subscribe()
+                failures = 0
+            except Exception as exc:  # the subscriber must never stop silently: count, log once, retry
+                self.restarts += 1
+                self._mark_down(f"the subscription failed ({type(exc).__name__}: {exc})")
+                delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)]
+                failures += 1
+                with anyio.move_on_after(delay):
+                    await self._stop.wait()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _subscribe(self) -> None:
+        pubsub = self.link.client.pubsub(ignore_subscribe_messages=True)
+        try:
+            with anyio.fail_after(self.link.settings.timeout * 2):
+                await pubsub.subscribe(self.channel)
+                await self.link.client.ping()
+            await self._mark_up()
+            checked = anyio.current_time()
+            while not self._stop.is_set():
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=HEARTBEAT_SECONDS / 2)
+                if message is not None and message.get("type") == "message":
+                    self._deliver(message.get("data"))
+                if anyio.current_time() - checked >= HEARTBEAT_SECONDS:
+                    checked = anyio.current_time()
+                    with anyio.fail_after(self.link.settings.timeout * 2):
+                        await self.link.client.ping()
+                    await self._mark_up()  # a failed publish marked it down while the subscription held
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.link.settings.timeout):
+                try:
+                    await pubsub.aclose()
+                except Exception:  # a dead connection may fail to close; it is dropped either way
+                    logger.debug("closing the pub/sub connection failed", exc_info=True)
+
+    def _deliver(self, raw: object) -> None:
+        try:
+            if not isinstance(raw, (bytes, str)):
+                raise ValueError("not a text message")
+            event = ChangeEvent.decode(raw)
+        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
+            self.rejected += 1
+            if self.rejected == 1 or math.log2(self.rejected).is_integer():
+                logger.warning("ignoring a malformed change event on %s (%s; %d so far)", self.channel, exc,
+                               self.rejected)
+            return
+        if event.origin == self.link.replica:
+            return
+        self.received += 1
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("a change event listener failed")
+
+    # --- state -----------------------------------------------------------------------------------------
+
+    def _mark_down(self, why: str) -> None:
+        if self.connected or not self._lost:
+            logger.warning("cluster Redis at %s unavailable: %s; serving from this replica's cache with local "
+                           "change detection until it is back", self.link.describe(), why)
+        if self.connected:
+            self.connected = False
+        self._lost = True
+
+    async def _mark_up(self) -> None:
+        if self.connected:
+            return
+        self.connected = True
+        if not self._lost:
+            logger.info("cluster: replica %s joined the change bus at %s", self.link.replica, self.link.describe())
+            return
+        self._lost = False
+        logger.warning("cluster Redis at %s is back: dropping remote sources' cached content and closing listen "
+                       "streams (events sent meanwhile were lost)", self.link.describe())
+        for callback in self.on_reconnect:
+            try:
+                await callback()
+            except Exception:
+                logger.exception("a cluster reconnect callback failed")
+
+
+def _split(event: ChangeEvent) -> list[ChangeEvent]:
+    """`event` as parts that each encode under MAX_EVENT_BYTES (paths are capped, so each part holds some)."""
+    if len(event.encode()) <= MAX_EVENT_BYTES:
+        return [event]
+    parts: list[ChangeEvent] = []
+    chunk: list[str] = []
+    size = 0
+    budget = MAX_EVENT_BYTES // 2
+    for path in event.paths:
+        cost = len(json.dumps(path)) + 1
+        if chunk and size + cost > budget:
+            parts.append(ChangeEvent(event.origin, event.digest, event.source, tuple(chunk), False, event.kind))
+            chunk, size = [], 0
+        chunk.append(path)
+        size += cost
+    parts.append(ChangeEvent(event.origin, event.digest, event.source, tuple(chunk), event.data, event.kind))
+    return parts

@@ -1,0 +1,146 @@
+"""Poll leases and interests: one replica polls each remote source, over what every replica's subscribers want.
+
+The holder keeps the versions it last saw in Redis too: a replica that takes the lease over compares with them, so
+a change made while the old holder was dying is still seen. A lease is a key holding its holder's replica id with an expiry of a few poll intervals: taken with SET NX PX,
+renewed only by its holder (one Lua script, so a lease that expired and was taken by another is never extended),
+and lost by a replica that stops renewing it. Interests are one set per replica and source with the same kind of
+expiry, so a replica that went away stops being polled for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Mapping
+
+import anyio
+
+from aggregator.cluster.link import RedisLink
+
+__all__ = ["DATA", "PollLeases"]
+
+logger = logging.getLogger("aggregator.cluster.leases")
+
+DATA = "\0data"
+"""The interest entry for a source's query results (no file path holds a NUL)."""
+LEASE_INTERVALS = 2.5
+"""A lease outlives its last renewal by this many poll intervals: another replica takes over within ~3."""
+INTEREST_INTERVALS = 3.0
+VERSIONS_SECONDS = 600.0
+"""How long the last polled versions outlive the last poll: a holder that takes over compares with them."""
+MAX_INTEREST_KEYS = 1000
+"""Replicas' interest sets read per source (a bound on the SCAN, not on replicas expected)."""
+
+# Take the lease if it is free, extend it if it is ours; 1 when held by us afterwards.
+_ACQUIRE = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class PollLeases:
+    """This replica's poll leases and interest sets, by source fingerprint."""
+
+    def __init__(self, link: RedisLink) -> None:
+        self.link = link
+        self.held: set[str] = set()
+        """Fingerprints whose lease this replica held at its last try."""
+
+    def _lease_key(self, fingerprint: str) -> str:
+        return self.link.key("lease", fingerprint)
+
+    async def hold(self, fingerprint: str, interval: float) -> bool:
+        """Take or renew the poll lease of the source `fingerprint`; True if this replica holds it. Redis errors
+        pass through (the caller falls back to polling alone)."""
+        ttl = max(1, int(interval * LEASE_INTERVALS * 1000))
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            ours = await self.link.client.eval(_ACQUIRE, 1, self._lease_key(fingerprint), self.link.replica, ttl)
+        if ours == 1:
+            if fingerprint not in self.held:
+                logger.info("cluster: replica %s now polls source %s", self.link.replica, fingerprint)
+            self.held.add(fingerprint)
+            return True
+        self.held.discard(fingerprint)
+        return False
+
+    async def release(self, fingerprint: str) -> None:
+        """Give the lease back if this replica holds it (at shutdown, so another takes over at once)."""
+        self.held.discard(fingerprint)
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            await self.link.client.eval(_RELEASE, 1, self._lease_key(fingerprint), self.link.replica)
+
+    async def release_all(self) -> None:
+        for fingerprint in list(self.held):
+            try:
+                await self.release(fingerprint)
+            except Exception:  # the lease expires by itself
+                logger.debug("releasing the lease of %s failed", fingerprint, exc_info=True)
+
+    async def want(self, fingerprint: str, paths: Collection[str], interval: float) -> None:
+        """Record the paths (and `DATA`) this replica's subscribers want of the source, for a few intervals."""
+        key = self.link.key("interest", fingerprint, self.link.replica)
+        ttl = max(1, int(interval * INTEREST_INTERVALS * 1000))
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            async with self.link.client.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                if paths:
+                    pipe.sadd(key, *paths)
+                    pipe.pexpire(key, ttl)
+                await pipe.execute()
+
+    async def wanted(self, fingerprint: str) -> set[str]:
+        """The union of every replica's interests in the source (bounded: MAX_INTEREST_KEYS sets)."""
+        pattern = self.link.key("interest", fingerprint, "*")
+        keys: list[bytes] = []
+        with anyio.fail_after(self.link.settings.timeout * 4):
+            async for key in self.link.client.scan_iter(match=pattern, count=200):
+                keys.append(key)
+                if len(keys) >= MAX_INTEREST_KEYS:
+                    logger.warning("cluster: more than %d interest sets for source %s; polling for the first ones",
+                                   MAX_INTEREST_KEYS, fingerprint)
+                    break
+            if not keys:
+                return set()
+            members = await self.link.client.sunion(keys)
+        return {m.decode(errors="replace") if isinstance(m, bytes) else str(m) for m in members}
+
+    async def seen(self, fingerprint: str) -> dict[str | None, str | None]:
+        """The versions the source's last poll saw, by path (None: its query results); {} if none is kept."""
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            kept = await self.link.client.hgetall(self.link.key("versions", fingerprint))
+        found: dict[str | None, str | None] = {}
+        for raw_path, raw_version in kept.items():
+            try:
+                path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
+                version = json.loads(raw_version)
+            except ValueError:  # not ours: skipped (the next poll writes it again)
+                continue
+            if isinstance(version, str) or version is None:
+                found[None if path == DATA else path] = version
+        return found
+
+    async def record(self, fingerprint: str, versions: Mapping[str | None, str | None]) -> None:
+        """Keep the versions this poll saw for the next holder (the whole set: paths nobody wants are dropped)."""
+        key = self.link.key("versions", fingerprint)
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            async with self.link.client.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                if versions:
+                    pipe.hset(key, mapping={DATA if path is None else path: json.dumps(version)
+                                            for path, version in versions.items()})
+                    pipe.pexpire(key, int(VERSIONS_SECONDS * 1000))
+                await pipe.execute()

@@ -1,0 +1,249 @@
+"""Replicas on one Redis (`server.cluster`), end to end: 2-3 `serve --http` subprocesses, a polled HTTP source
+(tests/http_server.py, counting requests), listeners on every replica on both wires (the official client)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.client.subscriptions import SubscriptionLost
+from mcp.shared.subscriptions import ResourceUpdated
+
+from tests.cluster_redis import delete_prefix, free_port, private_redis, require_shared, unique_prefix
+from tests.conftest import write_manifest
+from tests.http_server import Upstream, serve
+from tests.test_live import Inbox
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERVAL = 0.3  # the source's poll interval, seconds
+URI = "api://a"
+
+
+def _manifest(folder: Path, upstream: Upstream, redis: str, prefix: str) -> Path:
+    return write_manifest(folder, f"""
+        version: 1
+        server:
+          name: replicas
+          cluster: {{redis: "{redis}", prefix: {prefix}, timeout: 500ms}}
+        sources:
+          api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, poll: {int(INTERVAL * 1000)}ms}}
+        resources:
+          - {{uri: "{URI}", name: a, source: api, path: docs/a.md}}
+        """)
+
+
+class Replica:
+    def __init__(self, manifest: Path, log: Path) -> None:
+        self.port = free_port()
+        self.log = log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(self.port)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=self.log)
+        deadline = time.monotonic() + 20
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    break
+            assert self.process.poll() is None and time.monotonic() < deadline, "replica did not start"
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def health(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as answer:
+            return json.load(answer)  # type: ignore[no-any-return]
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
+            return answer.read().decode()  # type: ignore[no-any-return]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@contextmanager
+def replicas(manifest: Path, count: int, folder: Path) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    try:
+        for i in range(count):
+            started.append(Replica(manifest, folder / f"replica{i}.log"))
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+class Listeners:
+    """On one replica: a modern listen stream and a legacy subscription to URI, and what each heard."""
+
+    def __init__(self) -> None:
+        self.modern: list[Any] = []
+        self.legacy = Inbox()
+        self.modern_ended = anyio.Event()
+        self.modern_lost = False
+
+    def updated(self) -> tuple[int, int]:
+        return (sum(e == ResourceUpdated(uri=URI) for e in self.modern),
+                sum(e == ("updated", URI) for e in self.legacy.events))
+
+
+@asynccontextmanager
+async def listening(replica: Replica, tg: Any) -> AsyncIterator[Listeners]:
+    heard = Listeners()
+    stack = AsyncExitStack()
+    try:
+        legacy = await stack.enter_async_context(Client(replica.url, mode="legacy", cache=None,
+                                                        message_handler=heard.legacy))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await legacy.subscribe_resource(URI)
+        modern = await stack.enter_async_context(Client(replica.url, mode="auto", cache=None))
+        sub = await stack.enter_async_context(modern.listen(resource_subscriptions=[URI]))
+
+        async def collect() -> None:
+            try:
+                async for event in sub:
+                    heard.modern.append(event)
+                heard.modern_ended.set()  # the server closed the stream gracefully
+            except SubscriptionLost:  # its replica was killed
+                heard.modern_lost = True
+
+        tg.start_soon(collect)
+        yield heard
+    finally:
+        try:
+            await stack.aclose()
+        except Exception:
+            if replica.process.poll() is None:  # closing a client of a killed replica fails, as it should
+                raise
+
+
+async def _until(condition: Any, timeout: float = 15.0) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.05)
+
+
+def _holder(group: list[Replica]) -> Replica:
+    held = [r for r in group if r.process.poll() is None and r.health()["cluster"]["leases"] == 1]
+    assert len(held) == 1, [r.health() for r in group if r.process.poll() is None]
+    return held[0]
+
+
+def test_a_polled_change_reaches_every_replica_once_and_one_replica_polls(tmp_path: Path) -> None:
+    url = require_shared()
+    prefix = unique_prefix()
+    with serve() as upstream:
+        manifest = _manifest(tmp_path, upstream, url, prefix)
+        try:
+            with replicas(manifest, 3, tmp_path) as group:
+                async def main() -> None:
+                    async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+                        heard = [await stack.enter_async_context(listening(r, tg)) for r in group]
+                        await _until(lambda: all(r.health()["cluster"]["connected"] for r in group))
+                        await anyio.sleep(INTERVAL * 4)  # interests written, the holder's first poll recorded
+                        # Upstream calls for the poll: one replica polls, whatever the replica count.
+                        before = upstream.hits["HEAD docs/a.md"]
+                        await anyio.sleep(INTERVAL * 10)
+                        polls = upstream.hits["HEAD docs/a.md"] - before
+                        assert 5 <= polls <= 13, polls  # 10 intervals: ~10, never ~30
+                        holder = _holder(group)
+
+                        upstream.etag, upstream.body = '"v2"', "# A\n\nchanged upstream\n"
+                        await _until(lambda: all(h.updated() == (1, 1) for h in heard))
+                        await anyio.sleep(INTERVAL * 5)  # no second copy arrives
+                        assert [h.updated() for h in heard] == [(1, 1)] * 3
+                        for r in group:
+                            async with Client(r.url, mode="auto", cache=None) as client:
+                                assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                        figures = holder.metrics()
+                        assert 'aggregator_cluster_events_total{direction="published"} 1.0' in figures
+                        assert "aggregator_cluster_connected 1.0" in figures
+                        assert "aggregator_cluster_leases_held 1.0" in figures
+                        other = next(r for r in group if r is not holder)
+                        assert 'aggregator_cluster_events_total{direction="received"} 1.0' in other.metrics()
+
+                        # The lease holder dies: another takes the lease and the next change still arrives, once.
+                        holder.kill()
+                        survivors = [(r, h) for r, h in zip(group, heard) if r is not holder]
+                        upstream.etag, upstream.body = '"v3"', "# A\n\nchanged again\n"
+                        await _until(lambda: all(h.updated() == (2, 2) for _, h in survivors))
+                        await anyio.sleep(INTERVAL * 5)
+                        assert [h.updated() for _, h in survivors] == [(2, 2)] * 2
+                        assert _holder([r for r, _ in survivors]) is not holder
+                        tg.cancel_scope.cancel()
+
+                anyio.run(main)
+        finally:
+            delete_prefix(url, prefix)
+
+
+def test_redis_paused_or_killed_keeps_serving_then_streams_close_and_recover(tmp_path: Path) -> None:
+    """A private redis-server: CLIENT PAUSE, then kill: reads keep working, /healthz says disconnected; when it is
+    back the replica reconnects, closes its listen streams (clients re-listen) and tells legacy sessions."""
+    with serve() as upstream, private_redis() as redis:
+        manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix())
+        with replicas(manifest, 1, tmp_path) as (replica,):
+            async def main() -> None:
+                async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+                    heard = await stack.enter_async_context(listening(replica, tg))
+                    await _until(lambda: replica.health()["cluster"]["connected"])
+                    async with Client(replica.url, mode="auto", cache=None) as client:
+                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
+
+                        await anyio.to_thread.run_sync(redis.cli, "CLIENT", "PAUSE", "4000", "ALL")
+                        await _until(lambda: not replica.health()["cluster"]["connected"])
+                        # Alone, the replica polls for its own subscribers: a change still arrives.
+                        upstream.etag, upstream.body = '"v2"', "# A\n\nwhile paused\n"
+                        await _until(lambda: heard.updated() == (1, 1))
+                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
+
+                        await _until(lambda: replica.health()["cluster"]["connected"])  # the pause ends
+                        await _until(lambda: heard.modern_ended.is_set())  # its stream was closed
+                        await _until(lambda: ("list_changed", None) in heard.legacy.events)
+
+                        redis.stop()
+                        await _until(lambda: not replica.health()["cluster"]["connected"])
+                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                        assert "aggregator_cluster_connected 0.0" in replica.metrics()
+                        redis.start()
+                        await _until(lambda: replica.health()["cluster"]["connected"])
+                        # Clients listen again and hear the next change (through the lease holder's poll).
+                        async with listening(replica, tg) as again:
+                            await anyio.sleep(INTERVAL * 4)
+                            upstream.etag, upstream.body = '"v3"', "# A\n\nafter the restart\n"
+                            await _until(lambda: again.updated() == (1, 1))
+                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                        restarts = [line for line in replica.metrics().splitlines()
+                                    if line.startswith("aggregator_cluster_subscriber_restarts_total")]
+                        assert restarts and float(restarts[0].split()[-1]) >= 1
+                    tg.cancel_scope.cancel()
+
+            anyio.run(main)
+        log = (tmp_path / "replica0.log").read_text(errors="replace")
+        assert log.count("unavailable") <= 4 and "is back" in log
