@@ -60,24 +60,24 @@ async def _opened(path: str) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
-async def _cluster(service: Any) -> AsyncIterator[Any]:
+async def _cluster(service: Any) -> AsyncIterator[RedisLink | None]:
     """With `server.cluster`: this replica's Redis link (None without), and the shared content cache under the
-    service's own when `sharedCache` is on; the link is closed on the way out."""
+    service's own when `sharedCache` is on; the link is closed on the way out (_NoRedis without redis-py)."""
     settings = service.manifest.server.cluster
-    if settings is None:
+    link = _cluster_link(settings)
+    if link is None:
         yield None
         return
-    from aggregator.cluster.link import RedisLink
     from aggregator.cluster.shared_cache import SharedContent
 
-    link = RedisLink(settings)
     if settings.shared_cache:
         service.shared = SharedContent(link)
     try:
         yield link
     finally:
         service.shared = None
-        await link.aclose()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            await link.aclose()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -106,14 +106,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         setup_tracing()  # in each worker: a fork does not carry the exporter's thread
         try:
-            async with _opened(args.manifest) as service, _cluster(service):
+            async with _opened(args.manifest) as service, _cluster(service) as link:
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     service.manifest.server.max_subscriptions)
-                link = _cluster_link(service.manifest.server.cluster)
                 if link is not None:
                     from aggregator.cluster.bus import ChangeBus
-
-                    links.append(link)
                 live = Supervisor(service, notifier, reload=not args.no_reload,
                                   cluster=ChangeBus(link) if link is not None else None)
                 # Over stdio nothing scrapes /metrics, so without the access log there is nothing to observe.
@@ -152,13 +149,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except _NoRedis as exc:
             print(f"aggregator: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        finally:
-            for link in links:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    await link.aclose()
         return EXIT_OK
 
-    links: list[RedisLink] = []  # the cluster's Redis link, closed after serving
     if args.workers == 1:
         return anyio.run(run)
     return _serve_workers(args, run)

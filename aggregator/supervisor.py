@@ -22,7 +22,7 @@ import anyio
 from aggregator.cache_keys import Forget
 from aggregator.catalog import FileTarget, QueryTarget
 from aggregator.cluster.bus import ChangeBus, ChangeEvent, Kind
-from aggregator.cluster.leases import DATA, PollLeases
+from aggregator.cluster.leases import DATA, RETRY_FRACTION, PollLeases
 from aggregator.cluster.link import source_fingerprint
 from aggregator.service import ResourceService, SuspiciousReload
 from aggregator.manifest.compose import open_regular_file
@@ -370,11 +370,16 @@ class Supervisor:
     async def _poll_source(self, source: str, interval: float) -> None:
         seen: dict[str, str | None] = {}  # by URI, when polling alone
         seen_paths: dict[str | None, str | None] = {}  # by path, when polling for the cluster
+        wait = interval
         while True:
-            await anyio.sleep(interval)
+            await anyio.sleep(wait)
+            wait = interval
             try:
                 if self.cluster is not None and self.cluster.connected and \
                         await self.poll_for_cluster(source, interval, seen_paths):
+                    if self._leases is not None and \
+                            source_fingerprint(self.service.manifest.sources[source]) not in self._leases.held:
+                        wait = interval * RETRY_FRACTION  # another replica polls: be ready to take over soon
                     seen.clear()
                 else:  # alone, or the cluster's Redis is unavailable: poll for this replica's subscribers
                     seen_paths.clear()

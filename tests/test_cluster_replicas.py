@@ -190,7 +190,11 @@ def test_a_polled_change_reaches_every_replica_once_and_one_replica_polls(tmp_pa
 
                         # The lease holder dies: another takes the lease and the next change still arrives, once.
                         holder.kill()
+                        killed = time.monotonic()
                         survivors = [(r, h) for r, h in zip(group, heard) if r is not holder]
+                        # Takes over within 2 intervals (slack for process start-up noise on a busy machine).
+                        await _until(lambda: any(r.health()["cluster"]["leases"] for r, _ in survivors))
+                        assert time.monotonic() - killed < 2 * INTERVAL + 1.0
                         upstream.etag, upstream.body = '"v3"', "# A\n\nchanged again\n"
                         await _until(lambda: all(h.updated() == (2, 2) for _, h in survivors))
                         await anyio.sleep(INTERVAL * 5)

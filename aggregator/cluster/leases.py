@@ -23,8 +23,13 @@ logger = logging.getLogger("aggregator.cluster.leases")
 
 DATA = "\0data"
 """The interest entry for a source's query results (no file path holds a NUL)."""
-LEASE_INTERVALS = 2.5
-"""A lease outlives its last renewal by this many poll intervals: another replica takes over within ~3."""
+LEASE_INTERVALS = 1.5
+"""A lease outlives its last renewal by this many poll intervals (plus LEASE_MARGIN): the holder renews it every
+interval, and the others try every quarter interval, so one takes over within 2 intervals of the holder's death."""
+LEASE_MARGIN = 0.25
+"""Seconds added to a lease for a holder whose renewal runs late (a busy event loop, a slow Redis call)."""
+RETRY_FRACTION = 0.25
+"""Replicas without the lease try to take it this often, as a fraction of the poll interval."""
 INTEREST_INTERVALS = 3.0
 VERSIONS_SECONDS = 600.0
 """How long the last polled versions outlive the last poll: a holder that takes over compares with them."""
@@ -66,7 +71,7 @@ class PollLeases:
     async def hold(self, fingerprint: str, interval: float) -> bool:
         """Take or renew the poll lease of the source `fingerprint`; True if this replica holds it. Redis errors
         pass through (the caller falls back to polling alone)."""
-        ttl = max(1, int(interval * LEASE_INTERVALS * 1000))
+        ttl = max(1, int((interval * LEASE_INTERVALS + LEASE_MARGIN) * 1000))
         with anyio.fail_after(self.link.settings.timeout * 2):
             ours = await self.link.client.eval(_ACQUIRE, 1, self._lease_key(fingerprint), self.link.replica, ttl)
         if ours == 1:
