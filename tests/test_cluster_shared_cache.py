@@ -293,17 +293,18 @@ def test_a_corrupt_or_foreign_value_is_ignored_deleted_and_counted(tmp_path: Pat
                             MAGIC + b'{"mime":"text/plain","text":true,"version":null,"maxAge":null,'
                                     b'"expires":9e99,"size":9}\nshort',
                             MAGIC + b'{"mime":"text/plain","text":true,"version":null,"maxAge":null,'
-                                    b'"expires":9e99,"size":2}\n\xff\xfe'):
+                                    b'"expires":9e99,"size":2}\n\xff\xfe',
+                            MAGIC + b"[" * 100_000 + b"\nx"):  # nested past the parser's recursion limit
                     client.hset(key, field, bad)
                     b.cache.clear()
                     assert (await b.read("api://a")).content.text == upstream.body
                     assert client.hget(key, field).startswith(MAGIC + b'{"mime":"text/markdown"')  # b stored it
             finally:
                 client.close()
-            assert shared(b).rejected == 4
+            assert shared(b).rejected == 5
 
     anyio.run(main)
-    assert upstream.hits["GET docs/a.md"] == 5
+    assert upstream.hits["GET docs/a.md"] == 6
 
 
 def test_key_names_and_values_hold_no_url_path_or_secret(tmp_path: Path, upstream: Upstream, redis_url: str,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aggregator.manifest.model import ClusterSettings, SourceSpec
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    import redis.asyncio
 
 __all__ = ["RedisLink", "source_fingerprint"]
 
@@ -38,7 +38,7 @@ class RedisLink:
         self.settings = settings
         self.replica = replica or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         """Unique per process: events it published carry it as their origin."""
-        self.client: Redis = Redis.from_url(
+        self.client: redis.asyncio.Redis = Redis.from_url(
             settings.redis, socket_timeout=settings.timeout, socket_connect_timeout=settings.timeout,
             health_check_interval=5, retry_on_timeout=False)
 

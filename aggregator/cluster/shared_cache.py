@@ -229,7 +229,9 @@ class SharedContent:
                     and size == len(body)):
                 raise ValueError("bad header")
             text = body.decode("utf-8") if is_text else None
-        except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError and JSON errors are ValueErrors
+        # UnicodeDecodeError and JSON errors are ValueErrors; a header nested past the parser's limit raises
+        # RecursionError (any process that reaches Redis can write one).
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             self.rejected += 1
             logger.warning("ignoring an unreadable shared cache value: %s", exc)
             return None
