@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -79,6 +80,9 @@ class ContentCache(Generic[K, V]):
         self._flights: dict[K, _Flight[V]] = {}
         self.hits = 0
         self.misses = 0
+        self.hits_by: Counter[str] = Counter()
+        self.misses_by: Counter[str] = Counter()
+        """Hits and misses by the key's `source` (keys without one count under ''), for the console."""
         self.revalidated = 0
         self.stale_served = 0
 
@@ -102,6 +106,7 @@ class ContentCache(Generic[K, V]):
             slot = self._entries.get(key)
             if slot is not None and self._timer() < slot.fresh_until:
                 self.hits += 1
+                self.hits_by[_group(key)] += 1
                 return slot.value
             flight = self._flights.get(key)
             if flight is None:
@@ -111,6 +116,7 @@ class ContentCache(Generic[K, V]):
                 continue  # it depended on who asked: this caller loads its own
             if flight.loaded:
                 self.hits += 1
+                self.hits_by[_group(key)] += 1
                 assert flight.value is not None  # loaded: the leader stored its value
                 return flight.value
             if flight.error is not None:
@@ -142,6 +148,7 @@ class ContentCache(Generic[K, V]):
                     self._store(key, old.value, old.version, policy)
                     return old.value
             self.misses += 1
+            self.misses_by[_group(key)] += 1
             value, version = await load()
         except stale_on:
             if old is not None and self._timer() < old.stale_until:
@@ -182,6 +189,17 @@ class ContentCache(Generic[K, V]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+    def bytes_by(self) -> Counter[str]:
+        """Bytes held, by the key's `source` (O(entries): for the console, not the read path)."""
+        held: Counter[str] = Counter()
+        for key, slot in list(self._entries.items()):
+            held[_group(key)] += slot.value.nbytes
+        return held
+
+
+def _group(key: Hashable) -> str:
+    return str(getattr(key, "source", ""))
 
 
 def _label(key: Hashable) -> str:
