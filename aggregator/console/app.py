@@ -129,7 +129,8 @@ class Console:
             except Exception:
                 logger.exception("console request %s failed", request.url.path)
                 response = _error(500, "Internal error")
-            response.headers.update(API_HEADERS)
+            for name, value in API_HEADERS.items():  # a route's own (the raw bytes' sandbox) stays
+                response.headers.setdefault(name, value)
             return response
 
         return endpoint

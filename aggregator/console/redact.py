@@ -14,7 +14,7 @@ _SECRET_PARAM = re.compile(r"(?i)(?P<key>[?&;](?:password|passwd|pwd|token|acces
                            r"signature|x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&#\s]*")
 _SECRET_HEADER = re.compile(r"(?i)(?P<key>\b(?:authorization|proxy-authorization|x-api-key|cookie)\s*[:=]\s*)"
                             r"(?:bearer\s+|basic\s+)?[^\s,;'\"]+")
-_PASSWORD_WORD = re.compile(r"(?i)(?P<key>\b(?:password|passwd|pwd|secret|token)\s*[=:]\s*)[^\s,;'\"]+")
+_PASSWORD_WORD = re.compile(r"(?i)(?P<key>\b(?:password|passwd|pwd|secret|token)\s*[=:]\s*)[^\s,;&'\"]+")
 HIDDEN = "***"
 
 

@@ -44,9 +44,8 @@ def folder_of(uri: str, prefix: str) -> str | None:
         if colon > 0:
             return rest[: colon + 1]
     slash = rest.find("/")
-    if slash < 0 or prefix + rest[: slash + 1] == uri:
-        return None
-    return prefix + rest[: slash + 1]
+    # A URI ending in `/` (`docs://x/`) lies in its own folder, as the first entry listed when that folder opens.
+    return None if slash < 0 else prefix + rest[: slash + 1]
 
 
 def tree_page(entries: Sequence[Entry], uris: list[str], prefix: str, cursor: str | None, limit: int) -> TreePage:

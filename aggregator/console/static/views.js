@@ -1,4 +1,4 @@
-// DOM helpers: elements are built from text and attributes only (no innerHTML anywhere), so nothing a resource
+// DOM helpers: elements are built from text nodes and attributes only (never from markup), so nothing a resource
 // holds can become markup in the console's origin.
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);

@@ -1,0 +1,396 @@
+"""The operator's console over real HTTP (`aggregator serve --http`, server.console on): paged tree, filters, search,
+templates, previews with resources/read's limits, sources, reloads and the event stream, each filtered by the
+caller's token; Host/Origin checks, the CSP, and the event hub's bounds (in process)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+import pytest
+
+from aggregator.catalog import Catalog, Entry
+from aggregator.console.events import EventHub, TooManyStreams
+from aggregator.console.history import ReloadHistory
+from aggregator.console.redact import redact, where
+from aggregator.console.tree import Folder, tree_page
+from aggregator.manifest.model import Display
+from tests.console_server import ADMIN, NOBODY, READER, Served, serve
+from tests.test_live import save
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("console")) as running:
+        yield running
+
+
+def _tree(served: Served, prefix: str = "", token: str | None = ADMIN, **params: str) -> dict[str, Any]:
+    response = served.get("/console/api/tree", token, prefix=prefix, **params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _all_children(served: Served, prefix: str, token: str, limit: str) -> list[dict[str, Any]]:
+    children, cursor = [], None
+    while True:
+        page = _tree(served, prefix, token, limit=limit, **({"cursor": cursor} if cursor else {}))
+        children += page["children"]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            return children
+
+
+# --- off by default, auth, headers ------------------------------------------------------------------------------
+
+
+def test_console_is_off_unless_the_manifest_turns_it_on(tmp_path: Path) -> None:
+    from tests.console_server import make_folder
+
+    manifest = make_folder(tmp_path)
+    manifest.write_text(manifest.read_text().replace("  console: {adminScope: admin}\n", ""))
+    with serve(tmp_path, manifest) as running:
+        for path in ("/console", "/console/static/app.js", "/console/api/tree"):
+            assert running.get(path).status_code == 404, path
+
+
+def test_data_needs_the_token_and_the_shell_has_no_inline_code(served: Served) -> None:
+    refused = served.get("/console/api/tree", token=None)
+    assert refused.status_code == 401
+    assert "resource_metadata" in refused.headers["www-authenticate"]
+    assert served.get("/console/api/tree", token="not-a-token-at-all-000").status_code == 401
+    shell = served.get("/console", token=None)
+    assert shell.status_code == 200
+    csp = shell.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "style-src 'self'" in csp and "default-src 'none'" in csp
+    assert "unsafe-inline" not in csp and "http" not in csp.replace("'self'", "")
+
+    class Inline(HTMLParser):
+        found: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            names = {name for name, _ in attrs}
+            if tag == "script" and "src" not in names or tag == "style" or "style" in names or any(
+                    name.startswith("on") for name in names):
+                self.found.append(tag)
+            for name, value in attrs:
+                if name in ("src", "href") and value and not value.startswith("/console/static/"):
+                    self.found.append(f"{tag} {name}={value}")
+
+    parser = Inline()
+    parser.feed(shell.text)
+    assert parser.found == []
+    for name in ("app.js", "api.js", "views.js", "highlight.js", "console.css"):
+        asset = served.get(f"/console/static/{name}", token=None)
+        assert asset.status_code == 200 and asset.headers["x-content-type-options"] == "nosniff"
+        assert ".innerHTML" not in asset.text and "insertAdjacentHTML" not in asset.text and "eval(" not in asset.text and "http://" not in asset.text
+    assert served.get("/console/static/..%2Fapp.py", token=None).status_code == 404
+    api = served.get("/console/api/whoami")
+    assert api.headers["cache-control"] == "no-store" and api.headers["content-security-policy"] == csp
+
+
+def test_host_and_origin_are_checked_as_for_mcp(served: Served) -> None:
+    for path in ("/console", "/console/api/tree", "/console/static/app.js"):
+        evil_host = httpx.get(served.base + path, headers={"Host": "evil.example", "Authorization": f"Bearer {ADMIN}"})
+        assert evil_host.status_code == 421, path
+        evil_origin = httpx.get(served.base + path, headers={"Origin": "http://evil.example",
+                                                             "Authorization": f"Bearer {ADMIN}"})
+        assert evil_origin.status_code == 403, path
+
+
+# --- the catalog ------------------------------------------------------------------------------------------------
+
+
+def test_tree_is_paged_level_by_level(served: Served) -> None:
+    root = _tree(served)
+    assert [c["prefix"] for c in root["children"]] == ["docs://", "note://", "secret://", "web://"]
+    assert root["total"] == 12
+    docs = _all_children(served, "docs://", ADMIN, limit="2")
+    labels = [c.get("prefix") or c["uri"] for c in docs]
+    assert labels == ["docs://api.json", "docs://blob.bin", "docs://guides/", "docs://huge.txt", "docs://logo.png",
+                      "docs://page.html", "docs://table.csv"]
+    assert docs[2] == {"kind": "folder", "prefix": "docs://guides/", "count": 3}
+    assert [c["uri"] for c in _all_children(served, "docs://guides/", ADMIN, "1")] == [
+        "docs://guides/deploy.md", "docs://guides/intro.md", "docs://guides/setup.md"]
+    assert served.get("/console/api/tree", cursor="bm90LWEtY3Vyc29y").status_code == 400
+    assert served.get("/console/api/tree", limit="many").status_code == 400
+
+
+def test_filters_and_search(served: Served) -> None:
+    found = served.get("/console/api/list", prefix="docs://", mimeType="text/*").json()
+    assert {c["uri"] for c in found["children"]} >= {"docs://guides/intro.md", "docs://table.csv"}
+    assert all(c["mimeType"].startswith("text/") for c in found["children"])
+    named = served.get("/console/api/list", name="*.json").json()
+    assert [c["uri"] for c in named["children"]] == ["docs://api.json"]
+    hits = served.get("/console/api/search", q="setup").json()
+    assert hits["children"][0]["uri"] == "docs://guides/setup.md"
+
+
+def test_templates_complete_expand_and_preview(served: Served) -> None:
+    templates = served.get("/console/api/templates").json()["templates"]
+    guide = next(t for t in templates if t["name"] == "guide")
+    assert guide["variables"] == [{"name": "name", "values": [], "multiSegment": False}]
+    values = served.get("/console/api/complete", template="guide://{name}", name="name", prefix="in").json()
+    assert values["values"] == ["intro"]
+    uri = served.get("/console/api/expand", template="guide://{name}", **{"v.name": "intro"}).json()["uri"]
+    assert uri == "guide://intro"
+    read = served.get("/console/api/read", uri=uri).json()
+    assert read["text"].startswith("# Intro") and read["language"] == "markdown"
+
+
+def test_preview_kinds_and_the_limits_of_resources_read(served: Served) -> None:
+    as_json = served.get("/console/api/read", uri="docs://api.json").json()
+    assert as_json["kind"] == "text" and as_json["language"] == "json"
+    assert served.get("/console/api/read", uri="docs://table.csv").json()["language"] == "csv"
+    image = served.get("/console/api/read", uri="docs://logo.png").json()
+    assert image == {"uri": "docs://logo.png", "mimeType": "image/png", "ttl": 300.0, "kind": "image",
+                     "size": len(Path(served.folder / "docs" / "logo.png").read_bytes())}
+    raw = served.get("/console/api/raw", uri="docs://logo.png")
+    assert raw.headers["content-type"] == "image/png" and raw.headers["content-disposition"].startswith("inline")
+    assert "sandbox" in raw.headers["content-security-policy"]
+    html = served.get("/console/api/raw", uri="docs://page.html")
+    assert html.headers["content-type"] == "application/octet-stream"
+    assert html.headers["content-disposition"].startswith("attachment")
+    assert served.get("/console/api/read", uri="docs://blob.bin").json()["kind"] == "binary"
+    huge = served.get("/console/api/read", uri="docs://huge.txt")
+    assert huge.status_code == 413 and "8192" in huge.json()["error"]
+    missing = served.get("/console/api/read", uri="docs://nope.md")
+    assert missing.status_code == 404 and missing.json() == {"error": "Resource not found"}
+    down = served.get("/console/api/read", uri="web://down")
+    assert down.status_code == 502 and "hunter2" not in down.text
+
+
+# --- access: exactly what the token may see ---------------------------------------------------------------------
+
+
+def test_a_token_without_the_scope_sees_no_hidden_entry_anywhere(served: Served) -> None:
+    for token in (READER, NOBODY):
+        root = _tree(served, token=token)
+        assert "secret://" not in json.dumps(root) and root["total"] == 11
+        assert _tree(served, "secret://", token) == {"prefix": "secret://", "children": [], "nextCursor": None,
+                                                     "total": 0}
+        texts = [served.get(path, token, **params).text for path, params in [
+            ("/console/api/list", {"prefix": "secret://"}), ("/console/api/list", {"name": "plan*"}),
+            ("/console/api/search", {"q": "classified"}), ("/console/api/search", {"q": "plan"}),
+            ("/console/api/templates", {}), ("/console/api/sources", {}), ("/console/api/whoami", {}),
+            ("/console/api/reloads", {})]]
+        for text in texts:
+            assert "secret" not in text, text
+        for path, params in [("/console/api/read", {"uri": "secret://plan.md"}),
+                             ("/console/api/raw", {"uri": "secret://plan.md"}),
+                             ("/console/api/read", {"uri": "secret://by-name/plan"}),
+                             ("/console/api/expand", {"template": "secret://by-name/{name}", "v.name": "plan"}),
+                             ("/console/api/complete", {"template": "secret://by-name/{name}", "name": "name"})]:
+            refused = served.get(path, token, **params)
+            assert refused.status_code == 404 and refused.json() == {"error": "Resource not found"}, path
+        assert served.get("/console/api/tree", token, **{"as": "*"}).status_code == 403
+    assert "secret://plan.md" in json.dumps(_tree(served, "secret://"))
+
+
+def test_an_admin_views_the_console_as_other_scopes(served: Served) -> None:
+    who = served.get("/console/api/whoami").json()
+    assert who["admin"] is True and who["knownScopes"] == ["secret"] and who["caller"] == "admin"
+    assert served.get("/console/api/whoami", READER).json()["admin"] is False
+    assert "knownScopes" not in served.get("/console/api/whoami", READER).json()
+    as_reader = _tree(served, **{"as": "docs"})
+    assert as_reader == _tree(served, token=READER)
+    assert _tree(served, **{"as": "*"})["total"] == 12
+    assert served.get("/console/api/read", uri="secret://plan.md", **{"as": ","}).status_code == 404
+
+
+def test_sources_show_health_cache_and_redacted_errors(served: Served) -> None:
+    served.get("/console/api/read", uri="docs://api.json")
+    served.get("/console/api/read", uri="docs://api.json")
+    served.get("/console/api/read", uri="web://down")
+    body = served.get("/console/api/sources").json()
+    rows = {row["id"]: row for row in body["sources"]}
+    assert set(rows) == {"docs", "secret", "web"}
+    docs = rows["docs"]
+    assert docs["kind"] == "file" and docs["resources"] == 9 and docs["change"] == "watched"
+    assert docs["cache"]["hits"] >= 1 and docs["cache"]["bytes"] > 0 and docs["listedAt"] > time.time() - 3600
+    web = rows["web"]
+    assert web["errors"] >= 1 and "lastError" in web
+    text = json.dumps(body)
+    assert "hunter2" not in text and str(served.folder) not in text
+    reader = served.get("/console/api/sources", READER).json()
+    assert [row["id"] for row in reader["sources"]] == ["docs", "web"]
+    assert "cache" not in reader and all("lastError" not in row for row in reader["sources"])
+
+
+# --- reloads and live events ------------------------------------------------------------------------------------
+
+
+class Events:
+    """An event stream read in a thread: frames as (event, data) in arrival order."""
+
+    def __init__(self, served: Served, token: str) -> None:
+        self.frames: list[tuple[str, dict[str, Any]]] = []
+        self.arrived = threading.Condition()
+        self._client = httpx.Client(timeout=httpx.Timeout(30, read=60))
+        self._stop = False
+        self._thread = threading.Thread(target=self._read, args=(served, token), daemon=True)
+        self._thread.start()
+
+    def _read(self, served: Served, token: str) -> None:
+        try:
+            with self._client.stream("GET", served.base + "/console/api/events",
+                                     headers={"Authorization": f"Bearer {token}"}) as response:
+                event = ""
+                for line in response.iter_lines():
+                    if self._stop:
+                        return
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        with self.arrived:
+                            self.frames.append((event, json.loads(line[6:])))
+                            self.arrived.notify_all()
+        except httpx.HTTPError:
+            return
+
+    def wait_for(self, event: str, timeout: float = 20, **data: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while True:
+                for name, got in self.frames:
+                    if name == event and all(got.get(k) == v for k, v in data.items()):
+                        return got
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no {event} {data} in {self.frames}")
+                self.arrived.wait(left)
+
+    def close(self) -> None:
+        self._stop = True
+        self._client.close()
+
+
+def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> None:
+    with serve(tmp_path) as running:
+        admin, reader = Events(running, ADMIN), Events(running, READER)
+        try:
+            admin.wait_for("hello")
+            reader.wait_for("hello")
+            text = running.manifest.read_text()
+            save(running.manifest, text.replace(
+                "resources:\n", 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
+                '  - {uri: "secret://note", name: hush, text: "hush", access: {scopes: [secret]}}\n'))
+            assert admin.wait_for("catalog")["generation"] == 2
+            assert reader.wait_for("reload", ok=True)["generation"] == 2
+            lines = running.get("/console/api/reloads").json()["reloads"][0]["lines"]
+            assert lines == ["+ note://new", "+ secret://note"]
+            seen = running.get("/console/api/reloads", READER).json()["reloads"][0]
+            assert seen["lines"] == ["+ note://new"] and seen["moreLines"] == 0
+            # A broken save: refused, located, relative to the manifest's folder, no host path.
+            save(running.manifest, running.manifest.read_text().replace("collections:", "collections: 7\nbad:"))
+            refused = admin.wait_for("reload", ok=False)
+            assert refused["generation"] == 2
+            body = running.get("/console/api/reloads").json()
+            last = body["reloads"][0]
+            assert last["ok"] is False and last["issues"] and last["issues"][0]["file"] == "manifest.yaml"
+            assert last["issues"][0]["line"] > 0 and str(tmp_path) not in json.dumps(body)
+            hidden = running.get("/console/api/reloads", READER).json()["reloads"][0]
+            assert hidden["issues"] == [] and "need a token" in hidden["error"]
+            assert all("secret" not in json.dumps(f) for f in reader.frames)
+        finally:
+            admin.close()
+            reader.close()
+
+
+def test_updated_events_pass_only_for_uris_the_stream_may_see() -> None:
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+
+    async def main() -> None:
+        bus = InMemorySubscriptionBus()
+        hub = EventHub(bus, ReloadHistory(), max_streams=2)
+        stream = hub.stream(lambda uri: not uri.startswith("secret:"), lambda: 7)
+        assert "hello" in await stream.__anext__()
+        await bus.publish(ResourceUpdated(uri="secret://plan.md"))
+        await bus.publish(ResourceUpdated(uri="docs://a.md"))
+        frame = await stream.__anext__()
+        assert frame == 'event: updated\ndata: {"uri":"docs://a.md"}\n\n'
+        await stream.aclose()
+
+    anyio.run(main)
+
+
+def test_event_streams_are_capped_bounded_and_end_when_closed() -> None:
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged
+
+    async def main() -> None:
+        bus = InMemorySubscriptionBus()
+        history = ReloadHistory()
+        hub = EventHub(bus, history, max_streams=1)
+        first = hub.stream(lambda uri: True, lambda: 1)
+        await first.__anext__()
+        second = hub.stream(lambda uri: True, lambda: 1)
+        with pytest.raises(TooManyStreams):
+            await second.__anext__()
+        # A page that does not read: the queue stays bounded, and the stream says `resync` once.
+        for _ in range(1000):
+            await bus.publish(ResourcesListChanged())
+        frame = await first.__anext__()
+        assert frame.startswith("event: resync")
+        await first.aclose()  # a closed tab: its subscription and its slot go
+        assert hub.streams == 0 and len(history.listeners) == 0
+        again = hub.stream(lambda uri: True, lambda: 1)
+        await again.__anext__()
+        hub.close()  # serving stops: the stream ends
+        with pytest.raises(StopAsyncIteration):
+            await again.__anext__()
+        assert hub.streams == 0
+
+    anyio.run(main)
+
+
+# --- the parts ------------------------------------------------------------------------------------------------
+
+
+def _catalog(uris: list[str]) -> Catalog:
+    display = Display()
+    return Catalog([Entry(uri, uri.rsplit("/", 1)[-1], display) for uri in uris], [])
+
+
+def test_tree_pages_reassemble_the_catalog() -> None:
+    uris = sorted({f"{scheme}://{a}/{b}/{c}.md" for scheme in ("docs", "wiki", "a") for a in "xyz" for b in "pq"
+                   for c in range(7)} | {"docs://top.md", "plain", "urn:isbn:1", "docs://x/"})
+    catalog = _catalog(uris)
+    entries, keys = catalog.visible(None)
+    found: list[str] = []
+
+    def walk(prefix: str) -> None:
+        cursor = None
+        while True:
+            page = tree_page(entries, keys, prefix, cursor, 2)
+            for child in page.children:
+                if isinstance(child, Folder):
+                    assert child.count == len([u for u in uris if u.startswith(child.prefix)])
+                    walk(child.prefix)
+                else:
+                    found.append(child.uri)
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    walk("")
+    assert sorted(found) == uris and len(found) == len(set(found))
+
+
+def test_redaction_takes_out_credentials_and_paths() -> None:
+    text = ("GET https://bob:s3cret@example.com/x?token=abc&page=2 failed: Authorization: Bearer xyz; "
+            "password=hunter2 reading /srv/data/docs/a.md and /etc/passwd")
+    out = redact(text, {"/srv/data/docs": "<docs>"})
+    for secret in ("s3cret", "abc", "xyz", "hunter2", "/srv/data", "/etc/"):
+        assert secret not in out, out
+    assert "page=2" in out and "<docs>/a.md" in out and "…/passwd" in out
+    assert where("/srv/m/manifest.yaml", "/srv/m") == "manifest.yaml"
+    assert where("/etc/other.yaml", "/srv/m") == "other.yaml"
+    assert re.fullmatch(r"https://\*\*\*@h/", redact("https://u:p@h/"))
