@@ -45,7 +45,7 @@ API_PREFIX = "/console/api/"
 MAX_PAGE = 500
 PREVIEW_CHARS = 512 * 1024
 """Text shown in a preview at most; the download has it all (within the same maxBytes as resources/read)."""
-STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js")
+STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js", "favicon.svg")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
@@ -169,7 +169,7 @@ class Console:
         name = request.path_params["name"]
         if name not in self._static or name == "index.html":
             return _error(404, "not found")
-        kind = {"js": "text/javascript", "css": "text/css"}[name.rsplit(".", 1)[1]]
+        kind = {"js": "text/javascript", "css": "text/css", "svg": "image/svg+xml"}[name.rsplit(".", 1)[1]]
         return Response(self._static[name], media_type=f"{kind}; charset=utf-8",
                         headers={**HEADERS, "Cache-Control": "no-cache"})
 
