@@ -1,6 +1,6 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop) each own one `## ` section of it,
-which they replace or append and which a rewrite of the main report keeps."""
+benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop, console) each own one
+`## ` section of it, which they replace or append and which a rewrite of the main report keeps."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
 RELIABILITY = "## Reliability under faults"
 SEARCH = "## Search: full-text index and queries"
 UPSTREAM = "## MCP upstreams: reads through one hop"
-SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM)
+CONSOLE = "## Operator console"
+SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM, CONSOLE)
 
 
 def split(text: str) -> list[str]:
