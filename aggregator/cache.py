@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import anyio
-from cachetools import LRUCache
+from cachetools import Cache, LRUCache
 
 __all__ = ["CachePolicy", "ContentCache", "Sized"]
 
@@ -193,7 +193,9 @@ class ContentCache(Generic[K, V]):
     def bytes_by(self) -> Counter[str]:
         """Bytes held, by the key's `source` (O(entries): for the console, not the read path)."""
         held: Counter[str] = Counter()
-        for key, slot in list(self._entries.items()):
+        for key in list(self._entries.keys()):
+            # Cache.__getitem__, not the LRU's own: looking must not make every entry the most recently used.
+            slot = Cache.__getitem__(self._entries, key)
             held[_group(key)] += slot.value.nbytes
         return held
 

@@ -33,7 +33,7 @@ FALLBACK_CHECK_SECONDS = 2.0
 SETTLE_STEP_SECONDS = 0.1
 """How often the manifest files are read while they settle."""
 _FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("search", "search"),
-                  ("maxSubscriptions", "max_subscriptions"), ("cluster", "cluster"))
+                  ("maxSubscriptions", "max_subscriptions"), ("cluster", "cluster"), ("console", "console"))
 """Server settings bound when serving starts (the HTTP app, its auth, registered tools, the notifier)."""
 
 

@@ -153,9 +153,10 @@ class Console:
     def service(self) -> ResourceService:
         return self.live.service
 
-    def _limit(self, request: Request) -> int:
+    def _limit(self, request: Request, default: int | None = None, most: int = MAX_PAGE) -> int:
+        """`?limit=`, within 1..`most` (default: the manifest's page size); 400 when it is not a number."""
         try:
-            return max(1, min(MAX_PAGE, int(request.query_params.get("limit") or self.service.page_size)))
+            return max(1, min(most, int(request.query_params.get("limit") or default or self.service.page_size)))
         except ValueError:
             raise Refused(400, "limit is a number") from None
 
@@ -310,7 +311,7 @@ class Console:
     async def reloads(self, request: Request, scopes: Scopes) -> Response:
         snapshot = self.service.snapshot
         everything = sees_all(snapshot, scopes)
-        count = max(1, min(50, int(request.query_params.get("limit", "10") or 10)))
+        count = self._limit(request, default=10, most=50)
         return JSONResponse({"reloads": [reload_view(r, scopes, everything, str(snapshot.manifest.path))
                                          for r in self.live.history.last(count)],
                              "generation": snapshot.catalog.generation})

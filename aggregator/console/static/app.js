@@ -312,9 +312,9 @@ function selectTab(name) {
 }
 
 async function refreshAll() {
-  const who = await guarded(() => api.get("whoami"));
+  // The header's figures and the open tab are fetched side by side: the page shows a change one round trip later.
+  const [who] = await Promise.all([guarded(() => api.get("whoami")), loaders[state.tab]()]);
   if (who) { state.who = who; facts(who.generation, who.resources); }
-  await loaders[state.tab]();
   if (state.previewing) await preview(state.previewing, $("preview"));
 }
 
