@@ -22,7 +22,8 @@ from aggregator.console.events import EventHub, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, tree_page
-from aggregator.manifest.model import Display
+from aggregator.manifest import load_manifest
+from aggregator.manifest.model import ConsoleSettings, Display, ManifestError
 from tests.console_server import ADMIN, NOBODY, READER, Served, serve
 from tests.test_live import save
 
@@ -60,6 +61,20 @@ def test_console_is_off_unless_the_manifest_turns_it_on(tmp_path: Path) -> None:
     with serve(tmp_path, manifest) as running:
         for path in ("/console", "/console/static/app.js", "/console/api/tree"):
             assert running.get(path).status_code == 404, path
+
+
+def test_without_auth_the_console_shows_what_an_anonymous_mcp_caller_sees(tmp_path: Path) -> None:
+    from tests.console_server import make_folder
+
+    manifest = make_folder(tmp_path)
+    text = manifest.read_text()
+    start, end = text.index("  auth:\n"), text.index("defaults:")
+    manifest.write_text(text[:start] + text[end:])
+    with serve(tmp_path, manifest) as running:
+        root = running.get("/console/api/tree", token=None).json()
+        assert [c["prefix"] for c in root["children"]] == ["docs://", "note://", "web://"]
+        assert running.get("/console/api/read", token=None, uri="secret://plan.md").status_code == 404
+        assert running.get("/console/api/tree", token=None, **{"as": "*"}).status_code == 403
 
 
 def test_data_needs_the_token_and_the_shell_has_no_inline_code(served: Served) -> None:
@@ -394,3 +409,24 @@ def test_redaction_takes_out_credentials_and_paths() -> None:
     assert where("/srv/m/manifest.yaml", "/srv/m") == "manifest.yaml"
     assert where("/etc/other.yaml", "/srv/m") == "other.yaml"
     assert re.fullmatch(r"https://\*\*\*@h/", redact("https://u:p@h/"))
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("true", ConsoleSettings()), ("false", None), ("{adminScope: ops}", ConsoleSettings(admin_scope="ops")),
+    (None, None)])
+def test_server_console_setting(tmp_path: Path, value: str | None, expected: ConsoleSettings | None) -> None:
+    line = f"  console: {value}\n" if value is not None else ""
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"version: 1\nserver:\n  name: s\n{line}resources:\n  - {{uri: 'a://b', name: b, text: c}}\n")
+    assert load_manifest(manifest).server.console == expected
+
+
+@pytest.mark.parametrize("value", ["{adminScope: ''}", "{admin: ops}", "yes please", "[ops]"])
+def test_a_bad_console_setting_is_refused_where_it_is(tmp_path: Path, value: str) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"version: 1\nserver:\n  name: s\n  console: {value}\nresources:\n"
+                        "  - {uri: 'a://b', name: b, text: c}\n")
+    with pytest.raises(ManifestError) as refused:
+        load_manifest(manifest)
+    assert any(issue.line == 4 and issue.key.startswith("server.console") for issue in refused.value.issues), \
+        refused.value
