@@ -320,6 +320,40 @@ def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> No
             reader.close()
 
 
+def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Path) -> None:
+    """An MCP client (the admin's token) subscribes to a public and a hidden file; both change. The admin's console
+    stream hears both `updated` events, the reader's only the public one."""
+    import warnings
+
+    from tests.test_auth import _client
+
+    with serve(tmp_path) as running:
+        admin, reader = Events(running, ADMIN), Events(running, READER)
+        try:
+            admin.wait_for("hello")
+            reader.wait_for("hello")
+
+            async def main() -> None:
+                async with _client(running.base + "/mcp", ADMIN, "legacy") as client:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        await client.subscribe_resource("secret://plan.md")
+                        await client.subscribe_resource("docs://api.json")
+                    await anyio.sleep(0.3)  # the watchers are up
+                    (running.folder / "secret" / "plan.md").write_text("# a new plan\n")
+                    await anyio.to_thread.run_sync(lambda: admin.wait_for("updated", uri="secret://plan.md"))
+                    (running.folder / "docs" / "api.json").write_text('{"version": 3}')
+                    await anyio.to_thread.run_sync(lambda: reader.wait_for("updated", uri="docs://api.json"))
+                    await anyio.to_thread.run_sync(lambda: admin.wait_for("updated", uri="docs://api.json"))
+
+            anyio.run(main)
+            # The public event came after the hidden one: had the hidden one reached the reader, it would be here.
+            assert [f for f in reader.frames if f[0] == "updated"] == [("updated", {"uri": "docs://api.json"})]
+        finally:
+            admin.close()
+            reader.close()
+
+
 def test_updated_events_pass_only_for_uris_the_stream_may_see() -> None:
     from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 

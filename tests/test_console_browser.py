@@ -198,6 +198,20 @@ def test_a_token_without_the_scope_sees_no_hidden_entry_in_the_page(browser: Any
             page.wait_for_selector(f"#panel-{name} li, #panel-{name} tr", timeout=WAIT_MS)
             texts.append(page.content())
         assert page.locator("#viewas").is_hidden()
+        # A save adding a hidden entry reaches the open page (a new generation) without showing it.
+        original = served.manifest.read_text()
+        generation = page.inner_text("#facts")
+        try:
+            save(served.manifest, original.replace("resources:\n", 'resources:\n  - {uri: "secret://memo", '
+                                                  'name: memo, text: "hush", access: {scopes: [secret]}}\n'))
+            sync_api.expect(page.locator("#facts")).not_to_have_text(generation, timeout=WAIT_MS)
+            page.wait_for_selector('#reloads li[data-ok="true"]', timeout=WAIT_MS)
+            texts.append(page.content())
+            reader.tab("catalog")
+            page.wait_for_selector("#tree li", timeout=WAIT_MS)
+            texts.append(page.content())
+        finally:
+            save(served.manifest, original)
         reader.shot("reader")
         for text in texts + reader.bodies:
             assert "secret" not in text.lower().replace("secrets", ""), text[:2000]
