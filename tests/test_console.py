@@ -464,3 +464,44 @@ def test_a_bad_console_setting_is_refused_where_it_is(tmp_path: Path, value: str
         load_manifest(manifest)
     assert any(issue.line == 4 and issue.key.startswith("server.console") for issue in refused.value.issues), \
         refused.value
+
+
+def test_replica_and_manifest_digest_are_shown_in_a_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, through the ASGI app: with issue 18's `Supervisor.cluster` (replica id, link state) and
+    `Manifest.digest`, whoami and sources name the replica and the manifest's sha256."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.applications import Starlette
+
+    from aggregator.console.app import Console
+    from aggregator.http_app import transport_security
+    from aggregator.notify import Notifier
+    from aggregator.service import ResourceService
+    from aggregator.supervisor import Supervisor
+    from tests.console_server import TOKENS, make_folder
+
+    for name, value in TOKENS.items():
+        monkeypatch.setenv(name, value)
+
+    async def main() -> None:
+        service = await ResourceService.open(make_folder(tmp_path))
+        try:
+            snapshot = service.snapshot
+            service._snapshot = dataclasses.replace(  # noqa: SLF001 - what issue 18's load will fill in
+                snapshot, manifest=dataclasses.replace(snapshot.manifest, digest="ab" * 32))
+            live = Supervisor(service, Notifier())
+            live.cluster = SimpleNamespace(replica="replica-7", connected=False)  # type: ignore[attr-defined]
+            guard = TransportSecurityMiddleware(transport_security("127.0.0.1", 80, service.manifest.server.http))
+            app = Starlette(routes=Console(live).routes(guard))
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as http:
+                who = (await http.get("/console/api/whoami")).json()
+                sources = (await http.get("/console/api/sources")).json()
+        finally:
+            await service.aclose()
+        for body in (who, sources):
+            assert body["cluster"] == {"replica": "replica-7", "connected": False}
+            assert body["manifestDigest"] == "ab" * 32
+
+    anyio.run(main)

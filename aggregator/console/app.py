@@ -189,14 +189,23 @@ class Console:
             "search": self.discovery is not None, "seesAll": sees_all(snapshot, scopes)}
         if body["admin"]:
             body["knownScopes"] = sorted(catalog_scopes(snapshot))
-        cluster = getattr(self.live, "cluster", None)
-        if cluster is not None and sees_all(snapshot, scopes):
-            body["cluster"] = {"replica": str(getattr(cluster, "replica", "")),
-                               "connected": bool(getattr(cluster, "connected", False))}
-        digest = getattr(snapshot.manifest, "digest", "")
-        if digest:
-            body["manifestDigest"] = digest
+        body.update(self._deployment(snapshot.manifest))
         return JSONResponse(body)
+
+    def _deployment(self, manifest: Any) -> dict[str, Any]:
+        """This replica's id and cluster link state (issue 18's `Supervisor.cluster`, when there is one) and the
+        manifest's sha256: what tells replicas apart and says whether they serve the same manifest."""
+        out: dict[str, Any] = {}
+        cluster = getattr(self.live, "cluster", None)
+        if cluster is not None:
+            out["cluster"] = {"replica": str(getattr(cluster, "replica", ""))}
+            connected = getattr(cluster, "connected", None)
+            if isinstance(connected, bool):
+                out["cluster"]["connected"] = connected
+        digest = getattr(manifest, "digest", "")
+        if digest:
+            out["manifestDigest"] = str(digest)
+        return out
 
     async def tree(self, request: Request, scopes: Scopes) -> Response:
         entries, uris = self.service.catalog.visible(scopes)
@@ -302,7 +311,8 @@ class Console:
         rows = source_rows(snapshot, scopes, hits=cache.hits_by, misses=cache.misses_by, held=cache.bytes_by(),
                            errors=service.source_errors, last_errors=service.last_source_error if everything else {},
                            health=service.health())
-        body: dict[str, Any] = {"sources": rows, "generation": snapshot.catalog.generation}
+        body: dict[str, Any] = {"sources": rows, "generation": snapshot.catalog.generation,
+                                **self._deployment(snapshot.manifest)}
         if everything:
             body["cache"] = {"hits": cache.hits, "misses": cache.misses, "bytes": cache.current_bytes,
                              "entries": len(cache)}

@@ -60,7 +60,7 @@ function facts(generation, resources) {
   const parts = [`generation ${generation}`];
   if (resources !== undefined) parts.push(`${resources.toLocaleString()} resources visible`);
   if (who) parts.push(`as ${who.caller}` + (who.scopes.length ? ` (${who.scopes.join(", ")})` : ""));
-  if (who && who.cluster) parts.push(`replica ${who.cluster.replica}` + (who.cluster.connected ? "" : " (alone)"));
+  if (who && who.cluster) parts.push(`replica ${who.cluster.replica}` + (who.cluster.connected === false ? " (alone)" : ""));
   if (who && who.manifestDigest) parts.push(`manifest ${who.manifestDigest.slice(0, 12)}`);
   $("facts").textContent = parts.join(" · ");
 }
@@ -279,7 +279,11 @@ async function loadSources() {
     h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, ...rows));
   const summary = body.cache ? h("p", { class: "meta" },
     `Content cache: ${body.cache.entries} entries, ${bytes(body.cache.bytes)}, ${body.cache.hits} hits, ${body.cache.misses} misses`) : null;
-  clear($("sources"), summary, rows.length ? table : h("p", { class: "hint" }, "No sources you may see."));
+  const deployment = [body.cluster ? `Replica ${body.cluster.replica}` + (body.cluster.connected === false
+    ? " (cluster unreachable: serving alone)" : "") : null,
+    body.manifestDigest ? `manifest sha256 ${body.manifestDigest}` : null].filter(Boolean);
+  clear($("sources"), deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null,
+    summary, rows.length ? table : h("p", { class: "hint" }, "No sources you may see."));
 }
 
 async function loadReloads() {
@@ -337,7 +341,7 @@ async function listen() {
           live(`catalog changed: generation ${data.generation}`, "changed");
           await refreshAll();
         } else if (event === "reload") {
-          live(data.ok ? `reloaded: generation ${data.generation}` : "a save was refused", data.ok ? "changed" : "offline");
+          live(data.ok ? `reloaded: generation ${data.generation}` : "a save was refused", data.ok ? "changed" : "refused");
           if (state.tab === "reloads" || state.tab === "sources") await loaders[state.tab]();
         } else if (event === "updated" && data.uri === state.previewing) {
           await preview(data.uri, $("preview"));
