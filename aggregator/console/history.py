@@ -7,6 +7,7 @@ values) and only when a console is there to show it (`keep_diffs`), so a reload 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +20,8 @@ from aggregator.diff import diff_catalogs, diff_sources
 from aggregator.manifest.model import Manifest, ManifestIssue
 
 __all__ = ["ChangeLine", "ReloadHistory", "ReloadRecord"]
+
+logger = logging.getLogger("aggregator.console")
 
 KEPT_RELOADS = 20
 KEPT_LINES = 1000
@@ -64,8 +67,11 @@ class ReloadHistory:
         """Record a reload that swapped `new` in for `old` (the diff only when a console shows it)."""
         lines: list[ChangeLine] = []
         if self.keep_diffs:
-            lines = await anyio.to_thread.run_sync(_change_lines, old, old_manifest, new, new_manifest,
-                                                   abandon_on_cancel=True)
+            try:
+                lines = await anyio.to_thread.run_sync(_change_lines, old, old_manifest, new, new_manifest,
+                                                       abandon_on_cancel=True)
+            except Exception:  # the reload itself succeeded: a diff that cannot be made must not undo its report
+                logger.exception("the change lines of generation %d could not be computed", new.generation)
         self._add(ReloadRecord(time.time(), new.generation, True, tuple(lines[:KEPT_LINES]),
                                max(0, len(lines) - KEPT_LINES), resources=len(new),
                                digest=str(getattr(new_manifest, "digest", "") or "")))
