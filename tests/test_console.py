@@ -22,6 +22,7 @@ from aggregator.console.events import EventHub, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, tree_page
+from aggregator.console.views import reload_view
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ConsoleSettings, Display, ManifestError
 from tests.console_server import ADMIN, NOBODY, READER, Served, serve
@@ -505,3 +506,31 @@ def test_replica_and_manifest_digest_are_shown_in_a_cluster(tmp_path: Path, monk
             assert body["manifestDigest"] == "ab" * 32
 
     anyio.run(main)
+
+
+def test_reload_history_is_bounded_keeps_one_copy_of_a_repeated_refusal_and_cuts_long_diffs(tmp_path: Path) -> None:
+    from aggregator.console import history as history_module
+    from aggregator.manifest.model import ManifestIssue
+
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nserver: {name: s}\nresources:\n  - {uri: 'a://b', name: b, text: c}\n")
+    loaded = load_manifest(manifest)
+    history = ReloadHistory(keep_diffs=True)
+    issue = ManifestIssue(str(manifest), 3, 1, "resources", "bad")
+    history.failed(1, [issue])
+    history.failed(1, [issue])  # the supervisor retries a broken save on every check
+    assert len(history.records) == 1
+    old, new = _catalog(["a://b"]), _catalog([f"a://{i:05}" for i in range(history_module.KEPT_LINES + 5)])
+    anyio.run(history.succeeded, old, loaded, new, loaded)
+    record = history.records[-1]
+    assert record.ok and len(record.lines) == history_module.KEPT_LINES and record.more == 6
+    assert record.lines[0].text == "+ a://00000"
+    view = reload_view(record, None, True, str(manifest), limit=10)
+    assert len(view["lines"]) == 10 and view["moreLines"] == history_module.KEPT_LINES - 10 + 6
+    for i in range(history_module.KEPT_RELOADS + 5):
+        history.failed(2, error=f"failure {i}")
+    assert len(history.records) == history_module.KEPT_RELOADS
+    assert history.last(1)[0].error == f"failure {history_module.KEPT_RELOADS + 4}"
+    quiet = ReloadHistory()  # no console: no diff is computed
+    anyio.run(quiet.succeeded, old, loaded, new, loaded)
+    assert quiet.records[-1].lines == ()
