@@ -239,8 +239,8 @@ def section(count: int, server: dict[str, float], http: dict[str, float], browse
         "Headless chromium (Debian's, driven by Playwright), a new tab per round: the first contentful paint and the "
         "catalog's first rows (the page's own `console:catalog-ready` mark, after /whoami and the first tree page), "
         "in ms from navigation start; then, in one open tab, the manifest saved atomically (`reloadSettle: 0s`) to "
-        "the new entry's folder shown by the page (server-sent events, no page reload; the page's own "
-        "MutationObserver notes the moment). The first row is the server's part alone (reload of the catalog, "
+        "the new entry's folder shown by the page (server-sent events, no page reload; a MutationObserver the "
+        "benchmark puts in the page notes the moment). The first row is the server's part alone (reload of the catalog, "
         "list_changed, the event), timed on a plain event stream.", "",
         "| browser | median (ms) | max (ms) | rounds |", "|---|---|---|---|", *browser_rows, ""])
 
