@@ -2,7 +2,8 @@
 
 Built from the SDK's parts (`BearerAuthBackend`, `RequireAuthMiddleware`): a verifier turns a token into an
 `AccessToken` or None, and `protect` puts the check in front of the MCP endpoint (and the console's data, under
-/console/api/) only, so /healthz, /metrics and the metadata document stay reachable. A caller's token is never passed on: sources only see the manifest's headers.
+/console/api/) only, so /healthz, /metrics and the metadata document stay reachable. A caller's token is never passed
+on: sources only see the manifest's headers.
 """
 
 from __future__ import annotations

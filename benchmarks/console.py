@@ -229,7 +229,8 @@ def section(count: int, server: dict[str, float], http: dict[str, float], browse
     browser_rows = [f"| {name} | {statistics.median(v):.0f} | {max(v):.0f} | {len(v)} |" for name, v in browser.items()]
     return "\n".join([
         CONSOLE, "",
-        f"Run {started} with `{command}` on {describe_machine()}: `aggregator serve --http` with `server.console: true` "
+        f"Run {started} with `{command}` on {describe_machine()}: `aggregator serve --http` with "
+        "`server.console: true` "
         f"over {count:,} generated files (`bench://dNNNN/fNNN.md`, 100 a folder), no auth. Server time builds one "
         "page of the tree (100 children: each folder is counted and skipped by bisection, so a page never walks "
         "the entries below it) and its JSON response, in process over the compiled catalog; HTTP is the same "
@@ -240,8 +241,8 @@ def section(count: int, server: dict[str, float], http: dict[str, float], browse
         "catalog's first rows (the page's own `console:catalog-ready` mark, after /whoami and the first tree page), "
         "in ms from navigation start; then, in one open tab, the manifest saved atomically (`reloadSettle: 0s`) to "
         "the new entry's folder shown by the page (server-sent events, no page reload; a MutationObserver the "
-        "benchmark puts in the page notes the moment). The first row is the server's part alone (reload of the catalog, "
-        "list_changed, the event), timed on a plain event stream.", "",
+        "benchmark puts in the page notes the moment). The first row is the server's part alone (reload of the "
+        "catalog, list_changed, the event), timed on a plain event stream.", "",
         "| browser | median (ms) | max (ms) | rounds |", "|---|---|---|---|", *browser_rows, ""])
 
 

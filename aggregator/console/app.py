@@ -116,7 +116,8 @@ class Console:
 
         return checked
 
-    def _api(self, handler: Callable[[Request, Scopes], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    def _api(self, handler: Callable[[Request, Scopes], Awaitable[Response]]
+             ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
                 response = await handler(request, self._scopes(request))

@@ -20,6 +20,7 @@ from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, TreePage
 from aggregator.server import resource_dict, template_dict
 from aggregator.snapshot import Snapshot
+from aggregator.sources import Source
 
 __all__ = ["catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows", "template_view",
            "tree_view", "visible_uri"]
@@ -126,8 +127,7 @@ def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapp
             "cache": {"hits": hits.get(sid, 0), "misses": misses.get(sid, 0), "bytes": held.get(sid, 0),
                       "hitRate": round(hits.get(sid, 0) / lookups, 4) if lookups else None},
             "errors": errors.get(sid, 0),
-            "change": ("watched" if backend is not None and backend.watch_root() is not None else "pushed" if backend is not None and backend.pushes_changes
-                       else f"polled every {spec.poll:g}s" if spec.poll else "on reload"),
+            "change": _change_detection(backend, spec.poll),
             "ttl": snapshot.limits[sid].ttl if sid in snapshot.limits else None,
         }
         if sid in last_errors:
@@ -137,6 +137,16 @@ def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapp
             row["upstream"] = {k: v for k, v in health[sid].items() if isinstance(v, (str, int, float, bool))}
         rows.append(row)
     return rows
+
+
+def _change_detection(backend: Source | None, poll: float | None) -> str:
+    """How the server learns that a source changed: a folder watcher, the backend's own events, polling, or only a
+    reload of the manifest."""
+    if backend is not None and backend.watch_root() is not None:
+        return "watched"
+    if backend is not None and backend.pushes_changes:
+        return "pushed"
+    return f"polled every {poll:g}s" if poll else "on reload"
 
 
 def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything: bool, manifest_path: str,

@@ -60,7 +60,9 @@ function facts(generation, resources) {
   const parts = [`generation ${generation}`];
   if (resources !== undefined) parts.push(`${resources.toLocaleString()} resources visible`);
   if (who) parts.push(`as ${who.caller}` + (who.scopes.length ? ` (${who.scopes.join(", ")})` : ""));
-  if (who && who.cluster) parts.push(`replica ${who.cluster.replica}` + (who.cluster.connected === false ? " (alone)" : ""));
+  if (who && who.cluster) {
+    parts.push(`replica ${who.cluster.replica}` + (who.cluster.connected === false ? " (alone)" : ""));
+  }
   if (who && who.manifestDigest) parts.push(`manifest ${who.manifestDigest.slice(0, 12)}`);
   $("facts").textContent = parts.join(" · ");
 }
@@ -115,7 +117,8 @@ function row(child) {
   }
   const label = state.mode === "tree" ? child.uri.slice(state.prefix.length) || child.uri : child.uri;
   return h("li", { class: "entry" }, h("button", { type: "button", "data-uri": child.uri,
-    "aria-current": state.previewing === child.uri ? "true" : "false", onclick: () => preview(child.uri, $("preview")) },
+    "aria-current": state.previewing === child.uri ? "true" : "false",
+    onclick: () => preview(child.uri, $("preview")) },
     h("span", { class: "label" }, label, child.snippet ? h("span", { class: "snippet" }, child.snippet) : null),
     h("span", { class: "meta" }, [child.mimeType, child.size !== undefined ? bytes(child.size) : null]
       .filter(Boolean).join(" · "))));
@@ -125,7 +128,9 @@ async function loadPage(append) {
   const limit = 100;
   let page;
   if (state.mode === "tree") page = await api.get("tree", { prefix: state.prefix, cursor: state.cursor, limit });
-  else if (state.mode === "search") page = await api.get("search", { q: state.filter.q, prefix: state.filter.prefix, limit: 50 });
+  else if (state.mode === "search") {
+    page = await api.get("search", { q: state.filter.q, prefix: state.filter.prefix, limit: 50 });
+  }
   else page = await api.get("list", { ...state.filter, cursor: state.cursor, limit });
   const list = $("tree");
   if (!append) clear(list);
@@ -134,7 +139,8 @@ async function loadPage(append) {
   $("more").hidden = !page.nextCursor;
   const shown = list.children.length;
   $("tree-count").textContent = page.total !== undefined
-    ? `${page.total.toLocaleString()} resources under ${state.prefix || "the catalog"}; ${shown.toLocaleString()} rows shown`
+    ? `${page.total.toLocaleString()} resources under ${state.prefix || "the catalog"}; `
+      + `${shown.toLocaleString()} rows shown`
     : `${shown.toLocaleString()} shown${page.nextCursor ? " (more below)" : ""}`;
   if (!shown) list.append(h("li", { class: "hint" }, "Nothing here."));
 }
@@ -180,7 +186,8 @@ async function preview(uri, box) {
     body = await api.get("read", { uri });
   } catch (error) {
     if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
-    clear(box, h("h2", {}, uri), h("p", { class: "bad", "data-testid": "read-error" }, `${error.status || ""} ${error.message}`));
+    const why = `${error.status || ""} ${error.message}`;
+    clear(box, h("h2", {}, uri), h("p", { class: "bad", "data-testid": "read-error" }, why));
     return;
   }
   const meta = h("p", { class: "meta" }, [body.mimeType, bytes(body.size), body.truncated ? "preview cut short" : null]
@@ -242,7 +249,9 @@ const completing = new WeakMap();
 async function complete(template, name, input, list) {
   const form = input.form;
   const context = {};
-  for (const [key, value] of new FormData(form).entries()) if (key !== name && value) context["c." + key] = String(value);
+  for (const [key, value] of new FormData(form).entries()) {
+    if (key !== name && value) context["c." + key] = String(value);
+  }
   const asked = input.value;
   completing.set(input, asked);
   try {
@@ -271,25 +280,29 @@ async function loadSources() {
   const rows = body.sources.map((s) => h("tr", { "data-source": s.id },
     h("th", { scope: "row" }, s.id), h("td", {}, s.kind), h("td", {}, s.resources.toLocaleString()),
     h("td", {}, when(s.listedAt)),
-    h("td", {}, s.cache.hitRate === null ? "—" : `${(s.cache.hitRate * 100).toFixed(1)}% of ${s.cache.hits + s.cache.misses}`),
+    h("td", {}, s.cache.hitRate === null ? "—"
+      : `${(s.cache.hitRate * 100).toFixed(1)}% of ${s.cache.hits + s.cache.misses}`),
     h("td", {}, bytes(s.cache.bytes)), h("td", { class: s.errors ? "bad" : "" }, String(s.errors)),
     h("td", {}, s.lastError ? `${when(s.lastError.at)}: ${s.lastError.message}` : "—"), h("td", {}, s.change),
     h("td", {}, s.upstream ? `${s.upstream.state || ""}, ${s.upstream.reconnects ?? 0} reconnects` : "—")));
   const table = h("table", {}, h("caption", { class: "sr-only" }, "Sources"),
     h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, ...rows));
   const summary = body.cache ? h("p", { class: "meta" },
-    `Content cache: ${body.cache.entries} entries, ${bytes(body.cache.bytes)}, ${body.cache.hits} hits, ${body.cache.misses} misses`) : null;
+    `Content cache: ${body.cache.entries} entries, ${bytes(body.cache.bytes)}, ${body.cache.hits} hits, `
+    + `${body.cache.misses} misses`) : null;
   const deployment = [body.cluster ? `Replica ${body.cluster.replica}` + (body.cluster.connected === false
     ? " (cluster unreachable: serving alone)" : "") : null,
     body.manifestDigest ? `manifest sha256 ${body.manifestDigest}` : null].filter(Boolean);
-  clear($("sources"), deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null,
+  const facts = deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null;
+  clear($("sources"), facts,
     summary, rows.length ? table : h("p", { class: "hint" }, "No sources you may see."));
 }
 
 async function loadReloads() {
   const body = await api.get("reloads", { limit: 10 });
   const items = body.reloads.map((r) => h("li", { "data-generation": r.generation, "data-ok": String(r.ok) },
-    h("h3", { class: r.ok ? "ok" : "bad" }, `${when(r.at)} · generation ${r.generation} · ${r.ok ? "applied" : "refused"}`),
+    h("h3", { class: r.ok ? "ok" : "bad" },
+      `${when(r.at)} · generation ${r.generation} · ${r.ok ? "applied" : "refused"}`),
     r.ok ? h("pre", { class: "code" }, r.lines.length ? r.lines.join("\n") : "(nothing you may see changed)") : null,
     r.moreLines ? h("p", { class: "meta" }, `and ${r.moreLines} more lines`) : null,
     !r.ok && r.issues.length ? h("ul", {}, ...r.issues.map((i) => h("li", { class: "bad" },
@@ -341,7 +354,8 @@ async function listen() {
           live(`catalog changed: generation ${data.generation}`, "changed");
           await refreshAll();
         } else if (event === "reload") {
-          live(data.ok ? `reloaded: generation ${data.generation}` : "a save was refused", data.ok ? "changed" : "refused");
+          if (data.ok) live(`reloaded: generation ${data.generation}`, "changed");
+          else live("a save was refused", "refused");
           if (state.tab === "reloads" || state.tab === "sources") await loaders[state.tab]();
         } else if (event === "updated" && data.uri === state.previewing) {
           await preview(data.uri, $("preview"));

@@ -22,7 +22,8 @@ export function json(text) {
   } catch (_) { /* not valid JSON: highlight it as it is */ }
   return h("pre", { class: "code", "data-language": "json" }, ...tokens(shown, JSON_TOKEN, (m) => {
     if (m[1] !== undefined) {
-      return m[2] !== undefined ? [h("span", { class: "tok-key" }, m[1]), m[2]] : [h("span", { class: "tok-str" }, m[1])];
+      if (m[2] !== undefined) return [h("span", { class: "tok-key" }, m[1]), m[2]];
+      return [h("span", { class: "tok-str" }, m[1])];
     }
     if (m[3] !== undefined) return [h("span", { class: "tok-num" }, m[3])];
     return [h("span", { class: "tok-lit" }, m[4])];
