@@ -536,3 +536,24 @@ def test_reload_history_is_bounded_keeps_one_copy_of_a_repeated_refusal_and_cuts
     quiet = ReloadHistory()  # no console: no diff is computed
     anyio.run(quiet.succeeded, old, loaded, new, loaded)
     assert quiet.records[-1].lines == ()
+
+
+def test_an_mcp_upstream_shows_its_connection_and_reconnects(tmp_path: Path) -> None:
+    from tests.conftest import write_manifest
+    from tests.test_mcp_kind import UPSTREAM
+    from tests.test_upstream import ENV
+
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: gateway, console: true}}
+        sources:
+          up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r}, env: {ENV!r}}}
+        templates:
+          - {{uriTemplate: "wiki://static/{{name}}", name: static, source: up, path: "static-{{name}}"}}
+        """)
+    with serve(tmp_path, manifest) as running:
+        read = running.get("/console/api/read", token=None, uri="wiki://static/text")
+        assert read.json()["text"] == "Hello from one"
+        [row] = running.get("/console/api/sources", token=None).json()["sources"]
+        assert (row["id"], row["kind"], row["change"]) == ("up", "mcp", "pushed")
+        assert row["upstream"]["state"] == "connected" and row["upstream"]["reconnects"] == 0
