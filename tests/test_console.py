@@ -83,6 +83,11 @@ def test_data_needs_the_token_and_the_shell_has_no_inline_code(served: Served) -
     assert refused.status_code == 401
     assert "resource_metadata" in refused.headers["www-authenticate"]
     assert served.get("/console/api/tree", token="not-a-token-at-all-000").status_code == 401
+    for spelling in ("/console/api/tree/", "/console/%61pi/tree", "//console/api/tree", "/console/api/../api/tree",
+                     "/console/static/../api/tree", "/CONSOLE/api/tree"):
+        response = httpx.get(served.base + spelling, follow_redirects=False)
+        assert response.status_code in (401, 404), (spelling, response.status_code)
+        assert "children" not in response.text, spelling
     shell = served.get("/console", token=None)
     assert shell.status_code == 200
     csp = shell.headers["content-security-policy"]
