@@ -64,7 +64,7 @@ bench: $(BENCH_STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (u
 	$(BIN)/python -m benchmarks.cold_reads --rounds 3 --reads 500 --modes auto
 	$(BIN)/python -m benchmarks.replicas --seconds 2 --rounds 10
 
-bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source, reliability and search figures
+bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source, reliability, search and console figures
 	$(BIN)/python -m benchmarks.run --full
 	$(BIN)/python -m benchmarks.templates --repeat 3 --reads 2000 --budget 8
 	$(BIN)/python -m benchmarks.live --rounds 20
@@ -74,6 +74,7 @@ bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs
 	$(BIN)/python -m benchmarks.replicas --seconds 5 --rounds 20
 	$(BIN)/python -m benchmarks.reliability
 	$(BIN)/python -m benchmarks.search
+	$(BIN)/python -m benchmarks.console
 
 conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
 	PYTHON=$(BIN)/python .ci/conformance

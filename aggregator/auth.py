@@ -1,8 +1,9 @@
 """Bearer-token auth for HTTP serving: static tokens and JWTs (OAuth 2.1 resource server), RFC 9728 metadata.
 
 Built from the SDK's parts (`BearerAuthBackend`, `RequireAuthMiddleware`): a verifier turns a token into an
-`AccessToken` or None, and `protect` puts the check in front of the MCP endpoint only, so /healthz, /metrics and
-the metadata document stay reachable. A caller's token is never passed on: sources only see the manifest's headers.
+`AccessToken` or None, and `protect` puts the check in front of the MCP endpoint (and the console's data, under
+/console/api/) only, so /healthz, /metrics and the metadata document stay reachable. A caller's token is never passed
+on: sources only see the manifest's headers.
 """
 
 from __future__ import annotations
@@ -186,15 +187,16 @@ def metadata_routes(settings: AuthSettings, resource: str) -> list[Route]:
     return [Route(p, metadata, methods=["GET"]) for p in paths]
 
 
-def protect(app: ASGIApp, verifier: Verifier, path: str = "/mcp") -> ASGIApp:
-    """`app` with a bearer token required on `path` (401 with `resource_metadata`, or 403 for missing scopes)."""
+def protect(app: ASGIApp, verifier: Verifier, path: str = "/mcp", prefixes: tuple[str, ...] = ()) -> ASGIApp:
+    """`app` with a bearer token required on `path` and every path under `prefixes` (401 with
+    `resource_metadata`, or 403 for missing scopes)."""
     guarded = AuthenticationMiddleware(
         RequireAuthMiddleware(AuthContextMiddleware(app), list(verifier.settings.required_scopes),
                               _metadata_address(verifier.resource)),
         backend=BearerAuthBackend(verifier))
 
     async def gate(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].rstrip("/") == path:
+        if scope["type"] == "http" and (scope["path"].rstrip("/") == path or scope["path"].startswith(prefixes)):
             await guarded(scope, receive, send)
         else:
             await app(scope, receive, send)

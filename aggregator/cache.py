@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import anyio
-from cachetools import LRUCache
+from cachetools import Cache, LRUCache
 
 from aggregator.tracing import cache_event, span
 
@@ -81,6 +82,9 @@ class ContentCache(Generic[K, V]):
         self._flights: dict[K, _Flight[V]] = {}
         self.hits = 0
         self.misses = 0
+        self.hits_by: Counter[str] = Counter()
+        self.misses_by: Counter[str] = Counter()
+        """Hits and misses by the key's `source` (keys without one count under ''), for the console."""
         self.revalidated = 0
         self.stale_served = 0
 
@@ -105,6 +109,7 @@ class ContentCache(Generic[K, V]):
             if slot is not None and self._timer() < slot.fresh_until:
                 self.hits += 1
                 cache_event("hit", key)
+                self.hits_by[_group(key)] += 1
                 return slot.value
             flight = self._flights.get(key)
             if flight is None:
@@ -115,6 +120,7 @@ class ContentCache(Generic[K, V]):
             if flight.loaded:
                 self.hits += 1
                 cache_event("hit", key)
+                self.hits_by[_group(key)] += 1
                 assert flight.value is not None  # loaded: the leader stored its value
                 return flight.value
             if flight.error is not None:
@@ -149,6 +155,7 @@ class ContentCache(Generic[K, V]):
                     return old.value
             self.misses += 1
             cache_event("miss")
+            self.misses_by[_group(key)] += 1
             value, version = await load()
         except stale_on:
             if old is not None and self._timer() < old.stale_until:
@@ -190,6 +197,19 @@ class ContentCache(Generic[K, V]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+    def bytes_by(self) -> Counter[str]:
+        """Bytes held, by the key's `source` (O(entries): for the console, not the read path)."""
+        held: Counter[str] = Counter()
+        for key in list(self._entries.keys()):
+            # Cache.__getitem__, not the LRU's own: looking must not make every entry the most recently used.
+            slot = Cache.__getitem__(self._entries, key)
+            held[_group(key)] += slot.value.nbytes
+        return held
+
+
+def _group(key: Hashable) -> str:
+    return str(getattr(key, "source", ""))
 
 
 def _traced(key: Hashable) -> dict[str, object]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the oth
     from aggregator.cluster.link import RedisLink
     from aggregator.manifest.model import ClusterSettings
     from aggregator.metrics import Metrics
+    from aggregator.search import Discovery
     from aggregator.supervisor import Supervisor
 
 __all__ = ["main"]
@@ -136,7 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         tg.start_soon(metrics.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
-                        await _serve_http(server, live, metrics, args, sock)
+                        await _serve_http(server, live, metrics, args, sock, discovery)
                     else:
                         await serve_stdio(server, initialization_options(server))
                     live.stop()
@@ -200,7 +201,7 @@ def _serve_workers(args: argparse.Namespace, run: Any) -> int:
 
 
 async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
-                      sock: Any = None) -> None:
+                      sock: Any = None, discovery: Discovery | None = None) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
     on `sock` when given (a socket shared by workers)."""
     import uvicorn
@@ -209,8 +210,13 @@ async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, a
     from aggregator.http_limits import limited_protocol, quiet_client_disconnects
 
     host, port = _host_port(args.http)
+    console = None
+    if live.service.manifest.server.console is not None:
+        from aggregator.console.app import Console
+
+        console = Console(live, discovery)
     app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
-                   stateless=args.stateless)
+                   stateless=args.stateless, console=console)
     limits = live.service.manifest.server.http
     quiet_client_disconnects()
     # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mcp.server import Server
     from starlette.types import ASGIApp
 
+    from aggregator.console.app import Console
     from aggregator.service import ResourceService
 
 __all__ = ["health_route", "http_app", "transport_security"]
@@ -86,13 +87,16 @@ def health_route(live: Health) -> Route:
 
 
 def http_app(server: Server[Any], live: Health, metrics: Metrics, host: str, port: int, *,
-             json_response: bool = False, stateless: bool = False) -> ASGIApp:
-    """The ASGI app `aggregator serve --http` runs: MCP at /mcp (behind bearer auth when `server.auth` is set)."""
+             json_response: bool = False, stateless: bool = False, console: Console | None = None) -> ASGIApp:
+    """The ASGI app `aggregator serve --http` runs: MCP at /mcp (behind bearer auth when `server.auth` is set), and
+    with `console` the operator's console at /console (its data behind the same auth)."""
     settings = live.service.manifest.server
     auth = settings.auth
     security = transport_security(host, port, settings.http)
     # /healthz stays open to any Host so that probes addressing a pod by its IP work; it names no source or file.
     routes = [health_route(live), metrics_route(metrics, TransportSecurityMiddleware(security))]
+    if console is not None:
+        routes += console.routes(TransportSecurityMiddleware(security))
     resource = None
     if auth is not None:
         from aggregator.auth import metadata_routes
@@ -113,4 +117,4 @@ def http_app(server: Server[Any], live: Health, metrics: Metrics, host: str, por
         return app
     from aggregator.auth import protect, verifier_for
 
-    return protect(app, verifier_for(auth, resource))
+    return protect(app, verifier_for(auth, resource), prefixes=("/console/api/",) if console is not None else ())

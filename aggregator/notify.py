@@ -50,6 +50,8 @@ class Notifier:
         self._scoped: set[ListenHandler] = set()  # one per open stream of a caller who sees only part of the catalog
         self.subscription_listeners: list[Callable[[], None]] = []
         """Told when the set of subscribed URIs may have changed (sources that push changes ask for exactly those)."""
+        self.close_listeners: list[Callable[[], None]] = []
+        """Told when serving stops, so streams of their own (the console's events) end with the listen streams."""
 
     def _subscriptions_changed(self) -> None:
         for listener in self.subscription_listeners:
@@ -126,6 +128,8 @@ class Notifier:
         self._listen.close()
         for handler in list(self._scoped):
             handler.close()
+        for listener in self.close_listeners:
+            listener()
 
     # --- sending -------------------------------------------------------------------------------------
 

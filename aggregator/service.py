@@ -130,6 +130,8 @@ class ResourceService:
         self.cache: ContentCache[CacheKey, Content] = cache if cache is not None else ContentCache(manifest.defaults.cache_bytes)
         self.source_errors: Counter[str] = Counter()
         """Failed backend calls per source id, since start (for /metrics)."""
+        self.last_source_error: dict[str, tuple[float, str]] = {}
+        """Per source id, when (time.time()) and why its last backend call failed (operator detail: the console)."""
         self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
         """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
         self.shared: SharedContent | None = None
@@ -399,7 +401,7 @@ class ResourceService:
         async def load() -> tuple[Content, str | None]:
             with _source_span("aggregator.source.read", snapshot, target, path):
                 blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes),
-                                           self.source_errors)
+                                           self.source_errors, self.last_source_error)
             # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
             undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
             data = _gunzip(target, blob.data, limits.max_bytes) if target.decompress and not undone else blob.data
@@ -413,7 +415,8 @@ class ResourceService:
 
         async def revalidate(version: str) -> bool:
             with _source_span("aggregator.source.version", snapshot, target, path):
-                return await _backend_call(target, source, lambda: source.version(path), self.source_errors) == version
+                return await _backend_call(target, source, lambda: source.version(path), self.source_errors,
+                                           self.last_source_error) == version
 
         key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
         shared = self._through_shared(source, load, lambda spec, cluster: cluster.file_item(
@@ -487,7 +490,7 @@ class ResourceService:
         async def load() -> tuple[Content, str | None]:
             with _source_span("aggregator.source.read", snapshot, target, None):
                 blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
-                                           self.source_errors)
+                                           self.source_errors, self.last_source_error)
             return decode_body(blob.data, target.mime_type), None
 
         key = QueryKey(target.source, snapshot.epochs[target.source], sql, target.params, fmt)
@@ -520,9 +523,9 @@ def _source_span(name: str, snapshot: Snapshot, target: FileTarget | QueryTarget
 
 
 async def _backend_call(target: FileTarget | QueryTarget, source: Source, call: Callable[[], Awaitable[T]],
-                        errors: Counter[str]) -> T:
+                        errors: Counter[str], last: dict[str, tuple[float, str]]) -> T:
     """Run one backend call; its failures become client-safe errors naming the URI, details go to the log.
-    Failures other than not-found are counted per source in `errors`."""
+    Failures other than not-found are counted per source in `errors`, and the last one kept in `last`."""
     try:
         return await call()
     except (SourceNotFound, SourceUnsupported) as exc:
@@ -530,10 +533,12 @@ async def _backend_call(target: FileTarget | QueryTarget, source: Source, call: 
         raise ResourceNotFound(target.uri) from None
     except SourceTooLarge as exc:
         errors[target.source] += 1
+        last[target.source] = (time.time(), str(exc))
         logger.warning("read %s: %s", target.uri, exc)
         raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
     except SourceError as exc:
         errors[target.source] += 1
+        last[target.source] = (time.time(), f"{source.describe()}: {exc}")
         logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
         raise ResourceUnavailable(target.uri, f"{source.describe()}: {exc}") from None
 

@@ -24,6 +24,7 @@ from aggregator.catalog import FileTarget, QueryTarget
 from aggregator.cluster.bus import ChangeBus, ChangeEvent, Kind
 from aggregator.cluster.leases import DATA, RETRY_FRACTION, PollLeases
 from aggregator.cluster.link import source_fingerprint
+from aggregator.console.history import ReloadHistory
 from aggregator.service import ResourceService, SuspiciousReload
 from aggregator.manifest.compose import open_regular_file
 from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
@@ -43,7 +44,7 @@ MAX_POLLED_PATHS = 10_000
 SETTLE_STEP_SECONDS = 0.1
 """How often the manifest files are read while they settle."""
 _FIXED_AT_START = (("http", "http"), ("auth", "auth"), ("tools", "tools"), ("search", "search"),
-                  ("maxSubscriptions", "max_subscriptions"), ("cluster", "cluster"))
+                  ("maxSubscriptions", "max_subscriptions"), ("cluster", "cluster"), ("console", "console"))
 """Server settings bound when serving starts (the HTTP app, its auth, registered tools, the notifier)."""
 
 
@@ -80,6 +81,8 @@ class Supervisor:
         self.last_error: str | None = None
         """Why the last reload failed, for /healthz: a count, never the messages (they name files on this host)."""
         self._last_logged_error: str | None = None
+        self.history = ReloadHistory()
+        """The last reloads, for the console (which turns on their diffs)."""
         self._manifest_path = Path(service.manifest.path)
         self._digest = self._files_digest()
         self._dirty = anyio.Event()
@@ -195,6 +198,7 @@ class Supervisor:
         """Reload the manifest whose files had `digest` and tell clients; SuspiciousReload passes through."""
         watch_plan = self._watch_plan()
         files_before, server_before = self.service.manifest.files, self.service.manifest.server
+        before = self.service.snapshot
         try:
             changed, content_changed = await self.service.reload(watched=self._watched, guard=guard)
         except SuspiciousReload:
@@ -202,6 +206,7 @@ class Supervisor:
         except ManifestError as exc:
             self.reload_errors += 1
             self.last_error = f"the manifest has {len(exc.issues)} problem(s); see the server log"
+            self.history.failed(self.service.catalog.generation, exc.issues)
             # The same broken files are tried again on every check (a source may come back); said once.
             if str(exc) != self._last_logged_error:
                 self._last_logged_error = str(exc)
@@ -211,6 +216,7 @@ class Supervisor:
         except Exception:
             self.reload_errors += 1
             self.last_error = "the reload failed; see the server log"
+            self.history.failed(self.service.catalog.generation, error=self.last_error)
             logger.exception("manifest reload failed; still serving the last good catalog")
             return False
         # The digest taken before loading, so a save during the reload asks for one more instead of being missed;
@@ -239,6 +245,7 @@ class Supervisor:
         subscribed = (content_changed | dependents) & self.notifier.subscribed_uris()
         if subscribed:
             await self.notifier.updated(sorted(subscribed))
+        await self.history.succeeded(before.catalog, before.manifest, self.service.catalog, self.service.manifest)
         return changed
 
     def _watch_plan(self) -> tuple[object, ...]:

@@ -1,6 +1,6 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop, replicas) each own one `## ` section of it,
-which they replace or append and which a rewrite of the main report keeps."""
+benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop, replicas, console) each
+own one `## ` section of it, which they replace or append and which a rewrite of the main report keeps."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ RELIABILITY = "## Reliability under faults"
 SEARCH = "## Search: full-text index and queries"
 UPSTREAM = "## MCP upstreams: reads through one hop"
 REPLICAS = "## Replicas behind a balancer"
-SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM, REPLICAS)
+CONSOLE = "## Operator console"
+SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM, REPLICAS, CONSOLE)
 
 
 def split(text: str) -> list[str]:

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),
     ("service", ("service", "preflight", "search")),
     ("live and protocol", ("supervisor", "server", "metrics", "metrics_multiprocess", "auth", "http_app",
-                           "http_limits", "stdio", "cli", "demo", "__main__")),
+                           "http_limits", "stdio", "cli", "demo", "__main__", "console", "console.*")),
 ]
 
 

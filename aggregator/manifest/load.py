@@ -17,6 +17,7 @@ from aggregator.manifest.model import (
     DEFAULT_PAGE_SIZE,
     Annotations,
     AuthSettings,
+    ConsoleSettings,
     CollectionSpec,
     Defaults,
     Display,
@@ -218,6 +219,7 @@ class _Builder:
             max_manifest_bytes=self.max_manifest_bytes(spec),
             search=self.search_settings(spec.get("search", {})),
             cluster=self.cluster_settings(spec["cluster"]) if "cluster" in spec else None,
+            console=_console_settings(spec.get("console", False)),
         )
 
     def cluster_settings(self, spec: dict[str, Any]) -> ClusterSettings:
@@ -385,3 +387,10 @@ def _token_digest(spec: dict[str, Any]) -> str:
     if "sha256" in spec:
         return str(spec["sha256"]).lower()
     return hashlib.sha256(str(spec["token"]).encode("utf-8")).hexdigest()
+
+
+def _console_settings(value: bool | dict[str, Any]) -> ConsoleSettings | None:
+    """`server.console`: false (off), true, or `{adminScope: ...}` (the schema allows nothing else)."""
+    if value is False:
+        return None
+    return ConsoleSettings(admin_scope=value.get("adminScope")) if isinstance(value, dict) else ConsoleSettings()

@@ -137,6 +137,14 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    """The operator's web console at /console (`server.console`), served by `serve --http` only."""
+
+    admin_scope: str | None = None
+    """A caller whose token holds this scope may view the console as other scopes ("view as"); None: nobody."""
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     name: str
     title: str | None = None
@@ -156,6 +164,8 @@ class ServerSettings:
     """Where the full-text index lives and how much text it holds."""
     cluster: ClusterSettings | None = None
     """Off (None): one process on its own, as without a cluster."""
+    console: ConsoleSettings | None = None
+    """Off (None) unless `server.console` is true or an object."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,362 @@
+"""The console's routes: a static shell at /console and paged, scoped JSON (and one event stream) under /console/api.
+
+The shell and its scripts hold no data, so a browser can load them before it has a token; every /console/api/
+request passes the same bearer gate as /mcp (auth.protect) and sees exactly what its token may see. Every route
+checks Host and Origin as /mcp does, and every response carries a strict Content-Security-Policy (no inline script
+or style, nothing from another origin).
+"""
+
+from __future__ import annotations
+
+import logging
+import mimetypes
+import re
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from aggregator.auth import caller_name, caller_scopes
+from aggregator.catalog import Page
+from aggregator.completion import Completer
+from aggregator.console.events import EventHub, TooManyStreams
+from aggregator.console.history import ReloadHistory
+from aggregator.console.tree import tree_page
+from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
+                                      tree_view, visible_uri)
+from aggregator.errors import RequestError, ResourceNotFound
+from aggregator.search import parse_limit
+
+if TYPE_CHECKING:
+    from aggregator.manifest.model import Manifest
+    from mcp.server.transport_security import TransportSecurityMiddleware
+
+    from aggregator.notify import Notifier
+    from aggregator.search import Discovery
+    from aggregator.service import ResourceService
+
+__all__ = ["API_PREFIX", "Console", "ConsoleLive"]
+
+logger = logging.getLogger("aggregator.console")
+
+API_PREFIX = "/console/api/"
+MAX_PAGE = 500
+PREVIEW_CHARS = 512 * 1024
+"""Text shown in a preview at most; the download has it all (within the same maxBytes as resources/read)."""
+STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js", "favicon.svg")
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+           "X-Frame-Options": "DENY", "Cross-Origin-Opener-Policy": "same-origin",
+           "Cross-Origin-Resource-Policy": "same-origin"}
+API_HEADERS = {**HEADERS, "Cache-Control": "no-store"}
+INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
+_STATUS = {"ResourceNotFound": 404, "InvalidCursor": 400, "InvalidSearch": 400, "ResourceTooLarge": 413}
+Scopes = frozenset[str] | None
+
+
+class ConsoleLive(Protocol):
+    """What the console reads from the supervisor (aggregator.supervisor.Supervisor)."""
+
+    @property
+    def service(self) -> ResourceService: ...
+
+    @property
+    def notifier(self) -> Notifier: ...
+
+    @property
+    def history(self) -> ReloadHistory: ...
+
+    def cluster_health(self) -> dict[str, object] | None: ...
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class Console:
+    """The operator's console over one supervisor: its routes, its event hub, its completer."""
+
+    def __init__(self, live: ConsoleLive, discovery: Discovery | None = None, max_streams: int = 32) -> None:
+        self.live, self.discovery = live, discovery
+        settings = live.service.manifest.server.console
+        self.admin_scope = settings.admin_scope if settings is not None else None
+        live.history.keep_diffs = True
+        self.events = EventHub(live.notifier.bus, live.history, max_streams)
+        live.notifier.close_listeners.append(self.events.close)
+        self.completer = Completer()
+        self._static = {name: (resources.files("aggregator.console") / "static" / name).read_bytes()
+                        for name in STATIC}
+
+    def routes(self, guard: TransportSecurityMiddleware) -> list[Route]:
+        api: dict[str, Callable[[Request, Scopes], Awaitable[Response]]] = {
+            "whoami": self.whoami, "tree": self.tree, "list": self.list, "search": self.search,
+            "templates": self.templates, "complete": self.complete, "expand": self.expand, "read": self.read,
+            "raw": self.raw, "sources": self.sources, "reloads": self.reloads, "events": self.stream}
+        out = [Route("/console", self._guarded(guard, self.shell), methods=["GET"]),
+               Route("/console/", self._guarded(guard, self.shell), methods=["GET"]),
+               Route("/console/static/{name}", self._guarded(guard, self.static), methods=["GET"])]
+        out += [Route(API_PREFIX + name, self._guarded(guard, self._api(handler)), methods=["GET"])
+                for name, handler in api.items()]
+        return out
+
+    # --- plumbing ------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _guarded(guard: TransportSecurityMiddleware, endpoint: Callable[[Request], Awaitable[Response]]
+                 ) -> Callable[[Request], Awaitable[Response]]:
+        async def checked(request: Request) -> Response:
+            refused = await guard.validate_request(request)
+            if refused is not None:
+                refused.headers.update(API_HEADERS)
+                return refused
+            return await endpoint(request)
+
+        return checked
+
+    def _api(self, handler: Callable[[Request, Scopes], Awaitable[Response]]
+             ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                response = await handler(request, self._scopes(request))
+            except Refused as exc:
+                response = _error(exc.status, exc.message)
+            except RequestError as exc:
+                # The same client-safe messages as resources/read; a hidden URI is as unknown as a missing one.
+                message = "Resource not found" if isinstance(exc, ResourceNotFound) else exc.message
+                response = _error(_STATUS.get(type(exc).__name__, 502), message)
+            except Exception:
+                logger.exception("console request %s failed", request.url.path)
+                response = _error(500, "Internal error")
+            for name, value in API_HEADERS.items():  # a route's own (the raw bytes' sandbox) stays
+                response.headers.setdefault(name, value)
+            return response
+
+        return endpoint
+
+    def _scopes(self, request: Request) -> Scopes:
+        """The caller's scopes, or (`?as=`, for a holder of the admin scope only) those it views the console as:
+        a comma-separated list, or `*` for everything."""
+        own = caller_scopes(request)
+        view_as = request.query_params.get("as")
+        if view_as is None:
+            return own
+        if not self._is_admin(own):
+            raise Refused(403, "viewing as other scopes needs the console's admin scope")
+        return None if view_as == "*" else frozenset(s for s in view_as.split(",") if s)
+
+    def _is_admin(self, scopes: Scopes) -> bool:
+        return self.admin_scope is not None and scopes is not None and self.admin_scope in scopes
+
+    @property
+    def service(self) -> ResourceService:
+        return self.live.service
+
+    def _limit(self, request: Request, default: int | None = None, most: int = MAX_PAGE) -> int:
+        """`?limit=`, within 1..`most` (default: the manifest's page size); 400 when it is not a number."""
+        try:
+            return max(1, min(most, int(request.query_params.get("limit") or default or self.service.page_size)))
+        except ValueError:
+            raise Refused(400, "limit is a number") from None
+
+    # --- the shell ---------------------------------------------------------------------------------------------
+
+    async def shell(self, request: Request) -> Response:
+        return Response(self._static["index.html"], media_type="text/html; charset=utf-8",
+                        headers={**HEADERS, "Cache-Control": "no-cache"})
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in self._static or name == "index.html":
+            return _error(404, "not found")
+        kind = {"js": "text/javascript", "css": "text/css", "svg": "image/svg+xml"}[name.rsplit(".", 1)[1]]
+        return Response(self._static[name], media_type=f"{kind}; charset=utf-8",
+                        headers={**HEADERS, "Cache-Control": "no-cache"})
+
+    # --- the catalog ---------------------------------------------------------------------------------------
+
+    async def whoami(self, request: Request, scopes: Scopes) -> Response:
+        snapshot = self.service.snapshot
+        own = caller_scopes(request)
+        entries, _ = snapshot.catalog.visible(scopes)
+        settings = snapshot.manifest.server
+        body: dict[str, Any] = {
+            "server": {"name": settings.name, "title": settings.title, "version": settings.version},
+            "generation": snapshot.catalog.generation, "resources": len(entries),
+            "caller": caller_name(request), "scopes": sorted(own or ()), "auth": settings.auth is not None,
+            "admin": self._is_admin(own), "viewingAs": request.query_params.get("as"),
+            "search": self.discovery is not None, "seesAll": sees_all(snapshot, scopes)}
+        if body["admin"]:
+            body["knownScopes"] = sorted(catalog_scopes(snapshot))
+        body.update(self._deployment(snapshot.manifest))
+        return JSONResponse(body)
+
+    def _deployment(self, manifest: Manifest) -> dict[str, Any]:
+        """This replica's id and cluster state (with `server.cluster`) and the manifest's sha256: what tells
+        replicas apart and says whether they serve the same manifest."""
+        out: dict[str, Any] = {"manifestDigest": manifest.digest}
+        cluster = self.live.cluster_health()
+        if cluster is not None:
+            out["cluster"] = {"replica": cluster["replica"], "connected": cluster["connected"]}
+        return out
+
+    async def tree(self, request: Request, scopes: Scopes) -> Response:
+        entries, uris = self.service.catalog.visible(scopes)
+        page = tree_page(entries, uris, request.query_params.get("prefix", ""), request.query_params.get("cursor"),
+                         self._limit(request))
+        return JSONResponse(tree_view(page))
+
+    async def list(self, request: Request, scopes: Scopes) -> Response:
+        """A flat page narrowed by prefix, mimeType (`text/*`) and a name glob (as the list_resources tool)."""
+        query = request.query_params
+        if self.discovery is None:
+            page: Page[Any] = self.service.list_page(query.get("cursor"), scopes).page
+        else:
+            page = self.discovery.list_page(query.get("cursor"), scopes, prefix=query.get("prefix", ""),
+                                            mime_type=query.get("mimeType") or None, name=query.get("name") or None,
+                                            limit=self._limit(request))
+        return JSONResponse({"children": [entry_view(e) for e in page.items], "nextCursor": page.next_cursor})
+
+    async def search(self, request: Request, scopes: Scopes) -> Response:
+        if self.discovery is None:
+            raise Refused(404, "search is not available")
+        query = request.query_params
+        hits = await self.discovery.search(query.get("q", ""), scopes, prefix=query.get("prefix", ""),
+                                           limit=parse_limit(query.get("limit")))
+        results = []
+        for hit in hits:
+            view = entry_view(hit.entry)
+            if hit.snippet:
+                view["snippet"] = hit.snippet
+            results.append(view)
+        return JSONResponse({"children": results, "nextCursor": None})
+
+    async def templates(self, request: Request, scopes: Scopes) -> Response:
+        snapshot = self.service.snapshot
+        page = snapshot.catalog.template_page(request.query_params.get("cursor"), self._limit(request), scopes)
+        return JSONResponse({"templates": [template_view(t) for t in page.items], "nextCursor": page.next_cursor})
+
+    async def complete(self, request: Request, scopes: Scopes) -> Response:
+        """Values for one variable of a template the caller may see, from the data (`c.<name>`: chosen values)."""
+        query = request.query_params
+        context = {key[2:]: value for key, value in query.items() if key.startswith("c.")}
+        async with self.service.lease() as snapshot:
+            template = snapshot.template_for(query.get("template", ""), scopes)
+            if template is None:
+                raise ResourceNotFound(query.get("template", ""))
+            source = snapshot.sources.get(template.spec.source) if template.spec.source else None
+            found = await self.completer.complete(template, source, query.get("name", ""), query.get("prefix", ""),
+                                                  context)
+        return JSONResponse({"values": found.values, "total": found.total, "hasMore": found.has_more})
+
+    async def expand(self, request: Request, scopes: Scopes) -> Response:
+        """The URI a template the caller may see expands to with `v.<name>` values (then read it with /read)."""
+        query = request.query_params
+        template = self.service.template_for(query.get("template", ""), scopes)
+        if template is None:
+            raise ResourceNotFound(query.get("template", ""))
+        parsed = template.template
+        values: dict[str, Any] = {}
+        for key, value in query.items():
+            name = key[2:]
+            if key.startswith("v.") and name in parsed.variables and value:
+                multi = name in parsed.multi_segment and name not in parsed.reserved
+                values[name] = value.split("/") if multi else value
+        return JSONResponse({"uri": parsed.expand(values)})
+
+    async def read(self, request: Request, scopes: Scopes) -> Response:
+        """What resources/read returns for `uri`, shaped for a preview: text (cut at PREVIEW_CHARS), or an image or
+        other blob by size and type (its bytes at /raw)."""
+        uri = request.query_params.get("uri", "")
+        served = await self.service.read(uri, scopes)
+        content = served.content
+        body: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type, "ttl": served.ttl}
+        if content.text is not None:
+            body.update(kind="text", size=len(content.text.encode("utf-8", "surrogatepass")),
+                        text=content.text[:PREVIEW_CHARS], truncated=len(content.text) > PREVIEW_CHARS,
+                        language=_language(content.mime_type, uri))
+        else:
+            blob = content.blob or b""
+            body.update(kind="image" if _inline_image(content.mime_type) else "binary", size=len(blob))
+        return JSONResponse(body)
+
+    async def raw(self, request: Request, scopes: Scopes) -> Response:
+        """The bytes of `uri`: raster images inline, anything else as a download, in a sandbox either way (a
+        served HTML or SVG file never runs in the console's origin)."""
+        uri = request.query_params.get("uri", "")
+        content = (await self.service.read(uri, scopes)).content
+        data = content.text.encode("utf-8", "surrogatepass") if content.text is not None else content.blob or b""
+        inline = _inline_image(content.mime_type)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", uri.rstrip("/").rsplit("/", 1)[-1])[-100:] or "resource"
+        if "." not in name:
+            name += mimetypes.guess_extension(content.mime_type.split(";")[0]) or ".bin"
+        return Response(data, media_type=content.mime_type if inline else "application/octet-stream", headers={
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "Content-Disposition": f'{"inline" if inline else "attachment"}; filename="{name}"'})
+
+    # --- operations ------------------------------------------------------------------------------------------
+
+    async def sources(self, request: Request, scopes: Scopes) -> Response:
+        service = self.service
+        snapshot = service.snapshot
+        everything = sees_all(snapshot, scopes)
+        cache = service.cache
+        rows = source_rows(snapshot, scopes, hits=cache.hits_by, misses=cache.misses_by, held=cache.bytes_by(),
+                           errors=service.source_errors, last_errors=service.last_source_error if everything else {},
+                           health=service.health())
+        body: dict[str, Any] = {"sources": rows, "generation": snapshot.catalog.generation,
+                                **self._deployment(snapshot.manifest)}
+        if everything:
+            body["cache"] = {"hits": cache.hits, "misses": cache.misses, "bytes": cache.current_bytes,
+                             "entries": len(cache)}
+        return JSONResponse(body)
+
+    async def reloads(self, request: Request, scopes: Scopes) -> Response:
+        snapshot = self.service.snapshot
+        everything = sees_all(snapshot, scopes)
+        count = self._limit(request, default=10, most=50)
+        return JSONResponse({"reloads": [reload_view(r, scopes, everything, str(snapshot.manifest.path))
+                                         for r in self.live.history.last(count)],
+                             "generation": snapshot.catalog.generation})
+
+    async def stream(self, request: Request, scopes: Scopes) -> Response:
+        service = self.service
+        try:
+            body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes),
+                                      lambda: service.catalog.generation)
+            first = await body.__anext__()  # raises TooManyStreams before any byte is sent
+        except TooManyStreams:
+            raise Refused(503, "too many console event streams are open") from None
+
+        async def frames() -> Any:
+            yield first
+            async for frame in body:
+                yield frame
+
+        return StreamingResponse(frames(), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _inline_image(mime_type: str) -> bool:
+    return mime_type.split(";")[0].strip().lower() in INLINE_IMAGES
+
+
+def _language(mime_type: str, uri: str) -> str | None:
+    """Which highlighter the page uses: markdown, json or csv (by type, then by the URI's extension)."""
+    kind = mime_type.split(";")[0].strip().lower()
+    if kind in ("text/markdown", "text/x-markdown") or uri.lower().endswith((".md", ".markdown")):
+        return "markdown"
+    if kind == "application/json" or kind.endswith("+json") or uri.lower().endswith(".json"):
+        return "json"
+    if kind in ("text/csv", "text/tab-separated-values") or uri.lower().endswith((".csv", ".tsv")):
+        return "csv"
+    return None

@@ -1,0 +1,119 @@
+"""Server-sent events for open console pages: the catalog changed, a resource was updated, a reload finished.
+
+Each stream has a bounded queue: a page that stops reading loses events and gets one `resync` instead (it then
+reloads what it shows), so a stalled tab never holds memory. Streams are capped; a closed tab ends its stream (the
+response notices the disconnect and the stream unsubscribes). `updated` passes only for URIs the stream's caller
+may see when the event is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated, ServerEvent, SubscriptionBus
+
+from aggregator.console.history import ReloadHistory, ReloadRecord
+
+__all__ = ["EventHub", "TooManyStreams"]
+
+logger = logging.getLogger("aggregator.console")
+
+QUEUE = 64
+"""Events a stream holds for a page that is not reading; past it they are dropped for one `resync`."""
+HEARTBEAT_S = 15.0
+"""A comment line this often, so proxies keep the stream open and a vanished peer is noticed."""
+
+
+class TooManyStreams(Exception):
+    pass
+
+
+class EventHub:
+    """Fans the notifier's bus and the reload history out to at most `max_streams` event streams."""
+
+    def __init__(self, bus: SubscriptionBus, history: ReloadHistory, max_streams: int = 32) -> None:
+        self.bus, self.history, self.max_streams = bus, history, max_streams
+        self._queues: set[MemoryObjectSendStream[dict[str, Any]]] = set()
+        self._closed = False
+
+    @property
+    def streams(self) -> int:
+        return len(self._queues)
+
+    def close(self) -> None:
+        """End every stream (serving stops): their queues close, and each stream ends once it has sent the rest."""
+        self._closed = True
+        for queue in list(self._queues):
+            queue.close()
+
+    async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int]) -> AsyncIterator[str]:
+        """The text of one event stream; TooManyStreams when `max_streams` are open. `visible(uri)` is asked
+        when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events."""
+        if self._closed or len(self._queues) >= self.max_streams:
+            raise TooManyStreams()
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)
+        self._queues.add(send)
+        overflowed = False
+
+        def put(event: dict[str, Any]) -> None:
+            nonlocal overflowed
+            try:
+                send.send_nowait(event)
+            except anyio.WouldBlock:
+                overflowed = True
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+
+        def on_bus(event: ServerEvent) -> None:
+            if isinstance(event, ResourcesListChanged):
+                put({"event": "catalog", "generation": generation()})
+            elif isinstance(event, ResourceUpdated) and visible(event.uri):
+                put({"event": "updated", "uri": event.uri})
+
+        def on_reload(record: ReloadRecord) -> None:
+            put({"event": "reload", "generation": record.generation, "ok": record.ok})
+
+        unsubscribe = self.bus.subscribe(on_bus)
+        self.history.listeners.append(on_reload)
+        try:
+            yield _frame("hello", {"generation": generation()})
+            async with receive:
+                while True:
+                    event: dict[str, Any] | None = None
+                    with anyio.move_on_after(HEARTBEAT_S):
+                        try:
+                            event = await receive.receive()
+                        except anyio.EndOfStream:
+                            return
+                    if overflowed:
+                        overflowed = False
+                        _drain(receive)
+                        yield _frame("resync", {"generation": generation()})
+                    elif event is None:
+                        yield ": ping\n\n"
+                    else:
+                        name = event.pop("event")
+                        yield _frame(name, event)
+        finally:
+            unsubscribe()
+            if on_reload in self.history.listeners:
+                self.history.listeners.remove(on_reload)
+            send.close()
+            self._queues.discard(send)
+
+
+def _drain(receive: Any) -> None:
+    while True:
+        try:
+            receive.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+            return
+
+
+def _frame(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"

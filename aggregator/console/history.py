@@ -1,0 +1,136 @@
+"""The last reloads of the manifest, for the console: when, which generation, what changed, or why it was refused.
+
+The supervisor records every reload here. Each change line keeps the scopes an entry needs, so the console shows a
+caller only the lines about what its token may see. The diff is computed in a worker thread (catalogs are immutable
+values) and only when a console is there to show it (`keep_diffs`), so a reload without a console costs nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import anyio.to_thread
+
+from aggregator.catalog import Catalog
+from aggregator.diff import diff_catalogs, diff_sources
+from aggregator.manifest.model import Manifest, ManifestIssue
+
+__all__ = ["ChangeLine", "ReloadHistory", "ReloadRecord"]
+
+logger = logging.getLogger("aggregator.console")
+
+KEPT_RELOADS = 20
+KEPT_LINES = 1000
+"""Change lines kept per reload: a reload that touches 100,000 URIs keeps its first lines and says how many more."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeLine:
+    """One line of `aggregator diff`, and the scopes a caller needs to see what it names."""
+
+    text: str
+    access: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadRecord:
+    at: float
+    """time.time() when it finished."""
+    generation: int
+    """The catalog generation served after it (the old one when it was refused)."""
+    ok: bool
+    lines: tuple[ChangeLine, ...] = ()
+    more: int = 0
+    """Change lines past KEPT_LINES, not kept."""
+    issues: tuple[ManifestIssue, ...] = ()
+    """Why a refused save was refused, located (files as this host names them: the view makes them relative)."""
+    error: str | None = None
+    """A refusal without located issues (an unexpected failure): a summary, the log has the rest."""
+    resources: int = 0
+    digest: str = ""
+    """The sha256 of the manifest this reload applied (`Manifest.digest`)."""
+
+
+@dataclass
+class ReloadHistory:
+    """The last KEPT_RELOADS reloads, newest last, and who to tell of a new one."""
+
+    keep_diffs: bool = False
+    records: deque[ReloadRecord] = field(default_factory=lambda: deque(maxlen=KEPT_RELOADS))
+    listeners: list[Callable[[ReloadRecord], None]] = field(default_factory=list)
+
+    async def succeeded(self, old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest) -> None:
+        """Record a reload that swapped `new` in for `old` (the diff only when a console shows it)."""
+        lines: list[ChangeLine] = []
+        if self.keep_diffs:
+            try:
+                lines = await anyio.to_thread.run_sync(_change_lines, old, old_manifest, new, new_manifest,
+                                                       abandon_on_cancel=True)
+            except Exception:  # the reload itself succeeded: a diff that cannot be made must not undo its report
+                logger.exception("the change lines of generation %d could not be computed", new.generation)
+        self._add(ReloadRecord(time.time(), new.generation, True, tuple(lines[:KEPT_LINES]),
+                               max(0, len(lines) - KEPT_LINES), resources=len(new),
+                               digest=new_manifest.digest))
+
+    def failed(self, generation: int, issues: Iterable[ManifestIssue] = (), error: str | None = None) -> None:
+        """Record a refused reload: the located issues of a bad save, or a summary of another failure. The same
+        refusal again (the supervisor retries a broken save on every check) is recorded once."""
+        record = ReloadRecord(time.time(), generation, False, issues=tuple(issues), error=error)
+        last = self.records[-1] if self.records else None
+        if last is not None and not last.ok and (last.generation, last.issues, last.error) == (
+                record.generation, record.issues, record.error):
+            return
+        self._add(record)
+
+    def _add(self, record: ReloadRecord) -> None:
+        self.records.append(record)
+        for listener in list(self.listeners):
+            listener(record)
+
+    def last(self, count: int) -> Sequence[ReloadRecord]:
+        """The newest `count` records, newest first."""
+        return list(reversed(self.records))[:count]
+
+
+def _change_lines(old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest) -> list[ChangeLine]:
+    """The lines of `aggregator diff` for this reload, each with the scopes of what it names (both sides': a line
+    about an entry that gained or lost a scope is shown only to callers who could see it before and after)."""
+    diff = diff_catalogs(old, new)
+    diff.sources = diff_sources(old_manifest, new_manifest)
+    lines: list[ChangeLine] = []
+    for text in diff.lines():
+        key = _subject(text)
+        if text.startswith("~ source "):
+            sid = key
+            access = _source_access(old_manifest, sid) | _source_access(new_manifest, sid)
+        else:
+            access = _access(old, key) | _access(new, key)
+        lines.append(ChangeLine(text, access))
+    return lines
+
+
+def _subject(line: str) -> str:
+    """The URI, URI template or source id a diff line is about."""
+    body = line[2:]
+    if body.startswith("source "):
+        body = body[len("source "):]
+    return body.split(" (", 1)[0] if line.startswith("~") else body
+
+
+def _access(catalog: Catalog, key: str) -> frozenset[str]:
+    entry = catalog.get(key)
+    if entry is not None:
+        return entry.access
+    for template in catalog.templates:
+        if template.uri_template == key:
+            return template.spec.access
+    return frozenset()
+
+
+def _source_access(manifest: Manifest, sid: str) -> frozenset[str]:
+    spec = manifest.sources.get(sid)
+    return spec.access if spec is not None else frozenset()

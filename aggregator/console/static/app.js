@@ -1,0 +1,398 @@
+// The operator's console: catalog tree and previews, templates with a form, sources, reloads, live updates.
+import * as api from "./api.js";
+import { highlighted } from "./highlight.js";
+import { bytes, clear, h, when } from "./views.js";
+
+const $ = (id) => document.getElementById(id);
+const state = { prefix: "", cursor: null, mode: "tree", filter: {}, previewing: null, templateCursor: null,
+                tab: "catalog", generation: null, who: null, stream: null };
+
+function showError(error) {
+  const box = $("error");
+  box.hidden = !error;
+  box.textContent = error ? String(error.message || error) : "";
+}
+
+async function guarded(work) {
+  try {
+    showError(null);
+    return await work();
+  } catch (error) {
+    if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
+    if (error.name !== "AbortError") showError(error);
+    return undefined;
+  }
+}
+
+// --- sign in and who am I ------------------------------------------------------------------------------------
+
+function signIn(why) {
+  $("app").hidden = true;
+  $("login").hidden = false;
+  if (why) $("login-why").textContent = why;
+  $("token").focus();
+}
+
+async function start() {
+  let who;
+  try {
+    who = await api.get("whoami");
+  } catch (error) {
+    if (error instanceof api.ApiError && error.status === 401) return signIn(null);
+    return showError(error);
+  }
+  state.who = who;
+  $("login").hidden = true;
+  $("app").hidden = false;
+  const server = who.server;
+  $("title").textContent = (server.title || server.name) + " — console";
+  document.title = (server.title || server.name) + " — aggregator console";
+  facts(who.generation, who.resources);
+  viewAsSelector(who);
+  await openLevel("");
+  performance.mark("console:catalog-ready");  // what the benchmark reads as the catalog's first paint
+  if (!state.stream) listen();
+}
+
+function facts(generation, resources) {
+  state.generation = generation;
+  const who = state.who;
+  const parts = [`generation ${generation}`];
+  if (resources !== undefined) parts.push(`${resources.toLocaleString()} resources visible`);
+  if (who) parts.push(`as ${who.caller}` + (who.scopes.length ? ` (${who.scopes.join(", ")})` : ""));
+  if (who && who.cluster) {
+    parts.push(`replica ${who.cluster.replica}` + (who.cluster.connected === false ? " (alone)" : ""));
+  }
+  if (who && who.manifestDigest) parts.push(`manifest ${who.manifestDigest.slice(0, 12)}`);
+  $("facts").textContent = parts.join(" · ");
+}
+
+function viewAsSelector(who) {
+  const box = $("viewas");
+  if (!who.admin) { box.hidden = true; return; }
+  box.hidden = false;
+  const select = $("viewas-select");
+  const choices = [["", "my token"], ["*", "everything"], ...who.knownScopes.map((s) => [s, `scope ${s}`]),
+                   [",", "no scopes"]];
+  clear(select, ...choices.map(([value, label]) => h("option", { value }, label)));
+  select.value = who.viewingAs || "";
+  select.onchange = () => {
+    api.setViewAs(select.value);
+    state.prefix = "";
+    refreshAll();
+  };
+}
+
+// --- the catalog tree ----------------------------------------------------------------------------------------
+
+function crumbs() {
+  const nav = $("crumbs");
+  const items = [h("button", { type: "button", onclick: () => openLevel("") }, "all")];
+  if (state.mode === "tree" && state.prefix) {
+    const scheme = state.prefix.indexOf("://");
+    const parts = [];
+    let at = scheme >= 0 ? scheme + 3 : 0;
+    if (scheme >= 0) parts.push(state.prefix.slice(0, at));
+    while (at < state.prefix.length) {
+      const slash = state.prefix.indexOf("/", at);
+      const end = slash < 0 ? state.prefix.length : slash + 1;
+      parts.push(state.prefix.slice(0, end));
+      at = end;
+    }
+    for (const prefix of parts) {
+      items.push(" / ", h("button", { type: "button", onclick: () => openLevel(prefix) }, prefix));
+    }
+  } else if (state.mode !== "tree") {
+    items.push(" / ", h("span", {}, state.mode === "search" ? "search results" : "filtered list"));
+  }
+  clear(nav, ...items);
+}
+
+function row(child) {
+  if (child.kind === "folder") {
+    const label = child.prefix.slice(state.prefix.length) || child.prefix;
+    return h("li", { class: "folder" }, h("button", { type: "button", "data-prefix": child.prefix,
+      onclick: () => openLevel(child.prefix) },
+      h("span", { class: "label" }, label), h("span", { class: "meta" }, `${child.count.toLocaleString()}`)));
+  }
+  const label = state.mode === "tree" ? child.uri.slice(state.prefix.length) || child.uri : child.uri;
+  return h("li", { class: "entry" }, h("button", { type: "button", "data-uri": child.uri,
+    "aria-current": state.previewing === child.uri ? "true" : "false",
+    onclick: () => preview(child.uri, $("preview")) },
+    h("span", { class: "label" }, label, child.snippet ? h("span", { class: "snippet" }, child.snippet) : null),
+    h("span", { class: "meta" }, [child.mimeType, child.size !== undefined ? bytes(child.size) : null]
+      .filter(Boolean).join(" · "))));
+}
+
+async function loadPage(append) {
+  const limit = 100;
+  let page;
+  if (state.mode === "tree") page = await api.get("tree", { prefix: state.prefix, cursor: state.cursor, limit });
+  else if (state.mode === "search") {
+    page = await api.get("search", { q: state.filter.q, prefix: state.filter.prefix, limit: 50 });
+  }
+  else page = await api.get("list", { ...state.filter, cursor: state.cursor, limit });
+  const list = $("tree");
+  if (!append) clear(list);
+  list.append(...page.children.map(row));
+  state.cursor = page.nextCursor;
+  $("more").hidden = !page.nextCursor;
+  const shown = list.children.length;
+  $("tree-count").textContent = page.total !== undefined
+    ? `${page.total.toLocaleString()} resources under ${state.prefix || "the catalog"}; `
+      + `${shown.toLocaleString()} rows shown`
+    : `${shown.toLocaleString()} shown${page.nextCursor ? " (more below)" : ""}`;
+  if (!shown) list.append(h("li", { class: "hint" }, "Nothing here."));
+}
+
+function openLevel(prefix) {
+  state.mode = "tree";
+  state.prefix = prefix;
+  state.cursor = null;
+  crumbs();
+  return guarded(() => loadPage(false));
+}
+
+function applyFilter(event) {
+  event.preventDefault();
+  const form = new FormData($("filter"));
+  const filter = Object.fromEntries([...form.entries()].map(([k, v]) => [k, String(v).trim()]));
+  state.cursor = null;
+  if (filter.q) {
+    state.mode = "search";
+    state.filter = { q: filter.q, prefix: filter.prefix };
+  } else if (filter.mimeType || filter.name) {
+    state.mode = "list";
+    state.filter = { prefix: filter.prefix, mimeType: filter.mimeType, name: filter.name };
+  } else {
+    return openLevel(filter.prefix || "");
+  }
+  crumbs();
+  return guarded(() => loadPage(false));
+}
+
+// --- preview -------------------------------------------------------------------------------------------------
+
+async function preview(uri, box) {
+  if (box === $("preview")) {
+    state.previewing = uri;
+    for (const button of document.querySelectorAll("#tree button[data-uri]")) {
+      button.setAttribute("aria-current", button.dataset.uri === uri ? "true" : "false");
+    }
+  }
+  clear(box, h("h2", {}, uri), h("p", { class: "meta" }, "reading…"));
+  let body;
+  try {
+    body = await api.get("read", { uri });
+  } catch (error) {
+    if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
+    const why = `${error.status || ""} ${error.message}`;
+    clear(box, h("h2", {}, uri), h("p", { class: "bad", "data-testid": "read-error" }, why));
+    return;
+  }
+  const meta = h("p", { class: "meta" }, [body.mimeType, bytes(body.size), body.truncated ? "preview cut short" : null]
+    .filter(Boolean).join(" · "));
+  const download = h("button", { type: "button", onclick: () => save(uri) }, "Download");
+  if (body.kind === "text") {
+    clear(box, h("h2", {}, uri), meta, highlighted(body.text, body.language, uri), h("p", {}, download));
+  } else if (body.kind === "image") {
+    const image = h("img", { alt: `Preview of ${uri}` });
+    clear(box, h("h2", {}, uri), meta, image, h("p", {}, download));
+    const data = await api.blob("raw", { uri });
+    image.src = URL.createObjectURL(data);
+  } else {
+    clear(box, h("h2", {}, uri), meta, h("p", {}, `Binary content: ${bytes(body.size)} of ${body.mimeType}.`),
+      h("p", {}, download));
+  }
+}
+
+async function save(uri) {
+  await guarded(async () => {
+    const data = await api.blob("raw", { uri });
+    const link = h("a", { href: URL.createObjectURL(data), download: uri.split("/").pop() || "resource" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+  });
+}
+
+// --- templates -----------------------------------------------------------------------------------------------
+
+function templateCard(template) {
+  const inputs = template.variables.map((variable) => {
+    const id = `t-${template.uriTemplate}-${variable.name}`.replace(/[^A-Za-z0-9_-]/g, "_");
+    const list = h("datalist", { id: id + "-values" }, ...variable.values.map((v) => h("option", { value: v })));
+    const input = h("input", { id, name: variable.name, list: id + "-values", autocomplete: "off" });
+    input.addEventListener("input", () => complete(template, variable.name, input, list));
+    input.addEventListener("focus", () => complete(template, variable.name, input, list));
+    return [h("label", { for: id }, variable.name), h("div", {}, input, list)];
+  });
+  const form = h("form", { "aria-label": `Expand ${template.name}` }, ...inputs.flat(),
+    h("button", { type: "submit" }, "Expand and preview"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const values = {};
+    for (const [key, value] of new FormData(form).entries()) values["v." + key] = String(value);
+    await guarded(async () => {
+      const { uri } = await api.get("expand", { template: template.uriTemplate, ...values });
+      await preview(uri, $("template-preview"));
+    });
+  });
+  return h("li", { "data-template": template.uriTemplate },
+    h("h3", {}, template.title || template.name), h("code", {}, template.uriTemplate),
+    template.description ? h("p", {}, template.description) : null,
+    h("p", { class: "meta" }, [template.kind, template.source ? `source ${template.source}` : null, template.mimeType]
+      .filter(Boolean).join(" · ")), form);
+}
+
+const completing = new WeakMap();
+async function complete(template, name, input, list) {
+  const form = input.form;
+  const context = {};
+  for (const [key, value] of new FormData(form).entries()) {
+    if (key !== name && value) context["c." + key] = String(value);
+  }
+  const asked = input.value;
+  completing.set(input, asked);
+  try {
+    const found = await api.get("complete", { template: template.uriTemplate, name, prefix: asked, ...context });
+    if (completing.get(input) !== asked) return;  // a newer keystroke asked since
+    clear(list, ...found.values.map((v) => h("option", { value: v })));
+  } catch (_) { /* completion is a help, not a requirement */ }
+}
+
+async function loadTemplates(append) {
+  const page = await api.get("templates", { cursor: append ? state.templateCursor : null });
+  const list = $("templates");
+  if (!append) clear(list);
+  list.append(...page.templates.map(templateCard));
+  if (!list.children.length) list.append(h("li", { class: "hint" }, "No templates."));
+  state.templateCursor = page.nextCursor;
+  $("more-templates").hidden = !page.nextCursor;
+}
+
+// --- sources and reloads -------------------------------------------------------------------------------------
+
+async function loadSources() {
+  const body = await api.get("sources");
+  const head = ["Source", "Kind", "Resources", "Listed", "Cache hit rate", "Cached", "Errors", "Last error",
+                "Changes", "Upstream"];
+  const rows = body.sources.map((s) => h("tr", { "data-source": s.id },
+    h("th", { scope: "row" }, s.id), h("td", {}, s.kind), h("td", {}, s.resources.toLocaleString()),
+    h("td", {}, when(s.listedAt)),
+    h("td", {}, s.cache.hitRate === null ? "—"
+      : `${(s.cache.hitRate * 100).toFixed(1)}% of ${s.cache.hits + s.cache.misses}`),
+    h("td", {}, bytes(s.cache.bytes)), h("td", { class: s.errors ? "bad" : "" }, String(s.errors)),
+    h("td", {}, s.lastError ? `${when(s.lastError.at)}: ${s.lastError.message}` : "—"), h("td", {}, s.change),
+    h("td", {}, s.upstream ? `${s.upstream.state || ""}, ${s.upstream.reconnects ?? 0} reconnects` : "—")));
+  const table = h("table", {}, h("caption", { class: "sr-only" }, "Sources"),
+    h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, ...rows));
+  const summary = body.cache ? h("p", { class: "meta" },
+    `Content cache: ${body.cache.entries} entries, ${bytes(body.cache.bytes)}, ${body.cache.hits} hits, `
+    + `${body.cache.misses} misses`) : null;
+  const deployment = [body.cluster ? `Replica ${body.cluster.replica}` + (body.cluster.connected === false
+    ? " (cluster unreachable: serving alone)" : "") : null,
+    body.manifestDigest ? `manifest sha256 ${body.manifestDigest}` : null].filter(Boolean);
+  const facts = deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null;
+  clear($("sources"), facts,
+    summary, rows.length ? table : h("p", { class: "hint" }, "No sources you may see."));
+}
+
+async function loadReloads() {
+  const body = await api.get("reloads", { limit: 10 });
+  const items = body.reloads.map((r) => h("li", { "data-generation": r.generation, "data-ok": String(r.ok) },
+    h("h3", { class: r.ok ? "ok" : "bad" },
+      `${when(r.at)} · generation ${r.generation} · ${r.ok ? "applied" : "refused"}`),
+    r.ok ? h("pre", { class: "code" }, r.lines.length ? r.lines.join("\n") : "(nothing you may see changed)") : null,
+    r.moreLines ? h("p", { class: "meta" }, `and ${r.moreLines} more lines`) : null,
+    !r.ok && r.issues.length ? h("ul", {}, ...r.issues.map((i) => h("li", { class: "bad" },
+      `${i.file}:${i.line}:${i.col}: ${i.key || "<root>"}: ${i.message}`))) : null,
+    !r.ok && r.error ? h("p", { class: "bad" }, r.error) : null));
+  clear($("reloads"), ...(items.length ? items : [h("li", { class: "hint" }, "No reload since the server started.")]));
+}
+
+// --- tabs and live updates -----------------------------------------------------------------------------------
+
+const loaders = { catalog: () => (state.mode === "tree" ? openLevel(state.prefix) : guarded(() => loadPage(false))),
+                  templates: () => guarded(() => loadTemplates(false)), sources: () => guarded(loadSources),
+                  reloads: () => guarded(loadReloads) };
+
+function selectTab(name) {
+  state.tab = name;
+  for (const tab of document.querySelectorAll('[role="tab"]')) {
+    const on = tab.id === `tab-${name}`;
+    tab.setAttribute("aria-selected", String(on));
+    tab.tabIndex = on ? 0 : -1;
+    $(tab.getAttribute("aria-controls")).hidden = !on;
+  }
+  return loaders[name]();
+}
+
+async function refreshAll() {
+  // The header's figures and the open tab are fetched side by side: the page shows a change one round trip later.
+  const [who] = await Promise.all([guarded(() => api.get("whoami")), loaders[state.tab]()]);
+  if (who) { state.who = who; facts(who.generation, who.resources); }
+  if (state.previewing) await preview(state.previewing, $("preview"));
+}
+
+function live(text, mode) {
+  const el = $("live");
+  el.textContent = text;
+  el.dataset.state = mode;
+}
+
+async function listen() {
+  const controller = new AbortController();
+  state.stream = controller;
+  let delay = 1000;
+  while (!controller.signal.aborted) {
+    try {
+      for await (const { event, data } of api.events(controller.signal)) {
+        delay = 1000;
+        if (event === "hello") live("live", "live");
+        else if (event === "catalog" || event === "resync") {
+          live(`catalog changed: generation ${data.generation}`, "changed");
+          await refreshAll();
+        } else if (event === "reload") {
+          if (data.ok) live(`reloaded: generation ${data.generation}`, "changed");
+          else live("a save was refused", "refused");
+          if (state.tab === "reloads" || state.tab === "sources") await loaders[state.tab]();
+        } else if (event === "updated" && data.uri === state.previewing) {
+          await preview(data.uri, $("preview"));
+        }
+      }
+    } catch (error) {
+      if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
+    }
+    live("offline: reconnecting…", "offline");
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 2, 15000);
+  }
+}
+
+function wire() {
+  $("login").addEventListener("submit", (event) => {
+    event.preventDefault();
+    api.setToken($("token").value.trim());
+    $("token").value = "";
+    start();
+  });
+  $("filter").addEventListener("submit", applyFilter);
+  $("filter").addEventListener("reset", () => setTimeout(() => openLevel(""), 0));
+  $("more").addEventListener("click", () => guarded(() => loadPage(true)));
+  $("more-templates").addEventListener("click", () => guarded(() => loadTemplates(true)));
+  const tabs = [...document.querySelectorAll('[role="tab"]')];
+  for (const tab of tabs) {
+    tab.addEventListener("click", () => selectTab(tab.id.slice(4)));
+    tab.addEventListener("keydown", (event) => {
+      const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+      if (!step) return;
+      const next = tabs[(tabs.indexOf(tab) + step + tabs.length) % tabs.length];
+      next.focus();
+      selectTab(next.id.slice(4));
+    });
+  }
+}
+
+wire();
+start();

@@ -1,0 +1,185 @@
+"""What the console's JSON endpoints say, built from one snapshot for one caller's scopes (None: everything).
+
+Every builder filters by the caller's scopes first: an entry, template, source or reload line the caller may not
+see is left out, never masked, so counts do not tell of it either. Operator detail (errors) is redacted of
+credentials and this host's paths.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from aggregator.catalog import Catalog, Entry, TemplateEntry
+from aggregator.console.history import ReloadRecord
+from aggregator.console.redact import redact, where
+from aggregator.console.tree import Folder, TreePage
+from aggregator.server import resource_dict, template_dict
+from aggregator.snapshot import Snapshot
+from aggregator.sources import Source
+
+__all__ = ["catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows", "template_view",
+           "tree_view", "visible_uri"]
+
+_COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
+_SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
+_MAX_VIEWS = 16
+
+
+def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
+    """Every scope an entry, template or source of `snapshot` asks for (once per catalog: O(n) the first time)."""
+    catalog = snapshot.catalog
+    found = _SCOPES.get(catalog)
+    if found is None:
+        names: set[str] = set()
+        for entry in catalog.entries:
+            names |= entry.access
+        for template in catalog.templates:
+            names |= template.spec.access
+        found = _SCOPES[catalog] = frozenset(names)
+    return found | {s for spec in snapshot.manifest.sources.values() for s in spec.access}
+
+
+def sees_all(snapshot: Snapshot, scopes: frozenset[str] | None) -> bool:
+    """Whether a caller holding `scopes` sees the whole snapshot: only then does it get operator-wide detail."""
+    return scopes is None or catalog_scopes(snapshot) <= scopes
+
+
+def entry_view(entry: Entry) -> dict[str, Any]:
+    """A resource as resources/list shows it, plus the source it comes from (its id, never its path)."""
+    out = resource_dict(entry)
+    out["kind"] = "entry"
+    if entry.source is not None:
+        out["source"] = entry.source
+    return out
+
+
+def tree_view(page: TreePage) -> dict[str, Any]:
+    children = [{"kind": "folder", "prefix": c.prefix, "count": c.count} if isinstance(c, Folder) else entry_view(c)
+                for c in page.children]
+    return {"prefix": page.prefix, "children": children, "nextCursor": page.next_cursor, "total": page.total}
+
+
+def template_view(template: TemplateEntry) -> dict[str, Any]:
+    """A template as resources/templates/list shows it, with its variables and their enumerated values."""
+    out = template_dict(template)
+    spec = template.spec
+    out["variables"] = [{"name": name, "values": list(spec.values.get(name, ())),
+                         "multiSegment": name in template.template.multi_segment}
+                        for name in template.template.variables]
+    if spec.source is not None:
+        out["source"] = spec.source
+    out["kind"] = "render" if spec.render is not None else "query" if spec.query is not None else "file"
+    return out
+
+
+def _counts(catalog: Catalog, scopes: frozenset[str] | None) -> Counter[str]:
+    """Visible entries per source id, once per catalog and scope set (bounded)."""
+    views = _COUNTS.setdefault(catalog, {})
+    key = scopes if catalog.restricted else None
+    found = views.get(key)
+    if found is None:
+        if len(views) >= _MAX_VIEWS:
+            views.pop(next(iter(views)))
+        entries, _ = catalog.visible(scopes)
+        found = views[key] = Counter(e.source or "" for e in entries)
+    return found
+
+
+def source_paths(snapshot: Snapshot) -> dict[str, str]:
+    """This host's folders a message may name, with the label the console shows instead."""
+    paths = {str(os.path.dirname(snapshot.manifest.path)): "<manifest folder>"}
+    for sid, spec in snapshot.manifest.sources.items():
+        if spec.protocol == "file":
+            paths[spec.url] = f"<{sid}>"
+    return paths
+
+
+def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapping[str, int],
+                misses: Mapping[str, int], held: Mapping[str, int], errors: Mapping[str, int],
+                last_errors: Mapping[str, tuple[float, str]], health: Mapping[str, Mapping[str, object]]
+                ) -> list[dict[str, Any]]:
+    """One row per source the caller may see: kind, listing, cache, last error, change detection, upstream state."""
+    catalog, manifest = snapshot.catalog, snapshot.manifest
+    counts = _counts(catalog, scopes)
+    now_wall, now_mono = time.time(), time.monotonic()
+    listed: dict[str, float] = {}
+    for key, at in catalog.listed_at.items():
+        if key.source is not None:
+            listed[key.source] = max(listed.get(key.source, 0.0), at)
+    for sid, at in catalog.published_at.items():
+        listed[sid] = max(listed.get(sid, 0.0), at)
+    paths = source_paths(snapshot)
+    rows = []
+    for sid, spec in sorted(manifest.sources.items()):
+        if scopes is not None and not spec.access <= scopes:
+            continue
+        backend = snapshot.sources.get(sid)
+        lookups = hits.get(sid, 0) + misses.get(sid, 0)
+        row: dict[str, Any] = {
+            "id": sid, "kind": spec.kind, "protocol": spec.protocol, "description": spec.description,
+            "resources": counts.get(sid, 0),
+            "listedAt": now_wall - (now_mono - listed[sid]) if sid in listed else None,
+            "cache": {"hits": hits.get(sid, 0), "misses": misses.get(sid, 0), "bytes": held.get(sid, 0),
+                      "hitRate": round(hits.get(sid, 0) / lookups, 4) if lookups else None},
+            "errors": errors.get(sid, 0),
+            "change": _change_detection(backend, spec.poll),
+            "ttl": snapshot.limits[sid].ttl if sid in snapshot.limits else None,
+        }
+        if sid in last_errors:
+            at, message = last_errors[sid]
+            row["lastError"] = {"at": at, "message": redact(message, paths)}
+        if sid in health:
+            row["upstream"] = {k: v for k, v in health[sid].items() if isinstance(v, (str, int, float, bool))}
+        rows.append(row)
+    return rows
+
+
+def _change_detection(backend: Source | None, poll: float | None) -> str:
+    """How the server learns that a source changed: a folder watcher, the backend's own events, polling, or only a
+    reload of the manifest."""
+    if backend is not None and backend.watch_root() is not None:
+        return "watched"
+    if backend is not None and backend.pushes_changes:
+        return "pushed"
+    return f"polled every {poll:g}s" if poll else "on reload"
+
+
+def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything: bool, manifest_path: str,
+                limit: int = 200) -> dict[str, Any]:
+    """A reload as a caller holding `scopes` may see it: its change lines about what it may see, and a refusal's
+    located issues only for a caller who sees everything (they may name any entry)."""
+    lines = [line.text for line in record.lines if scopes is None or line.access <= scopes]
+    out: dict[str, Any] = {"at": record.at, "generation": record.generation, "ok": record.ok,
+                           "lines": lines[:limit], "moreLines": max(0, len(lines) - limit)
+                           + (record.more if everything else 0)}
+    if record.ok:
+        out["resources"] = record.resources if everything else None
+        if record.digest:
+            out["digest"] = record.digest
+        return out
+    folder = os.path.dirname(manifest_path)
+    if everything:
+        out["issues"] = [{"file": where(i.file, folder), "line": i.line, "col": i.col, "key": i.key,
+                          "message": redact(i.message, {folder: "<manifest folder>"})} for i in record.issues]
+        out["error"] = record.error
+    else:
+        out["issues"] = []
+        out["error"] = (f"the save was refused ({len(record.issues)} problem(s)); their details need a token that "
+                        "sees the whole catalog" if record.issues else record.error)
+    return out
+
+
+def visible_uri(snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> bool:
+    """Whether a caller holding `scopes` may see `uri` now (listed, or answered by a template it may see)."""
+    from aggregator.errors import ResourceNotFound
+
+    try:
+        snapshot.allowed(uri, scopes)
+    except ResourceNotFound:
+        return False
+    return True

@@ -1,0 +1,566 @@
+"""The operator's console over real HTTP (`aggregator serve --http`, server.console on): paged tree, filters, search,
+templates, previews with resources/read's limits, sources, reloads and the event stream, each filtered by the
+caller's token; Host/Origin checks, the CSP, and the event hub's bounds (in process)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+import pytest
+
+from aggregator.catalog import Catalog, Entry
+from aggregator.console.events import EventHub, TooManyStreams
+from aggregator.console.history import ReloadHistory
+from aggregator.console.redact import redact, where
+from aggregator.console.tree import Folder, tree_page
+from aggregator.console.views import reload_view
+from aggregator.manifest import load_manifest
+from aggregator.manifest.model import ConsoleSettings, Display, ManifestError
+from tests.console_server import ADMIN, NOBODY, READER, Served, serve
+from tests.test_live import save
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("console")) as running:
+        yield running
+
+
+def _tree(served: Served, prefix: str = "", token: str | None = ADMIN, **params: str) -> dict[str, Any]:
+    response = served.get("/console/api/tree", token, prefix=prefix, **params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _all_children(served: Served, prefix: str, token: str, limit: str) -> list[dict[str, Any]]:
+    children, cursor = [], None
+    while True:
+        page = _tree(served, prefix, token, limit=limit, **({"cursor": cursor} if cursor else {}))
+        children += page["children"]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            return children
+
+
+# --- off by default, auth, headers ------------------------------------------------------------------------------
+
+
+def test_console_is_off_unless_the_manifest_turns_it_on(tmp_path: Path) -> None:
+    from tests.console_server import make_folder
+
+    manifest = make_folder(tmp_path)
+    manifest.write_text(manifest.read_text().replace("  console: {adminScope: admin}\n", ""))
+    with serve(tmp_path, manifest) as running:
+        for path in ("/console", "/console/static/app.js", "/console/api/tree"):
+            assert running.get(path).status_code == 404, path
+
+
+def test_without_auth_the_console_shows_what_an_anonymous_mcp_caller_sees(tmp_path: Path) -> None:
+    from tests.console_server import make_folder
+
+    manifest = make_folder(tmp_path)
+    text = manifest.read_text()
+    start, end = text.index("  auth:\n"), text.index("defaults:")
+    manifest.write_text(text[:start] + text[end:])
+    with serve(tmp_path, manifest) as running:
+        root = running.get("/console/api/tree", token=None).json()
+        assert [c["prefix"] for c in root["children"]] == ["docs://", "note://", "web://"]
+        assert running.get("/console/api/read", token=None, uri="secret://plan.md").status_code == 404
+        assert running.get("/console/api/tree", token=None, **{"as": "*"}).status_code == 403
+
+
+def test_data_needs_the_token_and_the_shell_has_no_inline_code(served: Served) -> None:
+    refused = served.get("/console/api/tree", token=None)
+    assert refused.status_code == 401
+    assert "resource_metadata" in refused.headers["www-authenticate"]
+    assert served.get("/console/api/tree", token="not-a-token-at-all-000").status_code == 401
+    for spelling in ("/console/api/tree/", "/console/%61pi/tree", "//console/api/tree", "/console/api/../api/tree",
+                     "/console/static/../api/tree", "/CONSOLE/api/tree"):
+        response = httpx.get(served.base + spelling, follow_redirects=False)
+        assert response.status_code in (401, 404), (spelling, response.status_code)
+        assert "children" not in response.text, spelling
+    shell = served.get("/console", token=None)
+    assert shell.status_code == 200
+    csp = shell.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "style-src 'self'" in csp and "default-src 'none'" in csp
+    assert "unsafe-inline" not in csp and "http" not in csp.replace("'self'", "")
+
+    class Inline(HTMLParser):
+        found: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            names = {name for name, _ in attrs}
+            if tag == "script" and "src" not in names or tag == "style" or "style" in names or any(
+                    name.startswith("on") for name in names):
+                self.found.append(tag)
+            for name, value in attrs:
+                if name in ("src", "href") and value and not value.startswith("/console/static/"):
+                    self.found.append(f"{tag} {name}={value}")
+
+    parser = Inline()
+    parser.feed(shell.text)
+    assert parser.found == []
+    for name in ("app.js", "api.js", "views.js", "highlight.js", "console.css"):
+        asset = served.get(f"/console/static/{name}", token=None)
+        assert asset.status_code == 200 and asset.headers["x-content-type-options"] == "nosniff"
+        for unwanted in (".innerHTML", "insertAdjacentHTML", "eval(", "new Function", "http://", "https://"):
+            assert unwanted not in asset.text, (name, unwanted)
+    assert served.get("/console/static/..%2Fapp.py", token=None).status_code == 404
+    api = served.get("/console/api/whoami")
+    assert api.headers["cache-control"] == "no-store" and api.headers["content-security-policy"] == csp
+
+
+def test_host_and_origin_are_checked_as_for_mcp(served: Served) -> None:
+    for path in ("/console", "/console/api/tree", "/console/static/app.js"):
+        evil_host = httpx.get(served.base + path, headers={"Host": "evil.example", "Authorization": f"Bearer {ADMIN}"})
+        assert evil_host.status_code == 421, path
+        evil_origin = httpx.get(served.base + path, headers={"Origin": "http://evil.example",
+                                                             "Authorization": f"Bearer {ADMIN}"})
+        assert evil_origin.status_code == 403, path
+
+
+# --- the catalog ------------------------------------------------------------------------------------------------
+
+
+def test_tree_is_paged_level_by_level(served: Served) -> None:
+    root = _tree(served)
+    assert [c["prefix"] for c in root["children"]] == ["docs://", "note://", "secret://", "web://"]
+    assert root["total"] == 12
+    docs = _all_children(served, "docs://", ADMIN, limit="2")
+    labels = [c.get("prefix") or c["uri"] for c in docs]
+    assert labels == ["docs://api.json", "docs://blob.bin", "docs://guides/", "docs://huge.txt", "docs://logo.png",
+                      "docs://page.html", "docs://table.csv"]
+    assert docs[2] == {"kind": "folder", "prefix": "docs://guides/", "count": 3}
+    assert [c["uri"] for c in _all_children(served, "docs://guides/", ADMIN, "1")] == [
+        "docs://guides/deploy.md", "docs://guides/intro.md", "docs://guides/setup.md"]
+    assert served.get("/console/api/tree", cursor="bm90LWEtY3Vyc29y").status_code == 400
+    assert served.get("/console/api/tree", limit="many").status_code == 400
+
+
+def test_filters_and_search(served: Served) -> None:
+    found = served.get("/console/api/list", prefix="docs://", mimeType="text/*").json()
+    assert {c["uri"] for c in found["children"]} >= {"docs://guides/intro.md", "docs://table.csv"}
+    assert all(c["mimeType"].startswith("text/") for c in found["children"])
+    named = served.get("/console/api/list", name="*.json").json()
+    assert [c["uri"] for c in named["children"]] == ["docs://api.json"]
+    hits = served.get("/console/api/search", q="setup").json()
+    assert hits["children"][0]["uri"] == "docs://guides/setup.md"
+
+
+def test_templates_complete_expand_and_preview(served: Served) -> None:
+    templates = served.get("/console/api/templates").json()["templates"]
+    guide = next(t for t in templates if t["name"] == "guide")
+    assert guide["variables"] == [{"name": "name", "values": [], "multiSegment": False}]
+    values = served.get("/console/api/complete", template="guide://{name}", name="name", prefix="in").json()
+    assert values["values"] == ["intro"]
+    uri = served.get("/console/api/expand", template="guide://{name}", **{"v.name": "intro"}).json()["uri"]
+    assert uri == "guide://intro"
+    read = served.get("/console/api/read", uri=uri).json()
+    assert read["text"].startswith("# Intro") and read["language"] == "markdown"
+
+
+def test_preview_kinds_and_the_limits_of_resources_read(served: Served) -> None:
+    as_json = served.get("/console/api/read", uri="docs://api.json").json()
+    assert as_json["kind"] == "text" and as_json["language"] == "json"
+    assert served.get("/console/api/read", uri="docs://table.csv").json()["language"] == "csv"
+    image = served.get("/console/api/read", uri="docs://logo.png").json()
+    assert image == {"uri": "docs://logo.png", "mimeType": "image/png", "ttl": 300.0, "kind": "image",
+                     "size": len(Path(served.folder / "docs" / "logo.png").read_bytes())}
+    raw = served.get("/console/api/raw", uri="docs://logo.png")
+    assert raw.headers["content-type"] == "image/png" and raw.headers["content-disposition"].startswith("inline")
+    assert "sandbox" in raw.headers["content-security-policy"]
+    html = served.get("/console/api/raw", uri="docs://page.html")
+    assert html.headers["content-type"] == "application/octet-stream"
+    assert html.headers["content-disposition"].startswith("attachment")
+    assert served.get("/console/api/read", uri="docs://blob.bin").json()["kind"] == "binary"
+    huge = served.get("/console/api/read", uri="docs://huge.txt")
+    assert huge.status_code == 413 and "8192" in huge.json()["error"]
+    missing = served.get("/console/api/read", uri="docs://nope.md")
+    assert missing.status_code == 404 and missing.json() == {"error": "Resource not found"}
+    down = served.get("/console/api/read", uri="web://down")
+    assert down.status_code == 502 and "hunter2" not in down.text
+
+
+# --- access: exactly what the token may see ---------------------------------------------------------------------
+
+
+def test_a_token_without_the_scope_sees_no_hidden_entry_anywhere(served: Served) -> None:
+    for token in (READER, NOBODY):
+        root = _tree(served, token=token)
+        assert "secret://" not in json.dumps(root) and root["total"] == 11
+        assert _tree(served, "secret://", token) == {"prefix": "secret://", "children": [], "nextCursor": None,
+                                                     "total": 0}
+        texts = [served.get(path, token, **params).text for path, params in [
+            ("/console/api/list", {"prefix": "secret://"}), ("/console/api/list", {"name": "plan*"}),
+            ("/console/api/search", {"q": "classified"}), ("/console/api/search", {"q": "plan"}),
+            ("/console/api/templates", {}), ("/console/api/sources", {}), ("/console/api/whoami", {}),
+            ("/console/api/reloads", {})]]
+        for text in texts:
+            assert "secret" not in text, text
+        for path, params in [("/console/api/read", {"uri": "secret://plan.md"}),
+                             ("/console/api/raw", {"uri": "secret://plan.md"}),
+                             ("/console/api/read", {"uri": "secret://by-name/plan"}),
+                             ("/console/api/expand", {"template": "secret://by-name/{name}", "v.name": "plan"}),
+                             ("/console/api/complete", {"template": "secret://by-name/{name}", "name": "name"})]:
+            refused = served.get(path, token, **params)
+            assert refused.status_code == 404 and refused.json() == {"error": "Resource not found"}, path
+        assert served.get("/console/api/tree", token, **{"as": "*"}).status_code == 403
+    assert "secret://plan.md" in json.dumps(_tree(served, "secret://"))
+
+
+def test_an_admin_views_the_console_as_other_scopes(served: Served) -> None:
+    who = served.get("/console/api/whoami").json()
+    assert who["admin"] is True and who["knownScopes"] == ["secret"] and who["caller"] == "admin"
+    assert served.get("/console/api/whoami", READER).json()["admin"] is False
+    assert "knownScopes" not in served.get("/console/api/whoami", READER).json()
+    as_reader = _tree(served, **{"as": "docs"})
+    assert as_reader == _tree(served, token=READER)
+    assert _tree(served, **{"as": "*"})["total"] == 12
+    assert served.get("/console/api/read", uri="secret://plan.md", **{"as": ","}).status_code == 404
+
+
+def test_sources_show_health_cache_and_redacted_errors(served: Served) -> None:
+    served.get("/console/api/read", uri="docs://api.json")
+    served.get("/console/api/read", uri="docs://api.json")
+    served.get("/console/api/read", uri="web://down")
+    body = served.get("/console/api/sources").json()
+    rows = {row["id"]: row for row in body["sources"]}
+    assert set(rows) == {"docs", "secret", "web"}
+    docs = rows["docs"]
+    assert docs["kind"] == "file" and docs["resources"] == 9 and docs["change"] == "watched"
+    assert docs["cache"]["hits"] >= 1 and docs["cache"]["bytes"] > 0 and docs["listedAt"] > time.time() - 3600
+    web = rows["web"]
+    assert web["errors"] >= 1 and "lastError" in web
+    text = json.dumps(body)
+    assert "hunter2" not in text and str(served.folder) not in text
+    reader = served.get("/console/api/sources", READER).json()
+    assert [row["id"] for row in reader["sources"]] == ["docs", "web"]
+    assert "cache" not in reader and all("lastError" not in row for row in reader["sources"])
+
+
+# --- reloads and live events ------------------------------------------------------------------------------------
+
+
+class Events:
+    """An event stream read in a thread: frames as (event, data) in arrival order."""
+
+    def __init__(self, served: Served, token: str) -> None:
+        self.frames: list[tuple[str, dict[str, Any]]] = []
+        self.arrived = threading.Condition()
+        self._client = httpx.Client(timeout=httpx.Timeout(30, read=60))
+        self._stop = False
+        self._thread = threading.Thread(target=self._read, args=(served, token), daemon=True)
+        self._thread.start()
+
+    def _read(self, served: Served, token: str) -> None:
+        try:
+            with self._client.stream("GET", served.base + "/console/api/events",
+                                     headers={"Authorization": f"Bearer {token}"}) as response:
+                event = ""
+                for line in response.iter_lines():
+                    if self._stop:
+                        return
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        with self.arrived:
+                            self.frames.append((event, json.loads(line[6:])))
+                            self.arrived.notify_all()
+        except httpx.HTTPError:
+            return
+
+    def wait_for(self, event: str, timeout: float = 20, **data: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while True:
+                for name, got in self.frames:
+                    if name == event and all(got.get(k) == v for k, v in data.items()):
+                        return got
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no {event} {data} in {self.frames}")
+                self.arrived.wait(left)
+
+    def close(self) -> None:
+        self._stop = True
+        self._client.close()
+
+
+def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> None:
+    with serve(tmp_path) as running:
+        admin, reader = Events(running, ADMIN), Events(running, READER)
+        try:
+            admin.wait_for("hello")
+            reader.wait_for("hello")
+            text = running.manifest.read_text()
+            save(running.manifest, text.replace(
+                "resources:\n", 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
+                '  - {uri: "secret://note", name: hush, text: "hush", access: {scopes: [secret]}}\n'))
+            assert admin.wait_for("catalog")["generation"] == 2
+            assert reader.wait_for("reload", ok=True)["generation"] == 2
+            lines = running.get("/console/api/reloads").json()["reloads"][0]["lines"]
+            assert lines == ["+ note://new", "+ secret://note"]
+            seen = running.get("/console/api/reloads", READER).json()["reloads"][0]
+            assert seen["lines"] == ["+ note://new"] and seen["moreLines"] == 0
+            # A broken save: refused, located, relative to the manifest's folder, no host path.
+            save(running.manifest, running.manifest.read_text().replace("collections:", "collections: 7\nbad:"))
+            refused = admin.wait_for("reload", ok=False)
+            assert refused["generation"] == 2
+            body = running.get("/console/api/reloads").json()
+            last = body["reloads"][0]
+            assert last["ok"] is False and last["issues"] and last["issues"][0]["file"] == "manifest.yaml"
+            assert last["issues"][0]["line"] > 0 and str(tmp_path) not in json.dumps(body)
+            hidden = running.get("/console/api/reloads", READER).json()["reloads"][0]
+            assert hidden["issues"] == [] and "need a token" in hidden["error"]
+            assert all("secret" not in json.dumps(f) for f in reader.frames)
+        finally:
+            admin.close()
+            reader.close()
+
+
+def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Path) -> None:
+    """An MCP client (the admin's token) subscribes to a public and a hidden file; both change. The admin's console
+    stream hears both `updated` events, the reader's only the public one."""
+    import warnings
+
+    from tests.test_auth import _client
+
+    with serve(tmp_path) as running:
+        admin, reader = Events(running, ADMIN), Events(running, READER)
+        try:
+            admin.wait_for("hello")
+            reader.wait_for("hello")
+
+            async def main() -> None:
+                async with _client(running.base + "/mcp", ADMIN, "legacy") as client:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        await client.subscribe_resource("secret://plan.md")
+                        await client.subscribe_resource("docs://api.json")
+                    await anyio.sleep(0.3)  # the watchers are up
+                    (running.folder / "secret" / "plan.md").write_text("# a new plan\n")
+                    await anyio.to_thread.run_sync(lambda: admin.wait_for("updated", uri="secret://plan.md"))
+                    (running.folder / "docs" / "api.json").write_text('{"version": 3}')
+                    await anyio.to_thread.run_sync(lambda: reader.wait_for("updated", uri="docs://api.json"))
+                    await anyio.to_thread.run_sync(lambda: admin.wait_for("updated", uri="docs://api.json"))
+
+            anyio.run(main)
+            # The public event came after the hidden one: had the hidden one reached the reader, it would be here.
+            assert [f for f in reader.frames if f[0] == "updated"] == [("updated", {"uri": "docs://api.json"})]
+        finally:
+            admin.close()
+            reader.close()
+
+
+def test_updated_events_pass_only_for_uris_the_stream_may_see() -> None:
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+
+    async def main() -> None:
+        bus = InMemorySubscriptionBus()
+        hub = EventHub(bus, ReloadHistory(), max_streams=2)
+        stream = hub.stream(lambda uri: not uri.startswith("secret:"), lambda: 7)
+        assert "hello" in await stream.__anext__()
+        await bus.publish(ResourceUpdated(uri="secret://plan.md"))
+        await bus.publish(ResourceUpdated(uri="docs://a.md"))
+        frame = await stream.__anext__()
+        assert frame == 'event: updated\ndata: {"uri":"docs://a.md"}\n\n'
+        await stream.aclose()
+
+    anyio.run(main)
+
+
+def test_event_streams_are_capped_bounded_and_end_when_closed() -> None:
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged
+
+    async def main() -> None:
+        bus = InMemorySubscriptionBus()
+        history = ReloadHistory()
+        hub = EventHub(bus, history, max_streams=1)
+        first = hub.stream(lambda uri: True, lambda: 1)
+        await first.__anext__()
+        second = hub.stream(lambda uri: True, lambda: 1)
+        with pytest.raises(TooManyStreams):
+            await second.__anext__()
+        # A page that does not read: the queue stays bounded, and the stream says `resync` once.
+        for _ in range(1000):
+            await bus.publish(ResourcesListChanged())
+        frame = await first.__anext__()
+        assert frame.startswith("event: resync")
+        await first.aclose()  # a closed tab: its subscription and its slot go
+        assert hub.streams == 0 and len(history.listeners) == 0
+        again = hub.stream(lambda uri: True, lambda: 1)
+        await again.__anext__()
+        hub.close()  # serving stops: the stream ends
+        with pytest.raises(StopAsyncIteration):
+            await again.__anext__()
+        assert hub.streams == 0
+
+    anyio.run(main)
+
+
+# --- the parts ------------------------------------------------------------------------------------------------
+
+
+def _catalog(uris: list[str]) -> Catalog:
+    display = Display()
+    return Catalog([Entry(uri, uri.rsplit("/", 1)[-1], display) for uri in uris], [])
+
+
+def test_tree_pages_reassemble_the_catalog() -> None:
+    uris = sorted({f"{scheme}://{a}/{b}/{c}.md" for scheme in ("docs", "wiki", "a") for a in "xyz" for b in "pq"
+                   for c in range(7)} | {"docs://top.md", "plain", "urn:isbn:1", "docs://x/"})
+    catalog = _catalog(uris)
+    entries, keys = catalog.visible(None)
+    found: list[str] = []
+
+    def walk(prefix: str) -> None:
+        cursor = None
+        while True:
+            page = tree_page(entries, keys, prefix, cursor, 2)
+            for child in page.children:
+                if isinstance(child, Folder):
+                    assert child.count == len([u for u in uris if u.startswith(child.prefix)])
+                    walk(child.prefix)
+                else:
+                    found.append(child.uri)
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    walk("")
+    assert sorted(found) == uris and len(found) == len(set(found))
+
+
+def test_redaction_takes_out_credentials_and_paths() -> None:
+    text = ("GET https://bob:s3cret@example.com/x?token=abc&page=2 failed: Authorization: Bearer xyz; "
+            "password=hunter2 reading /srv/data/docs/a.md and /etc/passwd")
+    out = redact(text, {"/srv/data/docs": "<docs>"})
+    for secret in ("s3cret", "abc", "xyz", "hunter2", "/srv/data", "/etc/"):
+        assert secret not in out, out
+    assert "page=2" in out and "<docs>/a.md" in out and "…/passwd" in out
+    assert where("/srv/m/manifest.yaml", "/srv/m") == "manifest.yaml"
+    assert where("/etc/other.yaml", "/srv/m") == "other.yaml"
+    assert re.fullmatch(r"https://\*\*\*@h/", redact("https://u:p@h/"))
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("true", ConsoleSettings()), ("false", None), ("{adminScope: ops}", ConsoleSettings(admin_scope="ops")),
+    (None, None)])
+def test_server_console_setting(tmp_path: Path, value: str | None, expected: ConsoleSettings | None) -> None:
+    line = f"  console: {value}\n" if value is not None else ""
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"version: 1\nserver:\n  name: s\n{line}resources:\n  - {{uri: 'a://b', name: b, text: c}}\n")
+    assert load_manifest(manifest).server.console == expected
+
+
+@pytest.mark.parametrize("value", ["{adminScope: ''}", "{admin: ops}", "yes please", "[ops]"])
+def test_a_bad_console_setting_is_refused_where_it_is(tmp_path: Path, value: str) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"version: 1\nserver:\n  name: s\n  console: {value}\nresources:\n"
+                        "  - {uri: 'a://b', name: b, text: c}\n")
+    with pytest.raises(ManifestError) as refused:
+        load_manifest(manifest)
+    assert any(issue.line == 4 and issue.key.startswith("server.console") for issue in refused.value.issues), \
+        refused.value
+
+
+def test_replica_and_manifest_digest_are_shown_in_a_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, through the ASGI app, with a supervisor on a real change bus (not started, so not connected):
+    whoami and sources name the replica, its link state and the manifest's sha256."""
+    import hashlib
+
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.applications import Starlette
+
+    from aggregator.cluster.bus import ChangeBus
+    from aggregator.cluster.link import RedisLink
+    from aggregator.console.app import Console
+    from aggregator.http_app import transport_security
+    from aggregator.manifest.model import ClusterSettings
+    from aggregator.notify import Notifier
+    from aggregator.service import ResourceService
+    from aggregator.supervisor import Supervisor
+    from tests.console_server import TOKENS, make_folder
+
+    for name, value in TOKENS.items():
+        monkeypatch.setenv(name, value)
+    manifest = make_folder(tmp_path)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        link = RedisLink(ClusterSettings(redis="redis://:secret@127.0.0.1:1/0", prefix="console-test"), "replica-7")
+        try:
+            live = Supervisor(service, Notifier(), cluster=ChangeBus(link))
+            guard = TransportSecurityMiddleware(transport_security("127.0.0.1", 80, service.manifest.server.http))
+            app = Starlette(routes=Console(live).routes(guard))
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as http:
+                who = (await http.get("/console/api/whoami")).json()
+                sources = (await http.get("/console/api/sources")).json()
+        finally:
+            await link.aclose()
+            await service.aclose()
+        for body in (who, sources):
+            assert body["cluster"] == {"replica": "replica-7", "connected": False}
+            assert body["manifestDigest"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
+            assert "secret" not in json.dumps(body)
+
+    anyio.run(main)
+
+
+def test_reload_history_is_bounded_keeps_one_copy_of_a_repeated_refusal_and_cuts_long_diffs(tmp_path: Path) -> None:
+    from aggregator.console import history as history_module
+    from aggregator.manifest.model import ManifestIssue
+
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("version: 1\nserver: {name: s}\nresources:\n  - {uri: 'a://b', name: b, text: c}\n")
+    loaded = load_manifest(manifest)
+    history = ReloadHistory(keep_diffs=True)
+    issue = ManifestIssue(str(manifest), 3, 1, "resources", "bad")
+    history.failed(1, [issue])
+    history.failed(1, [issue])  # the supervisor retries a broken save on every check
+    assert len(history.records) == 1
+    old, new = _catalog(["a://b"]), _catalog([f"a://{i:05}" for i in range(history_module.KEPT_LINES + 5)])
+    anyio.run(history.succeeded, old, loaded, new, loaded)
+    record = history.records[-1]
+    assert record.ok and len(record.lines) == history_module.KEPT_LINES and record.more == 6
+    assert record.lines[0].text == "+ a://00000"
+    view = reload_view(record, None, True, str(manifest), limit=10)
+    assert len(view["lines"]) == 10 and view["moreLines"] == history_module.KEPT_LINES - 10 + 6
+    for i in range(history_module.KEPT_RELOADS + 5):
+        history.failed(2, error=f"failure {i}")
+    assert len(history.records) == history_module.KEPT_RELOADS
+    assert history.last(1)[0].error == f"failure {history_module.KEPT_RELOADS + 4}"
+    quiet = ReloadHistory()  # no console: no diff is computed
+    anyio.run(quiet.succeeded, old, loaded, new, loaded)
+    assert quiet.records[-1].lines == ()
+
+
+def test_an_mcp_upstream_shows_its_connection_and_reconnects(tmp_path: Path) -> None:
+    from tests.conftest import write_manifest
+    from tests.test_mcp_kind import UPSTREAM
+    from tests.test_upstream import ENV
+
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: gateway, console: true}}
+        sources:
+          up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r}, env: {ENV!r}}}
+        templates:
+          - {{uriTemplate: "wiki://static/{{name}}", name: static, source: up, path: "static-{{name}}"}}
+        """)
+    with serve(tmp_path, manifest) as running:
+        read = running.get("/console/api/read", token=None, uri="wiki://static/text")
+        assert read.json()["text"] == "Hello from one"
+        [row] = running.get("/console/api/sources", token=None).json()["sources"]
+        assert (row["id"], row["kind"], row["change"]) == ("up", "mcp", "pushed")
+        assert row["upstream"]["state"] == "connected" and row["upstream"]["reconnects"] == 0

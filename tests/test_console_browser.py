@@ -1,0 +1,252 @@
+"""The console in a real browser: Playwright driving Debian's chromium, headless, against `aggregator serve --http`.
+
+Clicks through catalog -> preview -> template form -> sources -> reloads, checks that a save of the manifest updates
+the open page live (no page reload), that a token without a scope sees no hidden entry in any tab or any JSON the page
+fetched, and that axe-core finds no serious violations. Screenshots go to tests/artifacts/console/ (ignored by git).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.console_server import ADMIN, READER, Served, serve
+from tests.test_live import save
+
+CHROMIUM = os.environ.get("AGGREGATOR_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "console"
+WAIT_MS = 15_000  # generous: a wait, never a timing assertion
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need playwright (the test extra)")
+if not shutil.which(CHROMIUM):
+    pytest.skip(f"the browser tests need chromium at {CHROMIUM} (apt-get install chromium; .ci/run installs it)",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                              args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("console-browser")) as running:
+        yield running
+
+
+class Console:
+    """One signed-in console tab, recording what the page fetched from /console/api/ and what went wrong."""
+
+    def __init__(self, browser: Any, served: Served, token: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1280, "height": 800})
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.bodies: list[str] = []
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda e: self.problems.append(str(e)))
+        self.page.on("response", self._response)
+        self.page.goto(served.base + "/console")
+        self.page.fill("#token", token)
+        self.page.click("#login button[type=submit]")
+        self.page.wait_for_selector("#tree li", timeout=WAIT_MS)
+
+    def _console(self, message: Any) -> None:
+        # Refusals the page asked for (401 before signing in, 413 for a file past maxBytes) are expected; a CSP
+        # violation or a script error is not.
+        expected = ("status of 401", "status of 413")
+        if message.type == "error" and not any(e in message.text for e in expected):
+            self.problems.append(message.text)
+
+    def _response(self, response: Any) -> None:
+        if "/console/api/" in response.url and "/events" not in response.url and "/raw" not in response.url:
+            try:
+                self.bodies.append(response.text())
+            except Exception:  # noqa: BLE001 - a body the page abandoned (navigation): nothing to check
+                pass
+
+    def tab(self, name: str) -> None:
+        self.page.click(f"#tab-{name}")
+        self.page.wait_for_selector(f"#panel-{name}:not([hidden])", timeout=WAIT_MS)
+
+    def shot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def admin(browser: Any, served: Served) -> Iterator[Console]:
+    console = Console(browser, served, ADMIN)
+    try:
+        yield console
+    finally:
+        console.close()
+
+
+def test_click_through_catalog_preview_templates_sources_reloads(admin: Console) -> None:
+    page = admin.page
+    page.click('#tree button[data-prefix="docs://"]')
+    page.click('#tree button[data-prefix="docs://guides/"]')
+    page.click('#tree button[data-uri="docs://guides/intro.md"]')
+    page.wait_for_selector('#preview pre[data-language="markdown"] .tok-h', timeout=WAIT_MS)
+    assert "# Intro" in page.inner_text("#preview pre")
+    page.click('#crumbs button:text("docs://")')
+    page.click('#tree button[data-uri="docs://api.json"]')
+    page.wait_for_selector('#preview pre[data-language="json"] .tok-key', timeout=WAIT_MS)
+    admin.shot("preview")  # the README's picture (docs/console.png)
+    page.click('#tree button[data-uri="docs://table.csv"]')
+    page.wait_for_selector('#preview table[data-language="csv"] td:text("Rome, IT")', timeout=WAIT_MS)
+    page.click('#tree button[data-uri="docs://logo.png"]')
+    image = page.wait_for_selector("#preview img", timeout=WAIT_MS)
+    sync_api.expect(page.locator("#preview img")).to_have_attribute("src", re.compile("^blob:"), timeout=WAIT_MS)
+    assert image.get_attribute("alt") == "Preview of docs://logo.png"
+    page.click('#tree button[data-uri="docs://huge.txt"]')
+    error = page.wait_for_selector('[data-testid="read-error"]', timeout=WAIT_MS)
+    assert "413" in error.inner_text() and "8192" in error.inner_text()
+    # Filters narrow to a flat list; search finds by words.
+    page.fill("#f-name", "*.json")
+    page.click("#filter button[type=submit]")
+    sync_api.expect(page.locator("#tree li")).to_have_count(1, timeout=WAIT_MS)
+    sync_api.expect(page.locator('#tree button[data-uri="docs://api.json"]')).to_be_visible()
+    page.click("#filter button[type=reset]")
+    page.fill("#f-q", "setup")
+    page.click("#filter button[type=submit]")
+    sync_api.expect(page.locator("#tree li").first).to_contain_text("docs://guides/setup.md", timeout=WAIT_MS)
+    page.click("#filter button[type=reset]")
+    page.wait_for_selector('#tree button[data-prefix="docs://"]', timeout=WAIT_MS)
+    admin.shot("catalog")
+
+    admin.tab("templates")
+    field = page.locator('li[data-template="guide://{name}"] input')
+    field.fill("in")
+    page.wait_for_selector('li[data-template="guide://{name}"] datalist option[value="intro"]', state="attached",
+                           timeout=WAIT_MS)
+    field.fill("intro")
+    page.click('li[data-template="guide://{name}"] button[type=submit]')
+    page.wait_for_selector('#template-preview h2:text("guide://intro")', timeout=WAIT_MS)
+    page.wait_for_selector('#template-preview pre[data-language="markdown"]', timeout=WAIT_MS)
+    admin.shot("templates")
+
+    admin.tab("sources")
+    page.wait_for_selector('#sources tr[data-source="docs"]', timeout=WAIT_MS)
+    assert page.locator("#sources tbody tr").count() == 3
+    admin.shot("sources")
+
+    admin.tab("reloads")
+    page.wait_for_selector("#reloads li", timeout=WAIT_MS)
+    admin.shot("reloads")
+    assert admin.problems == []
+
+
+def test_a_save_updates_the_open_page_without_reloading_it(admin: Console, served: Served) -> None:
+    page = admin.page
+    page.evaluate("window.stillTheSamePage = true")
+    page.wait_for_selector('#live[data-state="live"]', timeout=WAIT_MS)
+    original = served.manifest.read_text()
+    try:
+        started = time.monotonic()
+        save(served.manifest, original.replace(
+            "resources:\n", 'resources:\n  - {uri: "fresh://news", name: news, text: "just saved"}\n'))
+        page.wait_for_selector('#tree button[data-prefix="fresh://"]', timeout=WAIT_MS)
+        seconds = time.monotonic() - started
+        admin.tab("reloads")
+        page.wait_for_selector('#reloads li[data-ok="true"] pre:has-text("+ fresh://news")', timeout=WAIT_MS)
+        assert page.evaluate("window.stillTheSamePage") is True
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "save-to-page.json").write_text(json.dumps({"seconds": round(seconds, 3)}))
+        # A broken save shows its located error, and the page keeps serving the last good catalog.
+        save(served.manifest, original.replace("collections:", "collections: 7\nbad:"))
+        page.wait_for_selector('#reloads li[data-ok="false"] li:has-text("manifest.yaml:")', timeout=WAIT_MS)
+        admin.shot("reload-refused")
+    finally:
+        save(served.manifest, original)
+        page.wait_for_selector('#reloads li[data-ok="true"] pre:has-text("- fresh://news")', timeout=WAIT_MS)
+    assert admin.problems == []
+
+
+def test_a_token_without_the_scope_sees_no_hidden_entry_in_the_page(browser: Any, served: Served) -> None:
+    reader = Console(browser, served, READER)
+    try:
+        page = reader.page
+        texts = [page.content()]
+        page.click('#tree button[data-prefix="docs://"]')
+        page.wait_for_selector('#tree button[data-uri="docs://api.json"]', timeout=WAIT_MS)
+        page.fill("#f-q", "classified plan")
+        page.click("#filter button[type=submit]")
+        page.wait_for_selector("#tree li", timeout=WAIT_MS)
+        texts.append(page.content())
+        for name in ("templates", "sources", "reloads"):
+            reader.tab(name)
+            page.wait_for_selector(f"#panel-{name} li, #panel-{name} tr", timeout=WAIT_MS)
+            texts.append(page.content())
+        assert page.locator("#viewas").is_hidden()
+        # A save adding a hidden entry reaches the open page (a new generation) without showing it.
+        original = served.manifest.read_text()
+        generation = page.inner_text("#facts")
+        try:
+            save(served.manifest, original.replace("resources:\n", 'resources:\n  - {uri: "secret://memo", '
+                                                  'name: memo, text: "hush", access: {scopes: [secret]}}\n'))
+            sync_api.expect(page.locator("#facts")).not_to_have_text(generation, timeout=WAIT_MS)
+            page.wait_for_selector('#reloads li[data-ok="true"]', timeout=WAIT_MS)
+            texts.append(page.content())
+            reader.tab("catalog")
+            page.wait_for_selector("#tree li", timeout=WAIT_MS)
+            texts.append(page.content())
+        finally:
+            save(served.manifest, original)
+        reader.shot("reader")
+        for text in texts + reader.bodies:
+            assert "secret" not in text.lower().replace("secrets", ""), text[:2000]
+        assert reader.bodies, "the page fetched nothing from /console/api/"
+    finally:
+        reader.close()
+
+
+def test_an_admin_views_as_a_scope(admin: Console) -> None:
+    page = admin.page
+    assert page.locator('#tree button[data-prefix="secret://"]').count() == 1
+    page.select_option("#viewas-select", "")
+    page.select_option("#viewas-select", ",")
+    sync_api.expect(page.locator('#tree button[data-prefix="secret://"]')).to_have_count(0, timeout=WAIT_MS)
+    page.select_option("#viewas-select", "*")
+    page.wait_for_selector('#tree button[data-prefix="secret://"]', timeout=WAIT_MS)
+
+
+def test_axe_finds_no_serious_violations(admin: Console) -> None:
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    page = admin.page
+    page.click('#tree button[data-prefix="docs://"]')
+    page.click('#tree button[data-uri="docs://api.json"]')
+    page.wait_for_selector('#preview pre[data-language="json"]', timeout=WAIT_MS)
+    found: dict[str, list[str]] = {}
+    for name in ("catalog", "templates", "sources", "reloads"):
+        admin.tab(name)
+        page.wait_for_selector(f"#panel-{name} li, #panel-{name} tr", timeout=WAIT_MS)
+        results = axe.run(page)
+        serious = [f"{v['id']}: {v['help']} ({len(v['nodes'])} nodes)" for v in results.response["violations"]
+                   if v.get("impact") in ("serious", "critical")]
+        if serious:
+            found[name] = serious
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "axe.json").write_text(json.dumps(found, indent=2))
+    assert found == {}
