@@ -108,6 +108,26 @@ async def _listener(url: str, kind: str, uris: list[str], tg: Any) -> AsyncItera
         yield heard
 
 
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+def _run(main: Any, *args: Any) -> Any:
+    """anyio.run, raising the one real failure itself: a dozen nested clients' task groups would otherwise wrap
+    it deeper than the traceback printer shows."""
+    try:
+        return anyio.run(main, *args)
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if len(leaves) == 1:
+            raise leaves[0] from group
+        raise
+
+
 async def _until(condition: Any, timeout: float = 15.0) -> None:
     with anyio.fail_after(timeout):
         while not condition():
@@ -182,7 +202,7 @@ def test_polled_http_and_s3_changes_reach_every_listener_through_haproxy_exactly
                     tg.cancel_scope.cancel()
 
             with cluster(manifest, 3, tmp_path) as c:
-                anyio.run(main, c)
+                _run(main, c)
                 published = [r.metrics() for r in c.replicas]
                 streams = _long_requests(c.balancer.output())
             # HAProxy's own log: the legacy sessions' GET streams ran on every replica (modern listen requests
@@ -216,7 +236,7 @@ def _polls_over(intervals: int, count: int, folder: Path, upstream: Upstream, ur
 
     try:
         with cluster(manifest, count, folder) as c:
-            return int(anyio.run(main, c))
+            return int(_run(main, c))
     finally:
         delete_prefix(url, prefix)
 
@@ -256,7 +276,7 @@ def test_a_cold_herd_of_50_reads_through_haproxy_costs_one_upstream_get(tmp_path
                 assert sum(spread) == 50 and all(spread), spread
 
         with cluster(manifest, 3, tmp_path) as c:
-            anyio.run(main, c)
+            _run(main, c)
     assert upstream.hits["GET docs/a.md"] == 1
 
 
@@ -307,6 +327,6 @@ def test_a_redis_restart_keeps_reads_working_closes_streams_and_the_next_change_
                 tg.cancel_scope.cancel()
 
         with cluster(manifest, 3, tmp_path, env={"REDIS_URL": redis.url}) as c:
-            anyio.run(main, c)
+            _run(main, c)
         print(f"redis restart: {reads[0]} reads through HAProxy, {len(failures)} failed")
         assert failures == [] and reads[0] > 20
