@@ -1,16 +1,12 @@
-"""Redis for cluster tests: the shared one on 127.0.0.1:6379 under a unique key prefix, or a private redis-server
-on a free port for tests that pause, kill or restart it (never the shared one)."""
+"""The shared Redis on 127.0.0.1:6379 for cluster tests: a unique key prefix per test, its keys deleted after, and
+a skip saying why when it is absent. Tests that pause, kill or restart Redis use `tests.replicas.redis_server()`
+(a redis-server of their own on a free port), never this one."""
 
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import socket
-import subprocess
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -27,19 +23,21 @@ def _answers(port: int) -> bool:
 
 
 def require_shared() -> str:
-    """The shared Redis URL, or skip saying why."""
+    """The shared Redis URL, or skip saying why (CI turns the skip into a failure)."""
     if importlib.util.find_spec("redis") is None:
         pytest.skip("redis-py is not installed: pip install 'mcp-aggregator[cluster]'")
     if not _answers(6379):
-        pytest.skip("no Redis answers on 127.0.0.1:6379 (the cluster tests need one)")
+        pytest.skip("no Redis answers on 127.0.0.1:6379 (apt-get install redis-server): the cluster tests need one")
     return SHARED
 
 
 def unique_prefix() -> str:
+    """A key prefix no other test (or helper sharing this Redis) uses."""
     return f"test-{uuid.uuid4().hex}"
 
 
 def delete_prefix(url: str, prefix: str) -> None:
+    """Delete every key under `prefix`."""
     import redis
 
     client = redis.Redis.from_url(url, socket_timeout=5)
@@ -49,53 +47,3 @@ def delete_prefix(url: str, prefix: str) -> None:
             client.delete(*keys)
     finally:
         client.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of this test's own, to pause, kill and start again on the same port."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not _answers(self.port):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the private redis-server did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(10)
-            self.process = None
-
-    def cli(self, *args: str) -> str:
-        return subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True,
-                              timeout=10, check=True).stdout
-
-
-@contextmanager
-def private_redis() -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        pytest.skip("redis-server/redis-cli are not installed (apt-get install redis-server)")
-    server = PrivateRedis()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()

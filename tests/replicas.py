@@ -377,12 +377,19 @@ class RedisServer:
         if not reply.startswith(b"+OK"):
             raise AssertionError(f"CLIENT PAUSE answered {reply!r}")
 
+    def cli(self, *args: str) -> str:
+        """redis-cli against this server: its output (e.g. `CLIENT KILL TYPE pubsub`, `PUBSUB NUMSUB ch`)."""
+        binary = find_binary("redis-cli", "/usr/bin/redis-cli")
+        return subprocess.run([binary, "-p", str(self.port), *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout
+
     def kill(self) -> None:
         """SIGKILL: Redis gone at once, connections reset."""
         if self.process is not None:
             _stop(self.process, signal.SIGKILL)
 
     def stop(self) -> None:
+        """SIGTERM (a clean shutdown); `start()` brings it back on the same port."""
         if self.process is not None:
             _stop(self.process)
 
@@ -390,6 +397,7 @@ class RedisServer:
 @contextmanager
 def redis_server(logs: Path) -> Iterator[RedisServer]:
     """A started RedisServer, stopped on the way out (whatever the test did to it)."""
+    find_binary("redis-server", "/usr/bin/redis-server")
     server = RedisServer(free_port(), logs / "redis.log")
     try:
         server.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -11,7 +12,8 @@ from aggregator.cluster.bus import MAX_EVENT_BYTES, ChangeBus, ChangeEvent
 from aggregator.cluster.leases import DATA, PollLeases
 from aggregator.cluster.link import RedisLink
 from aggregator.manifest.model import ClusterSettings
-from tests.cluster_redis import delete_prefix, private_redis, require_shared, unique_prefix
+from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
+from tests.replicas import redis_server
 
 
 @pytest.fixture
@@ -123,8 +125,8 @@ def test_a_big_change_is_published_in_parts_that_are_accepted(settings: ClusterS
     anyio.run(main)
 
 
-def test_publish_never_raises_when_redis_is_gone() -> None:
-    with private_redis() as redis:
+def test_publish_never_raises_when_redis_is_gone(tmp_path: Path) -> None:
+    with redis_server(tmp_path) as redis:
         settings = ClusterSettings(redis=redis.url, prefix=unique_prefix(), timeout=0.3)
         redis.stop()
 
@@ -141,10 +143,11 @@ def test_publish_never_raises_when_redis_is_gone() -> None:
         anyio.run(main)
 
 
-def test_the_subscriber_restarts_after_its_connection_is_killed(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_subscriber_restarts_after_its_connection_is_killed(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     """CLIENT KILL TYPE pubsub on a private Redis: the supervised subscriber counts a restart, reconnects, runs
     the reconnect callbacks once, and delivers events again."""
-    with private_redis() as redis:
+    with redis_server(tmp_path) as redis:
         settings = ClusterSettings(redis=redis.url, prefix=unique_prefix(), timeout=0.5)
 
         async def main() -> None:

@@ -3,16 +3,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 import warnings
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +15,12 @@ from mcp import Client
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.subscriptions import ResourceUpdated
 
-from tests.cluster_redis import delete_prefix, free_port, private_redis, require_shared, unique_prefix
+from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
 from tests.conftest import write_manifest
 from tests.http_server import Upstream, serve
+from tests.replicas import Replica, redis_server, replicas
 from tests.test_live import Inbox
 
-ROOT = Path(__file__).resolve().parents[1]
 INTERVAL = 0.3  # the source's poll interval, seconds
 URI = "api://a"
 
@@ -42,60 +36,6 @@ def _manifest(folder: Path, upstream: Upstream, redis: str, prefix: str) -> Path
         resources:
           - {{uri: "{URI}", name: a, source: api, path: docs/a.md}}
         """)
-
-
-class Replica:
-    def __init__(self, manifest: Path, log: Path) -> None:
-        self.port = free_port()
-        self.log = log.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(self.port)],
-            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=self.log)
-        deadline = time.monotonic() + 20
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    break
-            assert self.process.poll() is None and time.monotonic() < deadline, "replica did not start"
-            time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def health(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as answer:
-            return json.load(answer)  # type: ignore[no-any-return]
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as answer:
-            return answer.read().decode()  # type: ignore[no-any-return]
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-
-
-@contextmanager
-def replicas(manifest: Path, count: int, folder: Path) -> Iterator[list[Replica]]:
-    started: list[Replica] = []
-    try:
-        for i in range(count):
-            started.append(Replica(manifest, folder / f"replica{i}.log"))
-        yield started
-    finally:
-        for replica in started:
-            replica.stop()
 
 
 class Listeners:
@@ -210,7 +150,7 @@ def test_a_polled_change_reaches_every_replica_once_and_one_replica_polls(tmp_pa
 def test_redis_paused_or_killed_keeps_serving_then_streams_close_and_recover(tmp_path: Path) -> None:
     """A private redis-server: CLIENT PAUSE, then kill: reads keep working, /healthz says disconnected; when it is
     back the replica reconnects, closes its listen streams (clients re-listen) and tells legacy sessions."""
-    with serve() as upstream, private_redis() as redis:
+    with serve() as upstream, redis_server(tmp_path) as redis:
         manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix())
         with replicas(manifest, 1, tmp_path) as (replica,):
             async def main() -> None:
@@ -220,7 +160,7 @@ def test_redis_paused_or_killed_keeps_serving_then_streams_close_and_recover(tmp
                     async with Client(replica.url, mode="auto", cache=None) as client:
                         assert (await client.read_resource(URI)).contents[0].text == upstream.body
 
-                        await anyio.to_thread.run_sync(redis.cli, "CLIENT", "PAUSE", "4000", "ALL")
+                        await anyio.to_thread.run_sync(redis.pause, 4000)
                         await _until(lambda: not replica.health()["cluster"]["connected"])
                         # Alone, the replica polls for its own subscribers: a change still arrives.
                         upstream.etag, upstream.body = '"v2"', "# A\n\nwhile paused\n"

@@ -5,13 +5,6 @@ own sources and its own local cache, as separate processes would have."""
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,40 +18,26 @@ from aggregator.cluster.shared_cache import MAGIC, SharedContent
 from aggregator.content import Content
 from aggregator.service import ResourceService
 from tests.conftest import write_manifest
+from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
 from tests.http_server import Upstream, serve
+from tests.replicas import RedisServer, free_port, redis_server
+from tests.replicas import replicas as serve_replicas
 
-ROOT = Path(__file__).resolve().parents[1]
-REDIS = ("127.0.0.1", 6379)
 TOKEN = "tok-s3cr3t-123"
 
 
-def _reachable(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(1)
-        return probe.connect_ex((host, port)) == 0
-
-
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    """The shared Redis; every key this test's replicas wrote is deleted afterwards (their prefix is unique)."""
-    if not _reachable(*REDIS):
-        pytest.skip("the shared cache tests need Redis on 127.0.0.1:6379 (apt install redis-server)")
-    yield "redis://127.0.0.1:6379/0"
+def redis_url() -> str:
+    """The shared Redis (skip saying why without it)."""
+    return require_shared()
 
 
 @pytest.fixture
 def prefix(redis_url: str) -> Iterator[str]:
-    import redis
-
-    name = f"test-{uuid.uuid4().hex}"
+    """A unique key prefix; every key this test's replicas wrote under it is deleted afterwards."""
+    name = unique_prefix()
     yield name
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    try:
-        keys = list(client.scan_iter(match=f"{name}:*"))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+    delete_prefix(redis_url, name)
 
 
 @pytest.fixture
@@ -332,45 +311,18 @@ def test_key_names_and_values_hold_no_url_path_or_secret(tmp_path: Path, upstrea
         client.close()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
-def own_redis() -> Iterator[tuple[int, list[subprocess.Popen[bytes]]]]:
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private redis-server on a free port (the test kills and restarts it: never the shared one)."""
-    server = "/usr/bin/redis-server"
-    if not os.path.exists(server):
-        pytest.skip("needs redis-server (apt install redis-server) for a private Redis the test can kill")
-    port = free_port()
-    processes: list[subprocess.Popen[bytes]] = []
-    processes.append(start_redis(port))
-    try:
-        yield port, processes
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
-
-
-def start_redis(port: int) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(["/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not _reachable("127.0.0.1", port):
-        assert time.monotonic() < deadline, "redis-server did not start"
-        time.sleep(0.02)
-    return process
+    with redis_server(tmp_path) as server:
+        yield server
 
 
 def test_redis_down_reads_still_work_errors_counted_outage_logged_once(
-        tmp_path: Path, upstream: Upstream, own_redis: tuple[int, list[subprocess.Popen[bytes]]],
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, upstream: Upstream, own_redis: RedisServer, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shared_cache, "RETRY_AFTER", 0.2)
-    port, processes = own_redis
+    port = own_redis.port
     paths = three(tmp_path, upstream, f"redis://127.0.0.1:{port}/0", "test")
     caplog.set_level(logging.INFO, logger="aggregator.cluster.shared_cache")
 
@@ -381,8 +333,7 @@ def test_redis_down_reads_still_work_errors_counted_outage_logged_once(
         async with replicas(*paths[:2]) as (a, b):
             await a.read("api://a")
             assert shared(a).stores == 1
-            processes[0].send_signal(signal.SIGKILL)
-            processes[0].wait(10)
+            own_redis.kill()
             for _ in range(5):  # over several retry windows: each retry fails again, the outage is logged once
                 b.cache.clear()
                 assert (await b.read("api://a")).content.text == upstream.body
@@ -390,7 +341,7 @@ def test_redis_down_reads_still_work_errors_counted_outage_logged_once(
             assert shared(b).errors >= 2 and not shared(b).available
             assert len(outage_lines()) == 1 and f"127.0.0.1:{port}" in outage_lines()[0]
             assert "redis://" not in outage_lines()[0]
-            processes.append(start_redis(port))  # back, empty
+            own_redis.start()  # back, empty
             # A connection Redis dropped may fail the first call after the restart; the next retry reconnects.
             for service, done in ((b, lambda: shared(b).stores == 1), (a, lambda: shared(a).hits == 1)):
                 with anyio.fail_after(10):
@@ -427,25 +378,14 @@ def test_three_serve_replicas_answer_a_cold_herd_of_50_reads_with_one_upstream_g
         tmp_path: Path, upstream: Upstream, redis_url: str, prefix: str) -> None:
     """End to end: three `serve --http` processes on one Redis, 50 concurrent reads spread over them through the
     official client (one replica on the legacy wire, two on the modern one)."""
-    import httpx2 as httpx
     from mcp import Client
 
     path = manifest(tmp_path, upstream, redis_url, prefix)
-    ports = [free_port() for _ in range(3)]
-    processes = [subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(path), "--http", str(port)],
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
-                 for port in ports]
-    try:
-        deadline = time.monotonic() + 30
-        for port in ports:
-            while not _reachable("127.0.0.1", port):
-                assert time.monotonic() < deadline, "a replica did not start"
-                time.sleep(0.05)
-
+    with serve_replicas(path, 3, tmp_path) as group:
         async def main() -> None:
-            async with (Client(f"http://127.0.0.1:{ports[0]}/mcp", mode="legacy", cache=None) as one,
-                        Client(f"http://127.0.0.1:{ports[1]}/mcp", mode="auto", cache=None) as two,
-                        Client(f"http://127.0.0.1:{ports[2]}/mcp", mode="auto", cache=None) as three):
+            async with (Client(group[0].url, mode="legacy", cache=None) as one,
+                        Client(group[1].url, mode="auto", cache=None) as two,
+                        Client(group[2].url, mode="auto", cache=None) as three):
                 clients = (one, two, three)
                 texts: list[str] = []
 
@@ -459,18 +399,9 @@ def test_three_serve_replicas_answer_a_cold_herd_of_50_reads_with_one_upstream_g
                 assert texts == [upstream.body] * 50
 
         anyio.run(main)
-        scraped = [httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text for port in ports]
+        scraped = [replica.metrics() for replica in group]
         assert all('aggregator_shared_cache_total{result="hit"}' in text for text in scraped)
         assert sum('aggregator_shared_cache_total{result="store"} 1.0' in text for text in scraped) == 1
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
     assert upstream.hits["GET docs/a.md"] == 1
 
 
@@ -545,13 +476,10 @@ def test_local_folders_are_never_shared(tmp_path: Path, redis_url: str, prefix: 
 
 
 def test_a_paused_redis_delays_reads_by_its_timeout_and_never_fails_them(
-        tmp_path: Path, upstream: Upstream, own_redis: tuple[int, list[subprocess.Popen[bytes]]],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, upstream: Upstream, own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """`CLIENT PAUSE`: Redis accepts but does not answer; each call gives up after `timeout` and the read goes on."""
-    port, _ = own_redis
-    paths = three(tmp_path, upstream, f"redis://127.0.0.1:{port}/0", "test", timeout="200ms")
-    subprocess.run(["redis-cli", "-p", str(port), "CLIENT", "PAUSE", "5000", "ALL"], check=True, timeout=10,
-                   stdout=subprocess.DEVNULL)
+    paths = three(tmp_path, upstream, own_redis.url, "test", timeout="200ms")
+    own_redis.pause(5000)
 
     async def main() -> None:
         async with replicas(*paths[:2]) as (a, b):
