@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecurityMiddleware
 
     from aggregator.cluster.bus import ChangeBus
+    from aggregator.notify import Notifier
     from aggregator.service import ResourceService
 
 __all__ = ["Figures", "Metrics", "metrics_route"]
@@ -50,6 +51,9 @@ class Figures(Protocol):
 
     @property
     def cluster(self) -> ChangeBus | None: ...
+
+    @property
+    def notifier(self) -> Notifier: ...
 
     def cluster_health(self) -> dict[str, object] | None: ...
 
@@ -197,6 +201,11 @@ class _LiveCollector:
         yield reconnects
         yield GaugeMetricFamily("aggregator_catalog_generation", "Generation of the catalog being served.",
                                 value=service.catalog.generation)
+        notifier = self.live.notifier
+        yield GaugeMetricFamily("aggregator_listen_streams", "Open subscriptions/listen streams (modern wire).",
+                                value=notifier.listen_streams)
+        yield GaugeMetricFamily("aggregator_legacy_sessions", "Legacy sessions that hear list_changed and updated.",
+                                value=notifier.legacy_sessions)
         yield GaugeMetricFamily("aggregator_catalog_resources", "Resources listed by the catalog.",
                                 value=len(service.catalog))
         manifest = GaugeMetricFamily("aggregator_manifest_info", "1, labelled with the sha256 of the manifest's "

@@ -146,6 +146,11 @@ class Notifier:
     def legacy_sessions(self) -> int:
         return len(self._sessions)
 
+    @property
+    def listen_streams(self) -> int:
+        """Modern `subscriptions/listen` streams open now."""
+        return len(self._listens)
+
     async def list_changed(self) -> None:
         self.sent_list_changed += 1
         for session in list(self._sessions.values()):

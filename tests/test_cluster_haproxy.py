@@ -153,8 +153,7 @@ def _per_replica(c: Cluster, method: str) -> list[float]:
 async def _spread_listeners(c: Cluster, uris: list[str], tg: Any, stack: AsyncExitStack) -> list[Heard]:
     """Legacy sessions through HAProxy until every replica's /metrics counts a subscribe (at least 3; each session's
     initialize is balanced round-robin, the rest sticks), then 3 modern listen streams one after another (each
-    client's requests round-robin, so the 3 streams land on 3 replicas: `_listens_per_replica` checks it once they
-    are closed, as a stream's request is counted when it ends)."""
+    client's requests round-robin, so the 3 streams land on 3 replicas: each replica's open-stream gauge says so)."""
     heard: list[Heard] = []
     for n in range(9):
         heard.append(await stack.enter_async_context(_listener(c.url, "legacy", uris, tg)))
@@ -165,7 +164,15 @@ async def _spread_listeners(c: Cluster, uris: list[str], tg: Any, stack: AsyncEx
         raise AssertionError(f"legacy sessions not spread over 3 replicas: {subscribes}")
     for _ in range(3):
         heard.append(await stack.enter_async_context(_listener(c.url, "modern", uris, tg)))
-    print(f"{len(heard)} listeners; legacy subscribes per replica {subscribes}")
+    streams: list[float] = []
+
+    def open_streams() -> bool:
+        streams[:] = [metric_sum(r.metrics(), "aggregator_listen_streams") for r in c.replicas]
+        return sum(streams) == 3
+
+    await _until(open_streams)  # each stream is counted once its request reached the replica
+    print(f"{len(heard)} listeners; legacy subscribes per replica {subscribes}; listen streams {streams}")
+    assert all(streams), f"modern listen streams not spread over 3 replicas: {streams}"
     return heard
 
 
@@ -205,8 +212,7 @@ def test_polled_http_and_s3_changes_reach_every_listener_through_haproxy_exactly
                 _run(main, c)
                 published = [r.metrics() for r in c.replicas]
                 streams = _long_requests(c.balancer.output())
-            # HAProxy's own log: the legacy sessions' GET streams ran on every replica (modern listen requests
-            # are not in aggregator_requests_total, so their spread rests on round-robin: 3 clients in a row).
+            # HAProxy's own log: the legacy sessions' GET streams ran on every replica.
             print(f"long-lived streams per HAProxy server: {streams}")
             assert {server for _, server in streams} == {"replica1", "replica2", "replica3"}, streams
             events = [metric_sum(m, "aggregator_cluster_events_total", direction="published") for m in published]
