@@ -421,7 +421,7 @@ def section(results: dict[str, Any], command: str) -> str:
               "requests | failed reads |", "|---|---|---|---|---|---|---|"]
     for u in results["upstream"]:
         lines.append(f"| {u.label.removeprefix('shared cache ')} | {u.reads:,} | {u.files:,} | {u.gets:,} | "
-                     f"{u.gets * 1000 / u.reads:.0f} | {u.other} | {u.failed} |")
+                     f"{u.gets * 1000 / u.reads:,.0f} | {u.other} | {u.failed} |")
     digest = results["digest"]
     lines += ["", "Manifest edit -> every replica's /healthz reporting the same new `manifest.sha256` (3 replicas "
               "hot-reloading the one file they share, `reloadSettle: 0s`, /healthz polled every 10 ms):", "",
@@ -434,8 +434,8 @@ def _reading(results: dict[str, Any]) -> str:
     """The paragraph reading the figures (written from them, so it stays true on a rerun)."""
     med = {name: {f: statistics.median(getattr(x, f) for x in loads) for f in ("reads_per_s", "server_cpu_ms")}
            for name, loads in results["throughput"].items()}
-    direct, one, three = (med["1 replica, direct"], med["1 replica behind HAProxy"],
-                          med["3 replicas behind HAProxy"])
+    direct, workers, one, three = (med["1 replica, direct"], med["1 replica, --workers 2, direct"],
+                                   med["1 replica behind HAProxy"], med["3 replicas behind HAProxy"])
     fans = {fan.streams: fan for fan in results["fan_out"]}
     small, large = fans[min(fans)], fans[max(fans)]
     on, off = (next(u for u in results["upstream"] if u.label.endswith(state)) for state in ("on", "off"))
@@ -447,7 +447,11 @@ def _reading(results: dict[str, Any]) -> str:
         f"{one['server_cpu_ms']:.2f} ms), i.e. {direct['server_cpu_ms'] / three['server_cpu_ms']:.2f}x the "
         "efficiency. A replica is one Python process, so a second one can use the second core, and that is all "
         "the extra reads/s are; the balancer and the extra processes cost CPU that more cores would pay from idle "
-        "ones, and this run says nothing about how far replicas scale. A change on the polled "
+        "ones, and this run says nothing about how far replicas scale. On one host, `--workers 2` (no balancer: "
+        f"the kernel spreads connections over the forks) serves {workers['reads_per_s']:,.0f} reads/s, "
+        f"{workers['reads_per_s'] / three['reads_per_s']:.2f}x the 3 replicas behind HAProxy, at "
+        f"{workers['server_cpu_ms']:.2f} ms per read: replicas are for more hosts and rolling deploys, not for "
+        "more cores of one host. A change on the polled "
         f"source reached {small.streams:,} streams {_p(small.from_poll_ms, 0.5):.0f} ms (p50) after the lease "
         f"holder's detecting poll and {large.streams:,} streams {_p(large.from_poll_ms, 0.5):.0f} ms after it (the "
         f"last of the {large.streams:,} {_p(large.spreads_ms, 0.5):.0f} ms after the first, with the load "
