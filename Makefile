@@ -64,7 +64,7 @@ bench: $(BENCH_STAMP) $(FASTMCP)  ## quick benchmarks against the named peers (u
 	$(BIN)/python -m benchmarks.cold_reads --rounds 3 --reads 500 --modes auto
 	$(BIN)/python -m benchmarks.replicas --seconds 2 --rounds 10
 
-bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source, reliability, search and console figures
+bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs each; live-reload, remote-source, replicas-on-Redis, reliability, search and console figures
 	$(BIN)/python -m benchmarks.run --full
 	$(BIN)/python -m benchmarks.templates --repeat 3 --reads 2000 --budget 8
 	$(BIN)/python -m benchmarks.live --rounds 20
@@ -72,6 +72,7 @@ bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs
 	$(BIN)/python -m benchmarks.http_load --rounds 5 --seconds 5
 	$(BIN)/python -m benchmarks.cold_reads --rounds 5 --reads 2000
 	$(BIN)/python -m benchmarks.replicas --seconds 5 --rounds 20
+	$(BIN)/python -m benchmarks.cluster
 	$(BIN)/python -m benchmarks.reliability
 	$(BIN)/python -m benchmarks.search
 	$(BIN)/python -m benchmarks.console

@@ -127,8 +127,10 @@ class Load:
     errors: int
 
 
-def drive(port: int, pid: int, in_flight: int, processes: int, seconds: float, indices: list[int]) -> Load:
-    """Keep `in_flight` reads outstanding for `seconds` from `processes` load processes."""
+def drive(port: int, pid: int | list[int], in_flight: int, processes: int, seconds: float,
+          indices: list[int]) -> Load:
+    """Keep `in_flight` reads outstanding for `seconds` from `processes` load processes; the CPU per read is that of
+    `pid` (or every pid given: replicas and their balancer) and its children."""
     processes = max(1, min(processes, in_flight))
     shares = [in_flight // processes + (1 if p < in_flight % processes else 0) for p in range(processes)]
     out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
@@ -138,7 +140,8 @@ def drive(port: int, pid: int, in_flight: int, processes: int, seconds: float, i
     for w in workers:
         w.start()
     time.sleep(max(0.0, start_at - time.time()))
-    servers = [pid, *(child.pid for child in psutil.Process(pid).children())]  # with --workers, the forks
+    tops = pid if isinstance(pid, list) else [pid]
+    servers = [p for top in tops for p in (top, *(c.pid for c in psutil.Process(top).children()))]  # --workers forks
     cpu_before = cpu_seconds(servers)
     results = [out.get(timeout=seconds + 60) for _ in workers]
     cpu_used = cpu_seconds(servers) - cpu_before

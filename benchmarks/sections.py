@@ -1,5 +1,5 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop, replicas, console) each
+benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop, replicas, cluster, console) each
 own one `## ` section of it, which they replace or append and which a rewrite of the main report keeps."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ SEARCH = "## Search: full-text index and queries"
 UPSTREAM = "## MCP upstreams: reads through one hop"
 REPLICAS = "## Replicas behind a balancer"
 CONSOLE = "## Operator console"
-SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM, REPLICAS, CONSOLE)
+CLUSTER = "## Replicas on Redis (server.cluster)"
+SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM, REPLICAS, CLUSTER, CONSOLE)
 
 
 def split(text: str) -> list[str]:
