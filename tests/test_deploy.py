@@ -76,7 +76,7 @@ def test_dockerfile_runs_as_non_root_installs_runtime_extras_and_copies_files_th
     # The extras it installs are the runtime ones, each declared in pyproject.toml; never the test extra.
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     installs = re.findall(r'pip install "\.\[([a-z,]+)\]"', " ".join(v for k, v in steps if k == "RUN"))
-    assert installs == ["remote,postgres,server,cluster"]
+    assert installs == ["remote,postgres,server,cluster,otel"]
     assert set(installs[0].split(",")) <= set(extras) - {"test", "bench"}
     # Every COPY from the build context names something in the repository, and .dockerignore does not hide it.
     ignored = [line for line in (ROOT / ".dockerignore").read_text().splitlines()
