@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.shared.subscriptions import ResourceUpdated
 
 from benchmarks.sections import DOCS, REPLICAS, write_section
-from tests.replicas import HAPROXY_CFG, Cluster, cluster, replicas
+from tests.replicas import HAPROXY_CFG, Cluster, cluster, legacy_failures, replicas
 
 MANIFEST = """version: 1
 server: {name: replicas-bench, reloadSettle: 0s}
@@ -85,24 +85,6 @@ async def _updated_latency(url: str, target: Path, rounds: int) -> list[float]:
     return latencies
 
 
-async def _legacy_failures(url: str, sessions: int = 5, calls: int = 20) -> int:
-    failed = 0
-    for _ in range(sessions):
-        left = calls
-        try:
-            async with Client(url, mode="legacy", cache=None) as client:
-                while left:
-                    left -= 1
-                    try:
-                        with anyio.fail_after(10):
-                            await client.read_resource("docs://a.md")
-                    except Exception:
-                        failed += 1
-        except Exception:
-            failed += left
-    return failed
-
-
 @contextmanager
 def _behind(root: Path, count: int, **options: Any) -> Iterator[Cluster]:
     logs = root / f"logs-{time.monotonic_ns()}"
@@ -128,16 +110,16 @@ def run(seconds: float, rounds: int) -> dict[str, Any]:
                 results["updated"][f"3 replicas behind {balancer}"] = anyio.run(_updated_latency, c.url, target,
                                                                                 rounds)
                 if balancer == "haproxy":
-                    results["legacy"]["deploy/haproxy.cfg"] = anyio.run(_legacy_failures, c.url)
+                    results["legacy"]["deploy/haproxy.cfg"] = anyio.run(legacy_failures, c.url)
                 else:
-                    results["legacy"]["deploy/nginx.conf"] = anyio.run(_legacy_failures, c.url)
+                    results["legacy"]["deploy/nginx.conf"] = anyio.run(legacy_failures, c.url)
         delayed = _without(HAPROXY_CFG, ("option http-no-delay",), root / "delayed.cfg")
         with _behind(root, 3, config=delayed) as c:
             results["updated"]["3 replicas behind haproxy without http-no-delay"] = anyio.run(
                 _updated_latency, c.url, target, rounds)
         plain = _without(HAPROXY_CFG, ("stick ", "stick-table "), root / "plain.cfg")
         with _behind(root, 3, config=plain) as c:
-            results["legacy"]["deploy/haproxy.cfg without its stick lines"] = anyio.run(_legacy_failures, c.url)
+            results["legacy"]["deploy/haproxy.cfg without its stick lines"] = anyio.run(legacy_failures, c.url)
     return results
 
 

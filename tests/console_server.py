@@ -5,10 +5,8 @@ tokens for an admin (every scope), a reader (docs) and a nobody (no scope)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +15,7 @@ from pathlib import Path
 import httpx2 as httpx
 
 from tests.conftest import PNG_BYTES
+from tests.replicas import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN = "admin-token-0123456789abcdef"
@@ -53,12 +52,6 @@ templates:
   - {uriTemplate: "guide://{name}", name: guide, title: A guide by name, source: docs, path: "guides/{name}.md"}
   - {uriTemplate: "secret://by-name/{name}", name: secret-by-name, source: secret, path: "{name}.md"}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def make_folder(folder: Path) -> Path:
@@ -104,15 +97,7 @@ def serve(folder: Path, manifest: Path | None = None, extra_env: dict[str, str] 
                                    env={**os.environ, "PYTHONPATH": str(ROOT), **TOKENS, **(extra_env or {})},
                                    stderr=sink)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    httpx.get(base + "/healthz", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise RuntimeError(log.read_text()) from None
-                    time.sleep(0.1)
+            wait_http(base + "/healthz", 60, process, log)
             yield Served(base, folder, manifest, log)
         finally:
             process.terminate()

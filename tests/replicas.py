@@ -404,3 +404,28 @@ def redis_server(logs: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+async def legacy_failures(url: str, sessions: int = 5, calls: int = 20, uri: str = "docs://a.md") -> int:
+    """`sessions` legacy sessions one after another, `calls` reads of `uri` each: how many of the calls failed (a
+    session that breaks, e.g. its initialized notification sent to a replica that does not know it, fails the calls
+    it had left)."""
+    import anyio
+    from mcp import Client
+
+    failed = 0
+    for _ in range(sessions):
+        left = calls
+        try:
+            with anyio.fail_after(60):
+                async with Client(url, mode="legacy", cache=None) as client:
+                    while left:
+                        left -= 1
+                        try:
+                            with anyio.fail_after(10):
+                                await client.read_resource(uri)
+                        except Exception:
+                            failed += 1
+        except Exception:
+            failed += left
+    return failed

@@ -22,7 +22,7 @@ from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from tests.conftest import MODES, server_params
 from tests.replicas import (DEPLOY, HAPROXY_CFG, NGINX_CONF, ROOT, cluster, find_binary, free_port, haproxy_env,
-                            nginx_config, replicas)
+                            legacy_failures, nginx_config, replicas)
 from tests.test_live import Inbox, listened
 
 KUBERNETES = DEPLOY / "kubernetes"
@@ -325,27 +325,6 @@ def test_modern_wire_round_robins_over_three_replicas(tmp_path: Path, balancer: 
     assert sum(reads) == 60 and all(n > 0 for n in reads), reads
 
 
-async def _legacy_sessions(url: str, sessions: int, calls: int) -> int:
-    """`sessions` legacy sessions one after another, `calls` reads each: how many of the calls failed (a session
-    that breaks, e.g. its initialized notification sent astray, fails the calls it had left)."""
-    failed = 0
-    for _ in range(sessions):
-        left = calls
-        try:
-            with anyio.fail_after(60):
-                async with Client(url, mode="legacy", cache=None) as client:
-                    while left:
-                        left -= 1
-                        try:
-                            with anyio.fail_after(10):
-                                await client.read_resource("docs://a.md")
-                        except Exception:
-                            failed += 1
-        except Exception:
-            failed += left
-    return failed
-
-
 def test_legacy_sessions_stick_to_their_replica_through_haproxy(tmp_path: Path) -> None:
     """100 calls over 5 legacy sessions through HAProxy: 0 fail, the sessions spread over the replicas, and a
     session's GET stream reaches its replica (a subscription's `updated` arrives)."""
@@ -362,7 +341,7 @@ def test_legacy_sessions_stick_to_their_replica_through_haproxy(tmp_path: Path) 
             assert await inbox.next(timeout=10) == ("updated", "docs://a.md")
 
     with cluster(manifest, 3, tmp_path) as c:
-        failed = anyio.run(_legacy_sessions, c.url, 5, 20)
+        failed = anyio.run(legacy_failures, c.url)
         reads = _reads(c)
         anyio.run(notified, c.url)
     print(f"haproxy, legacy: {failed} of 100 calls failed; reads per replica {reads}")
@@ -384,7 +363,7 @@ def test_round_robin_without_learned_stickiness_loses_legacy_calls(tmp_path: Pat
         plain.write_text("".join(line for line in text.splitlines(keepends=True) if line.strip() not in stick))
         chosen = {"config": plain}
     with cluster(manifest, 3, tmp_path, **chosen) as c:
-        failed = anyio.run(_legacy_sessions, c.url, 5, 20)
+        failed = anyio.run(legacy_failures, c.url)
     print(f"{balancer}, legacy: {failed} of 100 calls failed")
     assert failed > 0
 
