@@ -191,3 +191,70 @@ def test_redis_paused_or_killed_keeps_serving_then_streams_close_and_recover(tmp
             anyio.run(main)
         log = (tmp_path / "replica0.log").read_text(errors="replace")
         assert log.count("unavailable") <= 4 and "is back" in log
+
+
+def test_events_from_another_replica_reach_only_listeners_whose_token_sees_the_uri(tmp_path: Path) -> None:
+    """2 replicas with bearer auth: a change the lease holder saw reaches, on the OTHER replica (over the bus), a
+    listen stream of a token holding the scope of a hidden URI and one without it, both listening to it; only the
+    first hears the hidden URI's `updated` (the server keeps it out of the second stream)."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    url = require_shared()
+    prefix = unique_prefix()
+    hidden = "api://secret"
+    with serve() as upstream:
+        manifest = write_manifest(tmp_path, f"""
+            version: 1
+            server:
+              name: scoped-replicas
+              cluster: {{redis: "{url}", prefix: {prefix}}}
+              auth:
+                tokens:
+                  - {{name: admin, token: "${{ADMIN_TOKEN}}", scopes: [secret]}}
+                  - {{name: reader, token: "${{READER_TOKEN}}"}}
+            sources:
+              api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true,
+                     poll: {int(INTERVAL * 1000)}ms}}
+            resources:
+              - {{uri: "{URI}", name: a, source: api, path: docs/a.md}}
+              - {{uri: "{hidden}", name: s, source: api, path: docs/a.md, access: {{scopes: [secret]}}}}
+            """)
+        env = {"ADMIN_TOKEN": "admin-token-0123456789", "READER_TOKEN": "reader-token-0123456789"}
+
+        def client(replica: Replica, token: str) -> Client:
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+            return Client(streamable_http_client(replica.url, http_client=http), mode="auto", cache=None)
+
+        try:
+            with replicas(manifest, 2, tmp_path, env=env) as group:
+                async def main() -> None:
+                    heard: dict[str, list[Any]] = {"admin": [], "reader": []}
+                    async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+                        await _until(lambda: all(r.health()["cluster"]["connected"] for r in group))
+                        await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
+                        holder = _holder(group)
+                        other = next(r for r in group if r is not holder)
+                        for name, token in (("admin", env["ADMIN_TOKEN"]), ("reader", env["READER_TOKEN"])):
+                            session = await stack.enter_async_context(client(other, token))
+                            sub = await stack.enter_async_context(
+                                session.listen(resource_subscriptions=[URI, hidden]))
+
+                            async def collect(sub: Any = sub, into: list[Any] = heard[name]) -> None:
+                                async for event in sub:
+                                    into.append(event)
+
+                            tg.start_soon(collect)
+                        await anyio.sleep(INTERVAL * 4)  # interests written, the holder's first poll recorded
+                        upstream.etag, upstream.body = '"v2"', "# A\n\nchanged upstream\n"
+                        await _until(lambda: len(heard["admin"]) >= 2 and len(heard["reader"]) >= 1)
+                        await anyio.sleep(INTERVAL * 5)  # nothing else arrives
+                        assert sorted(map(repr, heard["admin"])) == sorted(map(repr, [
+                            ResourceUpdated(uri=URI), ResourceUpdated(uri=hidden)]))
+                        assert heard["reader"] == [ResourceUpdated(uri=URI)]
+                        assert 'direction="received"} 1.0' in other.metrics()  # it came over the bus
+                        tg.cancel_scope.cancel()
+
+                anyio.run(main)
+        finally:
+            delete_prefix(url, prefix)
