@@ -168,3 +168,24 @@ print("restored", flush=True)
         f"{MCP}: the private stdio claim (mcp.server.stdio._claim_fd and its diversions) changed: update "
         f"aggregator/sdk_compat.py\n{done.stderr.decode(errors='replace')}")
     assert b"stray" in done.stderr, f"{MCP}: a stray print no longer goes to stderr while fd 1 is claimed"
+
+
+def test_prometheus_client_file_helpers_the_workers_metrics_write_with_are_there(tmp_path: Path) -> None:
+    """aggregator.metrics_multiprocess writes each worker's live figures with prometheus_client's own file writer
+    (`mmap_dict.MmapedDict`, `mmap_key`, `values.MultiProcessValue`), which its docs do not promise: a file written
+    with them must read back through the documented MultiProcessCollector."""
+    import prometheus_client
+    from prometheus_client import CollectorRegistry, multiprocess, values
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+    version = f"prometheus-client {importlib.metadata.version('prometheus-client')}"
+    assert callable(getattr(values, "MultiProcessValue", None)), f"{version}: values.MultiProcessValue is gone"
+    written = MmapedDict(str(tmp_path / "gauge_livesum_1.db"))
+    try:
+        written.write_value(mmap_key("agg_probe", "agg_probe", ["a"], ["b"], "probe"), 7.0, 0.0)
+    finally:
+        written.close()
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(tmp_path))
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'agg_probe{a="b"} 7.0' in text, f"{version}: a file written by MmapedDict no longer reads back:\n{text}"
