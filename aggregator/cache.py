@@ -80,13 +80,24 @@ class ContentCache(Generic[K, V]):
                                                         getsizeof=lambda slot: slot.value.nbytes)
         self._timer = timer
         self._flights: dict[K, _Flight[V]] = {}
-        self.hits = 0
-        self.misses = 0
         self.hits_by: Counter[str] = Counter()
         self.misses_by: Counter[str] = Counter()
-        """Hits and misses by the key's `source` (keys without one count under ''), for the console."""
+        """Hits and misses by the key's `source` (keys without one count under ''): the console's per-source rates,
+        and summed, /metrics' totals."""
         self.revalidated = 0
         self.stale_served = 0
+
+    @property
+    def hits(self) -> int:
+        return sum(self.hits_by.values())
+
+    @property
+    def misses(self) -> int:
+        return sum(self.misses_by.values())
+
+    def _hit(self, key: K) -> None:
+        self.hits_by[_group(key)] += 1
+        cache_event("hit", key)
 
     @property
     def current_bytes(self) -> int:
@@ -107,9 +118,7 @@ class ContentCache(Generic[K, V]):
         while True:
             slot = self._entries.get(key)
             if slot is not None and self._timer() < slot.fresh_until:
-                self.hits += 1
-                cache_event("hit", key)
-                self.hits_by[_group(key)] += 1
+                self._hit(key)
                 return slot.value
             flight = self._flights.get(key)
             if flight is None:
@@ -118,9 +127,7 @@ class ContentCache(Generic[K, V]):
             if flight.loaded and getattr(flight.value, "private", False):
                 continue  # it depended on who asked: this caller loads its own
             if flight.loaded:
-                self.hits += 1
-                cache_event("hit", key)
-                self.hits_by[_group(key)] += 1
+                self._hit(key)
                 assert flight.value is not None  # loaded: the leader stored its value
                 return flight.value
             if flight.error is not None:
@@ -153,9 +160,8 @@ class ContentCache(Generic[K, V]):
                     cache_event("revalidated")
                     self._store(key, old.value, old.version, policy)
                     return old.value
-            self.misses += 1
-            cache_event("miss")
             self.misses_by[_group(key)] += 1
+            cache_event("miss")
             value, version = await load()
         except stale_on:
             if old is not None and self._timer() < old.stale_until:
