@@ -147,6 +147,12 @@ class Page(Generic[_Item]):
     next_cursor: str | None
 
 
+def _shown(entry: Entry) -> tuple[object, ...]:
+    """What resources/list shows of an entry."""
+    return (entry.uri, entry.name, entry.title, entry.display, entry.mime_type, entry.size,
+            entry.listed_last_modified)
+
+
 class Catalog:
     """Listed entries in URI order, templates in match order, and lookup of both."""
 
@@ -198,9 +204,12 @@ class Catalog:
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
-        return (tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.listed_last_modified)
-                      for e in self.entries),
+        return (tuple(_shown(e) for e in self.entries),
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
+
+    def listing_of(self, source: str) -> tuple[object, ...]:
+        """What resources/list shows of the entries `source` serves (the listing signature's part of them)."""
+        return tuple(_shown(e) for e in self.entries if e.source == source)
 
     def get(self, uri: str) -> Entry | None:
         return self._index.get(uri)

@@ -296,15 +296,13 @@ class ResourceService:
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
         """The backend's current version of each of `uris` that reads from `source` (None when it is gone)."""
         async with self.lease() as snapshot:
-            backend = snapshot.sources[source]
-            wanted: dict[str, str | None] = {}  # URI -> the path whose version it has (None: the query data's)
-            for uri, target in snapshot.catalog.resolve_each(uris):
-                if isinstance(target, QueryTarget) and target.source == source:
-                    wanted[uri] = None
-                elif isinstance(target, FileTarget) and target.source == source:
-                    wanted[uri] = target.path
-            versions = await backend.poll(set(wanted.values()))
+            wanted = _reads_of(snapshot.catalog, source, uris)
+            versions = await snapshot.sources[source].poll(set(wanted.values()))
         return {uri: versions[path] for uri, path in wanted.items()}
+
+    def reads_of(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
+        """Those of `uris` that read from `source`, each with the path it reads (None: the source's query data)."""
+        return _reads_of(self._snapshot.catalog, source, uris)
 
     def render_inputs(self, of: Iterable[str] | None = None) -> set[str]:
         """The URIs recent renders read: of every render, or of the renders `of` names and those they read."""
@@ -500,6 +498,16 @@ class ResourceService:
 
 
 T = TypeVar("T")
+
+
+def _reads_of(catalog: Catalog, source: str, uris: Iterable[str]) -> dict[str, str | None]:
+    wanted: dict[str, str | None] = {}
+    for uri, target in catalog.resolve_each(uris):
+        if isinstance(target, QueryTarget) and target.source == source:
+            wanted[uri] = None
+        elif isinstance(target, FileTarget) and target.source == source:
+            wanted[uri] = target.path
+    return wanted
 
 
 def _snapshot(manifest: Manifest, catalog: Catalog, sources: Mapping[str, Source],

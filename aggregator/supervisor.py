@@ -20,7 +20,6 @@ from pathlib import Path
 import anyio
 
 from aggregator.cache_keys import Forget
-from aggregator.catalog import FileTarget, QueryTarget
 from aggregator.cluster.bus import ChangeBus, ChangeEvent, Kind
 from aggregator.cluster.leases import DATA, RETRY_FRACTION, PollLeases
 from aggregator.cluster.link import source_fingerprint
@@ -425,7 +424,7 @@ class Supervisor:
         spec = self.service.manifest.sources[source]
         fingerprint = source_fingerprint(spec)
         subscribed = self.notifier.subscribed_uris()
-        mine = self._wanted(source, subscribed | self.service.render_inputs(subscribed))
+        mine = set(self.service.reads_of(source, subscribed | self.service.render_inputs(subscribed)).values())
         try:
             await self._leases.want(fingerprint, {DATA if p is None else p for p in mine}, interval)
             if not await self._leases.hold(fingerprint, interval):
@@ -456,32 +455,17 @@ class Supervisor:
             await self.apply_change(source, files, data)
             await self.cluster.publish(self._event(fingerprint, files, data, "updated"))
         if self._has_collection(source):
-            before = self._listing_of(source)
+            before = self.service.catalog.listing_of(source)
             # Only this source's entries are told: a relist also picks up other sources' changes, which their own
             # replicas see for themselves (local folders) or publish themselves.
-            if await self._relist() and self._listing_of(source) != before:
+            if await self._relist() and self.service.catalog.listing_of(source) != before:
                 await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
         return True
-
-    def _listing_of(self, source: str) -> tuple[object, ...]:
-        """What the catalog lists of `source`, as resources/list shows it."""
-        return tuple((e.uri, e.name, e.title, e.display, e.mime_type, e.size, e.listed_last_modified)
-                     for e in self.service.catalog.entries if e.source == source)
 
     def _event(self, fingerprint: str, paths: Iterable[str], data: bool, kind: Kind) -> ChangeEvent:
         assert self.cluster is not None
         return ChangeEvent(self.cluster.link.replica, self.service.manifest.digest, fingerprint,
                            tuple(sorted(paths)), data, kind)
-
-    def _wanted(self, source: str, uris: Iterable[str]) -> set[str | None]:
-        """The paths of `source` these URIs read (None: its query results)."""
-        found: set[str | None] = set()
-        for _, target in self.service.catalog.resolve_each(uris):
-            if isinstance(target, FileTarget) and target.source == source:
-                found.add(target.path)
-            elif isinstance(target, QueryTarget) and target.source == source:
-                found.add(None)
-        return found
 
     async def apply_change(self, source: str, files: set[str], data: bool) -> None:
         """These files (and, with `data`, the query results) of `source` changed: invalidate them and send
@@ -491,9 +475,8 @@ class Supervisor:
         if data:
             self.service.cache.invalidate_where(Forget.of(queries={source}))
             subscribed = self.notifier.subscribed_uris()
-            queries = {uri for uri, target in self.service.catalog.resolve_each(
-                subscribed | self.service.render_inputs(subscribed))
-                if isinstance(target, QueryTarget) and target.source == source}
+            queries = {uri for uri, path in self.service.reads_of(
+                source, subscribed | self.service.render_inputs(subscribed)).items() if path is None}
             told = (queries | self.service.rendered_dependents(queries)) & subscribed
             if told:
                 await self.notifier.updated(sorted(told))
