@@ -122,12 +122,16 @@ class Notifier:
             if uris:
                 self._subscriptions_changed()
 
-    def close(self) -> None:
+    def end_streams(self) -> None:
         """End every open listen stream gracefully (each sends its final result). Not final: the SDK's handler
         takes new streams afterwards, which is how clients re-listen after a cluster reconnect."""
         self._listen.close()
         for handler in list(self._scoped):
             handler.close()
+
+    def close(self) -> None:
+        """Serving stops: end the listen streams, and tell `close_listeners` (their own streams end too)."""
+        self.end_streams()
         for listener in self.close_listeners:
             listener()
 

@@ -521,7 +521,7 @@ class Supervisor:
         (clients listen again: the SDK's handler takes new streams after close), and tell legacy sessions."""
         remote = set(self._remote_sources())
         self.service.cache.invalidate_where(Forget.of(sources=remote))
-        self.notifier.close()
+        self.notifier.end_streams()
         await self.notifier.list_changed()
 
     def cluster_health(self) -> dict[str, object] | None:

@@ -207,3 +207,41 @@ def test_an_inbound_backlog_overflow_recovers_as_a_reconnect(tmp_path: Path, mon
     finally:
         delete_prefix(url, prefix)
     assert caplog.text.count("change events wait to be handled") == 1
+
+
+def test_a_cluster_reconnect_ends_listen_streams_but_keeps_the_console_live(tmp_path: Path) -> None:
+    """Back on the bus, the replica ends its listen streams (clients listen again) and tells list_changed; the
+    console's event hub, which shares the notifier's shutdown, must still take streams afterwards and hear it."""
+    from aggregator.console.app import Console
+    from aggregator.manifest.model import ClusterSettings
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: rejoin, console: true}
+        sources: {docs: {url: ./docs}}
+        collections: [{source: docs, glob: "*.md", uri: "docs://{path}"}]
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        link = RedisLink(ClusterSettings(redis="redis://127.0.0.1:1/0", prefix=unique_prefix()), "r")
+        try:
+            live = Supervisor(service, Notifier(), cluster=ChangeBus(link))
+            console = Console(live)
+            before = console.events.stream(lambda uri: True, lambda: 1)
+            assert (await before.__anext__()).startswith("event: hello")
+            await live._rejoined()  # what the bus runs when Redis is back
+            after = console.events.stream(lambda uri: True, lambda: 1)
+            assert (await after.__anext__()).startswith("event: hello")  # still taking streams
+            await live.notifier.list_changed()
+            with anyio.fail_after(5):
+                assert "event: catalog" in await after.__anext__()
+            await before.aclose()
+            await after.aclose()
+        finally:
+            await link.aclose()
+            await service.aclose()
+
+    anyio.run(main)
