@@ -89,6 +89,21 @@ def test_dockerfile_runs_as_non_root_installs_runtime_extras_and_copies_files_th
                 assert not any(source == i or source.startswith(i + "/") for i in ignored), source
 
 
+def test_dockerfile_build_stage_copies_what_the_package_symlinks_point_to() -> None:
+    """A symlink in a copied folder (aggregator/manifest.schema.json -> ../schemas/) dangles in the build stage
+    unless its target is copied too: the wheel then lacks the file and `aggregator validate` fails in the image."""
+    steps = [(i["instruction"], i["value"]) for i in _dockerfile().structure]
+    build = steps[:[i for i, (k, _) in enumerate(steps) if k == "FROM"][1]]
+    copied = [ROOT / source for key, value in build if key == "COPY" and not value.startswith("--from=")
+              for source in shlex.split(value)[:-1]]
+    links = [path for top in copied if top.is_dir() for path in top.rglob("*") if path.is_symlink()]
+    assert links, "expected aggregator/manifest.schema.json to be a symlink into schemas/"
+    for link in links:
+        target = link.resolve()
+        assert any(target == top or top in target.parents for top in copied), (
+            f"{link.relative_to(ROOT)} -> {target.relative_to(ROOT)}: not copied into the build stage")
+
+
 def test_dockerfile_healthcheck_answers_for_a_live_server_and_fails_for_none(tmp_path: Path) -> None:
     """The HEALTHCHECK command (Python's urllib: slim has no curl) exits 0 against a serving replica, 1 when
     nothing listens; it carries a timeout."""
