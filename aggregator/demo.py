@@ -1,4 +1,5 @@
-"""`python -m aggregator.demo MANIFEST`: what an assistant sees, through the official MCP client over stdio."""
+"""`python -m aggregator.demo MANIFEST|URL`: what an assistant sees, through the official MCP client: over stdio from
+a manifest served here, or over Streamable HTTP from a running `serve --http` (its `/mcp` URL)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 
-async def demo(manifest: str, mode: str = "auto") -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve", manifest])
+async def demo(target: str, mode: str = "auto") -> None:
+    """List `target`'s resources and templates and print the first one's body."""
+    params: str | StdioServerParameters = target
+    if not target.startswith(("http://", "https://")):
+        params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve", target])
     async with Client(params, mode=mode) as client:
         info = client.server_info
         print(f"connected to {info.name if info else '?'} over protocol {client.protocol_version}")
@@ -38,7 +42,7 @@ def main() -> None:
 
     tolerate_reader_leaving()  # `make demo | head` stops quietly
     if len(sys.argv) < 2:
-        print("usage: python -m aggregator.demo MANIFEST [legacy|auto]", file=sys.stderr)
+        print("usage: python -m aggregator.demo MANIFEST|URL [legacy|auto]", file=sys.stderr)
         raise SystemExit(2)
     anyio.run(demo, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "auto")
 

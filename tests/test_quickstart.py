@@ -252,3 +252,17 @@ def test_demo_into_a_closed_pipe_exits_quietly() -> None:
     err = process.stderr.read().decode()  # type: ignore[union-attr]
     assert process.wait(60) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_demo_reads_a_running_http_server_by_url(tmp_path: Path, mode: str) -> None:
+    """`python -m aggregator.demo http://HOST:PORT/mcp`: the same listing and first read from a server already
+    running (how `make image-check` looks inside the image), on either wire."""
+    from tests.replicas import replicas
+
+    with replicas(SAMPLE, 1, tmp_path) as (replica,):
+        shown = subprocess.run([sys.executable, "-m", "aggregator.demo", f"{replica.base}/mcp", mode],
+                               capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert shown.returncode == 0, shown.stderr
+    assert "connected to team-handbook over protocol" in shown.stdout
+    assert re.search(r"^--- handbook://docs/\S+ ---\n#", shown.stdout, re.M), shown.stdout
