@@ -14,7 +14,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 PIP_QUIET ?= -q
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check
 
-.PHONY: run test typecheck demo validate-samples bench bench-full conformance clean
+.PHONY: run test typecheck demo validate-samples bench bench-full conformance image image-check clean
 
 $(BIN)/python:  # a current pip: the one a venv starts with (23.2 on Python 3.11.7) gives up resolving the test extra
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,12 @@ bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs
 
 conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
 	PYTHON=$(BIN)/python .ci/conformance
+
+image:  ## build deploy/Dockerfile with podman on a Debian bookworm base made here by mmdebstrap (no daemon, no registry)
+	.ci/image build
+
+image-check: image $(RUN_STAMP)  ## then check inside it: size, Python packages, validate, serve --http smoke on both wires
+	PYTHON=$(BIN)/python .ci/image check
 
 clean:
 	rm -rf $(VENV) .venv-run .pytest_cache build *.egg-info
