@@ -250,7 +250,7 @@ async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, a
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from aggregator.server import resource_dict, template_dict
+    from aggregator.mcp_shapes import resource_dict, template_dict
 
     async def run() -> int:
         try:

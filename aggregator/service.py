@@ -1,58 +1,36 @@
-"""The running aggregator: the current snapshot (manifest, catalog, sources) and the content cache.
+"""The running aggregator: the current snapshot (manifest, catalog, sources), swapped whole by reloads, and what
+changes to content touch.
 
-This is what protocol handlers call; it knows nothing of MCP. Reads go snapshot -> catalog -> cache -> source,
-all on the one snapshot the read leased when it started.
+This is what protocol handlers call; it knows nothing of MCP. A read leases the current snapshot and hands it to
+`reads.reader.Reader`, which finishes on it (docs/design.md, "The read path"); a reload builds the next snapshot
+(`reload.py`) and swaps it in here.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import MappingProxyType
-from typing import TypeVar
 
 import anyio
-import anyio.to_thread
-from cachetools import LRUCache
 
-from aggregator.cache import CachePolicy, ContentCache
+from aggregator.cache import ContentCache
+from aggregator.cache_keys import CacheKey, Forget
+from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
 from aggregator.cluster.link import source_fingerprint
-from aggregator.cluster.shared_cache import SharedContent, SharedItem, shareable
-from aggregator.cache_keys import CacheKey, FileKey, Forget, QueryKey
-from aggregator.catalog import (Catalog, Entry, FileTarget, Page, QueryTarget, RenderTarget, Target, TemplateEntry,
-                                TextTarget)
+from aggregator.cluster.shared_cache import SharedContent
 from aggregator.compiler import compile_catalog
-from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
-from aggregator.errors import (ResourceCorrupt, ResourceNotFound, ResourceOverBudget, ResourceRenderFailed,
-                               ResourceTooLarge,
-                               ResourceUnavailable)
+from aggregator.content import Content
 from aggregator.manifest import load_manifest
-from aggregator.manifest.model import Defaults, Manifest, ManifestError, ManifestIssue, SourceSpec
-from aggregator.snapshot import Lease, Leases, Snapshot, SourceLimits, close_sources
-from aggregator.tracing import Span, span
-from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
+from aggregator.manifest.model import Manifest
+from aggregator.reads.reader import Reader, Served
+from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
+from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
+from aggregator.sources import Source
+from aggregator.tracing import span
 
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
-
-logger = logging.getLogger("aggregator")
-RENDER_INPUTS_KEPT = 4096
-"""Rendered URIs whose inputs are remembered (template URIs are chosen by clients: the map must be bounded)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    """A read's content with how long a client may keep it and whether it depends on who asked, all from the
-    snapshot the content came from."""
-
-    content: Content
-    ttl: float
-    """Seconds."""
-    private: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,78 +42,15 @@ class ServedPage:
     private: bool
 
 
-def _content_changed(old: Catalog, new: Catalog, replaced: set[str]) -> set[str]:
-    """Listed URIs in both catalogs whose content now comes from elsewhere (other text, file or source)."""
-    changed = set()
-    for entry in new.entries:
-        before = old.get(entry.uri)
-        if before is not None and ((before.source, before.path, before.text, before.decompress)
-                                   != (entry.source, entry.path, entry.text, entry.decompress)
-                                   or entry.source in replaced):
-            changed.add(entry.uri)
-    return changed
-
-
-class SuspiciousReload(Exception):
-    """A guarded reload would remove every resource of sources the new manifest still declares, or empty the
-    catalog: what a half-written save looks like. Nothing was swapped."""
-
-    def __init__(self, sources: tuple[str, ...]) -> None:
-        self.sources = sources
-        """The still-declared sources left without a resource; empty when the catalog as a whole would be empty."""
-        what = f"source(s) {', '.join(map(repr, sources))}" if sources else "the catalog"
-        super().__init__(f"the reload would remove every resource of {what}")
-
-
-def _emptied_sources(old: Catalog, new: Catalog, manifest: Manifest) -> tuple[str, ...] | None:
-    """Sources still declared in `manifest` that have resources in `old` and none in `new` (() when only the
-    catalog as a whole would become empty); None when the new catalog looks like a deliberate edit."""
-    before = {e.source for e in old.entries if e.source is not None}
-    after = {e.source for e in new.entries if e.source is not None}
-    emptied = tuple(sorted(sid for sid in before - after if sid in manifest.sources))
-    if emptied:
-        return emptied
-    return () if len(old) and not len(new) else None
-
-
-def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
-    """Equal but for where the manifest wrote them."""
-    return replace(a, where=b.where, key=b.key) == b
-
-
-def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[str, Source]:
-    """Open every declared source but those in `skip`; ManifestError locating each one that cannot be opened."""
-    sources: dict[str, Source] = {}
-    issues: list[ManifestIssue] = []
-    for spec in manifest.sources.values():
-        if spec.id in skip:
-            continue
-        try:
-            sources[spec.id] = open_source(spec)
-        except SourceError as exc:
-            issues.append(ManifestIssue(spec.where.file, spec.where.line, spec.where.col, f"{spec.key}.url", str(exc)))
-    if issues:
-        raise ManifestError(issues)
-    return sources
-
-
 class ResourceService:
     """Serves one manifest: listing pages, template pages and reads, each from one snapshot."""
 
     def __init__(self, manifest: Manifest, sources: Mapping[str, Source], catalog: Catalog,
                  cache: ContentCache[CacheKey, Content] | None = None) -> None:
-        self._snapshot = _snapshot(manifest, catalog, sources, {sid: catalog.generation for sid in sources})
+        self._snapshot = build_snapshot(manifest, catalog, sources, {sid: catalog.generation for sid in sources})
         self._leases = Leases()
         self._swapping = anyio.Lock()
-        self.cache: ContentCache[CacheKey, Content] = cache if cache is not None else ContentCache(manifest.defaults.cache_bytes)
-        self.source_errors: Counter[str] = Counter()
-        """Failed backend calls per source id, since start (for /metrics)."""
-        self.last_source_error: dict[str, tuple[float, str]] = {}
-        """Per source id, when (time.time()) and why its last backend call failed (operator detail: the console)."""
-        self._render_inputs: LRUCache[str, tuple[frozenset[str], bool]] = LRUCache(maxsize=RENDER_INPUTS_KEPT)
-        """Rendered URI -> (URIs its last render read, whether it listed resources): who to tell when those change."""
-        self.shared: SharedContent | None = None
-        """The cluster's shared content cache (server.cluster), under this replica's own cache; None: off."""
+        self._reader = Reader(cache if cache is not None else ContentCache(manifest.defaults.cache_bytes))
         self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
         """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
         swapped in (the search index follows both)."""
@@ -157,6 +72,32 @@ class ResourceService:
         reload dropped that reads still held."""
         await self._leases.close_all()
         await close_sources(self._snapshot.sources.values())
+
+    # --- what reads share (kept by the reader) ------------------------------------------------------------
+
+    @property
+    def cache(self) -> ContentCache[CacheKey, Content]:
+        """This replica's content cache, shared by every read."""
+        return self._reader.caches.cache
+
+    @property
+    def shared(self) -> SharedContent | None:
+        """The cluster's shared content cache (server.cluster), under this replica's own cache; None: off."""
+        return self._reader.caches.shared
+
+    @shared.setter
+    def shared(self, shared: SharedContent | None) -> None:
+        self._reader.caches.shared = shared
+
+    @property
+    def source_errors(self) -> Counter[str]:
+        """Failed backend calls per source id, since start (for /metrics)."""
+        return self._reader.calls.errors
+
+    @property
+    def last_source_error(self) -> dict[str, tuple[float, str]]:
+        """Per source id, when (time.time()) and why its last backend call failed (operator detail: the console)."""
+        return self._reader.calls.last_error
 
     # --- the current snapshot --------------------------------------------------------------------------
 
@@ -218,34 +159,10 @@ class ResourceService:
 
     async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
         old = self._snapshot
-        # Off the event loop: includes may be URLs, and a big manifest takes seconds to check. Read with the
-        # running manifest's cap: the new file's own setting is not known before it is read.
-        manifest = await anyio.to_thread.run_sync(functools.partial(
-            load_manifest, old.manifest.path, max_bytes=old.manifest.server.max_manifest_bytes),
-            abandon_on_cancel=True)  # a shutdown does not wait for a slow include
-        kept = {sid: src for sid, src in old.sources.items()
-                if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
-        fresh = open_sources(manifest, skip=kept)
-        sources = {**kept, **fresh}
-        # Watched folders and sources that tell of their own changes keep their listings current themselves.
-        pushing = {sid for sid, src in kept.items() if src.pushes_changes}
-        still, now, before = (set(watched) | pushing) & set(kept), time.monotonic(), old.catalog
-        reuse = {key: entries for key, entries in before.collections.items() if key.source in kept and (
-            key.source in still or now - before.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
-        try:
-            catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at, before)
-        except BaseException:
-            await close_sources(fresh.values())
-            raise
-        emptied = _emptied_sources(before, catalog, manifest) if guard else None
-        if emptied is not None:
-            await close_sources(fresh.values())
-            raise SuspiciousReload(emptied)
-        epochs = {**{sid: old.epochs[sid] for sid in kept}, **{sid: catalog.generation for sid in fresh}}
-        replaced = set(old.sources) - set(kept)
-        changed = self._swap(_snapshot(manifest, catalog, sources, epochs), replaced)
-        await self._leases.retire(src for sid, src in old.sources.items() if sid in replaced)
-        return changed, _content_changed(before, catalog, replaced)
+        reloaded = await next_snapshot(old, watched, guard)
+        changed = self._swap(reloaded.snapshot, reloaded.replaced)
+        await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
+        return changed, reloaded.content_changed
 
     async def refresh_listing(self) -> bool:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
@@ -253,9 +170,9 @@ class ResourceService:
             old = self._snapshot
             with span("aggregator.relist", generation=old.generation + 1):
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
-            return self._swap(replace(old, catalog=catalog), replaced=set())
+            return self._swap(replace(old, catalog=catalog), replaced=())
 
-    def _swap(self, new: Snapshot, replaced: set[str]) -> bool:
+    def _swap(self, new: Snapshot, replaced: Collection[str]) -> bool:
         old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
         gone = old.catalog.targets() - new.catalog.targets()
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
@@ -306,28 +223,12 @@ class ResourceService:
 
     def render_inputs(self, of: Iterable[str] | None = None) -> set[str]:
         """The URIs recent renders read: of every render, or of the renders `of` names and those they read."""
-        if of is None:
-            return {uri for reads, _ in self._render_inputs.values() for uri in reads}
-        found: set[str] = set()
-        frontier = {uri for uri in of if uri in self._render_inputs}
-        while frontier:
-            reads = {uri for render in frontier for uri in self._render_inputs.get(render, ((), False))[0]}
-            frontier = {uri for uri in reads - found if uri in self._render_inputs}
-            found |= reads
-        return found
+        return self._reader.render_inputs.read_by(of)
 
     def rendered_dependents(self, changed: Iterable[str], listing_changed: bool = False) -> set[str]:
         """Rendered URIs whose last render read one of `changed` (or listed resources, when the listing changed),
         and, in turn, the renders that read those."""
-        found: set[str] = set()
-        frontier = set(changed)
-        while True:
-            more = {uri for uri, (reads, listed) in self._render_inputs.items()
-                    if uri not in found and (not reads.isdisjoint(frontier) or (listing_changed and listed))}
-            if not more:
-                return found
-            found |= more
-            frontier, listing_changed = more, False
+        return self._reader.render_inputs.dependents(changed, listing_changed)
 
     def paths_by_source(self, uris: Iterable[str]) -> dict[str, set[str]]:
         """The files these URIs read, by source (URIs that name no file are left out)."""
@@ -376,128 +277,7 @@ class ResourceService:
         """The content of `uri` for a caller holding `scopes` (None: trusted), with its ttl and cache scope;
         ResourceNotFound, ResourceTooLarge or ResourceUnavailable otherwise."""
         async with self.lease() as snapshot:
-            return await self._read(snapshot, uri, scopes)
-
-    async def _read(self, snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> Served:
-        target = snapshot.allowed(uri, scopes)
-        match target:
-            case TextTarget():
-                content = Content(target.mime_type or "text/plain", text=target.text)
-            case RenderTarget():
-                with span("aggregator.render", uri=target.uri):
-                    content = await self._render(snapshot, target, scopes)
-            case QueryTarget():
-                content = await self._query(snapshot, target)
-            case FileTarget():
-                content = await self._file(snapshot, target)
-        ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
-        return Served(content, ttl, content.private or snapshot.private(target, scopes))
-
-    async def _file(self, snapshot: Snapshot, target: FileTarget) -> Content:
-        source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
-
-        async def load() -> tuple[Content, str | None]:
-            with _source_span("aggregator.source.read", snapshot, target, path):
-                blob = await _backend_call(target, source, lambda: source.read(path, limits.max_bytes),
-                                           self.source_errors, self.last_source_error)
-            # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
-            undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
-            data = _gunzip(target, blob.data, limits.max_bytes) if target.decompress and not undone else blob.data
-            # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
-            upstream = None if target.decompress else blob.mime_type
-            declared = target.mime_type if target.mime_declared or not upstream else upstream
-            content = decode_body(data, declared)
-            if blob.max_age is not None or blob.private:
-                content = replace(content, max_age=blob.max_age, private=blob.private)
-            return content, blob.version
-
-        async def revalidate(version: str) -> bool:
-            with _source_span("aggregator.source.version", snapshot, target, path):
-                return await _backend_call(target, source, lambda: source.version(path), self.source_errors,
-                                           self.last_source_error) == version
-
-        key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
-        shared = self._through_shared(source, load, lambda spec, cluster: cluster.file_item(
-            spec, path, target.mime_type, target.decompress, limits.max_bytes, limits.ttl), snapshot, target.source)
-        return await self.cache.get_or_load(key, limits.policy, shared, revalidate, stale_on=(ResourceUnavailable,))
-
-    def _through_shared(self, source: Source, load: Callable[[], Awaitable[tuple[Content, str | None]]],
-                        where: Callable[[SourceSpec, SharedContent], SharedItem], snapshot: Snapshot,
-                        source_id: str) -> Callable[[], Awaitable[tuple[Content, str | None]]]:
-        """`load`, or with the cluster's shared cache on and a remote source, `load` behind it: the local cache's
-        misses ask Redis first (and single-flight across replicas)."""
-        cluster = self.shared
-        if cluster is None or not shareable(source):
-            return load
-        return lambda: cluster.load(where(snapshot.manifest.sources[source_id], cluster), load)
-
-    async def _render(self, snapshot: Snapshot, target: RenderTarget, scopes: frozenset[str] | None) -> Content:
-        """Run a `render:` template; it reads other resources as the caller would (hidden ones stay hidden), from
-        the same snapshot. It runs in a worker thread within the manifest's `render:` budget (its reads come back
-        to this loop)."""
-        from aggregator.render import RenderError, RenderOverBudget, RenderTooLarge, render
-
-        template = target.render
-        read_uris: set[str] = set()
-        listed = False
-
-        async def read_text(written: str) -> str:
-            uri = template.uri(written)
-            read_uris.add(uri)
-            content = (await self._read(snapshot, uri, scopes)).content
-            if content.text is None:
-                raise RenderError(f"{uri} is binary ({content.mime_type}): only text resources can be rendered")
-            return content.text
-
-        def list_resources(prefix: str) -> list[dict[str, object]]:
-            nonlocal listed
-            listed = True
-            return [_entry_facts(e) for e in snapshot.catalog.under(template.uri(prefix), scopes)]
-
-        limit = snapshot.manifest.defaults.max_bytes
-        try:
-            text = await render(template.text, dict(target.params), read_text, list_resources, limit,
-                                snapshot.manifest.render)
-        except RenderTooLarge:
-            raise ResourceTooLarge(target.uri, limit + 1, limit) from None
-        except (RenderOverBudget, ResourceOverBudget) as exc:  # the latter: a render this one read, same budget
-            logger.warning("render %s failed: %s", target.uri, exc)
-            raise ResourceOverBudget(target.uri) from None
-        except (RenderError, ResourceRenderFailed) as exc:  # the latter: a render this one read failed by itself
-            # The template itself is wrong (an undefined name ...): permanent until the manifest changes. What failed
-            # may name another URI or a data value: the log gets it, the client a generic error.
-            reason = _render_reason(exc)
-            logger.warning("render %s failed: %s", target.uri, reason)
-            raise ResourceRenderFailed(target.uri, reason) from None
-        except (ResourceNotFound, ResourceTooLarge, ResourceUnavailable) as exc:
-            # A resource it reads is missing or down: that may pass, so the render is unavailable, not broken.
-            reason = _render_reason(exc)
-            logger.warning("render %s failed: %s", target.uri, reason)
-            raise ResourceUnavailable(target.uri, reason) from None
-        finally:
-            self._render_inputs[target.uri] = (frozenset(read_uris), listed)
-        return Content(target.mime_type or "text/markdown", text=text)
-
-    async def _query(self, snapshot: Snapshot, target: QueryTarget) -> Content:
-        source, limits = snapshot.sources[target.source], snapshot.limits[target.source]
-        run = source.query
-        # A query's values are strings or None: the catalog comma-joins lists (SQL binds scalars).
-        params = {name: value for name, value in target.params if not isinstance(value, tuple)}
-        sql, fmt = target.query, target.format
-
-        async def load() -> tuple[Content, str | None]:
-            with _source_span("aggregator.source.read", snapshot, target, None):
-                blob = await _backend_call(target, source, lambda: run(sql, params, fmt, limits.max_bytes),
-                                           self.source_errors, self.last_source_error)
-            return decode_body(blob.data, target.mime_type), None
-
-        key = QueryKey(target.source, snapshot.epochs[target.source], sql, target.params, fmt)
-        shared = self._through_shared(source, load, lambda spec, cluster: cluster.query_item(
-            spec, sql, target.params, fmt, limits.max_bytes, limits.ttl), snapshot, target.source)
-        return await self.cache.get_or_load(key, limits.policy, shared, stale_on=(ResourceUnavailable,))
-
-
-T = TypeVar("T")
+            return await self._reader.read(snapshot, uri, scopes)
 
 
 def _reads_of(catalog: Catalog, source: str, uris: Iterable[str]) -> dict[str, str | None]:
@@ -508,70 +288,3 @@ def _reads_of(catalog: Catalog, source: str, uris: Iterable[str]) -> dict[str, s
         elif isinstance(target, FileTarget) and target.source == source:
             wanted[uri] = target.path
     return wanted
-
-
-def _snapshot(manifest: Manifest, catalog: Catalog, sources: Mapping[str, Source],
-              epochs: Mapping[str, int]) -> Snapshot:
-    limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
-    # Read-only views: a snapshot is shared by every read that leased it.
-    return Snapshot(manifest, catalog, MappingProxyType(dict(sources)), MappingProxyType(limits),
-                    MappingProxyType(dict(epochs)))
-
-
-def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
-    ttl = spec.ttl if spec.ttl is not None else defaults.ttl
-    return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
-                        CachePolicy(ttl, spec.stale_if_error))
-
-
-def _source_span(name: str, snapshot: Snapshot, target: FileTarget | QueryTarget, path: str | None) -> Span:
-    """A span for one backend call: source id and kind, the path, the URI (never the source's URL or content)."""
-    return span(name, source_id=target.source, source_kind=snapshot.manifest.sources[target.source].kind, path=path,
-                uri=target.uri)
-
-
-async def _backend_call(target: FileTarget | QueryTarget, source: Source, call: Callable[[], Awaitable[T]],
-                        errors: Counter[str], last: dict[str, tuple[float, str]]) -> T:
-    """Run one backend call; its failures become client-safe errors naming the URI, details go to the log.
-    Failures other than not-found are counted per source in `errors`, and the last one kept in `last`."""
-    try:
-        return await call()
-    except (SourceNotFound, SourceUnsupported) as exc:
-        logger.info("read %s: not found (%s)", target.uri, exc)
-        raise ResourceNotFound(target.uri) from None
-    except SourceTooLarge as exc:
-        errors[target.source] += 1
-        last[target.source] = (time.time(), str(exc))
-        logger.warning("read %s: %s", target.uri, exc)
-        raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
-    except SourceError as exc:
-        errors[target.source] += 1
-        last[target.source] = (time.time(), f"{source.describe()}: {exc}")
-        logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
-        raise ResourceUnavailable(target.uri, f"{source.describe()}: {exc}") from None
-
-
-def _render_reason(exc: Exception) -> str:
-    """Why a render failed, for the log and validate: the inner reason of a read it made, when there is one."""
-    if isinstance(exc, (ResourceRenderFailed, ResourceUnavailable)) and exc.reason:
-        # Nested renders: the innermost failure, named once rather than once per level.
-        return exc.reason if exc.reason.startswith("reading ") else f"reading {exc.uri}: {exc.reason}"
-    return exc.message if isinstance(exc, (ResourceNotFound, ResourceTooLarge, ResourceUnavailable)) else str(exc)
-
-
-def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:
-    """`data` decompressed, at most `max_bytes` of it; a bomb is too large and corrupt data a permanent error."""
-    try:
-        return gunzip(data, max_bytes)
-    except GzipTooLarge:
-        logger.warning("read %s: more than %d bytes once decompressed", target.uri, max_bytes)
-        raise ResourceTooLarge(target.uri, max_bytes + 1, max_bytes) from None
-    except GzipError as exc:
-        logger.warning("read %s: cannot decompress: %s", target.uri, exc)
-        raise ResourceCorrupt(target.uri, "it is not valid gzip data") from None
-
-
-def _entry_facts(entry: Entry) -> dict[str, object]:
-    """What a render template sees of a listed resource."""
-    return {"uri": entry.uri, "name": entry.name, "title": entry.title, "description": entry.display.description,
-            "mimeType": entry.mime_type, "size": entry.size, "lastModified": entry.last_modified}

@@ -11,17 +11,17 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 
 import anyio
 
 from aggregator.cache import CachePolicy
 from aggregator.catalog import Catalog, FileTarget, QueryTarget, RenderTarget, Target, TemplateEntry
 from aggregator.errors import ResourceNotFound
-from aggregator.manifest.model import Manifest
+from aggregator.manifest.model import Defaults, Manifest, SourceSpec
 from aggregator.sources import Source
 
-__all__ = ["Lease", "Leases", "Snapshot", "SourceLimits", "close_sources"]
+__all__ = ["Lease", "Leases", "Snapshot", "SourceLimits", "build_snapshot", "close_sources"]
 
 logger = logging.getLogger("aggregator")
 
@@ -78,6 +78,21 @@ class Snapshot:
     def listing_private(self, scopes: frozenset[str] | None) -> bool:
         """Whether a listing depends on who asks (some entry or template needs scopes)."""
         return scopes is not None and self.catalog.restricted
+
+
+def build_snapshot(manifest: Manifest, catalog: Catalog, sources: Mapping[str, Source],
+                   epochs: Mapping[str, int]) -> Snapshot:
+    """The snapshot serving `catalog` from `sources` (opened in `epochs`), each source's limits from `manifest`."""
+    limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
+    # Read-only views: a snapshot is shared by every read that leased it.
+    return Snapshot(manifest, catalog, MappingProxyType(dict(sources)), MappingProxyType(limits),
+                    MappingProxyType(dict(epochs)))
+
+
+def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:
+    ttl = spec.ttl if spec.ttl is not None else defaults.ttl
+    return SourceLimits(ttl, spec.max_bytes if spec.max_bytes is not None else defaults.max_bytes,
+                        CachePolicy(ttl, spec.stale_if_error))
 
 
 class Lease:

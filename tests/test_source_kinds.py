@@ -15,8 +15,7 @@ import pytest
 
 from aggregator.diff import diff_sources
 from aggregator.manifest import ManifestError, load_manifest, load_schema, schema_text
-from aggregator.manifest.schema_build import PUBLISHED, build_schema, dump_schema
-from aggregator.manifest.validate import published_schema
+from aggregator.manifest.schema_build import PUBLISHED, build_schema, dump_schema, published_schema
 from aggregator.sources import Setting, SourceError, SourceKind, kind_for_url, register_source_kind, source_kinds
 from aggregator.sources.registry import builtin_kinds, unregister_source_kind
 from tests.conftest import write_manifest

@@ -18,7 +18,7 @@ from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.console.history import ReloadRecord
 from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, TreePage
-from aggregator.server import resource_dict, template_dict
+from aggregator.mcp_shapes import resource_dict, template_dict
 from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 

@@ -14,16 +14,18 @@ import json
 import logging
 import sys
 from collections.abc import Iterable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from aggregator.sources.kind import SourceKind
 
-__all__ = ["COMMON_SOURCE_KEYS", "PUBLISHED", "build_schema", "dump_schema", "source_key_owners"]
+__all__ = ["COMMON_SOURCE_KEYS", "PUBLISHED", "build_schema", "dump_schema", "published_schema", "source_key_owners"]
 
 log = logging.getLogger(__name__)
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "schemas" / "manifest.schema.json"
+SCHEMA_FILE = "manifest.schema.json"
+PUBLISHED = Path(__file__).resolve().parents[2] / "schemas" / SCHEMA_FILE
 """The published schema in a source checkout."""
 
 _DURATION = {"$ref": "#/$defs/duration"}
@@ -85,8 +87,18 @@ def dump_schema(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
+def published_schema() -> dict[str, Any]:
+    """The manifest JSON Schema as shipped in the package (or, in a source checkout, from `schemas/`): the built-in
+    source kinds' keys only."""
+    try:
+        text = resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    except OSError:
+        text = PUBLISHED.read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
 def main(argv: list[str] | None = None) -> int:
-    from aggregator.manifest.validate import published_schema
     from aggregator.sources.registry import source_kinds
 
     parser = argparse.ArgumentParser(prog="python -m aggregator.manifest.schema_build",

@@ -9,8 +9,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
@@ -20,10 +18,8 @@ from aggregator.manifest.model import ManifestIssue
 from aggregator.manifest.yaml_marks import KeyPath, Marked
 from aggregator.sources.registry import registry_version, source_kinds
 
-__all__ = ["FORMAT_CHECKER", "load_schema", "published_schema", "schema_text", "validate"]
+__all__ = ["FORMAT_CHECKER", "load_schema", "schema_text", "validate"]
 
-SCHEMA_FILE = "manifest.schema.json"
-_REPO_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / SCHEMA_FILE
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 _TYPE_NAMES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
@@ -69,17 +65,6 @@ def _is_uri_template(value: object) -> bool:
     return True
 
 
-def published_schema() -> dict[str, Any]:
-    """The manifest JSON Schema as shipped in the package (or, in a source checkout, from `schemas/`): the built-in
-    source kinds' keys only."""
-    try:
-        text = resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    except OSError:
-        text = _REPO_SCHEMA.read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
 def schema_text() -> str:
     """The manifest JSON Schema: the published one with the keys of every registered source kind (the same text
     when only the built-in kinds are)."""
@@ -88,7 +73,9 @@ def schema_text() -> str:
 
 @lru_cache(maxsize=1)
 def _schema_text(version: int) -> str:
-    from aggregator.manifest.schema_build import build_schema, dump_schema
+    # Imported here: `python -m aggregator.manifest.schema_build` must find it not yet imported (this package's
+    # __init__ imports this module).
+    from aggregator.manifest.schema_build import build_schema, dump_schema, published_schema
 
     return dump_schema(build_schema(published_schema(), source_kinds().values()))
 

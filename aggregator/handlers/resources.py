@@ -1,0 +1,98 @@
+"""resources/list, resources/templates/list, resources/read and completion/complete: each a thin translation
+between the protocol and `ResourceService` (search:// reads go to `Discovery`). Over HTTP a caller sees and reads
+only entries whose `access` scopes its token holds; results that depend on the caller say `cacheScope: private`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp.types as types
+from mcp.server import ServerRequestContext
+
+from aggregator.completion import NONE as NO_COMPLETIONS
+from aggregator.completion import Completer
+from aggregator.handlers.running import run_handler, scopes_of
+from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, cache_scope, contents_dict, resource_dict,
+                                   search_result, template_dict, ttl_ms)
+from aggregator.metrics import Metrics
+from aggregator.search import Discovery
+from aggregator.service import ResourceService, ServedPage
+
+__all__ = ["ResourceHandlers"]
+
+
+class ResourceHandlers:
+    """The resources methods' handlers over one service (bound methods are what the SDK's Server calls)."""
+
+    def __init__(self, service: ResourceService, discovery: Discovery, metrics: Metrics | None) -> None:
+        self.service, self.discovery, self.metrics = service, discovery, metrics
+        self.completer = Completer()
+
+    async def list_resources(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                             ) -> dict[str, Any]:
+        cursor = params.cursor if params else None
+
+        async def body() -> dict[str, Any]:
+            served = self.service.list_page(cursor, scopes_of(ctx))
+            return _listing([resource_dict(e) for e in served.page.items], "resources", served)
+
+        return await run_handler(ctx, None, body, self.metrics)
+
+    async def list_templates(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+                             ) -> dict[str, Any]:
+        cursor = params.cursor if params else None
+
+        async def body() -> dict[str, Any]:
+            served = self.service.template_page(cursor, scopes_of(ctx))
+            items = [template_dict(t) for t in served.page.items]
+            if served.page.next_cursor is None and self.discovery.template_offered():
+                items.append(SEARCH_TEMPLATE_DICT)
+            return _listing(items, "resourceTemplates", served)
+
+        return await run_handler(ctx, None, body, self.metrics)
+
+    async def read_resource(self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+                            ) -> dict[str, Any]:
+        uri = str(params.uri)
+        service, discovery = self.service, self.discovery
+
+        async def body() -> dict[str, Any]:
+            scopes = scopes_of(ctx)
+            if discovery.is_search_uri(uri):
+                q, prefix, limit = discovery.parse_search_uri(uri)
+                hits = await discovery.search(q, scopes, prefix=prefix, limit=limit)
+                text = json.dumps(search_result(q, hits), ensure_ascii=False)
+                return {"contents": [{"uri": uri, "mimeType": "application/json", "text": text}], "ttlMs": 0,
+                        "cacheScope": cache_scope(scopes is not None and service.catalog.restricted), **COMPLETE}
+            # ttl and cache scope come with the content, from the snapshot it was read from.
+            served = await service.read(uri, scopes)
+            return {"contents": [contents_dict(uri, served.content)], "ttlMs": ttl_ms(served.ttl),
+                    "cacheScope": cache_scope(served.private), **COMPLETE}
+
+        return await run_handler(ctx, uri, body, self.metrics)
+
+    async def complete(self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> dict[str, Any]:
+        async def body() -> dict[str, Any]:
+            found = NO_COMPLETIONS
+            ref = params.ref
+            if isinstance(ref, types.ResourceTemplateReference):
+                async with self.service.lease() as snapshot:  # the template and its source from one snapshot
+                    template = snapshot.template_for(ref.uri, scopes_of(ctx))
+                    if template is not None:
+                        context = params.context.arguments if params.context else None
+                        source = snapshot.sources.get(template.spec.source) if template.spec.source else None
+                        found = await self.completer.complete(template, source, params.argument.name,
+                                                              params.argument.value, context)
+            # Unknown references (prompts: there are none) complete to nothing rather than fail.
+            return {"completion": {"values": found.values, "total": found.total, "hasMore": found.has_more},
+                    **COMPLETE}
+
+        return await run_handler(ctx, None, body, self.metrics)
+
+
+def _listing(items: list[dict[str, Any]], key: str, served: ServedPage) -> dict[str, Any]:
+    result = {key: items, "ttlMs": ttl_ms(served.ttl), "cacheScope": cache_scope(served.private), **COMPLETE}
+    if served.page.next_cursor is not None:
+        result["nextCursor"] = served.page.next_cursor
+    return result

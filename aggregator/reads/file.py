@@ -1,0 +1,59 @@
+"""A `FileTarget` read: the source's `read` (its `version` to revalidate an expired copy), gunzipped when the
+manifest says `decompress`, typed from the manifest or upstream, through the caches; at most the source's
+`maxBytes`, decompressed or not."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from aggregator.cache_keys import FileKey
+from aggregator.catalog import FileTarget
+from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
+from aggregator.errors import ResourceCorrupt, ResourceTooLarge
+from aggregator.reads.backend import SourceCalls
+from aggregator.reads.cached import Caches
+from aggregator.snapshot import Snapshot
+
+__all__ = ["read_file"]
+
+logger = logging.getLogger("aggregator")
+
+
+async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, calls: SourceCalls) -> Content:
+    """The content of the file `target` names, from `snapshot`'s source and limits."""
+    source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
+
+    async def load() -> tuple[Content, str | None]:
+        blob = await calls.call("aggregator.source.read", snapshot, target, path,
+                                lambda: source.read(path, limits.max_bytes))
+        # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
+        undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
+        data = _gunzip(target, blob.data, limits.max_bytes) if target.decompress and not undone else blob.data
+        # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
+        upstream = None if target.decompress else blob.mime_type
+        declared = target.mime_type if target.mime_declared or not upstream else upstream
+        content = decode_body(data, declared)
+        if blob.max_age is not None or blob.private:
+            content = replace(content, max_age=blob.max_age, private=blob.private)
+        return content, blob.version
+
+    async def revalidate(version: str) -> bool:
+        return await calls.call("aggregator.source.version", snapshot, target, path,
+                                lambda: source.version(path)) == version
+
+    key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
+    return await caches.get_or_load(snapshot, key, load, lambda spec, cluster: cluster.file_item(
+        spec, path, target.mime_type, target.decompress, limits.max_bytes, limits.ttl), revalidate)
+
+
+def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:
+    """`data` decompressed, at most `max_bytes` of it; a bomb is too large and corrupt data a permanent error."""
+    try:
+        return gunzip(data, max_bytes)
+    except GzipTooLarge:
+        logger.warning("read %s: more than %d bytes once decompressed", target.uri, max_bytes)
+        raise ResourceTooLarge(target.uri, max_bytes + 1, max_bytes) from None
+    except GzipError as exc:
+        logger.warning("read %s: cannot decompress: %s", target.uri, exc)
+        raise ResourceCorrupt(target.uri, "it is not valid gzip data") from None

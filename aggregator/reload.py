@@ -1,0 +1,124 @@
+"""A reload: the manifest loaded again and the next snapshot built from it, keeping what did not change.
+
+Unchanged sources are kept (their connections, cache epoch and cached content with them); collections over
+watched or self-reporting sources are reused, and so are other kept sources' collections listed less than the
+source's `ttl` ago. A guarded reload refuses what looks like a half-written save (`SuspiciousReload`). Nothing
+here swaps: `ResourceService` swaps the result in.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+import anyio.to_thread
+
+from aggregator.catalog import Catalog
+from aggregator.compiler import compile_catalog
+from aggregator.manifest import load_manifest
+from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue, SourceSpec
+from aggregator.snapshot import Snapshot, build_snapshot, close_sources
+from aggregator.sources import Source, SourceError, open_source
+
+__all__ = ["Reloaded", "SuspiciousReload", "next_snapshot", "open_sources"]
+
+
+class SuspiciousReload(Exception):
+    """A guarded reload would remove every resource of sources the new manifest still declares, or empty the
+    catalog: what a half-written save looks like. Nothing was swapped."""
+
+    def __init__(self, sources: tuple[str, ...]) -> None:
+        self.sources = sources
+        """The still-declared sources left without a resource; empty when the catalog as a whole would be empty."""
+        what = f"source(s) {', '.join(map(repr, sources))}" if sources else "the catalog"
+        super().__init__(f"the reload would remove every resource of {what}")
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """The next snapshot, and what it changes against the one it replaces."""
+
+    snapshot: Snapshot
+    replaced: frozenset[str]
+    """Ids of the old snapshot's sources not kept (closed once no read holds them)."""
+    content_changed: set[str]
+    """URIs listed before and after whose content now comes from elsewhere."""
+
+
+def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[str, Source]:
+    """Open every declared source but those in `skip`; ManifestError locating each one that cannot be opened."""
+    sources: dict[str, Source] = {}
+    issues: list[ManifestIssue] = []
+    for spec in manifest.sources.values():
+        if spec.id in skip:
+            continue
+        try:
+            sources[spec.id] = open_source(spec)
+        except SourceError as exc:
+            issues.append(ManifestIssue(spec.where.file, spec.where.line, spec.where.col, f"{spec.key}.url", str(exc)))
+    if issues:
+        raise ManifestError(issues)
+    return sources
+
+
+async def next_snapshot(old: Snapshot, watched: Iterable[str], guard: bool) -> Reloaded:
+    """Load `old`'s manifest file again and build the snapshot to replace `old`; ManifestError (located) if it is
+    bad, and with `guard` SuspiciousReload if it would leave a source it still declares without resources (or the
+    catalog empty). Sources it opened are closed again when it raises."""
+    # Off the event loop: includes may be URLs, and a big manifest takes seconds to check. Read with the
+    # running manifest's cap: the new file's own setting is not known before it is read.
+    manifest = await anyio.to_thread.run_sync(functools.partial(
+        load_manifest, old.manifest.path, max_bytes=old.manifest.server.max_manifest_bytes),
+        abandon_on_cancel=True)  # a shutdown does not wait for a slow include
+    kept = {sid: src for sid, src in old.sources.items()
+            if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
+    fresh = open_sources(manifest, skip=kept)
+    sources = {**kept, **fresh}
+    # Watched folders and sources that tell of their own changes keep their listings current themselves.
+    pushing = {sid for sid, src in kept.items() if src.pushes_changes}
+    still, now, before = (set(watched) | pushing) & set(kept), time.monotonic(), old.catalog
+    reuse = {key: entries for key, entries in before.collections.items() if key.source in kept and (
+        key.source in still or now - before.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
+    try:
+        catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at, before)
+    except BaseException:
+        await close_sources(fresh.values())
+        raise
+    emptied = _emptied_sources(before, catalog, manifest) if guard else None
+    if emptied is not None:
+        await close_sources(fresh.values())
+        raise SuspiciousReload(emptied)
+    epochs = {**{sid: old.epochs[sid] for sid in kept}, **{sid: catalog.generation for sid in fresh}}
+    replaced = frozenset(old.sources) - set(kept)
+    return Reloaded(build_snapshot(manifest, catalog, sources, epochs), replaced,
+                    _content_changed(before, catalog, replaced))
+
+
+def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
+    """Equal but for where the manifest wrote them."""
+    return replace(a, where=b.where, key=b.key) == b
+
+
+def _emptied_sources(old: Catalog, new: Catalog, manifest: Manifest) -> tuple[str, ...] | None:
+    """Sources still declared in `manifest` that have resources in `old` and none in `new` (() when only the
+    catalog as a whole would become empty); None when the new catalog looks like a deliberate edit."""
+    before = {e.source for e in old.entries if e.source is not None}
+    after = {e.source for e in new.entries if e.source is not None}
+    emptied = tuple(sorted(sid for sid in before - after if sid in manifest.sources))
+    if emptied:
+        return emptied
+    return () if len(old) and not len(new) else None
+
+
+def _content_changed(old: Catalog, new: Catalog, replaced: frozenset[str]) -> set[str]:
+    """Listed URIs in both catalogs whose content now comes from elsewhere (other text, file or source)."""
+    changed = set()
+    for entry in new.entries:
+        before = old.get(entry.uri)
+        if before is not None and ((before.source, before.path, before.text, before.decompress)
+                                   != (entry.source, entry.path, entry.text, entry.decompress)
+                                   or entry.source in replaced):
+            changed.add(entry.uri)
+    return changed
