@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*", "cluster",
                            "cluster.*")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),
-    ("service", ("service", "preflight", "search")),
+    ("service", ("service", "preflight", "search", "search_meta")),
     ("live and protocol", ("supervisor", "server", "metrics", "metrics_multiprocess", "auth", "http_app",
                            "http_limits", "stdio", "cli", "demo", "__main__", "console", "console.*")),
 ]
