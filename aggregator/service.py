@@ -36,6 +36,7 @@ from aggregator.manifest.model import Defaults, Manifest, ManifestError, Manifes
 from aggregator.snapshot import Lease, Leases, Snapshot, SourceLimits, close_sources
 from aggregator.tracing import Span, span
 from aggregator.sources import Source, SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported, open_source
+from aggregator.sources.unopened import Unopened
 
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
 
@@ -104,7 +105,8 @@ def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
 
 
 def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[str, Source]:
-    """Open every declared source but those in `skip`; ManifestError locating each one that cannot be opened."""
+    """Open every declared source but those in `skip`; ManifestError locating each one that cannot be opened,
+    unless it is `optional` (then an `Unopened` stands in for it, and the rest serves)."""
     sources: dict[str, Source] = {}
     issues: list[ManifestIssue] = []
     for spec in manifest.sources.values():
@@ -113,6 +115,9 @@ def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[st
         try:
             sources[spec.id] = open_source(spec)
         except SourceError as exc:
+            if spec.optional:
+                sources[spec.id] = Unopened.instead_of(spec, exc)
+                continue
             issues.append(ManifestIssue(spec.where.file, spec.where.line, spec.where.col, f"{spec.key}.url", str(exc)))
     if issues:
         raise ManifestError(issues)
@@ -223,8 +228,8 @@ class ResourceService:
         manifest = await anyio.to_thread.run_sync(functools.partial(
             load_manifest, old.manifest.path, max_bytes=old.manifest.server.max_manifest_bytes),
             abandon_on_cancel=True)  # a shutdown does not wait for a slow include
-        kept = {sid: src for sid, src in old.sources.items()
-                if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
+        kept = {sid: src for sid, src in old.sources.items() if not isinstance(src, Unopened)  # tried again
+                and sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
         fresh = open_sources(manifest, skip=kept)
         sources = {**kept, **fresh}
         # Watched folders and sources that tell of their own changes keep their listings current themselves.
