@@ -15,6 +15,7 @@ import pytest
 from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
+from tests.test_validate import closed_port
 
 sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
 
@@ -432,19 +433,11 @@ def optional_manifest(folder: Path, closed: int, flag: str = ", optional: true")
         """)
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_optional_sql_sources_that_cannot_open_are_skipped_by_validate(tmp_path: Path) -> None:
     """validate: each optional SQL source that cannot be opened or listed is one located warning saying it is
     skipped (exit 0; --strict fails); nothing is created, no password shown, nothing said twice."""
     pytest.importorskip("psycopg", reason="psycopg is not installed")
-    closed = _closed_port()
+    closed = closed_port()
     path = optional_manifest(tmp_path, closed)
     done = aggregator_cli("validate", str(path))
     assert done.returncode == 0, done
@@ -470,7 +463,7 @@ def test_sql_sources_that_cannot_be_listed_are_located_errors_unless_optional(tm
     """Without `optional`, PostgreSQL on a closed port or without the database is refused, at the collection that
     lists it, saying why (a missing SQLite file: test_a_missing_sqlite_file_is_a_located_error_...)."""
     pytest.importorskip("psycopg", reason="psycopg is not installed")
-    closed = _closed_port()
+    closed = closed_port()
     path = optional_manifest(tmp_path, closed, flag="")
     path.write_text(path.read_text().replace('  lite: {url: "sqlite:///data/crm.db", tables: [customers]}\n', "")
                     .replace('  - {source: lite, glob: "*", uri: "lite://{path}/schema"}\n', "")
@@ -492,7 +485,7 @@ def test_optional_sql_sources_that_cannot_open_leave_the_rest_serving(tmp_path: 
     """serve: the folder serves, the SQL sources list nothing and their templates are unavailable (naming only the
     URI); once the SQLite file exists, saving the manifest opens it."""
     pytest.importorskip("psycopg", reason="psycopg is not installed")
-    path = optional_manifest(tmp_path, _closed_port())
+    path = optional_manifest(tmp_path, closed_port())
     db = tmp_path / "data" / "crm.db"
 
     async def main() -> None:
