@@ -300,7 +300,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from aggregator.preflight import check_manifest, check_serving, quiet_stat_warnings
+    from aggregator.preflight import check_manifest, check_serving, quiet_open_warnings
 
     async def run() -> int:
         try:
@@ -314,7 +314,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             else:
                 from aggregator.service import ResourceService
 
-                with quiet_stat_warnings():  # each of those becomes a located finding below
+                with quiet_open_warnings():  # each of those becomes a located finding below
                     service = await ResourceService.open(args.manifest)
                 try:
                     counts = (len(service.catalog), len(service.catalog.templates), len(service.sources))

@@ -23,6 +23,7 @@ from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
 from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
 from aggregator.sources.base import Published
+from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
 
@@ -158,7 +159,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     `reuse` maps collections (by `collection_key`) to entries still known to be current (their folder is
     watched), so a reload does not list and build them again. A source that tells of its own changes (an MCP
     upstream) and cannot be listed now is no error: what `previous` listed of it is kept while younger than its
-    `staleIfError`, else it lists nothing, until it is back and says so.
+    `staleIfError`, else it lists nothing, until it is back and says so. Nor is a source marked `optional` that
+    cannot be listed: its collections are empty (and not `listed_at`, so a reload lists them again).
     """
     issues: list[ManifestIssue] = []
     resource_entries: list[Entry | None] = [None] * len(manifest.resources)
@@ -166,6 +168,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     reuse = reuse or {}
     started = time.monotonic()
     stale_at: dict[CollectionSpec | str, float] = {}  # what was kept from `previous`, and when it was listed
+    skipped: set[CollectionSpec] = set()  # collections of optional sources that could not be listed
 
     def down(sid: str, key: CollectionSpec | str, listed_at: Mapping[Any, float] | None, what: str,
              exc: SourceError) -> bool:
@@ -199,6 +202,12 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
                 old = previous.collections.get(key) if previous is not None else None
                 if down(spec.source, key, previous.listed_at if previous else None, "listing", exc) and old:
                     built[i] = old
+                return
+            if manifest.sources[spec.source].optional:
+                skipped.add(collection_key(spec))  # never listed: a reload lists it again
+                if not isinstance(sources[spec.source], Unopened):  # which said why when it failed to open
+                    logger.warning("%s: %s: cannot list source %r: %s; " + SKIPPED + ": the collection is empty "
+                                   "until it is listed again", spec.where, spec.key, spec.source, exc)
                 return
             issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
             return
@@ -289,7 +298,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     now = time.monotonic()
     catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: stale_at[key] if key in stale_at else (reused_at or {}).get(key, now)
-                         if key in reuse else now for key in catalog.collections}
+                         if key in reuse else now for key in catalog.collections if key not in skipped}
     catalog.published = published
     catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
     return catalog

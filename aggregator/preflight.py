@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -18,11 +18,12 @@ from aggregator.compiler import collection_key
 from aggregator.errors import RequestError
 from aggregator.manifest.model import Location, Manifest, ManifestIssue, SourceSpec
 from aggregator.sources import SourceError, SourceNotFound
+from aggregator.sources.unopened import SKIPPED, Unopened
 
 if TYPE_CHECKING:
     from aggregator.service import ResourceService
 
-__all__ = ["Finding", "check_manifest", "check_serving", "quiet_stat_warnings"]
+__all__ = ["Finding", "check_manifest", "check_serving", "quiet_open_warnings"]
 
 Severity = Literal["error", "warning"]
 
@@ -59,11 +60,11 @@ async def check_serving(service: ResourceService) -> list[Finding]:
     """What opening the sources shows: empty collections, unreachable sources, missing files, failing renders."""
     manifest, catalog = service.manifest, service.catalog
     findings: list[Finding] = []
+    unreachable = await _probe_sources(service, findings)
     for spec in manifest.collections:
-        if not catalog.collections.get(collection_key(spec)):
+        if spec.source not in unreachable and not catalog.collections.get(collection_key(spec)):
             findings.append(_at(spec.where, spec.key, f"glob {spec.glob!r} matches no file in source {spec.source!r}",
                                 "warning"))
-    unreachable = await _probe_sources(service, findings)
     for rspec in manifest.resources:
         if rspec.source is None or rspec.path is None or rspec.source in unreachable:
             continue
@@ -98,7 +99,9 @@ async def _probe_sources(service: ResourceService, findings: list[Finding]) -> s
             unreachable.add(sid)
             label, reason = source.describe(), str(exc)
             reason = reason.removeprefix(f"{label}: ")  # timeouts name the source already
-            findings.append(_at(spec.where, spec.key, f"cannot reach {label}: {reason}", _severity(spec)))
+            what = "open" if isinstance(source, Unopened) else "reach"
+            skipped = f"; {SKIPPED}: the other sources serve without it" if spec.optional else ""
+            findings.append(_at(spec.where, spec.key, f"cannot {what} {label}: {reason}{skipped}", _severity(spec)))
     return unreachable
 
 
@@ -123,7 +126,10 @@ def _quiet(logger: str, *says: str) -> Iterator[None]:
         target.removeFilter(drop)
 
 
-def quiet_stat_warnings() -> AbstractContextManager[None]:
-    """While validating opens the manifest: the catalog's warnings about explicit resources that cannot be
-    stat'ed are left out (validate reports each one, located)."""
-    return _quiet("aggregator.catalog", "listed without size", ": cannot stat ")
+@contextmanager
+def quiet_open_warnings() -> Iterator[None]:
+    """While validating opens the manifest: the warnings about explicit resources that cannot be stat'ed and
+    optional sources that cannot be opened or listed are left out (validate reports each one, located)."""
+    with _quiet("aggregator.catalog", "listed without size", ": cannot stat ", SKIPPED), \
+            _quiet("aggregator.sources", SKIPPED):
+        yield

@@ -21,6 +21,7 @@ from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.snapshot import Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source, SourceError, open_source
+from aggregator.sources.unopened import Unopened
 
 __all__ = ["Reloaded", "SuspiciousReload", "next_snapshot", "open_sources"]
 
@@ -48,7 +49,8 @@ class Reloaded:
 
 
 def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[str, Source]:
-    """Open every declared source but those in `skip`; ManifestError locating each one that cannot be opened."""
+    """Open every declared source but those in `skip`; ManifestError locating each one that cannot be opened,
+    unless it is `optional` (then an `Unopened` stands in for it, and the rest serves)."""
     sources: dict[str, Source] = {}
     issues: list[ManifestIssue] = []
     for spec in manifest.sources.values():
@@ -57,6 +59,9 @@ def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[st
         try:
             sources[spec.id] = open_source(spec)
         except SourceError as exc:
+            if spec.optional:
+                sources[spec.id] = Unopened.instead_of(spec, exc)
+                continue
             issues.append(ManifestIssue(spec.where.file, spec.where.line, spec.where.col, f"{spec.key}.url", str(exc)))
     if issues:
         raise ManifestError(issues)
@@ -72,8 +77,8 @@ async def next_snapshot(old: Snapshot, watched: Iterable[str], guard: bool) -> R
     manifest = await anyio.to_thread.run_sync(functools.partial(
         load_manifest, old.manifest.path, max_bytes=old.manifest.server.max_manifest_bytes),
         abandon_on_cancel=True)  # a shutdown does not wait for a slow include
-    kept = {sid: src for sid, src in old.sources.items()
-            if sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
+    kept = {sid: src for sid, src in old.sources.items() if not isinstance(src, Unopened)  # tried again
+            and sid in manifest.sources and _same_source(old.manifest.sources[sid], manifest.sources[sid])}
     fresh = open_sources(manifest, skip=kept)
     sources = {**kept, **fresh}
     # Watched folders and sources that tell of their own changes keep their listings current themselves.

@@ -16,7 +16,6 @@ import re
 import sqlite3
 import threading
 import time
-from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from aggregator.catalog import Catalog, Entry, FileTarget, Page, decode_cursor, 
 from aggregator.content import decode_body, gunzip, is_text_mime
 from aggregator.errors import RequestError
 from aggregator.manifest.model import SearchSettings
+from aggregator.search_meta import MetadataSearch, MetadataTimeout
 from aggregator.templates import UriTemplate
 
 if TYPE_CHECKING:
@@ -224,49 +224,6 @@ class _transaction:
         self.conn.execute("ROLLBACK" if kind is not None else "COMMIT")
 
 
-# --- metadata --------------------------------------------------------------------------------------------------
-
-
-class _Metadata:
-    """Every catalog entry's metadata, lower-cased, in three strings (name and title, description, URI) of one line
-    per entry: a word is looked for with str.find over each string, so a search costs a C-speed scan plus the
-    entries it matches, not a Python loop over the catalog. Built once per catalog, on its first search."""
-
-    WEIGHTS = (3, 2, 1)  # a word in the name or title counts most, then the description, then the URI
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
-        entries = catalog.entries
-        self.fields: list[tuple[str, array[int]]] = []
-        for text_of in (lambda e: f"{e.name} {e.title or ''}", lambda e: e.display.description or "",
-                        lambda e: e.uri):
-            parts = [text_of(e).lower().replace("\n", " ") for e in entries]  # lower-cased one by one: lengths hold
-            starts = array("q", [0])
-            for part in parts[:-1]:
-                starts.append(starts[-1] + len(part) + 1)
-            self.fields.append(("\n".join(parts), starts))
-
-    def scores(self, terms: Sequence[tuple[str, bool]]) -> dict[int, int]:
-        """Entry index -> score, for entries whose metadata holds every term (a term's best field counts)."""
-        total: dict[int, int] | None = None
-        for word, _ in terms:
-            best: dict[int, int] = {}
-            for weight, (text, starts) in zip(self.WEIGHTS, self.fields, strict=True):
-                count = len(starts)
-                pos = text.find(word)
-                while pos != -1:
-                    i = bisect.bisect_right(starts, pos) - 1
-                    best.setdefault(i, weight)
-                    pos = text.find(word, starts[i + 1]) if i + 1 < count else -1
-            if total is None:
-                total = best
-            else:
-                total = {i: score + best[i] for i, score in total.items() if i in best}
-            if not total:
-                return {}
-        return total or {}
-
-
 def _binary(entry: Entry) -> bool:
     """Listed with a type that is not text: never read for the index."""
     return entry.mime_type is not None and not is_text_mime(entry.mime_type)
@@ -315,7 +272,7 @@ class Discovery:
         self.settings = settings or service.manifest.server.search
         self._index: FullTextIndex | None = None
         self._limiter = anyio.CapacityLimiter(QUERY_THREADS)
-        self._metadata: _Metadata | None = None
+        self._metadata = MetadataSearch()
         self._owns_scheme: tuple[Catalog, bool] | None = None
         self._wake = anyio.Event()
         self._stop = anyio.Event()
@@ -408,17 +365,10 @@ class Discovery:
 
     async def _meta(self, catalog: Catalog, terms: Sequence[tuple[str, bool]], scopes: frozenset[str] | None,
                     prefix: str, limit: int) -> list[Entry]:
-        metadata = self._metadata
-        if metadata is None or metadata.catalog is not catalog:
-            # Built in a thread (a catalog is immutable): for 100,000 entries it takes tenths of a second.
-            metadata = self._metadata = await anyio.to_thread.run_sync(_Metadata, catalog)
-        entries, scored = catalog.entries, []
-        for i, score in metadata.scores(terms).items():
-            entry = entries[i]
-            if entry.uri.startswith(prefix) and (scopes is None or entry.access <= scopes):
-                scored.append((score, entry))
-        scored.sort(key=lambda pair: (-pair[0], pair[1].uri))
-        return [entry for _, entry in scored[:limit]]
+        try:
+            return await self._metadata.search(catalog, terms, scopes, prefix, limit)
+        except MetadataTimeout:
+            raise InvalidSearch("the search took too long; use more specific words") from None
 
     async def _full_text(self, catalog: Catalog, terms: Sequence[tuple[str, bool]], scopes: frozenset[str] | None,
                          prefix: str, limit: int) -> list[tuple[str, str]]:

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*", "cluster",
                            "cluster.*")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),
-    ("service", ("service", "reload", "reads", "reads.*", "preflight", "search")),
+    ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_meta")),
     ("live and protocol", ("supervisor", "server", "handlers", "handlers.*", "mcp_shapes", "metrics",
                            "metrics_multiprocess", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
                            "__main__", "console", "console.*")),

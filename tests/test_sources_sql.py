@@ -15,6 +15,7 @@ import pytest
 from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
+from tests.test_validate import closed_port
 
 sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
 
@@ -399,3 +400,112 @@ def test_failures_tell_the_operator_why_and_the_client_nothing(tmp_path: Path,
     assert "query failed: OperationalError: no such table: customers" in caplog.text
     assert 'database "no_such_db_15" does not exist' in caplog.text
     assert "pw-0c8e1d" not in caplog.text and "SELECT" not in caplog.text
+
+
+# --- optional: true ---------------------------------------------------------------------------------------------
+
+PG_PASSWORD = "pw-7b21e4"
+
+
+def optional_manifest(folder: Path, closed: int, flag: str = ", optional: true") -> Path:
+    """A folder that serves, beside SQL sources that cannot be used: a SQLite file that is not there, PostgreSQL on
+    a closed port, and a database name PostgreSQL does not have."""
+    (folder / "docs").mkdir(exist_ok=True)
+    (folder / "docs" / "a.md").write_text("# A\n")
+    (folder / "data").mkdir(exist_ok=True)
+    return write_manifest(folder, f"""
+        version: 1
+        server: {{name: sql-optional}}
+        sources:
+          docs: {{url: ./docs}}
+          lite: {{url: "sqlite:///data/crm.db", tables: [customers]{flag}}}
+          down: {{url: "postgresql+psycopg://postgres:{PG_PASSWORD}@127.0.0.1:{closed}/test", timeout: 3s{flag}}}
+          nodb: {{url: "postgresql+psycopg://postgres:{PG_PASSWORD}@127.0.0.1:5432/no_such_db_24", timeout: 3s{flag}}}
+        collections:
+          - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+          - {{source: lite, glob: "*", uri: "lite://{{path}}/schema"}}
+          - {{source: down, glob: "*", uri: "down://{{path}}/schema"}}
+          - {{source: nodb, glob: "*", uri: "nodb://{{path}}/schema"}}
+        templates:
+          - {{uriTemplate: "lite://customers/{{id}}", name: customer, source: lite,
+             query: "SELECT id, name FROM customers WHERE id = :id"}}
+          - {{uriTemplate: "down://customers/{{id}}", name: down customer, source: down, query: "SELECT :id AS id"}}
+        """)
+
+
+def test_optional_sql_sources_that_cannot_open_are_skipped_by_validate(tmp_path: Path) -> None:
+    """validate: each optional SQL source that cannot be opened or listed is one located warning saying it is
+    skipped (exit 0; --strict fails); nothing is created, no password shown, nothing said twice."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    closed = closed_port()
+    path = optional_manifest(tmp_path, closed)
+    done = aggregator_cli("validate", str(path))
+    assert done.returncode == 0, done
+    err = done.stderr
+    db = tmp_path / "data" / "crm.db"
+    assert f"{path}:5:3: sources.lite: warning: cannot open source 'lite': no SQLite database file at {db} " in err, err
+    assert f"{path}:6:3: sources.down: warning: cannot reach database postgresql+psycopg://postgres@127.0.0.1:" \
+           f"{closed}/test: listing tables failed: OperationalError: connection failed: " in err, err
+    assert f"{path}:7:3: sources.nodb: warning: cannot reach database " in err and \
+           'database "no_such_db_24" does not exist' in err, err
+    for sid in ("lite", "down", "nodb"):
+        line = next(line for line in err.splitlines() if f"sources.{sid}: warning" in line)
+        assert line.endswith("; skipped (optional: true): the other sources serve without it"), line
+    assert "matches no file" not in err  # said by the source's own warning
+    assert "WARNING" not in err  # each problem once, located; not again as a log line
+    assert PG_PASSWORD not in err + done.stdout
+    assert "valid, 3 warning(s)" in done.stdout
+    assert aggregator_cli("validate", "--strict", str(path)).returncode == 1
+    assert not db.exists() and not any((tmp_path / "data").iterdir())
+
+
+def test_sql_sources_that_cannot_be_listed_are_located_errors_unless_optional(tmp_path: Path) -> None:
+    """Without `optional`, PostgreSQL on a closed port or without the database is refused, at the collection that
+    lists it, saying why (a missing SQLite file: test_a_missing_sqlite_file_is_a_located_error_...)."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    closed = closed_port()
+    path = optional_manifest(tmp_path, closed, flag="")
+    path.write_text(path.read_text().replace('  lite: {url: "sqlite:///data/crm.db", tables: [customers]}\n', "")
+                    .replace('  - {source: lite, glob: "*", uri: "lite://{path}/schema"}\n', "")
+                    .replace('  - {uriTemplate: "lite://customers/{id}", name: customer, source: lite,\n'
+                             '     query: "SELECT id, name FROM customers WHERE id = :id"}\n', ""))
+    for command in ("validate", "serve"):
+        done = aggregator_cli(command, str(path))
+        assert done.returncode == 1, done
+        assert f"{path}:9:5: collections[1]: cannot list source 'down': listing tables failed: OperationalError: " \
+               f"connection failed: connection to server at \"127.0.0.1\", port {closed} failed: Connection refused" \
+               in done.stderr, done.stderr
+        assert f"{path}:10:5: collections[2]: cannot list source 'nodb': listing tables failed: " in done.stderr
+        assert 'database "no_such_db_24" does not exist' in done.stderr
+        assert PG_PASSWORD not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_optional_sql_sources_that_cannot_open_leave_the_rest_serving(tmp_path: Path, mode: str) -> None:
+    """serve: the folder serves, the SQL sources list nothing and their templates are unavailable (naming only the
+    URI); once the SQLite file exists, saving the manifest opens it."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    path = optional_manifest(tmp_path, closed_port())
+    db = tmp_path / "data" / "crm.db"
+
+    async def main() -> None:
+        from mcp.shared.exceptions import MCPError
+
+        async with connect(path, mode) as client:
+            assert [r.uri for r in (await client.list_resources()).resources] == ["docs://a.md"]
+            assert (await client.read_resource("docs://a.md")).contents[0].text == "# A\n"
+            for uri in ("lite://customers/1", "down://customers/1"):
+                with pytest.raises(MCPError) as failed:
+                    await client.read_resource(uri)
+                assert failed.value.error.message == f"Resource {uri} could not be read right now"
+            assert not db.exists()
+
+            database(f"sqlite:///{db}")
+            path.write_text(path.read_text() + "\n")  # a save: the reload opens what could not be opened
+            with anyio.fail_after(20):
+                while "lite://customers/schema" not in [r.uri for r in (await client.list_resources()).resources]:
+                    await anyio.sleep(0.1)
+            row = json.loads((await client.read_resource("lite://customers/1")).contents[0].text)  # type: ignore[union-attr]
+            assert row["rows"] == [{"id": 1, "name": "Ada"}]
+
+    anyio.run(main)

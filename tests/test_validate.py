@@ -106,6 +106,38 @@ def test_optional_sources_are_warnings_and_serving_still_starts(tmp_path: Path) 
     assert TOKEN not in listed.stderr and PASSWORD not in listed.stderr
 
 
+def test_an_optional_source_that_cannot_open_is_skipped_and_the_rest_serves(tmp_path: Path) -> None:
+    """Any kind, not only SQL: a folder that is not there, marked optional, is one located warning saying it is
+    skipped, and `list` (what serve does at start) serves the rest; unmarked, it refuses the manifest, located."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    text = """
+        version: 1
+        server: {name: t}
+        sources:
+          docs: {url: ./docs}
+          gone: {url: ./nope%s}
+        collections:
+          - {source: docs, glob: "*.md", uri: "docs://{path}"}
+          - {source: gone, glob: "*.md", uri: "gone://{path}"}
+        """
+    manifest = write_manifest(tmp_path, text % ", optional: true")
+    done = run("validate", str(manifest))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (f"{manifest}:5:3: sources.gone: warning: cannot open source 'gone': folder "
+                           f"'{tmp_path / 'nope'}' does not exist or is not a folder; skipped (optional: true): the "
+                           "other sources serve without it\n")
+    listed = run("list", str(manifest))
+    assert listed.returncode == 0 and listed.stdout.split("\t")[0] == "docs://a.md", listed
+    assert "sources.gone: cannot open source 'gone'" in listed.stderr and "until a reload opens it" in listed.stderr
+
+    required = write_manifest(tmp_path, text % "", "required.yaml")
+    for command in ("validate", "list"):
+        done = run(command, str(required))
+        assert done.returncode == 1 and done.stderr == (
+            f"{required}:5:3: sources.gone.url: folder '{tmp_path / 'nope'}' does not exist or is not a folder\n"), done
+
+
 def test_a_source_no_entry_uses_is_a_located_warning(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")

@@ -41,9 +41,10 @@ COMMON_SOURCE_KEYS: dict[str, dict[str, Any]] = {
                        "type": "integer", "minimum": 1, "maximum": 1024},
     "staleIfError": {"description": "How long past expiry a cached copy may be served while the backend fails; "
                                     "overrides defaults.staleIfError.", **_DURATION},
-    "optional": {"description": "validate reports this source being unreachable, or a file an explicit resource "
-                                "names missing from it, as a warning instead of an error (serving never stops for an "
-                                "unreachable source: it logs a warning and keeps going).",
+    "optional": {"description": "A source that cannot be opened (e.g. a missing SQLite file or folder) or listed is "
+                                "skipped with a warning, and the rest serves (its collections list nothing, its reads "
+                                "fail; a reload tries it again); validate reports that, being unreachable, or a file "
+                                "an explicit resource names missing from it, as a warning instead of an error.",
                  "type": "boolean", "default": False},
     "poll": {"description": "Remote sources: how often to look for changes (ETag, mtime or size) of subscribed "
                             "resources and of collections, e.g. 30s. Local folders are watched instead.",
