@@ -207,3 +207,36 @@ def test_values_no_client_should_get(mode: str, tmp_path: Path) -> None:
     for defect in ("control characters in URIs", "longer than", "not a media type", "completion value(s) left out"):
         assert len([line for line in said if defect in line]) == 1, (defect, text)
     assert "\x00" not in text and "\x1b" not in text and "X-Injected: 1\n" not in text
+
+
+def test_a_collision_the_manifest_declares_stays_a_located_error_while_serving(tmp_path: Path) -> None:
+    """The upstream starts listing h://z, which the manifest's collection serves as flip://z, a URI the manifest
+    also declares: that is the author's doing, so the relisting is refused with the located error (once, no
+    traceback) and the gateway keeps serving what it served."""
+    sources = f"""
+          fl: {{url: "mcp+stdio:", prefix: "h://", command: {hostile("flip")}}}"""
+    extra = """
+          - {source: fl, glob: "*", uri: "flip://{path}"}
+        resources:
+          - {uri: "flip://now", name: now, source: fl, path: flip}
+          - {uri: "flip://z", name: z, text: "declared"}"""
+    manifest = gateway(tmp_path, sources, extra)
+    log = tmp_path / "serve.log"
+
+    async def main() -> None:
+        async with Client(logged(manifest, log), mode="legacy", cache=None) as client:
+            before = await uris(client)
+            assert {"flip://x", "flip://y", "flip://z"} <= set(before)
+            await client.read_resource("flip://now")
+            with anyio.fail_after(15):
+                while "is also produced by" not in log.read_text():
+                    await anyio.sleep(0.1)
+            assert await uris(client) == before
+            assert (await client.read_resource("flip://z")).contents[0].text == "declared"
+            assert (await client.read_resource("up+test://static-text")).contents[0].text == "Hello from one"
+
+    anyio.run(main)
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    [said] = [line for line in text.splitlines() if "is also produced by" in line]
+    assert "collections[1] (file 'z')" in said and f"{manifest.name}:" in text
