@@ -29,7 +29,9 @@ MAX_NAME_CHARS = 1024
 MAX_DESCRIPTION_CHARS = 16384
 """Descriptions are cut to this many characters."""
 MAX_MIME_CHARS = 255
+"""Longer mimeTypes are dropped."""
 MAX_COMPLETION_CHARS = 1024
+"""Longer completion values are left out."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # \t and \n are text in a description
@@ -74,7 +76,7 @@ class UpstreamValues:
         kept = [v for v in values if isinstance(v, str) and len(v) <= MAX_COMPLETION_CHARS and not _CONTROL.search(v)]
         if len(kept) < len(values):
             self.said("completion value(s) left out: control characters, too long or not text",
-                         next(v for v in values if v not in kept))
+                      next(v for v in values if v not in kept))
         return kept
 
     def _entries(self, items: Iterable[Item], key: str, what: str) -> list[Item]:
@@ -96,6 +98,7 @@ class UpstreamValues:
         return kept
 
     def _cleaned(self, item: Item) -> Item:
+        """`item` with its display text cleaned and bounded and its mimeType kept only if it is a media type."""
         changes: dict[str, object] = {}
         for field, limit in (("name", MAX_NAME_CHARS), ("title", MAX_NAME_CHARS),
                              ("description", MAX_DESCRIPTION_CHARS)):
@@ -108,6 +111,7 @@ class UpstreamValues:
         return item.model_copy(update=changes) if changes else item
 
     def _text(self, value: str, limit: int, lines: bool) -> str:
+        """`value` without control characters (but line breaks and tabs, with `lines`), cut to `limit`."""
         if lines:
             value = value.replace("\r\n", "\n")
         control = _CONTROL_BUT_LINES if lines else _CONTROL
@@ -116,7 +120,7 @@ class UpstreamValues:
             value = control.sub("\ufffd", value)
         if len(value) > limit:
             self.said(f"names or titles cut to {MAX_NAME_CHARS} characters, descriptions to "
-                         f"{MAX_DESCRIPTION_CHARS}", value)
+                      f"{MAX_DESCRIPTION_CHARS}", value)
             value = value[:limit - 1] + _CUT
         return value
 
