@@ -20,7 +20,7 @@ from aggregator.content import file_mime_type, served_name
 from aggregator.manifest.model import (CollectionSpec, Display, Location, Manifest, ManifestError, ManifestIssue,
                                        ResourceSpec, SourceSpec, TemplateSpec)
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
-from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path
+from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path, url_start
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
 from aggregator.sources.base import Published
 from aggregator.sources.unopened import SKIPPED, Unopened
@@ -123,10 +123,22 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
                      display, title_pattern.fill(raw) if title_pattern else None, mime, info.size, info.mtime,
                      spec.source, path, access=access, decompress=decompress))
     if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
-        logger.warning("%s: %s: %d file(s) of source %r not listed: their names cannot be served (control "
-                       "characters, backslashes, encoded separators ...), e.g. %s", spec.where, spec.key, len(refused),
-                       spec.source, ", ".join(repr(p) for p in refused[:3]))
+        _say_refused(spec, refused)
     return entries
+
+
+def _say_refused(spec: CollectionSpec, refused: Sequence[str]) -> None:
+    """Why a collection's files were not listed (whole URIs: another server's, under no prefix)."""
+    examples = ", ".join(repr(p) for p in refused[:3])
+    scheme = url_start(refused[0])
+    if scheme:
+        logger.warning("%s: %s: %d name(s) of source %r not listed: they are whole URIs, e.g. %s, and a collection's "
+                       "paths are relative: give the source a prefix (prefix: \"%s\")", spec.where, spec.key,
+                       len(refused), spec.source, examples, scheme)
+        return
+    logger.warning("%s: %s: %d file(s) of source %r not listed: their names cannot be served (control characters, "
+                   "backslashes, encoded separators ...), e.g. %s", spec.where, spec.key, len(refused), spec.source,
+                   examples)
 
 
 _warned: dict[object, None] = {}

@@ -19,13 +19,14 @@ import re
 from urllib.parse import quote
 
 __all__ = ["UnsafePath", "display_text", "has_raw_bytes", "is_hidden", "is_servable", "is_within", "safe_relpath",
-           "uri_path"]
+           "uri_path", "url_start"]
 
 # Percent-encoded dot, slash and backslash left after decoding mean double encoding: an attack, not a name.
 _ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _BAD_SEGMENT = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")  # an empty, '.' or '..' segment
+_URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://+")
 
 
 class UnsafePath(ValueError):
@@ -50,6 +51,13 @@ def safe_relpath(path: str) -> str:
     if _BAD_SEGMENT.search(path):
         raise UnsafePath("empty, '.' or '..' segment")
     return path
+
+
+def url_start(text: str) -> str | None:
+    """The scheme and slashes `text` starts with when it is a whole URL (`file:///a` -> `file:///`), else None: what
+    a source of another server's URIs would take as its prefix."""
+    found = _URL_START.match(text)
+    return found.group() if found else None
 
 
 def is_within(root: str, candidate: str) -> bool:

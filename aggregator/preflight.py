@@ -18,6 +18,7 @@ from aggregator.compiler import collection_key
 from aggregator.errors import RequestError
 from aggregator.manifest.model import Location, Manifest, ManifestIssue, SourceSpec
 from aggregator.sources import SourceError, SourceNotFound
+from aggregator.sources.registry import source_kinds
 from aggregator.sources.unopened import SKIPPED, Unopened
 
 if TYPE_CHECKING:
@@ -49,9 +50,13 @@ def _severity(spec: SourceSpec | None) -> Severity:
 
 
 def check_manifest(manifest: Manifest) -> list[Finding]:
-    """What the manifest alone shows (also offline): sources no resource, collection or template uses."""
+    """What the manifest alone shows (also offline): sources no resource, collection or template uses, and that
+    list nothing of their own."""
+    kinds = source_kinds()
     used = ({r.source for r in manifest.resources} | {c.source for c in manifest.collections}
-            | {t.source for t in manifest.templates})
+            | {t.source for t in manifest.templates}
+            | {sid for sid, spec in manifest.sources.items()  # its own entries (an mcp source's namespace)
+               if spec.kind in kinds and kinds[spec.kind].publishes(spec.settings)})
     return [_at(spec.where, spec.key, f"source {sid!r} is used by no resource, collection or template", "warning")
             for sid, spec in manifest.sources.items() if sid not in used]
 

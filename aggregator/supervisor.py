@@ -291,7 +291,14 @@ class Supervisor:
     async def _relist(self) -> bool:
         """List collections again; if the listing changed, send list_changed, and `updated` to subscribed renders
         that listed resources (they may read differently now). True if it changed."""
-        if not await self.service.refresh_listing():
+        try:
+            changed = await self.service.refresh_listing()
+        except ManifestError as exc:  # the manifest's own entries collide over what a source lists now: said once
+            if str(exc) != self._last_logged_error:
+                self._last_logged_error = str(exc)
+                logger.error("relisting failed; still serving generation %d:\n%s", self.service.catalog.generation, exc)
+            return False
+        if not changed:
             return False
         await self.notifier.list_changed()
         uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()

@@ -1,33 +1,123 @@
-"""A hostile upstream on stdio (legacy wire only): `resources/list` answers a malformed result, `resources/read`
-starts a line and never finishes it, `resources/templates/list` pages forever with a cursor that repeats."""
+"""A hostile upstream on stdio (legacy wire only); the first argument picks how it misbehaves:
+
+- `broken` (the default): `resources/list` answers a malformed result, `resources/read` starts a line and never
+  finishes it, `resources/templates/list` pages forever with a cursor that repeats.
+- `dupes`: `resources/list` names h://x twice (and h://y once).
+- `loop`: every `resources/list` page names h://x and h://y and gives the same cursor again.
+- `flip`: lists h://x and h://y until h://flip is read, then names h://x twice, adds h://z and says list_changed.
+- `plain`: lists h://x and h://y and reads them, nothing else (-32601 for templates, as an SDK 1.x low-level
+  server that registers only list and read), and advertises neither subscribe nor listChanged.
+- `nocaps`: advertises no resources capability and answers -32601 to every resources method.
+- `values`: lists and reads values no client should get: control characters (NUL, ESC, CR/LF) in URIs, names,
+  titles, descriptions, mimeTypes, templates and completions, a 100 KB URI, a mimeType that would inject a
+  header.
+
+In every mode but `broken`, reading a URI answers `text of <uri>` with the entry's listed mimeType, and templates are
+listed (none but in `values`) unless said otherwise.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+from typing import Any
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "broken"
+INJECTED = "image/png;\r\nX-Injected: 1"
+PNG = "iVBORw0KGgo="  # the PNG signature, base64
+
+VALUES = [
+    {"uri": "h://ok", "name": "ok", "mimeType": "text/plain"},
+    {"uri": "h://nul\u0000x", "name": "nul"},
+    {"uri": "h://esc\u001b[31mx", "name": "esc"},
+    {"uri": "h://crlf\r\nX-Injected: 1", "name": "crlf"},
+    {"uri": "h://long/" + "a" * 100_000, "name": "long"},
+    {"uri": "h://bad-mime", "name": "bad-mime", "mimeType": INJECTED},
+    {"uri": "h://bad-text", "name": "bad\u001b[2Jname", "title": "title\r\nX-Injected: 1",
+     "description": "line one\r\nline two\u0000\u001b[31m red", "mimeType": "text/plain"},
+    {"uri": "h://long-text", "name": "n" * 5000, "description": "d" * 100_000},
+]
+VALUE_TEMPLATES = [
+    {"uriTemplate": "h://t/{a}", "name": "t"},
+    {"uriTemplate": "h://esc\u001b/{a}", "name": "esc"},
+    {"uriTemplate": "h://m/{a}", "name": "m", "mimeType": INJECTED},
+]
+flipped = False
 
 
-def send(message: dict) -> None:
+def send(message: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
 
-for line in sys.stdin:
-    request = json.loads(line)
-    method, rid = request.get("method"), request.get("id")
-    if rid is None:
-        continue
+def reply(rid: object, result: dict[str, Any]) -> None:
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def fail(rid: object, code: int = -32601, message: str = "Method not found") -> None:
+    send({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})
+
+
+def listed() -> list[dict[str, Any]]:
+    plain = [{"uri": "h://x", "name": "x"}, {"uri": "h://y", "name": "y"}]
+    if MODE == "values":
+        return VALUES
+    if MODE == "dupes" or (MODE == "flip" and flipped):
+        return [plain[0], {"uri": "h://x", "name": "x again"}, plain[1], *([{"uri": "h://z", "name": "z"}] if flipped
+                                                                         else [])]
+    return plain
+
+
+def capabilities() -> dict[str, Any]:
+    if MODE == "nocaps":
+        return {}
+    if MODE == "plain":
+        return {"resources": {}}
+    if MODE == "values":
+        return {"resources": {"subscribe": True, "listChanged": True}, "completions": {}}
+    return {"resources": {"subscribe": True, "listChanged": True}}
+
+
+def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
+    """Every mode but `broken`."""
+    global flipped
     if method == "initialize":
-        send({"jsonrpc": "2.0", "id": rid, "result": {
-            "protocolVersion": "2025-11-25", "capabilities": {"resources": {}},
-            "serverInfo": {"name": "hostile", "version": "0"}}})
+        reply(rid, {"protocolVersion": "2025-11-25", "capabilities": capabilities(),
+                    "serverInfo": {"name": f"hostile-{MODE}", "version": "0"}})
+    elif MODE == "nocaps" and method.startswith("resources/"):
+        fail(rid)
     elif method == "resources/list":
-        send({"jsonrpc": "2.0", "id": rid, "result": {"resources": 5}})
+        reply(rid, {"resources": listed(), **({"nextCursor": "again"} if MODE == "loop" else {})})
+    elif method == "resources/templates/list" and MODE != "plain":
+        reply(rid, {"resourceTemplates": VALUE_TEMPLATES if MODE == "values" else []})
+    elif method == "resources/read":
+        uri = params["uri"]
+        if MODE == "flip" and uri == "h://flip":
+            flipped = True
+            send({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"})
+        mime = next((r.get("mimeType") for r in listed() if r["uri"] == uri), None)
+        if uri.startswith("h://m/"):
+            mime = INJECTED
+        content = ({"blob": PNG} if mime == INJECTED else {"text": f"text of {uri}"})
+        reply(rid, {"contents": [{"uri": uri, **({"mimeType": mime} if mime else {}), **content}]})
+    elif method == "completion/complete" and MODE == "values":
+        reply(rid, {"completion": {"values": ["fine", "bad\u001b[2J", "x" * 5000]}})
+    elif method == "ping" or (method in ("resources/subscribe", "resources/unsubscribe") and MODE != "plain"):
+        reply(rid, {})
+    else:
+        fail(rid)
+
+
+def broken(method: str, rid: object, params: dict[str, Any]) -> None:
+    if method == "initialize":
+        reply(rid, {"protocolVersion": "2025-11-25", "capabilities": {"resources": {}},
+                    "serverInfo": {"name": "hostile", "version": "0"}})
+    elif method == "resources/list":
+        reply(rid, {"resources": 5})
     elif method == "resources/templates/list":
-        send({"jsonrpc": "2.0", "id": rid, "result": {"resourceTemplates": [
-            {"uriTemplate": "x://{a}", "name": "x"}], "nextCursor": "again"}})
-    elif method == "resources/read" and request["params"]["uri"] == "x://huge":
+        reply(rid, {"resourceTemplates": [{"uriTemplate": "x://{a}", "name": "x"}], "nextCursor": "again"})
+    elif method == "resources/read" and params["uri"] == "x://huge":
         sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"contents": [{"uri": "x://huge", "text": "' % rid)
         for _ in range(64):
             sys.stdout.write("x" * 65536)  # 4 MiB and no end of line
@@ -37,4 +127,11 @@ for line in sys.stdin:
         sys.stdout.flush()
         time.sleep(3600)
     else:
-        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no"}})
+        fail(rid, message="no")
+
+
+for line in sys.stdin:
+    request = json.loads(line)
+    if request.get("id") is None:
+        continue
+    (broken if MODE == "broken" else orderly)(request.get("method", ""), request["id"], request.get("params") or {})

@@ -564,3 +564,34 @@ def test_an_mcp_upstream_shows_its_connection_and_reconnects(tmp_path: Path) -> 
         [row] = running.get("/console/api/sources", token=None).json()["sources"]
         assert (row["id"], row["kind"], row["change"]) == ("up", "mcp", "pushed")
         assert row["upstream"]["state"] == "connected" and row["upstream"]["reconnects"] == 0
+
+
+def test_raw_sends_no_type_it_was_given_as_a_header(tmp_path: Path) -> None:
+    """/console/api/raw never writes a resource's mimeType into its Content-Type: an inline image gets the image
+    type it was recognised as, anything else is a download, whatever the type (control characters, a header
+    injection from an upstream, the manifest's own parameters)."""
+    import sys
+
+    from tests.conftest import write_manifest
+    from tests.test_upstream import HERE
+
+    hostile = [sys.executable, str(HERE / "hostile_upstream.py"), "values"]
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: gateway, console: true}}
+        sources:
+          va: {{url: "mcp+stdio:", namespace: va, command: {hostile!r}}}
+        resources:
+          - {{uri: "note://ctl", name: ctl, text: "x", mimeType: "image/png; x=\\x01\\x1b"}}
+          - {{uri: "note://cr", name: cr, text: "x", mimeType: "text/plain; a=b\\r"}}
+        """)
+    with serve(tmp_path, manifest) as running:
+        for uri, kind, disposition in [("note://ctl", "image/png", "inline"),
+                                       ("note://cr", "application/octet-stream", "attachment"),
+                                       ("va+h://m/1", "application/octet-stream", "attachment"),
+                                       ("va+h://bad-mime", "application/octet-stream", "attachment")]:
+            raw = running.get("/console/api/raw", token=None, uri=uri)
+            assert raw.status_code == 200, (uri, raw.text)
+            assert raw.headers["content-type"] == kind and raw.headers["content-disposition"].startswith(disposition)
+            assert "x-injected" not in raw.headers
+        assert "Traceback" not in running.log.read_text()

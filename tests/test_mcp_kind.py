@@ -671,3 +671,105 @@ def test_oauth_client_credentials(tmp_path: Path) -> None:
         stop(process)
         server.shutdown()
     assert granted  # the token came from the authorization server
+
+
+def _validate(manifest: Path, *flags: str) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "aggregator", "validate", *flags, str(manifest)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **ENV})
+
+
+def test_a_namespaced_source_is_used(tmp_path: Path) -> None:
+    """A source with `namespace:` serves its upstream's resources and templates itself: validate (online or
+    offline) does not call it unused."""
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", namespace: up, command: {UPSTREAM!r}, env: {ENV!r}}}
+        """)
+    for flags in ((), ("--offline",)):
+        checked = _validate(manifest, *flags)
+        assert checked.returncode == 0 and "warning" not in checked.stderr + checked.stdout, checked.stderr
+        assert flags or "(1 sources, 6 resources, 2 templates)" in checked.stdout
+
+
+@pytest.mark.parametrize(("source", "entry", "key", "says"), [
+    ("", '{source: up, glob: "test://static-*", uri: "wiki://{path}"}', "collections[0].glob",
+     "glob 'test://static-*' spells the upstream's URI; paths of source 'up' are what follows its prefix, and it "
+     "has none: set prefix: \"test://\" on the source and write glob: \"static-*\""),
+    ('prefix: "test://", ', '{source: up, glob: "test://static-*", uri: "wiki://{path}"}', "collections[0].glob",
+     "glob 'test://static-*' repeats the prefix of source 'up' ('test://'): paths are what follows it; write "
+     "glob: \"static-*\""),
+    ('prefix: "test://", ', '{source: up, glob: "*", exclude: ["test://b*"], uri: "wiki://{path}"}',
+     "collections[0].exclude[0]", "repeats the prefix of source 'up'"),
+    ("", '{uriTemplate: "wiki://t/{id}", name: t, source: up, path: "test://template/{id}/data"}',
+     "templates[0].path", "path 'test://template/{id}/data' spells the upstream's URI; paths of source 'up' are "
+     "what follows its prefix, and it has none: set prefix: \"test://\" on the source and write path: "
+     "\"template/{id}/data\""),
+    ('prefix: "test://", namespace: up, ', '{uriTemplate: "wiki://t/{id}", name: t, source: up, '
+     'path: "test://template/{id}/data"}', "templates[0].path", "repeats the prefix of source 'up'"),
+    ('prefix: "test://", ', '{uri: "wiki://a", name: a, source: up, path: "test://static-text"}',
+     "resources[0].path", "path 'test://static-text' repeats the prefix of source 'up' ('test://'): paths are what "
+     "follows it; write path: \"static-text\""),
+])
+def test_a_path_that_spells_the_upstream_uri_is_refused_where_it_is(tmp_path: Path, source: str, entry: str,
+                                                                    key: str, says: str) -> None:
+    """A glob or path of an mcp source is what follows its `prefix`: one that spells the upstream's scheme again
+    could never list or read anything, so `validate` (and serve) refuse it at load, located, with the fix."""
+    import re
+
+    section = key.split("[", 1)[0]
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", {source}command: {UPSTREAM!r}, env: {ENV!r}}}
+        {section}:
+          - {entry}
+        """)
+    checked = _validate(manifest)
+    assert checked.returncode == 1, checked.stderr
+    assert re.search(rf"{re.escape(str(manifest))}:6:\d+: {re.escape(key)}: .*{re.escape(says)}", checked.stderr), \
+        checked.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_namespaced_source_without_prefix_reads_templates_by_full_uri(mode: str, tmp_path: Path) -> None:
+    """Without a prefix, a namespaced source's paths are whole upstream URIs (its own templates are published that
+    way), so a template of ours may spell one: it reads, and validate finds nothing to say."""
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", namespace: up, command: {UPSTREAM!r}, env: {ENV!r}}}
+        templates:
+          - {{uriTemplate: "wiki://t/{{id}}", name: t, source: up, path: "test://template/{{id}}/data"}}
+        """)
+
+    async def main() -> None:
+        async with Client(serve(manifest), mode=mode, cache=None) as client:
+            assert (await client.read_resource("wiki://t/42")).contents[0].text == '{"id": "42"}'
+
+    anyio.run(main)
+    checked = _validate(manifest)
+    assert checked.returncode == 0 and "warning" not in checked.stderr, checked.stderr
+
+
+def test_a_collection_over_whole_uris_says_to_set_a_prefix(tmp_path: Path) -> None:
+    """A collection over an mcp source without a prefix matches whole upstream URIs, which are no relative paths:
+    the warning says so and what prefix to set, not that the names hold control characters."""
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", command: {UPSTREAM!r}, env: {ENV!r}}}
+        collections:
+          - {{source: up, glob: "**", uri: "wiki://{{path}}"}}
+        """)
+    checked = _validate(manifest)
+    assert checked.returncode == 0, checked.stderr
+    assert "control characters" not in checked.stderr
+    assert "are whole URIs" in checked.stderr and 'prefix: "test://"' in checked.stderr, checked.stderr

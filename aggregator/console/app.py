@@ -291,11 +291,13 @@ class Console:
         uri = request.query_params.get("uri", "")
         content = (await self.service.read(uri, scopes)).content
         data = content.text.encode("utf-8", "surrogatepass") if content.text is not None else content.blob or b""
-        inline = _inline_image(content.mime_type)
+        kind = _base_type(content.mime_type)
+        inline = kind in INLINE_IMAGES
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", uri.rstrip("/").rsplit("/", 1)[-1])[-100:] or "resource"
         if "." not in name:
-            name += mimetypes.guess_extension(content.mime_type.split(";")[0]) or ".bin"
-        return Response(data, media_type=content.mime_type if inline else "application/octet-stream", headers={
+            name += mimetypes.guess_extension(kind) or ".bin"
+        # Only a type from INLINE_IMAGES goes into the header: a resource's own may hold anything (CR/LF included).
+        return Response(data, media_type=kind if inline else "application/octet-stream", headers={
             "Content-Security-Policy": "default-src 'none'; sandbox",
             "Content-Disposition": f'{"inline" if inline else "attachment"}; filename="{name}"'})
 
@@ -346,13 +348,18 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def _base_type(mime_type: str) -> str:
+    """`type/subtype` of a media type, lower-cased, without parameters."""
+    return mime_type.split(";")[0].strip().lower()
+
+
 def _inline_image(mime_type: str) -> bool:
-    return mime_type.split(";")[0].strip().lower() in INLINE_IMAGES
+    return _base_type(mime_type) in INLINE_IMAGES
 
 
 def _language(mime_type: str, uri: str) -> str | None:
     """Which highlighter the page uses: markdown, json or csv (by type, then by the URI's extension)."""
-    kind = mime_type.split(";")[0].strip().lower()
+    kind = _base_type(mime_type)
     if kind in ("text/markdown", "text/x-markdown") or uri.lower().endswith((".md", ".markdown")):
         return "markdown"
     if kind == "application/json" or kind.endswith("+json") or uri.lower().endswith(".json"):

@@ -45,17 +45,21 @@ class _Checker:
         for i, entry in self.entries("resources"):
             yield from self.source_ref(("resources", i), entry)
             yield from self.inside_source(("resources", i, "path"), entry.get("path"), "path")
+            yield from self.kind_path(("resources", i, "path"), entry, "path", entry.get("path"))
         yield from self.duplicates("resources", "uri")
         for i, entry in self.entries("collections"):
             yield from self.source_ref(("collections", i), entry)
             yield from self.inside_source(("collections", i, "glob"), entry.get("glob"), "glob")
+            yield from self.kind_path(("collections", i, "glob"), entry, "glob", entry.get("glob"))
             excludes = entry.get("exclude")
             for j, pattern in enumerate(excludes if isinstance(excludes, list) else []):
                 yield from self.inside_source(("collections", i, "exclude", j), pattern, "exclude glob")
+                yield from self.kind_path(("collections", i, "exclude", j), entry, "exclude", pattern)
             yield from self.collection_patterns(("collections", i), entry)
         for i, entry in self.entries("templates"):
             yield from self.source_ref(("templates", i), entry)
             yield from self.inside_source(("templates", i, "path"), entry.get("path"), "path")
+            yield from self.kind_path(("templates", i, "path"), entry, "template path", entry.get("path"))
             yield from self.template_variables(("templates", i), entry)
         yield from self.duplicates("templates", "uriTemplate")
         yield from self.literal_tokens()
@@ -95,6 +99,17 @@ class _Checker:
             problem = "is absolute" if absolute else "has a '..' segment"
             yield self.issue(path, f"{what} {self.marked.quote(path, value)} {problem}; it must stay inside its "
                                    "source, relative to the source's root")
+
+    def kind_path(self, path: KeyPath, entry: dict[str, Any], role: str, value: Any) -> Iterator[ManifestIssue]:
+        """What the kind of the entry's source says of `value`, the glob or path at `path` (an mcp source's paths
+        are what follows its prefix)."""
+        sid = entry.get("source")
+        keys = self.sources.get(sid) if isinstance(sid, str) else None
+        if isinstance(sid, str) and isinstance(keys, dict) and isinstance(keys.get("url"), str) \
+                and isinstance(value, str):
+            problem = kind_for_url(keys["url"]).path_issue(sid, keys, role, value)
+            if problem:
+                yield self.issue(path, problem)
 
     def collection_patterns(self, path: KeyPath, entry: dict[str, Any]) -> Iterator[ManifestIssue]:
         allowed = ", ".join(f"{{{p}}}" for p in FILE_PLACEHOLDERS)

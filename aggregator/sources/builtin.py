@@ -7,12 +7,14 @@ opens, so a manifest validates without the kind's extra installed.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aggregator.manifest.source_urls import file_url_path, is_remote_git, local_path, url_scheme
+from aggregator.paths import url_start
 from aggregator.sources.kind import EMPTY, KeyPath, Setting, SourceKind
 
 if TYPE_CHECKING:
@@ -211,9 +213,10 @@ class McpKind(SourceKind):
                 "scope": {"type": "string", "description": "Scopes to ask for, space-separated."}}}, None, dict),
         "allowPrivateNetwork": HttpKind.settings["allowPrivateNetwork"],
         "prefix": Setting({
-            "description": "mcp sources: the upstream URI prefix that collection paths are relative to, e.g. "
+            "description": "mcp sources: the upstream URI prefix that globs and paths are relative to, e.g. "
                            "file:///docs/ (only URIs under it are listed; glob: \"**/*.md\" then matches "
-                           "file:///docs/a/b.md as a/b.md).",
+                           "file:///docs/a/b.md as a/b.md). A glob or path that spells the prefix again, or an "
+                           "upstream URI where nothing could match it, is refused with the spelling to use.",
             "type": "string"}, ""),
         "namespace": Setting({
             "description": "mcp sources: list every upstream resource and template (under prefix) as NS+uri "
@@ -243,9 +246,40 @@ class McpKind(SourceKind):
         if keys.get("allowPrivateNetwork"):
             yield ("allowPrivateNetwork",), "open private networks to MCP upstreams"
 
+    def publishes(self, settings: Mapping[str, Any]) -> bool:
+        return bool(settings.get("namespace"))
+
+    def path_issue(self, source: str, keys: Mapping[str, Any], role: str, value: str) -> str | None:
+        """A glob or path is what follows `prefix`: one that spells it again, or spells a scheme (`x://`) where
+        nothing could then match, is refused with the spelling that works. A namespaced source without a prefix
+        reads whole URIs (it publishes its upstream's templates that way): its templates may spell them."""
+        prefix = keys.get("prefix")
+        prefix = prefix if isinstance(prefix, str) else ""
+        label = {"exclude": "exclude glob", "template path": "path"}.get(role, role)
+        fix = {"exclude": "", "template path": "path: "}.get(role, f"{role}: ")
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        if prefix and value.startswith(prefix) and len(value) > len(prefix):
+            return (f"{label} {shown} repeats the prefix of source {source!r} ({prefix!r}): paths are what follows "
+                    f"it; write {fix}{_yaml_string(value[len(prefix):])}")
+        if "://" not in value or role == "path" or (role == "template path" and keys.get("namespace") and not prefix):
+            return None
+        if prefix:
+            return f"{label} {shown} spells an upstream URI; paths of source {source!r} are what follows its prefix " \
+                   f"{prefix!r}"
+        scheme = url_start(value)
+        how = (f"set prefix: {_yaml_string(scheme)} on the source and write {fix}{_yaml_string(value[len(scheme):])}"
+               if scheme else "give the source a prefix")
+        return (f"{label} {shown} spells the upstream's URI; paths of source {source!r} are what follows its prefix, "
+                f"and it has none: {how}")
+
     def open(self, spec: SourceSpec) -> Source:
         open_mcp = self.load()  # a function: it builds the upstream connection the source reads through
         return open_mcp(spec)  # type: ignore[call-arg]
+
+
+def _yaml_string(text: str) -> str:
+    """`text` as a double-quoted YAML (and JSON) string, for a message that says what to write."""
+    return json.dumps(text)
 
 
 URL_MANIFEST_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})

@@ -93,6 +93,17 @@ class SourceKind:
         if self.reads_this_machine(url):
             yield ("url",), "declare local folders, files or repositories"
 
+    def publishes(self, settings: Mapping[str, Any]) -> bool:
+        """Whether a source with these (parsed) settings lists entries of its own (`Source.publishes`), so that it
+        is used even when no resource, collection or template of the manifest names it."""
+        return False
+
+    def path_issue(self, source: str, keys: Mapping[str, Any], role: str, value: str) -> str | None:
+        """What makes `value` wrong for the source `source` of this kind, whose entry is `keys` (as the manifest
+        spells it), or None; `role` says what `value` is: "glob" or "exclude" of a collection, "path" of a resource,
+        "template path". The caller locates the message at the key."""
+        return None
+
     def changed(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         """Its settings (as the manifest spells them) that differ between two sources' `settings`."""
         return [key for key in self.settings if old.get(key) != new.get(key)]

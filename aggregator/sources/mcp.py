@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import anyio
@@ -32,9 +32,10 @@ from aggregator.globs import path_filter
 from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.model import namespaced_uri
 from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedResource, PublishedTemplate,
-                                     Source, SourceError, SourceNotFound)
+                                     Source, SourceError, SourceNotFound, SourceUnsupported)
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
+from aggregator.upstream.values import UpstreamValues
 
 if TYPE_CHECKING:
     from aggregator.manifest.model import SourceSpec
@@ -71,6 +72,8 @@ class McpSource(Source):
         self._listing: tuple[float, Listing] | None = None
         self._listing_lock = anyio.Lock()
         self._templates: tuple[float, Listing] | None = None
+        self.values = UpstreamValues(f"{upstream.describe()} ({id})")
+        """What the upstream lists and reads is checked here before it is served."""
 
     def describe(self) -> str:
         return self.upstream.describe()
@@ -86,22 +89,33 @@ class McpSource(Source):
         await self.upstream.aclose()
 
     async def listing(self, fresh: bool = False) -> Listing:
-        """The upstream's resources, one listing shared by calls within `listing_reuse` seconds (single-flight)."""
+        """The upstream's resources as `UpstreamValues` lets them through (each URI once), one listing shared by
+        calls within `listing_reuse` seconds (single-flight); none if it answers that it has no resources/list."""
         async with self._listing_lock:
             now = anyio.current_time()
             if not fresh and self._listing is not None and now - self._listing[0] < self._listing_reuse:
                 return self._listing[1]
-            listing = await self.upstream.list_resources()
+            try:
+                listing = await self.upstream.list_resources()
+            except SourceUnsupported:  # no resources capability: -32601, as an SDK server answers
+                self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
+                listing = Listing([])
+            listing = replace(listing, items=self.values.resources(listing.items))
             self._listing = (anyio.current_time(), listing)
             return listing
 
     async def templates(self) -> Listing:
-        """The upstream's resource templates (items are `mcp_types.ResourceTemplate`), one listing shared by calls
-        within `listing_reuse` seconds (completion asks on every keystroke)."""
+        """The upstream's resource templates (items are `mcp_types.ResourceTemplate`, checked as `listing`'s), one
+        listing shared by calls within `listing_reuse` seconds (completion asks on every keystroke); none if it
+        answers -32601 (a server that registers no template handler has none)."""
         now = anyio.current_time()
         if self._templates is not None and now - self._templates[0] < self._listing_reuse:
             return self._templates[1]
-        templates = await self.upstream.list_templates()
+        try:
+            templates = await self.upstream.list_templates()
+        except SourceUnsupported:
+            templates = Listing([])
+        templates = replace(templates, items=self.values.templates(templates.items))
         self._templates = (anyio.current_time(), templates)
         return templates
 
@@ -164,7 +178,7 @@ class McpSource(Source):
     async def read(self, path: str, max_bytes: int) -> McpBlob:
         result = await self.upstream.read(self.uri_of(path), max_bytes)
         content = result.first
-        return McpBlob(content.data, content.mime_type, _digest(content.data),
+        return McpBlob(content.data, self.values.mime_type(content.mime_type), _digest(content.data),
                        None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",
                        result.ttl_ms, result.cache_scope)
 
@@ -180,7 +194,7 @@ class McpSource(Source):
     async def complete(self, uri_template: str, name: str, value: str,
                        context: dict[str, str] | None = None) -> Sequence[str]:
         """The upstream's completion values for one argument of one of its templates."""
-        return list((await self.upstream.complete(uri_template, name, value, context)).values)
+        return self.values.completions((await self.upstream.complete(uri_template, name, value, context)).values)
 
     async def complete_path(self, path_template: str, name: str, value: str,
                             context: Mapping[str, str] | None = None) -> Sequence[str] | None:

@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported
 from aggregator.upstream.transports import HttpTarget, Target
 
 __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEvent", "UpstreamRead",
@@ -299,6 +299,8 @@ class Upstream:
         except MCPError as exc:
             if _not_found(exc):
                 raise SourceNotFound(f"{self.describe()}: {what}: {_quote(exc)}") from None
+            if exc.code == types.METHOD_NOT_FOUND:  # the upstream has none of what was asked (no templates...)
+                raise SourceUnsupported(f"{self.describe()}: {what}: {_quote(exc)}") from None
             raise SourceError(f"{self.describe()}: {what}: {_quote(exc)}") from None
         except ValidationError as exc:
             raise SourceError(f"{self.describe()}: {what}: malformed answer ({exc.error_count()} errors)") from None
