@@ -106,6 +106,12 @@ def test_sample_manifests_are_valid_against_the_raw_schema(sample: Path) -> None
     ({"sources": {"1bad": {"url": "./d"}}}, False),
     ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "mimeType": "text/plain; charset=utf-8"}]}, True),
     ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "mimeType": "markdown"}]}, False),
+    # A type is sent as an HTTP header (the console's raw view) and shown to clients: no control characters.
+    ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "mimeType": "image/png; x=\x01"}]}, False),
+    ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "mimeType": "image/png;\r\nX-Injected: 1"}]}, False),
+    ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "mimeType": "image/png;\rx=1"}]}, False),
+    ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "mimeType": "text/plain\n"}]}, False),
+    ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "mimeType": "text/csv;\theader=present"}]}, True),
     ({"resources": [{"uri": "x://a", "name": "a", "text": "t", "size": -1}]}, False),
     ({"resources": [{"uri": "x://a", "name": "a", "text": "t",
                      "annotations": {"audience": ["user"], "priority": 0, "lastModified": "2026-01-02T03:04:05Z"}}]}, True),
