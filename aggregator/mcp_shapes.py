@@ -13,7 +13,8 @@ from typing import Any
 from aggregator.catalog import FILE_MTIME, Entry, TemplateEntry
 from aggregator.content import Content
 from aggregator.manifest.model import Annotations, Display, Icon
-from aggregator.search import SEARCH_TEMPLATE, Hit
+from aggregator.search import Hit
+from aggregator.search_query import SEARCH_TEMPLATE
 
 __all__ = ["COMPLETE", "SEARCH_TEMPLATE_DICT", "cache_scope", "contents_dict", "resource_dict", "search_result",
            "template_dict", "ttl_ms"]

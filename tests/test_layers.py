@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*", "cluster",
                            "cluster.*")),
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),
-    ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_meta")),
+    ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_query", "search_list",
+                 "search_index", "search_indexer", "search_meta")),
     ("live and protocol", ("supervisor", "server", "handlers", "handlers.*", "mcp_shapes", "metrics",
                            "metrics_multiprocess", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
                            "__main__", "console", "console.*")),
@@ -34,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 
 MAX_LINES = 500
-OVER_MAX_LINES = {"search", "supervisor", "upstream.connection"}
+OVER_MAX_LINES = {"supervisor", "upstream.connection"}
 """Known exceptions to MAX_LINES, until issue 25 splits them and empties this set (a test fails once one of them
 fits, so the set only shrinks)."""
 

@@ -1,6 +1,6 @@
 """Discovery end to end: the list_resources and search_resources tools, the search:// resource template and the
 full-text index (index: true), through the official client over stdio on both wires, and over HTTP with tokens
-whose scopes hide entries; hostile queries fuzzed in process."""
+whose scopes hide entries; hostile queries fuzzed in process. The indexer's own tests: test_search_indexer.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from aggregator.service import ResourceService
 from aggregator.errors import InvalidCursor
-from aggregator.search import SEARCH_TEMPLATE, Discovery, FullTextIndex, InvalidSearch
+from aggregator.search import SEARCH_TEMPLATE, Discovery, InvalidSearch
 from tests.conftest import MODES, PNG_BYTES, connect, write_manifest
 from tests.test_auth import _client
 from tests.test_server_http import free_port
@@ -180,27 +180,6 @@ def test_search_tool_and_search_resource_agree(finder: Path, mode: str) -> None:
     anyio.run(main)
 
 
-def test_index_follows_file_changes_and_reloads(finder: Path) -> None:
-    docs = finder.parent / "docs"
-
-    async def main() -> None:
-        async with connect(finder, "auto") as client:
-            await until_found(client, "flux", "docs://install.md")
-            (docs / "install.md").write_text("# Installing\n\nNow with a warp drive.\n")
-            await until_found(client, "warp", "docs://install.md")
-            await until_found(client, "flux", None)
-            (docs / "new.md").write_text("a brand new xylophone\n")
-            await until_found(client, "xylophone", "docs://new.md")
-            (docs / "new.md").unlink()
-            await until_found(client, "xylophone", None)
-            # A reload that turns indexing off for the collection drops its text (metadata still matches).
-            finder.write_text(finder.read_text().replace("index: true,", ""))
-            await until_found(client, "warp", None)
-            assert [h["uri"] for h in await search_tool(client, "install")] == ["docs://install.md"]
-
-    anyio.run(main)
-
-
 def test_search_template_only_when_search_is_on_and_never_over_the_manifests_own(tmp_path: Path) -> None:
     make_tree(tmp_path)
     off = write_manifest(tmp_path, MANIFEST.replace("tools: true, ", "").replace("index: true,", ""), "off.yaml")
@@ -291,27 +270,6 @@ def test_fuzzed_queries_never_escape(finder: Path) -> None:
         anyio.run(agg.aclose)
 
 
-def test_index_bytes_budget_and_index_file(tmp_path: Path) -> None:
-    make_tree(tmp_path)
-    manifest = write_manifest(tmp_path, MANIFEST.replace("pageSize: 4}", "pageSize: 4, search: {indexBytes: 200, "
-                                                                         "indexFile: state/index.db}}"))
-
-    async def main() -> tuple[int, int]:
-        agg = await ResourceService.open(manifest)
-        discovery = Discovery(agg)
-        await discovery.index_once()
-        index = FullTextIndex(tmp_path / "state" / "index.db")
-        docs, size = index.stats()
-        index.close()
-        await discovery.aclose()
-        await agg.aclose()
-        return docs, size
-
-    docs, size = anyio.run(main)
-    assert size <= 200 and 0 < docs < 5  # the first files in URI order, until 200 bytes
-    assert (tmp_path / "state" / "index.db").exists()
-
-
 # --- over HTTP, with tokens whose scopes hide entries ---------------------------------------------------------
 
 HTTP_MANIFEST = """\
@@ -392,32 +350,6 @@ def test_scopes_hide_entries_from_lists_search_and_snippets(guarded: str, mode: 
     anyio.run(main)
 
 
-def test_index_file_is_kept_across_restarts(tmp_path: Path) -> None:
-    """A restart over the index file reads no file whose listed version (mtime, size) is unchanged."""
-    make_tree(tmp_path)
-    manifest = write_manifest(tmp_path, MANIFEST.replace("pageSize: 4}", "pageSize: 4, search: {indexFile: idx.db}}"))
-    install = tmp_path / "docs" / "install.md"
-
-    async def uris(query: str) -> list[str]:
-        agg = await ResourceService.open(manifest)
-        discovery = Discovery(agg)
-        try:
-            await discovery.index_once()
-            return [h.entry.uri for h in await discovery.search(query, None)]
-        finally:
-            await discovery.aclose()
-            await agg.aclose()
-
-    assert anyio.run(uris, "flux") == ["docs://install.md"]
-    stat = install.stat()
-    install.write_text(install.read_text().replace("flux", "warp"))  # same size, and the old mtime put back
-    os.utime(install, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert anyio.run(uris, "flux") == ["docs://install.md"]  # not read again: the kept text answers
-    os.utime(install)  # a new mtime: read again
-    assert anyio.run(uris, "flux") == []
-    assert anyio.run(uris, "warp") == ["docs://install.md"]
-
-
 def test_search_settings_load(tmp_path: Path) -> None:
     from aggregator.manifest import load_manifest
 
@@ -429,33 +361,3 @@ def test_search_settings_load(tmp_path: Path) -> None:
     assert [c.index for c in manifest.collections] == [True, False]
     default = load_manifest(write_manifest(tmp_path, MANIFEST, "plain.yaml"))
     assert default.server.search.index_file is None and default.server.search.index_bytes == 256 * 1024 * 1024
-
-
-def test_decompressed_files_are_indexed_as_read(tmp_path: Path) -> None:
-    import gzip
-
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "logs" / "changes.md.gz").write_bytes(gzip.compress(b"# Changes\n\nThe wombat release.\n"))
-    (tmp_path / "logs" / "raw.bin").write_bytes(b"\x00\x01wombat\x00")  # untyped and not text: never indexed
-    manifest = write_manifest(tmp_path, """
-        version: 1
-        server: {name: gz}
-        sources:
-          logs: {url: ./logs}
-        collections:
-          - {source: logs, glob: "*", uri: "logs://{path}", decompress: true, index: true}
-        """)
-
-    async def main() -> None:
-        agg = await ResourceService.open(manifest)
-        discovery = Discovery(agg)
-        try:
-            await discovery.index_once()
-            hits = await discovery.search("wombat", None)
-            assert [(h.entry.uri, h.snippet) for h in hits] == [("logs://changes.md.gz",
-                                                                 "# Changes\n\nThe «wombat» release.\n")]
-        finally:
-            await discovery.aclose()
-            await agg.aclose()
-
-    anyio.run(main)

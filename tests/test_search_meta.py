@@ -21,7 +21,7 @@ from mcp import Client
 
 from aggregator.catalog import Catalog, Entry
 from aggregator.manifest.model import Display
-from aggregator.search import query_terms
+from aggregator.search_query import query_terms
 from aggregator.search_meta import MetadataSearch
 from tests.conftest import write_manifest
 from tests.test_search import structured

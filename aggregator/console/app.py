@@ -28,7 +28,7 @@ from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
                                       tree_view, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
-from aggregator.search import parse_limit
+from aggregator.search_query import parse_limit
 
 if TYPE_CHECKING:
     from aggregator.manifest.model import Manifest

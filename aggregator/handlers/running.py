@@ -16,7 +16,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from aggregator.auth import caller_name, caller_scopes
 from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.metrics import Metrics, timer
-from aggregator.search import InvalidSearch
+from aggregator.search_query import InvalidSearch
 
 __all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "LEGACY_NOT_FOUND", "is_modern", "run_handler", "scopes_of",
            "to_mcp_error"]

@@ -17,7 +17,8 @@ from aggregator.errors import InvalidCursor, RequestError
 from aggregator.handlers.running import INVALID_PARAMS, run_handler, scopes_of
 from aggregator.mcp_shapes import COMPLETE, cache_scope, contents_dict, resource_dict, search_result, ttl_ms
 from aggregator.metrics import Metrics
-from aggregator.search import Discovery, InvalidSearch, parse_limit
+from aggregator.search import Discovery
+from aggregator.search_query import InvalidSearch, parse_limit
 from aggregator.service import ResourceService
 from aggregator.tools import LIST_TOOL, SEARCH_TOOL, ToolSpec, template_tools, uri_for
 
