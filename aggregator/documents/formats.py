@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["CONVERTED_MIME_TYPES", "FORMATS", "document_format", "install_hint", "missing_libraries"]
+from aggregator.content import served_name
+from aggregator.manifest.model import ConvertSettings
+
+__all__ = ["CONVERTED_MIME_TYPES", "FORMATS", "converted", "document_format", "install_hint", "missing_libraries"]
 
 FORMATS = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".csv": "csv"}
 """File extension (lower case) -> the converter that reads it."""
@@ -19,6 +22,13 @@ def document_format(name: str) -> str | None:
     base = name.rsplit("/", 1)[-1]
     dot = base.rfind(".")
     return FORMATS.get(base[dot:].lower()) if dot > 0 else None
+
+
+def converted(path: str, decompress: bool, convert: ConvertSettings | None) -> ConvertSettings | None:
+    """The conversion a file of an entry with `convert` gets (None: served as it is), by its served name."""
+    if convert is None or document_format(served_name(path, decompress)) is None:
+        return None
+    return convert
 
 
 def missing_libraries() -> list[str]:
