@@ -11,18 +11,22 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import assert_never
 
+from aggregator.manifest.model import ConvertSettings
+
 __all__ = ["CacheKey", "FileKey", "Forget", "QueryKey"]
 
 
 @dataclass(frozen=True, slots=True)
 class FileKey:
-    """A file's content: decoded as `mime_type`, decompressed or not."""
+    """A file's content: decoded as `mime_type`, decompressed or not, converted (with these limits) or not: a
+    conversion never shares an entry with the file's bytes."""
 
     source: str
     epoch: int
     path: str
     mime_type: str | None
     decompress: bool
+    convert: ConvertSettings | None = None
 
     def __str__(self) -> str:  # what the cache's log lines name
         return f"{self.source}/{self.path}"

@@ -17,8 +17,9 @@ from typing import Any, Generic, TypeVar
 import time
 
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
+from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.errors import InvalidCursor, ResourceNotFound
-from aggregator.manifest.model import CollectionSpec, Display, Render, TemplateSpec
+from aggregator.manifest.model import CollectionSpec, ConvertSettings, Display, Render, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
@@ -56,6 +57,8 @@ class Entry:
     """A Jinja2 template (from the manifest) that produces the content."""
     decompress: bool = False
     """Served decompressed when the file's name ends in `.gz` (the manifest's `decompress: true`)."""
+    convert: ConvertSettings | None = None
+    """Served converted (to Markdown) within these limits: the entry says `convert:` and the file is a document."""
 
     @property
     def last_modified(self) -> str | None:
@@ -131,6 +134,8 @@ class FileTarget:
     """True when the manifest names the type; otherwise it was guessed and a backend's Content-Type wins."""
     decompress: bool = False
     """The read decompresses: the entry says `decompress: true` and the file's name ends in `.gz`."""
+    convert: ConvertSettings | None = None
+    """The read converts the file (to Markdown) within these limits."""
     access: frozenset[str] = frozenset()
 
 
@@ -300,9 +305,11 @@ class Catalog:
                 raise ResourceNotFound(uri)
             declared = spec.display.mime_type
             named = self._file_name(spec.source, path)
-            return FileTarget(uri, file_mime_type(named, declared, spec.decompress), spec.source, path,
-                              mime_declared=declared is not None, decompress=spec.decompress and is_gzip_name(named),
-                              access=spec.access)
+            convert = converted(named, spec.decompress, spec.convert)
+            mime = CONVERTED_MIME_TYPES[convert.to] if convert else file_mime_type(named, declared, spec.decompress)
+            return FileTarget(uri, mime, spec.source, path, mime_declared=declared is not None or convert is not None,
+                              decompress=spec.decompress and is_gzip_name(named), access=spec.access,
+                              convert=convert)
         raise ResourceNotFound(uri)
 
     def _entry_target(self, entry: Entry) -> Target:
@@ -313,9 +320,9 @@ class Catalog:
             return RenderTarget(entry.uri, entry.mime_type, entry.render, access=entry.access)
         assert entry.source is not None and entry.path is not None, entry.uri
         return FileTarget(entry.uri, entry.mime_type, entry.source, entry.path,
-                          mime_declared=entry.display.mime_type is not None,
+                          mime_declared=entry.display.mime_type is not None or entry.convert is not None,
                           decompress=entry.decompress and is_gzip_name(self._file_name(entry.source, entry.path)),
-                          access=entry.access)
+                          access=entry.access, convert=entry.convert)
 
     def _file_name(self, source: str | None, path: str) -> str:
         """The file a source path names: only a URL path has a query to leave out (in a folder `what?#frag.md` is

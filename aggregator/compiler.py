@@ -17,6 +17,7 @@ import anyio
 
 from aggregator.catalog import RENDERED_TYPE, Catalog, Entry, TemplateEntry
 from aggregator.content import file_mime_type, served_name
+from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.manifest.model import (CollectionSpec, Display, Location, Manifest, ManifestError, ManifestIssue,
                                        ResourceSpec, SourceSpec, TemplateSpec)
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
@@ -51,9 +52,11 @@ async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> 
     except SourceError as exc:
         logger.warning("%s: %s: cannot stat %r: %s", spec.where, spec.key, spec.path, exc)
     size = spec.size if spec.size is not None else (info.size if info else None)
-    return Entry(spec.uri, spec.name, display, display.title,
-                 file_mime_type(spec.path, display.mime_type, spec.decompress), size, info.mtime if info else None,
-                 source=spec.source, path=spec.path, access=spec.access, decompress=spec.decompress)
+    convert = converted(spec.path, spec.decompress, spec.convert)
+    mime = CONVERTED_MIME_TYPES[convert.to] if convert else file_mime_type(spec.path, display.mime_type, spec.decompress)
+    return Entry(spec.uri, spec.name, display, display.title, mime, None if convert else size,
+                 info.mtime if info else None, source=spec.source, path=spec.path, access=spec.access,
+                 decompress=spec.decompress, convert=convert)
 
 
 _URI_SAFE = re.compile(r"[A-Za-z0-9._~/-]*")
@@ -119,9 +122,13 @@ def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list
                 mime = mime_by_ext[ext]
             else:
                 mime = mime_by_ext[ext] = file_mime_type(path, None, decompress)
+        convert = converted(path, decompress, spec.convert)
+        if convert is not None:  # served as Markdown; its size is known only once converted
+            mime = CONVERTED_MIME_TYPES[convert.to]
         append(Entry(uri_pattern.fill(_file_values(path, uri_pattern.keys, encode=True)), name_pattern.fill(raw),
-                     display, title_pattern.fill(raw) if title_pattern else None, mime, info.size, info.mtime,
-                     spec.source, path, access=access, decompress=decompress))
+                     display, title_pattern.fill(raw) if title_pattern else None, mime,
+                     None if convert else info.size, info.mtime, spec.source, path, access=access,
+                     decompress=decompress, convert=convert))
     if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
         _say_refused(spec, refused)
     return entries

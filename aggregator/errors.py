@@ -5,7 +5,8 @@ Messages here are safe for clients: they name the URI, never a server path, secr
 
 from __future__ import annotations
 
-__all__ = ["InvalidCursor", "RequestError", "ResourceCorrupt", "ResourceNotFound", "ResourceOverBudget",
+__all__ = ["InvalidCursor", "RequestError", "ResourceCorrupt", "ResourceNotConverted", "ResourceNotFound",
+           "ResourceOverBudget",
            "ResourceRenderFailed", "ResourceTooLarge", "ResourceUnavailable"]
 
 
@@ -57,6 +58,14 @@ class ResourceCorrupt(RequestError):
 
     def __init__(self, uri: str, why: str) -> None:
         super().__init__(f"Resource {uri} cannot be served: {why}", uri)
+
+
+class ResourceNotConverted(RequestError):
+    """A `convert:` file could not be converted (encrypted, corrupt, past a limit the message names): asking again
+    gives the same answer until the file or the manifest changes."""
+
+    def __init__(self, uri: str, why: str) -> None:
+        super().__init__(f"Resource {uri} could not be converted to Markdown: {why}", uri)
 
 
 class ResourceRenderFailed(RequestError):

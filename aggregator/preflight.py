@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Literal
 
 from aggregator.compiler import collection_key
 from aggregator.errors import RequestError
-from aggregator.manifest.model import Location, Manifest, ManifestIssue, SourceSpec
+from aggregator.manifest.model import (CollectionSpec, Location, Manifest, ManifestIssue, ResourceSpec, SourceSpec,
+                                       TemplateSpec)
 from aggregator.sources import SourceError, SourceNotFound
 from aggregator.sources.registry import source_kinds
 from aggregator.sources.unopened import SKIPPED, Unopened
@@ -51,14 +52,25 @@ def _severity(spec: SourceSpec | None) -> Severity:
 
 def check_manifest(manifest: Manifest) -> list[Finding]:
     """What the manifest alone shows (also offline): sources no resource, collection or template uses, and that
-    list nothing of their own."""
+    list nothing of their own; `convert:` entries on an installation without the documents extra."""
     kinds = source_kinds()
     used = ({r.source for r in manifest.resources} | {c.source for c in manifest.collections}
             | {t.source for t in manifest.templates}
             | {sid for sid, spec in manifest.sources.items()  # its own entries (an mcp source's namespace)
                if spec.kind in kinds and kinds[spec.kind].publishes(spec.settings)})
     return [_at(spec.where, spec.key, f"source {sid!r} is used by no resource, collection or template", "warning")
-            for sid, spec in manifest.sources.items() if sid not in used]
+            for sid, spec in manifest.sources.items() if sid not in used] + _documents_extra(manifest)
+
+
+def _documents_extra(manifest: Manifest) -> list[Finding]:
+    from aggregator.documents.formats import install_hint, missing_libraries
+
+    entries: list[ResourceSpec | CollectionSpec | TemplateSpec] = [*manifest.resources, *manifest.collections,
+                                                                   *manifest.templates]
+    converting = [e for e in entries if e.convert]
+    missing = missing_libraries() if converting else []
+    return [_at(e.where, e.key + ".convert", f"converting documents needs the documents extra (missing: "
+                f"{', '.join(missing)}): {install_hint()}", "error") for e in converting] if missing else []
 
 
 async def check_serving(service: ResourceService) -> list[Finding]:

@@ -122,8 +122,8 @@ def _content_changed(old: Catalog, new: Catalog, replaced: frozenset[str]) -> se
     changed = set()
     for entry in new.entries:
         before = old.get(entry.uri)
-        if before is not None and ((before.source, before.path, before.text, before.decompress)
-                                   != (entry.source, entry.path, entry.text, entry.decompress)
+        if before is not None and ((before.source, before.path, before.text, before.decompress, before.convert)
+                                   != (entry.source, entry.path, entry.text, entry.decompress, entry.convert)
                                    or entry.source in replaced):
             changed.add(entry.uri)
     return changed

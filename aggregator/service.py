@@ -72,6 +72,7 @@ class ResourceService:
         reload dropped that reads still held."""
         await self._leases.close_all()
         await close_sources(self._snapshot.sources.values())
+        await self._reader.documents.aclose()
 
     # --- what reads share (kept by the reader) ------------------------------------------------------------
 

@@ -118,11 +118,13 @@ class SharedContent:
     # --- names ---------------------------------------------------------------------------------------------
 
     def file_item(self, spec: SourceSpec, path: str, mime_type: str | None, decompress: bool, max_bytes: int,
-                  ttl: float) -> SharedItem:
-        """Where a file read as (mime_type, decompress) within `max_bytes` is shared."""
+                  ttl: float, convert: object = None) -> SharedItem:
+        """Where a file read as (mime_type, decompress) within `max_bytes`, converted with `convert` (its limits)
+        or not, is shared."""
         fingerprint = source_fingerprint(spec)
-        return self._item(fingerprint, ("f", _path_digest(fingerprint, path)),
-                          _digest(mime_type, decompress, max_bytes, size=16), ttl, spec.timeout)
+        variant = (mime_type, decompress, max_bytes) if convert is None else (mime_type, decompress, max_bytes, convert)
+        return self._item(fingerprint, ("f", _path_digest(fingerprint, path)), _digest(*variant, size=16), ttl,
+                          spec.timeout)
 
     def query_item(self, spec: SourceSpec, sql: str, params: object, fmt: str, max_bytes: int,
                    ttl: float) -> SharedItem:

@@ -31,7 +31,8 @@ R = TypeVar("R")
 
 _OUTCOMES = {"ResourceNotFound": "not_found", "InvalidCursor": "invalid", "InvalidSearch": "invalid",
              "ResourceTooLarge": "too_large", "ResourceUnavailable": "unavailable", "ResourceOverBudget": "over_budget",
-             "ResourceCorrupt": "corrupt", "ResourceRenderFailed": "render_failed"}
+             "ResourceCorrupt": "corrupt", "ResourceRenderFailed": "render_failed",
+             "ResourceNotConverted": "not_converted"}
 
 
 def is_modern(ctx: ServerRequestContext[Any]) -> bool:

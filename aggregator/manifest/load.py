@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aggregator.manifest.checks import check_references
+from aggregator.manifest.convert import convert_limits, entry_convert
 from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, include_manifests, read_file_at_most
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
+    ConvertSettings,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_PAGE_SIZE,
     Annotations,
@@ -285,6 +287,7 @@ class _Builder:
             timeout=self.parsed(parse_duration, spec, "timeout", path, base.timeout),
             max_concurrency=spec.get("maxConcurrency", base.max_concurrency),
             stale_if_error=self.parsed(parse_duration, spec, "staleIfError", path, base.stale_if_error),
+            convert=convert_limits(self.parsed, spec.get("convert", {}), path + ("convert",), base.convert),
         )
 
     def source(self, sid: str, spec: dict[str, Any]) -> SourceSpec:
@@ -335,14 +338,14 @@ class _Builder:
         return ResourceSpec(spec["uri"], spec["name"], _display(spec), self.at(path), format_path(path),
                             spec.get("source"), spec.get("path"), spec.get("text"), spec.get("size"),
                             self.access(spec, spec.get("source")), self.render(spec, path),
-                            spec.get("decompress", False))
+                            spec.get("decompress", False), self.convert(spec, path))
 
     def collection(self, i: int, spec: dict[str, Any]) -> CollectionSpec:
         path: KeyPath = ("collections", i)
         return CollectionSpec(spec["source"], spec["glob"], spec["uri"], spec.get("name", "{path}"), _display(spec),
                               self.at(path), format_path(path), tuple(spec.get("exclude", ())),
                               self.access(spec, spec["source"]), spec.get("hidden", False),
-                              spec.get("decompress", False), spec.get("index", False))
+                              spec.get("decompress", False), self.convert(spec, path), spec.get("index", False))
 
     def template(self, i: int, spec: dict[str, Any]) -> TemplateSpec:
         path: KeyPath = ("templates", i)
@@ -350,7 +353,10 @@ class _Builder:
                             self.at(path), format_path(path), spec.get("query"), spec.get("format", "json"),
                             self.access(spec, spec.get("source")),
                             {k: tuple(v) for k, v in spec.get("values", {}).items()}, self.render(spec, path),
-                            spec.get("hidden", False), spec.get("decompress", False))
+                            spec.get("hidden", False), spec.get("decompress", False), self.convert(spec, path))
+
+    def convert(self, spec: dict[str, Any], path: KeyPath) -> ConvertSettings | None:
+        return entry_convert(self.parsed, spec, path, self.defaults.convert)
 
     def render(self, spec: dict[str, Any], path: KeyPath) -> Render | None:
         """The entry's `render` template, checked for syntax (a located issue when it is broken)."""

@@ -178,6 +178,28 @@ class RenderSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ConvertSettings:
+    """`convert:` on an entry: serve its PDF, DOCX, PPTX, XLSX and CSV files as `to` (Markdown), within these
+    per-document limits (`defaults.convert` sets them for every entry; an entry's own keys override those)."""
+
+    to: str = "markdown"
+    max_input_bytes: int = 64 * 1024 * 1024
+    """Largest document read for conversion (the source's maxBytes does not apply to it)."""
+    max_unzipped_bytes: int = 256 * 1024 * 1024
+    """Office files are zip archives: the sum of their parts' uncompressed sizes, checked before parsing."""
+    max_pages: int = 500
+    """PDF pages, slides or sheets converted; the text says where it stopped."""
+    max_rows: int = 10_000
+    """Spreadsheet and CSV rows converted (all sheets together); the text says where it stopped."""
+    max_chars: int = 200_000
+    """Characters of Markdown served; the text says where it was cut."""
+    timeout: float = 30.0
+    """Seconds one conversion may take; past it the worker is killed and replaced."""
+    max_memory: int = 1024 * 1024 * 1024
+    """Address space a conversion worker may map (RLIMIT_AS); past it the conversion fails and the worker is replaced."""
+
+
+@dataclass(frozen=True, slots=True)
 class Defaults:
     ttl: float = 300.0
     """Seconds content stays cached (and the `ttlMs` hint given to modern clients)."""
@@ -188,6 +210,8 @@ class Defaults:
     timeout: float = 30.0
     max_concurrency: int = 8
     stale_if_error: float = 0.0
+    convert: ConvertSettings = field(default_factory=ConvertSettings)
+    """The limits of `convert:` entries that do not set their own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +302,8 @@ class ResourceSpec:
     """A Jinja2 template producing the content (sandboxed; reads other resources through `read()`)."""
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
+    convert: ConvertSettings | None = None
+    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +327,8 @@ class CollectionSpec:
     """Wildcards match hidden names (`.env`, `.git/`) too; otherwise only a glob that spells the dot does."""
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
+    convert: ConvertSettings | None = None
+    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
     index: bool = False
     """The text of its files goes into the full-text search index (search_resources, search://)."""
 
@@ -329,6 +357,8 @@ class TemplateSpec:
     """Variables may name hidden files and folders (a segment starting with '.'); refused otherwise."""
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
+    convert: ConvertSettings | None = None
+    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ _SECTIONS = [
     ("server.auth.jwt", "/properties/server/properties/auth/properties/jwt", "jwt."),
     ("include[]", "/properties/include/items/oneOf/1", "include[]."),
     ("defaults", "/properties/defaults", "defaults."),
+    ("defaults.convert, convert", "/$defs/convertLimits", "convert."),
     ("sources.<id>", "/$defs/source", "sources.<id>."),
     ("resources[]", "/$defs/resource", "resources[]."),
     ("collections[]", "/$defs/collection", "collections[]."),

@@ -10,9 +10,11 @@ from dataclasses import replace
 from aggregator.cache_keys import FileKey
 from aggregator.catalog import FileTarget
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
+from aggregator.documents.pool import DocumentPool
 from aggregator.errors import ResourceCorrupt, ResourceTooLarge
 from aggregator.reads.backend import SourceCalls
 from aggregator.reads.cached import Caches
+from aggregator.reads.documents import convert_file
 from aggregator.snapshot import Snapshot
 
 __all__ = ["read_file"]
@@ -20,16 +22,22 @@ __all__ = ["read_file"]
 logger = logging.getLogger("aggregator")
 
 
-async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, calls: SourceCalls) -> Content:
-    """The content of the file `target` names, from `snapshot`'s source and limits."""
-    source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
+async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, calls: SourceCalls,
+                    documents: DocumentPool) -> Content:
+    """The content of the file `target` names, from `snapshot`'s source and limits (converted when it says so)."""
+    source, limits, path, convert = (snapshot.sources[target.source], snapshot.limits[target.source], target.path,
+                                     target.convert)
+    # A document is read up to its conversion's input limit: the Markdown, not the file, is what is served.
+    max_bytes = convert.max_input_bytes if convert is not None else limits.max_bytes
 
     async def load() -> tuple[Content, str | None]:
         blob = await calls.call("aggregator.source.read", snapshot, target, path,
-                                lambda: source.read(path, limits.max_bytes))
+                                lambda: source.read(path, max_bytes))
         # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
         undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
-        data = _gunzip(target, blob.data, limits.max_bytes) if target.decompress and not undone else blob.data
+        data = _gunzip(target, blob.data, max_bytes) if target.decompress and not undone else blob.data
+        if convert is not None:
+            return await convert_file(target, convert, data, documents), blob.version
         # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
         upstream = None if target.decompress else blob.mime_type
         declared = target.mime_type if target.mime_declared or not upstream else upstream
@@ -42,9 +50,9 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
         return await calls.call("aggregator.source.version", snapshot, target, path,
                                 lambda: source.version(path)) == version
 
-    key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress)
+    key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress, convert)
     return await caches.get_or_load(snapshot, key, load, lambda spec, cluster: cluster.file_item(
-        spec, path, target.mime_type, target.decompress, limits.max_bytes, limits.ttl), revalidate)
+        spec, path, target.mime_type, target.decompress, max_bytes, limits.ttl, convert), revalidate)
 
 
 def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:

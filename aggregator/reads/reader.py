@@ -9,6 +9,7 @@ from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey
 from aggregator.catalog import FileTarget, QueryTarget, RenderTarget, TextTarget
 from aggregator.content import Content
+from aggregator.documents.pool import DocumentPool
 from aggregator.reads.backend import SourceCalls
 from aggregator.reads.cached import Caches
 from aggregator.reads.file import read_file
@@ -39,6 +40,8 @@ class Reader:
         self.caches = Caches(cache)
         self.calls = SourceCalls()
         self.render_inputs = RenderInputs()
+        self.documents = DocumentPool()
+        """The worker processes of `convert:` reads (none start before the first conversion)."""
 
     async def read(self, snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> Served:
         """The content of `uri` for a caller holding `scopes` (None: trusted), all from `snapshot`; ResourceNotFound,
@@ -56,6 +59,6 @@ class Reader:
             case QueryTarget():
                 content = await read_query(snapshot, target, self.caches, self.calls)
             case FileTarget():
-                content = await read_file(snapshot, target, self.caches, self.calls)
+                content = await read_file(snapshot, target, self.caches, self.calls, self.documents)
         ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
         return Served(content, ttl, content.private or snapshot.private(target, scopes))

@@ -1,0 +1,22 @@
+"""Why a document could not be converted, said so a client can be told (no path, no library internals)."""
+
+from __future__ import annotations
+
+__all__ = ["ConversionFailed", "OverLimit"]
+
+
+class ConversionFailed(Exception):
+    """The document cannot be converted as it is (encrypted, corrupt, not what its name says): asking again gives
+    the same answer until the file changes. `why` is client-safe."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class OverLimit(ConversionFailed):
+    """The document passes one of the manifest's `convert` limits (`key`, as the manifest spells it)."""
+
+    def __init__(self, why: str, key: str) -> None:
+        super().__init__(f"{why} (limit convert.{key})")
+        self.key = key

@@ -1,0 +1,128 @@
+"""The conversion workers: separate processes (worker.py), so a parser that hangs or balloons costs its own
+process, never the server's event loop or memory. At most `size` conversions run at once (the others wait their
+turn); a worker that overruns its time is killed and replaced by a fresh one on the next conversion, and one that
+died (out of memory, a crash in C) is replaced the same way. Idle workers are kept for the next conversion."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import subprocess
+import sys
+from dataclasses import asdict
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from aggregator.documents.failures import ConversionFailed, OverLimit
+from aggregator.documents.worker import READY
+from aggregator.manifest.model import ConvertSettings
+
+__all__ = ["DEFAULT_WORKERS", "START_TIMEOUT", "ConverterMissing", "DocumentPool"]
+
+logger = logging.getLogger("aggregator")
+
+DEFAULT_WORKERS = max(1, min(4, os.cpu_count() or 1))
+"""Conversions at once (and worker processes kept): CPU-bound, so no more than the cores, and at most 4."""
+START_TIMEOUT = 60.0
+"""Seconds a new worker has to load its libraries and say it is ready (not counted in a conversion's time)."""
+_LENGTH = struct.Struct(">I")
+
+
+class ConverterMissing(ConversionFailed):
+    """The library a format needs is not installed (the `documents` extra)."""
+
+
+class _Worker:
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        assert process.stdout is not None and process.stdin is not None
+        self.replies = BufferedByteReceiveStream(process.stdout)
+        self.requests = process.stdin
+
+    @classmethod
+    async def start(cls) -> _Worker:
+        process = await anyio.open_process([sys.executable, "-m", "aggregator.documents.worker"],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
+        worker = cls(process)
+        try:
+            with anyio.fail_after(START_TIMEOUT):
+                ready = await worker.replies.receive_exactly(len(READY))
+        except BaseException:
+            await worker.kill()
+            raise
+        if ready != READY:
+            await worker.kill()
+            raise RuntimeError("a document worker started badly")
+        return worker
+
+    async def ask(self, header: bytes, document: bytes) -> dict[str, object]:
+        await self.requests.send(_LENGTH.pack(len(header)) + header)
+        await self.requests.send(_LENGTH.pack(len(document)) + document)
+        (length,) = _LENGTH.unpack(await self.replies.receive_exactly(_LENGTH.size))
+        reply: dict[str, object] = json.loads(await self.replies.receive_exactly(length))
+        return reply
+
+    async def kill(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.process.returncode is None:
+                self.process.kill()
+            await self.process.aclose()
+
+
+class DocumentPool:
+    """Up to `size` worker processes converting documents, each conversion within its limits."""
+
+    def __init__(self, size: int = DEFAULT_WORKERS) -> None:
+        self.size = size
+        self._limiter = anyio.CapacityLimiter(size)
+        self._idle: list[_Worker] = []
+        self.started = 0
+        """Workers started since the pool was made (replacements included)."""
+        self.killed = 0
+        """Workers killed for overrunning their time, or found dead."""
+
+    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
+        """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise."""
+        header = json.dumps({"format": fmt, "limits": asdict(limits)}).encode("utf-8")
+        async with self._limiter:
+            worker = self._idle.pop() if self._idle else await self._start()
+            keep = False
+            try:
+                with anyio.fail_after(limits.timeout):
+                    reply = await worker.ask(header, document)
+                keep = "limit" not in reply or reply["limit"] != "maxMemory"
+            except TimeoutError:
+                self.killed += 1
+                raise OverLimit(f"converting it took longer than {limits.timeout:g}s", "timeout") from None
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
+                self.killed += 1
+                raise ConversionFailed(f"the converter stopped on it (out of memory? limit convert.maxMemory is "
+                                       f"{limits.max_memory} bytes)") from None
+            finally:
+                if keep:
+                    self._idle.append(worker)
+                else:
+                    await worker.kill()
+        if "text" in reply:
+            return str(reply["text"])
+        if "missing" in reply:
+            raise ConverterMissing(str(reply["error"]))
+        if "limit" in reply:
+            raise OverLimit(str(reply["error"]).removesuffix(f" (limit convert.{reply['limit']})"),
+                            str(reply["limit"]))
+        raise ConversionFailed(str(reply["error"]))
+
+    async def _start(self) -> _Worker:
+        worker = await _Worker.start()
+        self.started += 1
+        return worker
+
+    async def aclose(self) -> None:
+        """Stop the idle workers (busy ones stop when their conversion ends or is cancelled)."""
+        idle, self._idle = self._idle, []
+        for worker in idle:
+            await worker.kill()

@@ -1,0 +1,114 @@
+"""Documents converted to Markdown in worker processes (aggregator/documents/): real documents from document
+libraries' own test suites (tests/data/documents/SOURCES.md), generated large ones and crafted bombs, each within
+its limits; a worker that overruns is killed and replaced."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import anyio
+import pytest
+
+pytest.importorskip("pypdfium2", reason="the documents extra is not installed: pip install -e '.[documents]'")
+
+from aggregator.documents.failures import ConversionFailed, OverLimit  # noqa: E402
+from aggregator.documents.pool import DocumentPool  # noqa: E402
+from aggregator.manifest.model import ConvertSettings  # noqa: E402
+
+from documents_gen import DATA, docx_bomb, pdf_pages, xlsx_rows  # noqa: E402
+
+LIMITS = ConvertSettings()
+
+
+@pytest.fixture
+async def pool():
+    pool = DocumentPool(2)
+    yield pool
+    await pool.aclose()
+
+
+def fixture(name: str) -> bytes:
+    return (DATA / name).read_bytes()
+
+
+@pytest.mark.anyio
+async def test_real_documents_convert(pool: DocumentPool) -> None:
+    pdf = await pool.convert(fixture("crazyones.pdf"), "pdf", LIMITS)
+    assert pdf.startswith("<!-- page 1 -->\n\nThe Crazy Ones\nOctober 14, 1998")
+    docx = await pool.convert(fixture("tbl-cell-access.docx"), "docx", LIMITS)
+    assert "| 1 | 2 | 3 |\n| --- | --- | --- |\n| 4 | 5 | 6 |" in docx
+    headed = await pool.convert(fixture("par-known-paragraphs.docx"), "docx", LIMITS)
+    assert "## Heading Paragraph" in headed and "Normal paragraph" in headed
+    pptx = await pool.convert(fixture("txt-text-frame.pptx"), "pptx", LIMITS)
+    assert pptx.startswith("## Slide 1") and "Text frame having no auto-size setting" in pptx
+    xlsx = await pool.convert(fixture("shp-embedded-xlsx.xlsx"), "xlsx", LIMITS)
+    assert xlsx == "## Sheet: Sheet1\n\n| 1 |\n| --- |\n| 2 |\n| 3 |\n"
+    assert pool.started == 1  # one worker, kept between conversions
+
+
+@pytest.mark.anyio
+async def test_encrypted_scanned_and_corrupt(pool: DocumentPool) -> None:
+    with pytest.raises(ConversionFailed, match="^it is an encrypted PDF"):
+        await pool.convert(fixture("encrypted-file.pdf"), "pdf", LIMITS)
+    scanned = await pool.convert(fixture("imagemagick-CCITTFaxDecode.pdf"), "pdf", LIMITS)
+    assert "no text layer" in scanned
+    with pytest.raises(ConversionFailed, match="corrupt or unreadable PDF"):
+        await pool.convert(b"%PDF-1.4\n" + b"\x00" * 100, "pdf", LIMITS)
+    with pytest.raises(ConversionFailed, match="not a valid DOCX file"):
+        await pool.convert(fixture("crazyones.pdf"), "docx", LIMITS)
+    with pytest.raises(ConversionFailed, match="password-protected XLSX"):
+        await pool.convert(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 512, "xlsx", LIMITS)
+
+
+@pytest.mark.anyio
+async def test_pages_rows_and_characters_are_cut_with_a_note(pool: DocumentPool) -> None:
+    five_hundred = pdf_pages(500)
+    whole = await pool.convert(five_hundred, "pdf", LIMITS)
+    assert "<!-- page 500 -->\n\nPage 500 word0" in whole and "cut" not in whole
+    first = await pool.convert(five_hundred, "pdf", replace(LIMITS, max_pages=100))
+    assert "<!-- page 100 -->" in first and "<!-- page 101 -->" not in first
+    assert first.endswith("[... cut after page 100 of 500: limit convert.maxPages]\n")
+    short = await pool.convert(five_hundred, "pdf", replace(LIMITS, max_chars=1000))
+    assert short.endswith("\n\n[... cut at 1000 characters: limit convert.maxChars]\n")
+    assert len(short) < 1100
+    rows = await pool.convert(xlsx_rows(100_000), "xlsx", replace(LIMITS, max_chars=10**7))
+    assert "| 9999 | row 9999 | 14998.5 |" in rows and "| 10000 |" not in rows  # the header is a row too
+    assert rows.endswith("[... cut after 10000 rows, in sheet 'Data': limit convert.maxRows]\n")
+
+
+@pytest.mark.anyio
+async def test_a_zip_bomb_is_refused_unread(pool: DocumentPool) -> None:
+    bomb = docx_bomb(300 * 1024 * 1024)
+    assert len(bomb) < 1024 * 1024
+    with pytest.raises(OverLimit, match=r"more than 268435456 \(limit convert.maxUnzippedBytes\)$"):
+        await pool.convert(bomb, "docx", LIMITS)
+    with pytest.raises(OverLimit, match=r"\(limit convert.maxInputBytes\)$"):
+        await pool.convert(bomb, "docx", replace(LIMITS, max_input_bytes=1000))
+
+
+@pytest.mark.anyio
+async def test_an_overrunning_worker_is_killed_and_replaced(pool: DocumentPool) -> None:
+    big = pdf_pages(500)
+    await pool.convert(fixture("crazyones.pdf"), "pdf", LIMITS)  # a warm worker: the limit times conversion only
+    with pytest.raises(OverLimit, match=r"took longer than 0.001s \(limit convert.timeout\)"):
+        await pool.convert(big, "pdf", replace(LIMITS, timeout=0.001))
+    assert pool.killed == 1
+    # Conversions go on: a new worker replaces the killed one.
+    assert "The Crazy Ones" in await pool.convert(fixture("crazyones.pdf"), "pdf", LIMITS)
+    assert pool.started == 2
+
+
+@pytest.mark.anyio
+async def test_out_of_memory_fails_that_document_only(pool: DocumentPool) -> None:
+    with pytest.raises(ConversionFailed, match="maxMemory"):
+        await pool.convert(xlsx_rows(20_000), "xlsx", replace(LIMITS, max_memory=64 * 1024 * 1024, max_rows=20_000))
+    assert "The Crazy Ones" in await pool.convert(fixture("crazyones.pdf"), "pdf", LIMITS)
+
+
+@pytest.mark.anyio
+async def test_conversions_at_once_are_capped(pool: DocumentPool) -> None:
+    document = pdf_pages(50)
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(pool.convert, document, "pdf", LIMITS)
+    assert pool.started == 2
