@@ -248,10 +248,12 @@ class Supervisor:
         return changed
 
     def _watch_plan(self) -> tuple[object, ...]:
-        """What the watchers and pollers cover: local roots (by source object) and poll intervals."""
+        """What the watchers and pollers cover: local roots and polled sources (by source object: a source whose
+        settings changed is another one, with another poll lease) and poll intervals."""
         sources = self.service.sources
         return (tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.watch_root() is not None)),
-                tuple(sorted((sid, spec.poll) for sid, spec in self.service.manifest.sources.items() if spec.poll)),
+                tuple(sorted((sid, spec.poll, id(sources.get(sid))) for sid, spec in
+                             self.service.manifest.sources.items() if spec.poll)),
                 tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.pushes_changes)))
 
     # --- local folders -------------------------------------------------------------------------------
@@ -384,7 +386,7 @@ class Supervisor:
                 if self.cluster is not None and self.cluster.connected and \
                         await self.poll_for_cluster(source, interval, seen_paths):
                     if self._leases is not None and \
-                            source_fingerprint(self.service.manifest.sources[source]) not in self._leases.held:
+                            not self._leases.holds(source_fingerprint(self.service.manifest.sources[source])):
                         wait = interval * RETRY_FRACTION  # another replica polls: be ready to take over soon
                     seen.clear()
                 else:  # alone, or the cluster's Redis is unavailable: poll for this replica's subscribers
@@ -530,7 +532,7 @@ class Supervisor:
             return None
         connected = self.cluster.connected
         return {"connected": connected, "replica": self.cluster.link.replica,
-                "leases": len(self._leases.held) if connected else 0}
+                "leases": self._leases.count() if connected else 0}
 
 
 def _pollable(interests: set[str]) -> set[str | None]:

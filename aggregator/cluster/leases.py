@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Collection, Mapping
 
 import anyio
@@ -62,8 +63,19 @@ class PollLeases:
 
     def __init__(self, link: RedisLink) -> None:
         self.link = link
-        self.held: set[str] = set()
-        """Fingerprints whose lease this replica held at its last try."""
+        self.held: dict[str, float] = {}
+        """Fingerprints whose lease this replica held at its last try, with when that lease lapses unless renewed
+        (monotonic clock): a lease nobody renews any more (its poller ended or hangs) stops counting."""
+
+    def holds(self, fingerprint: str) -> bool:
+        """Whether this replica holds the source's lease now, as far as it knows."""
+        deadline = self.held.get(fingerprint)
+        return deadline is not None and time.monotonic() < deadline
+
+    def count(self) -> int:
+        """Leases this replica holds now (for /healthz and /metrics)."""
+        now = time.monotonic()
+        return sum(deadline > now for deadline in self.held.values())
 
     def _lease_key(self, fingerprint: str) -> str:
         return self.link.key("lease", fingerprint)
@@ -72,19 +84,20 @@ class PollLeases:
         """Take or renew the poll lease of the source `fingerprint`; True if this replica holds it. Redis errors
         pass through (the caller falls back to polling alone)."""
         ttl = max(1, int((interval * LEASE_INTERVALS + LEASE_MARGIN) * 1000))
+        asked = time.monotonic()  # the lease lapses no later than ttl after the script ran, so after this
         with anyio.fail_after(self.link.settings.timeout * 2):
             ours = await self.link.client.eval(_ACQUIRE, 1, self._lease_key(fingerprint), self.link.replica, ttl)
         if ours == 1:
-            if fingerprint not in self.held:
+            if not self.holds(fingerprint):
                 logger.info("cluster: replica %s now polls source %s", self.link.replica, fingerprint)
-            self.held.add(fingerprint)
+            self.held[fingerprint] = asked + ttl / 1000
             return True
-        self.held.discard(fingerprint)
+        self.held.pop(fingerprint, None)
         return False
 
     async def release(self, fingerprint: str) -> None:
         """Give the lease back if this replica holds it (at shutdown, so another takes over at once)."""
-        self.held.discard(fingerprint)
+        self.held.pop(fingerprint, None)
         with anyio.fail_after(self.link.settings.timeout * 2):
             await self.link.client.eval(_RELEASE, 1, self._lease_key(fingerprint), self.link.replica)
 
