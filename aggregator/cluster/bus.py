@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
 
+from aggregator.cluster.leases import DATA
 from aggregator.cluster.link import RedisLink
 
 __all__ = ["ChangeBus", "ChangeEvent", "MAX_EVENT_BYTES"]
@@ -34,7 +35,9 @@ Kind = Literal["updated", "listing"]
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """Files (`paths`) or query results (`data`) of the source whose fingerprint is `source` changed (`updated`),
-    or what it lists did (`listing`); `origin` is the publishing replica, `digest` its manifest's sha256."""
+    or what it lists did (`listing`); `origin` is the publishing replica, `digest` its manifest's sha256.
+    `versions` holds the version the publisher polled of each path (None: of the query results), so a replica
+    whose listeners were already told of it (by its own poll while Redis was out) does not tell them again."""
 
     origin: str
     digest: str
@@ -42,11 +45,14 @@ class ChangeEvent:
     paths: tuple[str, ...] = ()
     data: bool = False
     kind: Kind = "updated"
+    versions: Mapping[str | None, str | None] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return json.dumps({"origin": self.origin, "digest": self.digest, "source": self.source,
-                           "paths": list(self.paths), "data": self.data, "kind": self.kind},
-                          separators=(",", ":")).encode()
+        facts: dict[str, object] = {"origin": self.origin, "digest": self.digest, "source": self.source,
+                                    "paths": list(self.paths), "data": self.data, "kind": self.kind}
+        if self.versions:
+            facts["versions"] = {DATA if path is None else path: v for path, v in self.versions.items()}
+        return json.dumps(facts, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes | str) -> ChangeEvent:
@@ -57,7 +63,7 @@ class ChangeEvent:
             facts: Any = json.loads(raw)
         except RecursionError:  # `[[[[...` nests deeper than the parser's stack
             raise ValueError("nested too deeply") from None
-        if not isinstance(facts, dict) or set(facts) != {"origin", "digest", "source", "paths", "data", "kind"}:
+        if not isinstance(facts, dict) or set(facts) - {"versions"} != _KEYS:
             raise ValueError("not an event object")
         text = (facts["origin"], facts["digest"], facts["source"])
         if not all(isinstance(t, str) and 0 < len(t) <= 256 for t in text[::2]) or not isinstance(text[1], str):
@@ -68,7 +74,23 @@ class ChangeEvent:
         if not isinstance(facts["data"], bool) or facts["kind"] not in ("updated", "listing"):
             raise ValueError("bad data or kind")
         return cls(facts["origin"], facts["digest"][:128], facts["source"], tuple(paths), facts["data"],
-                   facts["kind"])
+                   facts["kind"], _versions(facts.get("versions", {}), paths, facts["data"]))
+
+
+_KEYS = {"origin", "digest", "source", "paths", "data", "kind"}
+
+
+def _versions(raw: object, paths: list[str], data: bool) -> dict[str | None, str | None]:
+    """An event's versions: one per path it names (and its query results), each a string or null."""
+    if not isinstance(raw, dict):
+        raise ValueError("bad versions")
+    named = set(paths) | ({DATA} if data else set())
+    found: dict[str | None, str | None] = {}
+    for path, version in raw.items():
+        if path not in named or not (version is None or isinstance(version, str) and len(version) <= MAX_PATH_CHARS):
+            raise ValueError("bad versions")
+        found[None if path == DATA else path] = version
+    return found
 
 
 class ChangeBus:
@@ -208,12 +230,19 @@ def _split(event: ChangeEvent) -> list[ChangeEvent]:
     chunk: list[str] = []
     size = 0
     budget = MAX_EVENT_BYTES // 2
+    versions = event.versions
+
+    def part(paths: list[str], data: bool) -> ChangeEvent:
+        named = [*paths, None] if data else paths
+        return ChangeEvent(event.origin, event.digest, event.source, tuple(paths), data, event.kind,
+                           {path: versions[path] for path in named if path in versions})
+
     for path in event.paths:
-        cost = len(json.dumps(path)) + 1
+        cost = len(json.dumps(path)) + 1 + (len(json.dumps([path, versions[path]])) if path in versions else 0)
         if chunk and size + cost > budget:
-            parts.append(ChangeEvent(event.origin, event.digest, event.source, tuple(chunk), False, event.kind))
+            parts.append(part(chunk, False))
             chunk, size = [], 0
         chunk.append(path)
         size += cost
-    parts.append(ChangeEvent(event.origin, event.digest, event.source, tuple(chunk), event.data, event.kind))
+    parts.append(part(chunk, event.data))
     return parts

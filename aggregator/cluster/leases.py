@@ -17,8 +17,9 @@ from collections.abc import Collection, Mapping
 import anyio
 
 from aggregator.cluster.link import RedisLink
+from aggregator.paths import UnsafePath, safe_relpath
 
-__all__ = ["DATA", "PollLeases"]
+__all__ = ["DATA", "MAX_POLLED_PATHS", "PollLeases", "pollable"]
 
 logger = logging.getLogger("aggregator.cluster.leases")
 
@@ -34,6 +35,8 @@ RETRY_FRACTION = 0.25
 INTEREST_INTERVALS = 3.0
 VERSIONS_SECONDS = 600.0
 """How long the last polled versions outlive the last poll: a holder that takes over compares with them."""
+MAX_POLLED_PATHS = 10_000
+"""Paths one poll of a source checks for the cluster (the union of every replica's interests)."""
 MAX_INTEREST_KEYS = 1000
 """Replicas' interest sets read per source (a bound on the SCAN, not on replicas expected)."""
 
@@ -162,3 +165,22 @@ class PollLeases:
                                             for path, version in versions.items()})
                     pipe.pexpire(key, int(VERSIONS_SECONDS * 1000))
                 await pipe.execute()
+
+
+def pollable(interests: set[str]) -> set[str | None]:
+    """The paths to poll among what Redis says replicas want (None: query results): whoever else writes Redis is
+    not trusted, so paths that could leave the source are dropped and the count is capped."""
+    found: set[str | None] = set()
+    for path in sorted(interests):
+        if len(found) >= MAX_POLLED_PATHS:
+            logger.warning("cluster: replicas want more than %d paths of one source; polling the first ones",
+                           MAX_POLLED_PATHS)
+            break
+        if path == DATA:
+            found.add(None)
+            continue
+        try:
+            found.add(safe_relpath(path))
+        except UnsafePath:
+            logger.debug("cluster: not polling the unsafe path %r", path)
+    return found
