@@ -404,9 +404,9 @@ class Supervisor:
         if self._told is not None:  # Redis is out: what the lease holder publishes when it is back is not news
             reads = self.service.reads_of(source, versions)
             news = self._told.alone(source_fingerprint(self.service.manifest.sources[source]),
-                                    {reads[uri]: v for uri, v in versions.items()},
+                                    {reads[uri]: v for uri, v in versions.items() if uri in reads},
                                     {reads[uri]: v for uri, v in seen.items() if uri in reads})
-            changed = [uri for uri in versions if reads[uri] in news]
+            changed = [uri for uri in versions if uri in reads and reads[uri] in news]
         seen.clear()
         seen.update(versions)
         if changed:
