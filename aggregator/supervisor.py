@@ -515,9 +515,10 @@ class Supervisor:
                 self._overflowed = False
                 await self._rejoined()
             try:
-                news = None if self._told is None or event.kind == "listing" else self._told.received(
+                sids = self._sources_of(event.source)  # none: not ours, so nothing to remember of it either
+                news = None if self._told is None or event.kind == "listing" or not sids else self._told.received(
                     event.source, {*event.paths, *([None] if event.data else [])}, event.versions)
-                for sid in self._sources_of(event.source):
+                for sid in sids:
                     if event.kind == "listing":
                         if self._has_collection(sid):
                             await self._relist()

@@ -4,7 +4,6 @@ listen stream that listens again whenever the server ends it, as a client does (
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -12,57 +11,28 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
 from mcp.client.subscriptions import SubscriptionLost
-from mcp.shared.subscriptions import ResourceUpdated
 
-from tests.conftest import write_manifest
+from tests.cluster_redis import unique_prefix
 from tests.http_server import Upstream, serve
 from tests.replicas import RedisServer, Replica, redis_server, replicas
-from tests.cluster_redis import unique_prefix
-from tests.test_live import Inbox
-
-INTERVAL = 0.3  # the source's poll interval, seconds
-URI = "api://a"
+from tests.test_cluster_replicas import INTERVAL, URI, Listeners, _manifest, clients
 
 
-def _manifest(folder: Path, upstream: Upstream, redis: str) -> Path:
-    return write_manifest(folder, f"""
-        version: 1
-        server:
-          name: outages
-          cluster: {{redis: "{redis}", prefix: {unique_prefix()}, timeout: 500ms}}
-        sources:
-          api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, poll: {int(INTERVAL * 1000)}ms}}
-        resources:
-          - {{uri: "{URI}", name: a, source: api, path: docs/a.md}}
-        """)
-
-
-class Heard:
+class Heard(Listeners):
     """What one client of each wire heard on one replica: the modern one across all the streams it opened."""
 
     def __init__(self) -> None:
-        self.modern: list[Any] = []
+        super().__init__()
         self.streams = 0
         """Listen streams opened (the first, then one each time the server ended the last)."""
-        self.legacy = Inbox()
-
-    def updated(self) -> tuple[int, int]:
-        return (sum(e == ResourceUpdated(uri=URI) for e in self.modern),
-                sum(e == ("updated", URI) for e in self.legacy.events))
 
 
 @asynccontextmanager
 async def listening(replica: Replica, tg: Any) -> AsyncIterator[Heard]:
     heard = Heard()
     async with AsyncExitStack() as stack:
-        legacy = await stack.enter_async_context(Client(replica.url, mode="legacy", cache=None,
-                                                        message_handler=heard.legacy))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            await legacy.subscribe_resource(URI)
-        modern = await stack.enter_async_context(Client(replica.url, mode="auto", cache=None))
+        modern = await clients(stack, replica, heard)
         opened = anyio.Event()
 
         async def listen_again_and_again() -> None:
@@ -125,6 +95,7 @@ def test_a_change_made_as_redis_goes_out_is_told_by_the_lease_holder_alone_then_
         _interrupt(redis, outage)
         upstream.etag, upstream.body = '"v2"', "# A\n\nchanged as Redis went out\n"
         await _until(lambda: heard[holder].updated() == (1, 1))  # Redis is still out
+        await _until(lambda: not any(_connected(group)))  # an outage every replica noticed
         _resume(redis, outage)
 
     _run(tmp_path, outage_and_change)
@@ -134,7 +105,7 @@ def _run(tmp_path: Path, outage_and_change: Any) -> None:
     """Two replicas with listeners; `outage_and_change` takes Redis out, changes the upstream and brings Redis back;
     then every listener must have heard that change exactly once, and the next change exactly once too."""
     with serve() as upstream, redis_server(tmp_path) as redis:
-        manifest = _manifest(tmp_path, upstream, redis.url)
+        manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix())
         with replicas(manifest, 2, tmp_path) as group:
             async def main() -> None:
                 async with anyio.create_task_group() as tg, AsyncExitStack() as stack:

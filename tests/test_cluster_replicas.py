@@ -52,17 +52,23 @@ class Listeners:
                 sum(e == ("updated", URI) for e in self.legacy.events))
 
 
+async def clients(stack: AsyncExitStack, replica: Replica, heard: Listeners) -> Client:
+    """On `replica`: a legacy session subscribed to URI, telling `heard.legacy`, and a modern client (returned), both
+    closed with `stack`."""
+    legacy = await stack.enter_async_context(Client(replica.url, mode="legacy", cache=None,
+                                                    message_handler=heard.legacy))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        await legacy.subscribe_resource(URI)
+    return await stack.enter_async_context(Client(replica.url, mode="auto", cache=None))
+
+
 @asynccontextmanager
 async def listening(replica: Replica, tg: Any) -> AsyncIterator[Listeners]:
     heard = Listeners()
     stack = AsyncExitStack()
     try:
-        legacy = await stack.enter_async_context(Client(replica.url, mode="legacy", cache=None,
-                                                        message_handler=heard.legacy))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            await legacy.subscribe_resource(URI)
-        modern = await stack.enter_async_context(Client(replica.url, mode="auto", cache=None))
+        modern = await clients(stack, replica, heard)
         sub = await stack.enter_async_context(modern.listen(resource_subscriptions=[URI]))
 
         async def collect() -> None:

@@ -2,7 +2,8 @@
 
 Events travel as JSON on Redis pub/sub (at most once, no replay: a replica that was cut off drops its remote
 sources' cache entries and closes its listen streams when it is back, see `on_reconnect`). Inbound events are
-untrusted: too big, malformed or mistyped ones are counted and ignored, and a replica ignores its own.
+untrusted: too big, malformed or mistyped ones are counted and ignored, and a replica ignores its own. With
+`server.cluster.secret` every event is sealed for the channel, and one that is not is ignored (cluster/seal.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import anyio
 
 from aggregator.cluster.leases import DATA
 from aggregator.cluster.link import RedisLink
+from aggregator.cluster.seal import Unsealed
 
 __all__ = ["ChangeBus", "ChangeEvent", "MAX_EVENT_BYTES"]
 
@@ -123,7 +125,7 @@ class ChangeBus:
         try:
             with anyio.fail_after(self.link.settings.timeout * 2):
                 for part in _split(event):
-                    await self.link.client.publish(self.channel, part.encode())
+                    await self.link.client.publish(self.channel, self.link.seal.close(self.channel, part.encode()))
                     self.published += 1
         except Exception as exc:  # any Redis or socket failure: the replica goes on alone
             self.publish_errors += 1
@@ -179,7 +181,12 @@ class ChangeBus:
         try:
             if not isinstance(raw, (bytes, str)):
                 raise ValueError("not a text message")
-            event = ChangeEvent.decode(raw)
+            event = ChangeEvent.decode(self.link.seal.open(
+                self.channel, raw if isinstance(raw, bytes) else raw.encode(errors="surrogateescape"), "event",
+                self._warn_unsealed))
+        except Unsealed:
+            self.rejected += 1
+            return
         except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
             self.rejected += 1
             if self.rejected == 1 or math.log2(self.rejected).is_integer():
@@ -194,6 +201,9 @@ class ChangeBus:
                 listener(event)
             except Exception:
                 logger.exception("a change event listener failed")
+
+    def _warn_unsealed(self, reason: str, count: int) -> None:
+        logger.warning("ignoring a change event on %s: %s (%d so far)", self.channel, reason, count)
 
     # --- state -----------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from collections.abc import Collection, Mapping
 import anyio
 
 from aggregator.cluster.link import RedisLink
+from aggregator.cluster.seal import Unsealed
 from aggregator.paths import UnsafePath, safe_relpath
 
 __all__ = ["DATA", "MAX_POLLED_PATHS", "PollLeases", "pollable"]
@@ -141,14 +142,18 @@ class PollLeases:
 
     async def seen(self, fingerprint: str) -> dict[str | None, str | None]:
         """The versions the source's last poll saw, by path (None: its query results); {} if none is kept."""
+        key = self.link.key("versions", fingerprint)
         with anyio.fail_after(self.link.settings.timeout * 2):
-            kept = await self.link.client.hgetall(self.link.key("versions", fingerprint))
+            kept = await self.link.client.hgetall(key)
         found: dict[str | None, str | None] = {}
         for raw_path, raw_version in kept.items():
             try:
                 path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
-                version = json.loads(raw_version)
-            except ValueError:  # not ours: skipped (the next poll writes it again)
+                raw = raw_version if isinstance(raw_version, bytes) else str(raw_version).encode()
+                version = json.loads(self.link.seal.open(f"{key}\0{path}", raw, "versions", _warn_unsealed))
+            # Not ours (Unsealed is a ValueError; a value nested past the parser's stack raises RecursionError):
+            # skipped, the next poll writes it again.
+            except (ValueError, TypeError, RecursionError):
                 continue
             if isinstance(version, str) or version is None:
                 found[None if path == DATA else path] = version
@@ -161,10 +166,16 @@ class PollLeases:
             async with self.link.client.pipeline(transaction=True) as pipe:
                 pipe.delete(key)
                 if versions:
-                    pipe.hset(key, mapping={DATA if path is None else path: json.dumps(version)
-                                            for path, version in versions.items()})
+                    fields = {DATA if path is None else path: json.dumps(version).encode()
+                              for path, version in versions.items()}
+                    pipe.hset(key, mapping={field: self.link.seal.close(f"{key}\0{field}", value)
+                                            for field, value in fields.items()})
                     pipe.pexpire(key, int(VERSIONS_SECONDS * 1000))
                 await pipe.execute()
+
+
+def _warn_unsealed(reason: str, count: int) -> None:
+    logger.warning("cluster: ignoring a kept poll version: %s (%d so far)", reason, count)
 
 
 def pollable(interests: set[str]) -> set[str | None]:

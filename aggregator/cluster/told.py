@@ -32,22 +32,22 @@ class ToldVersions:
         self._max_paths = max_paths
         self._max_sources = max_sources
 
-    def news(self, fingerprint: str, versions: Versions, baseline: Versions) -> set[SourcePath]:
-        """The paths of `versions` (a poll's) whose version is news to this replica's listeners: different from
-        the one told here, or, for a path never told here, from `baseline` (the previous poll's). A path absent
-        from both is not news: its first poll only takes a baseline."""
-        told = self._told.get(fingerprint, {})
-        return {path for path, version in versions.items()
-                if (told[path] != version if path in told else path in baseline and baseline[path] != version)}
-
-    def polled(self, fingerprint: str, versions: Versions, baseline: Versions) -> tuple[set[SourcePath], set[SourcePath]]:
-        """A lease holder's poll: (the paths to publish as changed, those of them to tell here). `baseline` is what
-        the cluster was last told (the versions kept in Redis); a path differing from it, or from what was told
-        here, changed. Every polled version is remembered as told: the cluster's baseline from now on."""
+    def _compare(self, fingerprint: str, versions: Versions, baseline: Versions) -> tuple[set[SourcePath],
+                                                                                           set[SourcePath]]:
+        """(changed, news): a path changed if its version differs from `baseline`'s or, absent there, from the one
+        told here (absent from both: not changed, the first poll only takes a baseline); it is news unless this
+        version is the one told here."""
         told = self._told.get(fingerprint, {})
         changed = {path for path, version in versions.items()
-                   if (path in baseline and baseline[path] != version) or (path in told and told[path] != version)}
-        news = self.news(fingerprint, {path: versions[path] for path in changed}, baseline)
+                   if (baseline[path] != version if path in baseline else path in told and told[path] != version)}
+        return changed, {path for path in changed if path not in told or told[path] != versions[path]}
+
+    def polled(self, fingerprint: str, versions: Versions, baseline: Versions) -> tuple[set[SourcePath],
+                                                                                         set[SourcePath]]:
+        """A lease holder's poll: (the paths to publish as changed, those of them to tell here). `baseline` is what
+        the cluster was last told (the versions kept in Redis). Every polled version is remembered as told: the
+        holder's baseline should it poll alone next."""
+        changed, news = self._compare(fingerprint, versions, baseline)
         self.remember(fingerprint, versions)
         return changed, news
 
@@ -55,7 +55,7 @@ class ToldVersions:
         """A poll by this replica alone (Redis out), `baseline` its previous one: the paths to tell, remembered as
         told. A first version that is not news is not remembered: it may be a change nobody here was told of, which
         the lease holder then publishes when Redis is back."""
-        news = self.news(fingerprint, versions, baseline)
+        _, news = self._compare(fingerprint, versions, baseline)
         self.remember(fingerprint, {path: versions[path] for path in news})
         return news
 

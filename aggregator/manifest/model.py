@@ -134,6 +134,9 @@ class ClusterSettings:
     """One replica loads a cold remote body while the others wait for it (a Redis lock around the load)."""
     timeout: float = 0.5
     """Seconds one Redis call may take; past it the replica goes on alone (local cache, local detection)."""
+    secret: str | None = field(default=None, repr=False)
+    """Key material for the HMAC sealing what replicas write to Redis (cluster/seal.py); None: nothing sealed.
+    Never logged or shown."""
 
 
 @dataclass(frozen=True, slots=True)
