@@ -231,8 +231,9 @@ def test_the_secret_comes_from_the_environment_and_is_never_shown() -> None:
     with pytest.raises(ManifestError) as err:
         _parse(head % '"${CLUSTER_SECRET}"', {"CLUSTER_SECRET": "short-secret"})
     assert err.value.issues[0].key == "server.cluster.secret" and "short-secret" not in str(err.value)
-    manifest = _parse(head % '"${CLUSTER_SECRET}"', {"CLUSTER_SECRET": SECRET})
-    assert manifest.server.cluster.secret == SECRET and SECRET not in repr(manifest)
+    manifest = _parse((head % '"${CLUSTER_SECRET}"').replace("redis://r", "redis://:hunter2@r"),
+                      {"CLUSTER_SECRET": SECRET})
+    assert manifest.server.cluster.secret == SECRET and SECRET not in repr(manifest) and "hunter2" not in repr(manifest)
 
 
 def test_the_documented_redis_acl_is_all_a_replica_needs(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ class SearchSettings:
 class ClusterSettings:
     """Replicas sharing one Redis (`server.cluster`): change events, poll leases, interests and a content cache."""
 
-    redis: str
+    redis: str = field(repr=False)
     """redis://, rediss:// or unix:// URL; it may hold a password, so it is never logged or shown."""
     prefix: str = "aggregator"
     """Prefix of every Redis key and channel: one per deployment sharing a Redis."""
