@@ -236,6 +236,12 @@ def _cluster_figures(live: Figures) -> Iterator[Any]:
     events.add_metric(["received"], bus.received)
     events.add_metric(["rejected"], bus.rejected)
     yield events
+    refused = CounterMetricFamily("aggregator_cluster_unauthenticated", "Change events, shared cache values and kept "
+                                  "poll versions read from Redis that were not sealed with server.cluster.secret (or "
+                                  "were, and this replica has none): ignored.", labels=["kind"])
+    for kind in ("event", "content", "versions"):
+        refused.add_metric([kind], bus.link.seal.refused.get(kind, 0))
+    yield refused
     leases = health.get("leases")
     yield GaugeMetricFamily("aggregator_cluster_leases_held", "Remote sources this replica polls for the cluster.",
                             value=float(leases) if isinstance(leases, int) else 0.0)

@@ -21,14 +21,14 @@ import anyio
 
 from aggregator.cache_keys import Forget
 from aggregator.cluster.bus import ChangeBus, ChangeEvent, Kind
-from aggregator.cluster.leases import DATA, RETRY_FRACTION, PollLeases
+from aggregator.cluster.leases import DATA, RETRY_FRACTION, PollLeases, pollable
 from aggregator.cluster.link import source_fingerprint
+from aggregator.cluster.told import SourcePath, ToldVersions
 from aggregator.console.history import ReloadHistory
 from aggregator.service import ResourceService, SuspiciousReload
 from aggregator.manifest.compose import open_regular_file
 from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
 from aggregator.notify import Notifier
-from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.watch import Change, watch_folders, watch_manifest
 
 __all__ = ["Supervisor"]
@@ -37,8 +37,6 @@ logger = logging.getLogger("aggregator.supervisor")
 
 FALLBACK_CHECK_SECONDS = 2.0
 INBOUND_EVENTS = 1000
-MAX_POLLED_PATHS = 10_000
-"""Paths one poll of a source checks for the cluster (the union of every replica's interests)."""
 """Other replicas' change events waiting to be handled; past it they are dropped (and logged)."""
 SETTLE_STEP_SECONDS = 0.1
 """How often the manifest files are read while they settle."""
@@ -70,6 +68,8 @@ class Supervisor:
         self.cluster = cluster
         """The change bus shared with the other replicas (`server.cluster`); None: this process is alone."""
         self._leases = PollLeases(cluster.link) if cluster is not None else None
+        self._told = ToldVersions() if cluster is not None else None
+        """Versions this replica's listeners were told of (with a cluster): each change is told once."""
         self._inbound_send, self._inbound = anyio.create_memory_object_stream[ChangeEvent](INBOUND_EVENTS)
         self._overflowed = False
         self.reload_enabled = reload
@@ -248,10 +248,12 @@ class Supervisor:
         return changed
 
     def _watch_plan(self) -> tuple[object, ...]:
-        """What the watchers and pollers cover: local roots (by source object) and poll intervals."""
+        """What the watchers and pollers cover: local roots and polled sources (by source object: a source whose
+        settings changed is another one, with another poll lease) and poll intervals."""
         sources = self.service.sources
         return (tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.watch_root() is not None)),
-                tuple(sorted((sid, spec.poll) for sid, spec in self.service.manifest.sources.items() if spec.poll)),
+                tuple(sorted((sid, spec.poll, id(sources.get(sid))) for sid, spec in
+                             self.service.manifest.sources.items() if spec.poll)),
                 tuple(sorted((sid, id(src)) for sid, src in sources.items() if src.pushes_changes)))
 
     # --- local folders -------------------------------------------------------------------------------
@@ -391,7 +393,7 @@ class Supervisor:
                 if self.cluster is not None and self.cluster.connected and \
                         await self.poll_for_cluster(source, interval, seen_paths):
                     if self._leases is not None and \
-                            source_fingerprint(self.service.manifest.sources[source]) not in self._leases.held:
+                            not self._leases.holds(source_fingerprint(self.service.manifest.sources[source])):
                         wait = interval * RETRY_FRACTION  # another replica polls: be ready to take over soon
                     seen.clear()
                 else:  # alone, or the cluster's Redis is unavailable: poll for this replica's subscribers
@@ -406,6 +408,12 @@ class Supervisor:
         # What subscribed renders read is polled too: their `updated` follows from it.
         versions = await self.service.versions(source, subscribed | self.service.render_inputs(subscribed))
         changed = [uri for uri, version in versions.items() if uri in seen and seen[uri] != version]
+        if self._told is not None:  # Redis is out: what the lease holder publishes when it is back is not news
+            reads = self.service.reads_of(source, versions)
+            news = self._told.alone(source_fingerprint(self.service.manifest.sources[source]),
+                                    {reads[uri]: v for uri, v in versions.items() if uri in reads},
+                                    {reads[uri]: v for uri, v in seen.items() if uri in reads})
+            changed = [uri for uri in versions if uri in reads and reads[uri] in news]
         seen.clear()
         seen.update(versions)
         if changed:
@@ -427,7 +435,7 @@ class Supervisor:
     async def poll_for_cluster(self, source: str, interval: float, seen: dict[str | None, str | None]) -> bool:
         """Record what this replica's subscribers want of `source`; if this replica holds its poll lease, poll
         what every replica wants, and apply and publish what changed. False if Redis failed (poll alone then)."""
-        assert self.cluster is not None and self._leases is not None
+        assert self.cluster is not None and self._leases is not None and self._told is not None
         spec = self.service.manifest.sources[source]
         fingerprint = source_fingerprint(spec)
         subscribed = self.notifier.subscribed_uris()
@@ -443,11 +451,11 @@ class Supervisor:
         except Exception as exc:  # Redis down or slow: the bus logs it once and marks the cluster down
             logger.debug("cluster call for source %r failed: %r", source, exc)
             return False
-        paths = _pollable(union)
+        paths = pollable(union)
         async with self.service.lease() as snapshot:
             backend = snapshot.sources.get(source)
             versions = dict(await backend.poll(paths)) if backend is not None and paths else {}
-        changed = {path for path, version in versions.items() if path in seen and seen[path] != version}
+        changed, news = self._told.polled(fingerprint, versions, seen)
         if versions != seen:
             seen.clear()
             seen.update(versions)
@@ -459,8 +467,9 @@ class Supervisor:
             files = {path for path in changed if path is not None}
             data = None in changed
             await self.service.forget_shared(source, files, data)
-            await self.apply_change(source, files, data)
-            await self.cluster.publish(self._event(fingerprint, files, data, "updated"))
+            await self.apply_change(source, files, data, news)
+            await self.cluster.publish(self._event(fingerprint, files, data, "updated",
+                                                   {path: versions[path] for path in changed}))
         if self._has_collection(source):
             before = self.service.catalog.listing_of(source)
             # Only this source's entries are told: a relist also picks up other sources' changes, which their own
@@ -469,18 +478,26 @@ class Supervisor:
                 await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
         return True
 
-    def _event(self, fingerprint: str, paths: Iterable[str], data: bool, kind: Kind) -> ChangeEvent:
+    def _event(self, fingerprint: str, paths: Iterable[str], data: bool, kind: Kind,
+               versions: dict[SourcePath, str | None] | None = None) -> ChangeEvent:
         assert self.cluster is not None
         return ChangeEvent(self.cluster.link.replica, self.service.manifest.digest, fingerprint,
-                           tuple(sorted(paths)), data, kind)
+                           tuple(sorted(paths)), data, kind, versions or {})
 
-    async def apply_change(self, source: str, files: set[str], data: bool) -> None:
+    async def apply_change(self, source: str, files: set[str], data: bool,
+                           news: set[SourcePath] | None = None) -> None:
         """These files (and, with `data`, the query results) of `source` changed: invalidate them and send
-        `updated` to this replica's subscribers on both wires (with their scope filters, as for any change)."""
-        if files:
-            await self.files_changed(source, {(Change.modified, path) for path in files})
+        `updated` to this replica's subscribers on both wires (with their scope filters, as for any change); of
+        `news` only (None: all), the others were told already."""
+        told = files if news is None else files & news
+        if files - told:
+            self.service.invalidate(source, files - told)
+        if told:
+            await self.files_changed(source, {(Change.modified, path) for path in told})
         if data:
             self.service.cache.invalidate_where(Forget.of(queries={source}))
+            if news is not None and None not in news:
+                return
             subscribed = self.notifier.subscribed_uris()
             queries = {uri for uri, path in self.service.reads_of(
                 source, subscribed | self.service.render_inputs(subscribed)).items() if path is None}
@@ -505,12 +522,15 @@ class Supervisor:
                 self._overflowed = False
                 await self._rejoined()
             try:
-                for sid in self._sources_of(event.source):
+                sids = self._sources_of(event.source)  # none: not ours, so nothing to remember of it either
+                news = None if self._told is None or event.kind == "listing" or not sids else self._told.received(
+                    event.source, {*event.paths, *([None] if event.data else [])}, event.versions)
+                for sid in sids:
                     if event.kind == "listing":
                         if self._has_collection(sid):
                             await self._relist()
                     else:
-                        await self.apply_change(sid, set(event.paths), event.data)
+                        await self.apply_change(sid, set(event.paths), event.data, news)
             except Exception:
                 logger.exception("handling a cluster change event of source %s failed", event.source)
 
@@ -537,23 +557,5 @@ class Supervisor:
             return None
         connected = self.cluster.connected
         return {"connected": connected, "replica": self.cluster.link.replica,
-                "leases": len(self._leases.held) if connected else 0}
+                "leases": self._leases.count() if connected else 0}
 
-
-def _pollable(interests: set[str]) -> set[str | None]:
-    """The paths to poll among what Redis says replicas want (None: query results): whoever else writes Redis is
-    not trusted, so paths that could leave the source are dropped and the count is capped."""
-    found: set[str | None] = set()
-    for path in sorted(interests):
-        if len(found) >= MAX_POLLED_PATHS:
-            logger.warning("cluster: replicas want more than %d paths of one source; polling the first ones",
-                           MAX_POLLED_PATHS)
-            break
-        if path == DATA:
-            found.add(None)
-            continue
-        try:
-            found.add(safe_relpath(path))
-        except UnsafePath:
-            logger.debug("cluster: not polling the unsafe path %r", path)
-    return found

@@ -337,7 +337,8 @@ def cluster(manifest: Path, count: int, logs: Path, *, env: Mapping[str, str] | 
 
 @dataclass
 class RedisServer:
-    """A redis-server of the test's own on a free loopback port, no persistence; `url` for REDIS_URL."""
+    """A redis-server of the test's own on a free loopback port; `url` for REDIS_URL. Nothing is saved unless a test
+    asks (`cli("SAVE")`): a start then loads what was saved, as a Redis restarting with its data does."""
 
     port: int
     log: Path
@@ -352,7 +353,8 @@ class RedisServer:
         binary = find_binary("redis-server", "/usr/bin/redis-server")
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(self.log.parent), "--dbfilename", f"redis-{self.port}.rdb"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline and self.process.poll() is None:
@@ -383,6 +385,16 @@ class RedisServer:
         return subprocess.run([binary, "-p", str(self.port), *args], capture_output=True, text=True, timeout=10,
                               check=True).stdout
 
+    def freeze(self) -> None:
+        """SIGSTOP: Redis hangs (connections stay open, nothing answers, keys do not expire) until `thaw()`."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after `freeze()`."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: Redis gone at once, connections reset."""
         if self.process is not None:
@@ -403,6 +415,7 @@ def redis_server(logs: Path) -> Iterator[RedisServer]:
         server.start()
         yield server
     finally:
+        server.thaw()  # a frozen process would take SIGTERM only once continued
         server.stop()
 
 

@@ -73,6 +73,10 @@ def test_hostile_events_are_counted_and_ignored_and_the_subscriber_lives(setting
         json.dumps({**facts, "origin": 5}).encode(),
         json.dumps({**facts, "extra": 1}).encode(),
         json.dumps({**facts, "paths": ["x" * 5000]}).encode(),
+        json.dumps({**facts, "versions": ["v1"]}).encode(),
+        json.dumps({**facts, "versions": {"other.md": "v1"}}).encode(),  # a path the event does not name
+        json.dumps({**facts, "versions": {DATA: "v1"}}).encode(),  # query data the event does not name
+        json.dumps({**facts, "versions": {"a.md": 7}}).encode(),
         b"[" * 100_000,  # deeply nested
         json.dumps({**facts, "paths": ["p"] * (MAX_EVENT_BYTES // 4)}).encode(),  # too big
     ]
@@ -112,11 +116,15 @@ def test_a_big_change_is_published_in_parts_that_are_accepted(settings: ClusterS
             async with anyio.create_task_group() as tg:
                 tg.start_soon(bus_b.run)
                 await _until(lambda: bus_b.connected)
-                assert await ChangeBus(a).publish(ChangeEvent("a", "d", "fp", paths, data=True))
+                versions = {**{p: f'"{i}"' for i, p in enumerate(paths)}, None: "rows-1"}
+                assert await ChangeBus(a).publish(ChangeEvent("a", "d", "fp", paths, data=True, versions=versions))
                 await _until(lambda: sum(len(e.paths) for e in got) == len(paths))
                 assert len(got) > 1 and bus_b.rejected == 0
                 assert tuple(p for e in got for p in e.paths) == paths
                 assert [e.data for e in got].count(True) == 1
+                # Each part carries the versions of what it names, the query data's with the part that names it.
+                assert {k: v for e in got for k, v in e.versions.items()} == versions
+                assert all(set(e.versions) == {*e.paths, *([None] if e.data else [])} for e in got)
                 bus_b.stop()
         finally:
             await a.aclose()
@@ -258,9 +266,9 @@ def test_the_last_polled_versions_are_kept_for_the_next_holder(settings: Cluster
 
 def test_paths_polled_for_the_cluster_are_safe_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Interests come from Redis, which others write too: unsafe paths are never polled, and the count is capped."""
-    import aggregator.supervisor as supervisor
+    import aggregator.cluster.leases as leases
 
-    assert supervisor._pollable({"a.md", "dir/b.md", DATA, "../etc/passwd", "/abs", "http://evil/x", "a/%2e%2e/b",
-                                 ""}) == {"a.md", "dir/b.md", None}
-    monkeypatch.setattr(supervisor, "MAX_POLLED_PATHS", 3)
-    assert len(supervisor._pollable({f"{i}.md" for i in range(10)})) == 3
+    assert leases.pollable({"a.md", "dir/b.md", DATA, "../etc/passwd", "/abs", "http://evil/x", "a/%2e%2e/b",
+                            ""}) == {"a.md", "dir/b.md", None}
+    monkeypatch.setattr(leases, "MAX_POLLED_PATHS", 3)
+    assert len(leases.pollable({f"{i}.md" for i in range(10)})) == 3

@@ -18,7 +18,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
 from tests.conftest import write_manifest
 from tests.http_server import Upstream, serve
-from tests.replicas import Replica, redis_server, replicas
+from tests.replicas import Replica, metric_sum, redis_server, replicas
 from tests.test_live import Inbox
 
 INTERVAL = 0.3  # the source's poll interval, seconds
@@ -52,17 +52,23 @@ class Listeners:
                 sum(e == ("updated", URI) for e in self.legacy.events))
 
 
+async def clients(stack: AsyncExitStack, replica: Replica, heard: Listeners) -> Client:
+    """On `replica`: a legacy session subscribed to URI, telling `heard.legacy`, and a modern client (returned), both
+    closed with `stack`."""
+    legacy = await stack.enter_async_context(Client(replica.url, mode="legacy", cache=None,
+                                                    message_handler=heard.legacy))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        await legacy.subscribe_resource(URI)
+    return await stack.enter_async_context(Client(replica.url, mode="auto", cache=None))
+
+
 @asynccontextmanager
 async def listening(replica: Replica, tg: Any) -> AsyncIterator[Listeners]:
     heard = Listeners()
     stack = AsyncExitStack()
     try:
-        legacy = await stack.enter_async_context(Client(replica.url, mode="legacy", cache=None,
-                                                        message_handler=heard.legacy))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            await legacy.subscribe_resource(URI)
-        modern = await stack.enter_async_context(Client(replica.url, mode="auto", cache=None))
+        modern = await clients(stack, replica, heard)
         sub = await stack.enter_async_context(modern.listen(resource_subscriptions=[URI]))
 
         async def collect() -> None:
@@ -254,6 +260,49 @@ def test_events_from_another_replica_reach_only_listeners_whose_token_sees_the_u
                         assert heard["reader"] == [ResourceUpdated(uri=URI)]
                         assert 'direction="received"} 1.0' in other.metrics()  # it came over the bus
                         tg.cancel_scope.cancel()
+
+                anyio.run(main)
+        finally:
+            delete_prefix(url, prefix)
+
+
+def _lease_keys(redis: str, prefix: str) -> list[bytes]:
+    import redis as redis_py
+
+    client = redis_py.Redis.from_url(redis, socket_timeout=5)
+    try:
+        return sorted(client.scan_iter(match=f"{prefix}:lease:*", count=500))
+    finally:
+        client.close()
+
+
+def test_a_reload_that_changes_a_polled_sources_settings_moves_its_lease(tmp_path: Path) -> None:
+    """Issue 24 item 10: a reload changes the polled source's settings (its fingerprint) but not its `poll:`. The
+    lease of the old fingerprint is given back, not kept counted: across the replicas /healthz and
+    aggregator_cluster_leases_held add up to the 1 lease Redis holds, and one replica polls."""
+    url = require_shared()
+    prefix = unique_prefix()
+    with serve() as upstream:
+        manifest = _manifest(tmp_path, upstream, url, prefix)
+        try:
+            with replicas(manifest, 2, tmp_path) as group:
+                async def main() -> None:
+                    await _until(lambda: all(r.health()["cluster"]["connected"] for r in group))
+                    await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
+                    assert len(_lease_keys(url, prefix)) == 1
+                    text = manifest.read_text().replace("allowPrivateNetwork: true,",
+                                                        "allowPrivateNetwork: true, maxBytes: 2MiB,")
+                    assert "maxBytes: 2MiB" in text
+                    manifest.write_text(text)
+                    await _until(lambda: all(r.health()["reloads"] == 1 for r in group))
+                    old = _lease_keys(url, prefix)
+                    # The old lease expires in 1.5 intervals anyway; counts must agree with Redis after that.
+                    await _until(lambda: _lease_keys(url, prefix) != old)
+                    await anyio.sleep(INTERVAL * 4)
+                    leases = [r.health()["cluster"]["leases"] for r in group]
+                    held = [metric_sum(r.metrics(), "aggregator_cluster_leases_held") for r in group]
+                    assert sorted(leases) == [0, 1] and sorted(held) == [0.0, 1.0], (leases, held)
+                    assert len(_lease_keys(url, prefix)) == 1
 
                 anyio.run(main)
         finally:

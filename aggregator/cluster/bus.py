@@ -2,7 +2,8 @@
 
 Events travel as JSON on Redis pub/sub (at most once, no replay: a replica that was cut off drops its remote
 sources' cache entries and closes its listen streams when it is back, see `on_reconnect`). Inbound events are
-untrusted: too big, malformed or mistyped ones are counted and ignored, and a replica ignores its own.
+untrusted: too big, malformed or mistyped ones are counted and ignored, and a replica ignores its own. With
+`server.cluster.secret` every event is sealed for the channel, and one that is not is ignored (cluster/seal.py).
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
 
+from aggregator.cluster.leases import DATA
 from aggregator.cluster.link import RedisLink
+from aggregator.cluster.seal import Unsealed
 
 __all__ = ["ChangeBus", "ChangeEvent", "MAX_EVENT_BYTES"]
 
@@ -34,7 +37,9 @@ Kind = Literal["updated", "listing"]
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """Files (`paths`) or query results (`data`) of the source whose fingerprint is `source` changed (`updated`),
-    or what it lists did (`listing`); `origin` is the publishing replica, `digest` its manifest's sha256."""
+    or what it lists did (`listing`); `origin` is the publishing replica, `digest` its manifest's sha256.
+    `versions` holds the version the publisher polled of each path (None: of the query results), so a replica
+    whose listeners were already told of it (by its own poll while Redis was out) does not tell them again."""
 
     origin: str
     digest: str
@@ -42,11 +47,14 @@ class ChangeEvent:
     paths: tuple[str, ...] = ()
     data: bool = False
     kind: Kind = "updated"
+    versions: Mapping[str | None, str | None] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return json.dumps({"origin": self.origin, "digest": self.digest, "source": self.source,
-                           "paths": list(self.paths), "data": self.data, "kind": self.kind},
-                          separators=(",", ":")).encode()
+        facts: dict[str, object] = {"origin": self.origin, "digest": self.digest, "source": self.source,
+                                    "paths": list(self.paths), "data": self.data, "kind": self.kind}
+        if self.versions:
+            facts["versions"] = {DATA if path is None else path: v for path, v in self.versions.items()}
+        return json.dumps(facts, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes | str) -> ChangeEvent:
@@ -57,7 +65,7 @@ class ChangeEvent:
             facts: Any = json.loads(raw)
         except RecursionError:  # `[[[[...` nests deeper than the parser's stack
             raise ValueError("nested too deeply") from None
-        if not isinstance(facts, dict) or set(facts) != {"origin", "digest", "source", "paths", "data", "kind"}:
+        if not isinstance(facts, dict) or set(facts) - {"versions"} != _KEYS:
             raise ValueError("not an event object")
         text = (facts["origin"], facts["digest"], facts["source"])
         if not all(isinstance(t, str) and 0 < len(t) <= 256 for t in text[::2]) or not isinstance(text[1], str):
@@ -68,7 +76,23 @@ class ChangeEvent:
         if not isinstance(facts["data"], bool) or facts["kind"] not in ("updated", "listing"):
             raise ValueError("bad data or kind")
         return cls(facts["origin"], facts["digest"][:128], facts["source"], tuple(paths), facts["data"],
-                   facts["kind"])
+                   facts["kind"], _versions(facts.get("versions", {}), paths, facts["data"]))
+
+
+_KEYS = {"origin", "digest", "source", "paths", "data", "kind"}
+
+
+def _versions(raw: object, paths: list[str], data: bool) -> dict[str | None, str | None]:
+    """An event's versions: one per path it names (and its query results), each a string or null."""
+    if not isinstance(raw, dict):
+        raise ValueError("bad versions")
+    named = set(paths) | ({DATA} if data else set())
+    found: dict[str | None, str | None] = {}
+    for path, version in raw.items():
+        if path not in named or not (version is None or isinstance(version, str) and len(version) <= MAX_PATH_CHARS):
+            raise ValueError("bad versions")
+        found[None if path == DATA else path] = version
+    return found
 
 
 class ChangeBus:
@@ -101,7 +125,7 @@ class ChangeBus:
         try:
             with anyio.fail_after(self.link.settings.timeout * 2):
                 for part in _split(event):
-                    await self.link.client.publish(self.channel, part.encode())
+                    await self.link.client.publish(self.channel, self.link.seal.close(self.channel, part.encode()))
                     self.published += 1
         except Exception as exc:  # any Redis or socket failure: the replica goes on alone
             self.publish_errors += 1
@@ -157,7 +181,12 @@ class ChangeBus:
         try:
             if not isinstance(raw, (bytes, str)):
                 raise ValueError("not a text message")
-            event = ChangeEvent.decode(raw)
+            event = ChangeEvent.decode(self.link.seal.open(
+                self.channel, raw if isinstance(raw, bytes) else raw.encode(errors="surrogateescape"), "event",
+                self._warn_unsealed))
+        except Unsealed:
+            self.rejected += 1
+            return
         except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
             self.rejected += 1
             if self.rejected == 1 or math.log2(self.rejected).is_integer():
@@ -172,6 +201,9 @@ class ChangeBus:
                 listener(event)
             except Exception:
                 logger.exception("a change event listener failed")
+
+    def _warn_unsealed(self, reason: str, count: int) -> None:
+        logger.warning("ignoring a change event on %s: %s (%d so far)", self.channel, reason, count)
 
     # --- state -----------------------------------------------------------------------------------------
 
@@ -208,12 +240,19 @@ def _split(event: ChangeEvent) -> list[ChangeEvent]:
     chunk: list[str] = []
     size = 0
     budget = MAX_EVENT_BYTES // 2
+    versions = event.versions
+
+    def part(paths: list[str], data: bool) -> ChangeEvent:
+        named = [*paths, None] if data else paths
+        return ChangeEvent(event.origin, event.digest, event.source, tuple(paths), data, event.kind,
+                           {path: versions[path] for path in named if path in versions})
+
     for path in event.paths:
-        cost = len(json.dumps(path)) + 1
+        cost = len(json.dumps(path)) + 1 + (len(json.dumps([path, versions[path]])) if path in versions else 0)
         if chunk and size + cost > budget:
-            parts.append(ChangeEvent(event.origin, event.digest, event.source, tuple(chunk), False, event.kind))
+            parts.append(part(chunk, False))
             chunk, size = [], 0
         chunk.append(path)
         size += cost
-    parts.append(ChangeEvent(event.origin, event.digest, event.source, tuple(chunk), event.data, event.kind))
+    parts.append(part(chunk, event.data))
     return parts

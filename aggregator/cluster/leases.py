@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Collection, Mapping
 
 import anyio
 
 from aggregator.cluster.link import RedisLink
+from aggregator.cluster.seal import Unsealed
+from aggregator.paths import UnsafePath, safe_relpath
 
-__all__ = ["DATA", "PollLeases"]
+__all__ = ["DATA", "MAX_POLLED_PATHS", "PollLeases", "pollable"]
 
 logger = logging.getLogger("aggregator.cluster.leases")
 
@@ -33,6 +36,8 @@ RETRY_FRACTION = 0.25
 INTEREST_INTERVALS = 3.0
 VERSIONS_SECONDS = 600.0
 """How long the last polled versions outlive the last poll: a holder that takes over compares with them."""
+MAX_POLLED_PATHS = 10_000
+"""Paths one poll of a source checks for the cluster (the union of every replica's interests)."""
 MAX_INTEREST_KEYS = 1000
 """Replicas' interest sets read per source (a bound on the SCAN, not on replicas expected)."""
 
@@ -62,8 +67,19 @@ class PollLeases:
 
     def __init__(self, link: RedisLink) -> None:
         self.link = link
-        self.held: set[str] = set()
-        """Fingerprints whose lease this replica held at its last try."""
+        self.held: dict[str, float] = {}
+        """Fingerprints whose lease this replica held at its last try, with when that lease lapses unless renewed
+        (monotonic clock): a lease nobody renews any more (its poller ended or hangs) stops counting."""
+
+    def holds(self, fingerprint: str) -> bool:
+        """Whether this replica holds the source's lease now, as far as it knows."""
+        deadline = self.held.get(fingerprint)
+        return deadline is not None and time.monotonic() < deadline
+
+    def count(self) -> int:
+        """Leases this replica holds now (for /healthz and /metrics)."""
+        now = time.monotonic()
+        return sum(deadline > now for deadline in self.held.values())
 
     def _lease_key(self, fingerprint: str) -> str:
         return self.link.key("lease", fingerprint)
@@ -72,19 +88,20 @@ class PollLeases:
         """Take or renew the poll lease of the source `fingerprint`; True if this replica holds it. Redis errors
         pass through (the caller falls back to polling alone)."""
         ttl = max(1, int((interval * LEASE_INTERVALS + LEASE_MARGIN) * 1000))
+        asked = time.monotonic()  # the lease lapses no later than ttl after the script ran, so after this
         with anyio.fail_after(self.link.settings.timeout * 2):
             ours = await self.link.client.eval(_ACQUIRE, 1, self._lease_key(fingerprint), self.link.replica, ttl)
         if ours == 1:
-            if fingerprint not in self.held:
+            if not self.holds(fingerprint):
                 logger.info("cluster: replica %s now polls source %s", self.link.replica, fingerprint)
-            self.held.add(fingerprint)
+            self.held[fingerprint] = asked + ttl / 1000
             return True
-        self.held.discard(fingerprint)
+        self.held.pop(fingerprint, None)
         return False
 
     async def release(self, fingerprint: str) -> None:
         """Give the lease back if this replica holds it (at shutdown, so another takes over at once)."""
-        self.held.discard(fingerprint)
+        self.held.pop(fingerprint, None)
         with anyio.fail_after(self.link.settings.timeout * 2):
             await self.link.client.eval(_RELEASE, 1, self._lease_key(fingerprint), self.link.replica)
 
@@ -125,14 +142,18 @@ class PollLeases:
 
     async def seen(self, fingerprint: str) -> dict[str | None, str | None]:
         """The versions the source's last poll saw, by path (None: its query results); {} if none is kept."""
+        key = self.link.key("versions", fingerprint)
         with anyio.fail_after(self.link.settings.timeout * 2):
-            kept = await self.link.client.hgetall(self.link.key("versions", fingerprint))
+            kept = await self.link.client.hgetall(key)
         found: dict[str | None, str | None] = {}
         for raw_path, raw_version in kept.items():
             try:
                 path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
-                version = json.loads(raw_version)
-            except ValueError:  # not ours: skipped (the next poll writes it again)
+                raw = raw_version if isinstance(raw_version, bytes) else str(raw_version).encode()
+                version = json.loads(self.link.seal.open(f"{key}\0{path}", raw, "versions", _warn_unsealed))
+            # Not ours (Unsealed is a ValueError; a value nested past the parser's stack raises RecursionError):
+            # skipped, the next poll writes it again.
+            except (ValueError, TypeError, RecursionError):
                 continue
             if isinstance(version, str) or version is None:
                 found[None if path == DATA else path] = version
@@ -145,7 +166,32 @@ class PollLeases:
             async with self.link.client.pipeline(transaction=True) as pipe:
                 pipe.delete(key)
                 if versions:
-                    pipe.hset(key, mapping={DATA if path is None else path: json.dumps(version)
-                                            for path, version in versions.items()})
+                    fields = {DATA if path is None else path: json.dumps(version).encode()
+                              for path, version in versions.items()}
+                    pipe.hset(key, mapping={field: self.link.seal.close(f"{key}\0{field}", value)
+                                            for field, value in fields.items()})
                     pipe.pexpire(key, int(VERSIONS_SECONDS * 1000))
                 await pipe.execute()
+
+
+def _warn_unsealed(reason: str, count: int) -> None:
+    logger.warning("cluster: ignoring a kept poll version: %s (%d so far)", reason, count)
+
+
+def pollable(interests: set[str]) -> set[str | None]:
+    """The paths to poll among what Redis says replicas want (None: query results): whoever else writes Redis is
+    not trusted, so paths that could leave the source are dropped and the count is capped."""
+    found: set[str | None] = set()
+    for path in sorted(interests):
+        if len(found) >= MAX_POLLED_PATHS:
+            logger.warning("cluster: replicas want more than %d paths of one source; polling the first ones",
+                           MAX_POLLED_PATHS)
+            break
+        if path == DATA:
+            found.add(None)
+            continue
+        try:
+            found.add(safe_relpath(path))
+        except UnsafePath:
+            logger.debug("cluster: not polling the unsafe path %r", path)
+    return found

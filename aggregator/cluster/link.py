@@ -10,6 +10,7 @@ import secrets
 import socket
 from typing import TYPE_CHECKING, Any
 
+from aggregator.cluster.seal import Seal
 from aggregator.manifest.model import ClusterSettings, SourceSpec
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class RedisLink:
         self.client: redis.asyncio.Redis = Redis.from_url(
             settings.redis, socket_timeout=settings.timeout, socket_connect_timeout=settings.timeout,
             health_check_interval=5, retry_on_timeout=False)
+        self.seal = Seal(settings.secret)
+        """Seals what this replica writes and opens what it reads (`server.cluster.secret`)."""
 
     def key(self, *parts: str) -> str:
         """A key (or channel) name under the deployment's prefix."""

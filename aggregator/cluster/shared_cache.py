@@ -10,6 +10,8 @@ URL, path or secret ever appears in a name: paths and queries are hashed):
   content:{fp}:q               hash: a field per query (sql, parameters, format, size limit)
   content:{fp}:gen             bumped by every `forget`: a load that started before it does not store its body
   lock:{fp}:<hash>:<field>     single-flight lock (redis-py Lock: token-checked release, expiry)
+With `server.cluster.secret` each value is sealed for its hash and field (cluster/seal.py); one that is not is
+rejected and deleted like any unreadable value.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -63,6 +66,11 @@ return 1
 
 def _digest(*parts: object, size: int = 32) -> str:
     return hashlib.sha256(json.dumps(parts, separators=(",", ":"), default=repr).encode()).hexdigest()[:size]
+
+
+def _where(item: SharedItem) -> str:
+    """What a stored body's seal binds it to: its hash and field."""
+    return f"{item.key}\0{item.field}"
 
 
 def _path_digest(fingerprint: str, path: str) -> str:
@@ -184,7 +192,7 @@ class SharedContent:
             self._failed(exc)
             return None, None
         self._recovered()
-        found = self._decode(raw) if raw is not None else None
+        found = self._decode(raw, _where(item)) if raw is not None else None
         if raw is not None and found is None:
             await self._drop(item)
         return found, gen.decode() if isinstance(gen, bytes) else ""
@@ -204,7 +212,8 @@ class SharedContent:
             return
         header = {"mime": content.mime_type, "text": content.text is not None, "version": version,
                   "maxAge": content.max_age, "expires": time.time() + ttl, "size": len(body)}
-        value = MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
+        value = self.link.seal.close(_where(item), MAGIC + json.dumps(header, separators=(",", ":")).encode()
+                                     + b"\n" + body)
         try:
             stored = await self._store_script(keys=[item.key, item.gen],
                                               args=[gen, item.field, value, max(1, int(ttl * 1000))])
@@ -216,9 +225,12 @@ class SharedContent:
         else:
             self.skipped += 1  # forgotten while it loaded: it may be the old body
 
-    def _decode(self, raw: object) -> Loaded | None:
-        """A stored value as Content with its remaining lifetime as max_age; None when expired or not ours."""
+    def _decode(self, raw: object, where: str) -> Loaded | None:
+        """A stored value as Content with its remaining lifetime as max_age; None when expired or not ours (with
+        `server.cluster.secret`: not sealed with it)."""
         try:
+            if isinstance(raw, bytes):
+                raw = self.link.seal.open(where, raw, "content")
             if not isinstance(raw, bytes) or not raw.startswith(MAGIC):
                 raise ValueError("not a shared content value")
             line, _, body = raw[len(MAGIC):].partition(b"\n")
@@ -235,7 +247,8 @@ class SharedContent:
         # RecursionError (any process that reaches Redis can write one).
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             self.rejected += 1
-            logger.warning("ignoring an unreadable shared cache value: %s", exc)
+            if math.log2(self.rejected).is_integer():  # the 1st, 2nd, 4th...: a flood of them is no flood of logs
+                logger.warning("ignoring an unreadable shared cache value: %s (%d so far)", exc, self.rejected)
             return None
         remaining = expires - time.time()
         if remaining <= 0:

@@ -65,8 +65,15 @@ class _Checker:
         yield from self.literal_tokens()
 
     def literal_tokens(self) -> Iterator[ManifestIssue]:
-        """A static token written into the manifest would sit in version control and in every copy of the file."""
+        """A static token (or the cluster's secret) written into the manifest would sit in version control and in
+        every copy of the file."""
         server = self.data.get("server")
+        cluster = server.get("cluster") if isinstance(server, dict) else None
+        secret: KeyPath = ("server", "cluster", "secret")
+        if isinstance(cluster, dict) and isinstance(cluster.get("secret"), str) and \
+                secret not in self.marked.interpolated:
+            yield self.issue(secret, "the cluster's secret may not be written into the manifest: take it from the "
+                                   "environment (secret: ${CLUSTER_SECRET})")
         auth = server.get("auth") if isinstance(server, dict) else None
         tokens = auth.get("tokens") if isinstance(auth, dict) else None
         for i, token in enumerate(tokens if isinstance(tokens, list) else []):

@@ -234,7 +234,7 @@ class _Builder:
             redis=spec["redis"], prefix=spec.get("prefix", base.prefix),
             shared_cache=spec.get("sharedCache", base.shared_cache),
             shared_max_bytes=self.parsed(parse_size, spec, "sharedCacheMaxBytes", path, base.shared_max_bytes),
-            single_flight=spec.get("singleFlight", base.single_flight), timeout=timeout)
+            single_flight=spec.get("singleFlight", base.single_flight), timeout=timeout, secret=spec.get("secret"))
 
     def search_settings(self, spec: dict[str, Any]) -> SearchSettings:
         path: KeyPath = ("server", "search")

@@ -122,7 +122,7 @@ class SearchSettings:
 class ClusterSettings:
     """Replicas sharing one Redis (`server.cluster`): change events, poll leases, interests and a content cache."""
 
-    redis: str
+    redis: str = field(repr=False)
     """redis://, rediss:// or unix:// URL; it may hold a password, so it is never logged or shown."""
     prefix: str = "aggregator"
     """Prefix of every Redis key and channel: one per deployment sharing a Redis."""
@@ -134,6 +134,9 @@ class ClusterSettings:
     """One replica loads a cold remote body while the others wait for it (a Redis lock around the load)."""
     timeout: float = 0.5
     """Seconds one Redis call may take; past it the replica goes on alone (local cache, local detection)."""
+    secret: str | None = field(default=None, repr=False)
+    """Key material for the HMAC sealing what replicas write to Redis (cluster/seal.py); None: nothing sealed.
+    Never logged or shown."""
 
 
 @dataclass(frozen=True, slots=True)

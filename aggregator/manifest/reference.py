@@ -20,6 +20,7 @@ _SECTIONS = [
     ("server.auth", "/properties/server/properties/auth", "server.auth."),
     ("server.auth.tokens[]", "/properties/server/properties/auth/properties/tokens/items", "tokens[]."),
     ("server.auth.jwt", "/properties/server/properties/auth/properties/jwt", "jwt."),
+    ("server.cluster", "/properties/server/properties/cluster", "server.cluster."),
     ("include[]", "/properties/include/items/oneOf/1", "include[]."),
     ("defaults", "/properties/defaults", "defaults."),
     ("defaults.convert, convert", "/$defs/convertLimits", "convert."),

@@ -1,0 +1,148 @@
+"""Replicas on one Redis across outages, end to end: 2 `serve --http` subprocesses, a private redis-server that
+hangs (SIGSTOP) or restarts with its data, a polled HTTP source, and on every replica a legacy subscription and a
+listen stream that listens again whenever the server ends it, as a client does (the official client, both wires)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp.client.subscriptions import SubscriptionLost
+
+from tests.cluster_redis import unique_prefix
+from tests.http_server import Upstream, serve
+from tests.replicas import RedisServer, Replica, redis_server, replicas
+from tests.test_cluster_replicas import INTERVAL, URI, Listeners, _manifest, clients
+
+
+class Heard(Listeners):
+    """What one client of each wire heard on one replica: the modern one across all the streams it opened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.streams = 0
+        """Listen streams opened (the first, then one each time the server ended the last)."""
+
+
+@asynccontextmanager
+async def listening(replica: Replica, tg: Any) -> AsyncIterator[Heard]:
+    heard = Heard()
+    async with AsyncExitStack() as stack:
+        modern = await clients(stack, replica, heard)
+        opened = anyio.Event()
+
+        async def listen_again_and_again() -> None:
+            while True:
+                async with modern.listen(resource_subscriptions=[URI]) as sub:
+                    heard.streams += 1
+                    opened.set()
+                    try:
+                        async for event in sub:
+                            heard.modern.append(event)
+                    except SubscriptionLost:  # the client is closing (the test ends), or the replica died
+                        return
+
+        tg.start_soon(listen_again_and_again)
+        await opened.wait()
+        yield heard
+
+
+async def _until(condition: Any, timeout: float = 20.0) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.05)
+
+
+def _connected(group: list[Replica]) -> list[bool]:
+    return [r.health()["cluster"]["connected"] for r in group]
+
+
+@pytest.mark.parametrize("outage", ["hangs", "restarts with its data"])
+def test_a_change_made_while_redis_is_out_reaches_every_listener_once(tmp_path: Path, outage: str) -> None:
+    """Issue 24 item 11: while Redis is out each replica polls alone and tells its own listeners; once Redis is
+    back, the lease holder (which compares with the versions kept in Redis before the outage) must not tell that
+    change again, on any replica, on either wire. What a client sees: `updated` once during the outage; when Redis
+    is back its listen stream ends (it listens again) and a legacy session gets list_changed; then nothing more
+    until the next change, which arrives once."""
+    async def outage_and_change(group: list[Replica], heard: list[Heard], redis: RedisServer,
+                                upstream: Upstream) -> None:
+        _interrupt(redis, outage)
+        await _until(lambda: not any(_connected(group)))
+        # Each replica's first poll alone takes its baseline: a change made before it is told only when Redis is
+        # back (once, by the lease holder's poll); the next test covers that.
+        await anyio.sleep(INTERVAL * 3)
+        upstream.etag, upstream.body = '"v2"', "# A\n\nchanged while Redis was out\n"
+        await _until(lambda: all(h.updated() == (1, 1) for h in heard))
+        _resume(redis, outage)
+
+    _run(tmp_path, outage_and_change)
+
+
+@pytest.mark.parametrize("outage", ["hangs", "restarts with its data"])
+def test_a_change_made_as_redis_goes_out_is_told_by_the_lease_holder_alone_then_once_everywhere(
+        tmp_path: Path, outage: str) -> None:
+    """The change is made at once as Redis goes out, before any replica's first poll alone. The lease holder
+    compares that poll with what it polled last for the cluster, so its listeners hear it while Redis is still out
+    (it used to take that poll as a mere baseline, and they heard nothing until Redis came back); a replica with no
+    baseline tells its listeners when the lease holder publishes it after the outage; each listener hears it once."""
+    async def outage_and_change(group: list[Replica], heard: list[Heard], redis: RedisServer,
+                                upstream: Upstream) -> None:
+        holder = next(i for i, r in enumerate(group) if r.health()["cluster"]["leases"])
+        _interrupt(redis, outage)
+        upstream.etag, upstream.body = '"v2"', "# A\n\nchanged as Redis went out\n"
+        await _until(lambda: heard[holder].updated() == (1, 1))  # Redis is still out
+        await _until(lambda: not any(_connected(group)))  # an outage every replica noticed
+        _resume(redis, outage)
+
+    _run(tmp_path, outage_and_change)
+
+
+def _run(tmp_path: Path, outage_and_change: Any) -> None:
+    """Two replicas with listeners; `outage_and_change` takes Redis out, changes the upstream and brings Redis back;
+    then every listener must have heard that change exactly once, and the next change exactly once too."""
+    with serve() as upstream, redis_server(tmp_path) as redis:
+        manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix())
+        with replicas(manifest, 2, tmp_path) as group:
+            async def main() -> None:
+                async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+                    heard = [await stack.enter_async_context(listening(r, tg)) for r in group]
+                    await _until(lambda: all(_connected(group)))
+                    await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
+                    await anyio.sleep(INTERVAL * 4)  # interests written, the holder's first poll kept its versions
+                    await outage_and_change(group, heard, redis, upstream)
+
+                    await _until(lambda: all(_connected(group)))
+                    await _until(lambda: all(h.streams == 2 for h in heard))  # ended, listened again
+                    await _until(lambda: all(("list_changed", None) in h.legacy.events for h in heard))
+                    # A lease holder polls again (the duplicate came 0.5-4 s after Redis was back).
+                    await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
+                    await _until(lambda: all(h.updated() == (1, 1) for h in heard))
+                    await anyio.sleep(INTERVAL * 8)
+                    assert [h.updated() for h in heard] == [(1, 1)] * 2
+
+                    upstream.etag, upstream.body = '"v3"', "# A\n\nchanged after\n"
+                    await _until(lambda: all(h.updated() == (2, 2) for h in heard))
+                    await anyio.sleep(INTERVAL * 5)
+                    assert [h.updated() for h in heard] == [(2, 2)] * 2
+                    tg.cancel_scope.cancel()
+
+            anyio.run(main)
+
+
+def _interrupt(redis: RedisServer, outage: str) -> None:
+    if outage == "hangs":
+        redis.freeze()
+    else:
+        redis.cli("SAVE")  # what a Redis with persistence holds when it restarts: the versions kept before
+        redis.stop()
+
+
+def _resume(redis: RedisServer, outage: str) -> None:
+    if outage == "hangs":
+        redis.thaw()
+    else:
+        redis.start()
