@@ -29,6 +29,7 @@ from typing import IO
 
 from benchmarks import scale_live
 from benchmarks.machine import describe as describe_machine
+from benchmarks.measure import describe
 from benchmarks.peers import PEERS, Launch
 from benchmarks.rss import cpu_seconds, peak_rss_mb
 from benchmarks.run import RESULTS
@@ -60,11 +61,13 @@ class Static:
 
 @dataclass
 class SizeResult:
-    """Everything measured at one size: each peer's combined static figures, and aggregator's live phases."""
+    """Everything measured at one size: each peer's combined static figures (a peer whose every round failed is
+    missing), aggregator's live phases, and the rounds that failed."""
 
     size: int
     static: dict[str, Static] = field(default_factory=dict)
     live: scale_live.Live | None = None
+    errors: list[str] = field(default_factory=list)
 
 
 def parse_size(text: str) -> int:
@@ -149,21 +152,25 @@ async def measure_size(size: int, options: argparse.Namespace) -> SizeResult:
         cold, warm = picks(size, options.reads, r)
         for peer in (SUBJECT, FLOOR) if r % 2 == 0 else (FLOOR, SUBJECT):
             with _log(peer, size) as errlog:
-                got = await static_round(peer, root, cold, warm, options.in_flight, errlog)
+                try:
+                    got = await static_round(peer, root, cold, warm, options.in_flight, errlog)
+                except Exception as exc:  # noqa: BLE001 - a failed round is a reported result
+                    result.errors.append(f"{peer}, round {r + 1}: {describe(exc)}")
+                    print(f"{size:,} round {r + 1} {peer} failed: {describe(exc)}", file=sys.stderr, flush=True)
+                    continue
             runs[peer].append(got)
             print(f"{size:,} round {r + 1} {peer}: ready {got.ready_s:.2f}s, listing {got.listing_s:.2f}s "
                   f"({got.listed:,}), cold {got.cold.reads_per_s:,.0f}/s, warm {got.warm.reads_per_s:,.0f}/s, "
                   f"peak RSS {got.peak_rss_mb:.0f} MB", file=sys.stderr, flush=True)
-    result.static = {peer: combine(got) for peer, got in runs.items()}
+    result.static = {peer: combine(got) for peer, got in runs.items() if got}
+    cpu_per_read = result.static[SUBJECT].cpu_per_read_s if SUBJECT in result.static else 0.0
     if options.live_rounds > 0:
         manifest = root.parent / f"{root.name}-live.yaml"
         with _log("aggregator-live", size) as errlog:
             result.live = await scale_live.run(_aggregator_launch, root, manifest, size, options.live_rounds,
                                                options.churn_seconds, options.churn_rate,
-                                               result.static[SUBJECT].cpu_per_read_s, errlog)
-        live = result.live
-        print(f"{size:,} live: add -> list_changed {statistics.median(live.add_ms):.0f} ms, save -> list_changed "
-              f"{statistics.median(live.save_ms):.0f} ms, churn {live.churn}", file=sys.stderr, flush=True)
+                                               cpu_per_read, errlog)
+        print(f"{size:,} live: {result.live}", file=sys.stderr, flush=True)
     return result
 
 

@@ -22,11 +22,11 @@ from benchmarks.live import manifest_text, save
 from benchmarks.peers import Launch
 from benchmarks.rss import cpu_seconds, peak_rss_mb
 from benchmarks.scale_corpus import Journal, body, walk_uris
-from benchmarks.stdio_rpc import RawClient
+from benchmarks.stdio_rpc import RawClient, RpcError
 from benchmarks.workload import relative_path, uri_of
 
 LIST_CHANGED = "notifications/resources/list_changed"
-TIMEOUT_S = 600  # a change at 1,000,000 files on main relists the whole folder: tens of seconds
+TIMEOUT_S = 180  # a change at 1,000,000 files on main relists the whole folder: tens of seconds, or never
 READ_RATE = 100  # reads a second during churn, one at a time
 READ_SET = 200  # files read during churn, never touched by it
 
@@ -36,7 +36,7 @@ class Churn:
     """What churn did and what it cost: `changes` by kind over `seconds`; `notifications` list_changed received from
     its start until the server went quiet; server CPU (cores) over the churn window, and the bookkeeping's share of
     churn plus catch-up (reads' estimated CPU taken out) per churn second; reads made during churn and their p50 /
-    p99 (ms) and failures; `catch_up_s` from the last change to the last list_changed; whether the final listing
+    p99 / max (ms) and failures; `catch_up_s` from the last change to the last list_changed; whether the final listing
     equals a fresh walk (`missing` and `extra` URIs otherwise)."""
 
     seconds: float = 0.0
@@ -47,6 +47,7 @@ class Churn:
     reads: int = 0
     read_p50_ms: float = float("nan")
     read_p99_ms: float = float("nan")
+    read_max_ms: float = float("nan")
     read_failures: int = 0
     catch_up_s: float = float("nan")
     listing_equal: bool = False
@@ -57,12 +58,13 @@ class Churn:
 @dataclass
 class Live:
     """Latencies (ms) of each round of a file added and of a manifest saved until list_changed; the churn; the live
-    server's peak RSS (MB) at the end."""
+    server's peak RSS (MB) at the end; what failed."""
 
     add_ms: list[float] = field(default_factory=list)
     save_ms: list[float] = field(default_factory=list)
     churn: Churn | None = None
     peak_rss_mb: float = float("nan")
+    errors: list[str] = field(default_factory=list)
 
 
 def _write(path: Path, text: str) -> None:
@@ -85,10 +87,10 @@ async def _quiet(client: RawClient, quiet_s: float, limit_s: float = TIMEOUT_S) 
     return times[-1] if times else float("nan")
 
 
-async def _change_rounds(client: RawClient, rounds: int, change: Callable[[int], None]) -> list[float]:
-    """`rounds` times: make one change (`change(round)`), time it to the next list_changed, then let the server go
-    quiet for half that long (a late second notification does not count for the next round)."""
-    latencies = []
+async def _change_rounds(client: RawClient, rounds: int, change: Callable[[int], None], latencies: list[float]) -> None:
+    """`rounds` times: make one change (`change(round)`), time it to the next list_changed (ms, into `latencies`),
+    then let the server go quiet for half that long (a late second notification does not count for the next
+    round)."""
     for r in range(rounds):
         before = client.notifications.count(LIST_CHANGED)
         started = time.perf_counter()
@@ -96,32 +98,58 @@ async def _change_rounds(client: RawClient, rounds: int, change: Callable[[int],
         arrived = await client.wait_for(LIST_CHANGED, before + 1, TIMEOUT_S)
         latencies.append((arrived - started) * 1000)
         await _quiet(client, max(0.3, latencies[-1] / 2000))
-    return latencies
+
+
+def last_error(log: str) -> str:
+    """The last ERROR line the server logged (its message, cut short), or ''."""
+    try:
+        lines = [line for line in Path(log).read_text(errors="replace").splitlines() if " ERROR " in line
+                 or line.startswith(("aggregator.", "TimeoutError", "OSError"))]
+    except OSError:
+        return ""
+    return lines[-1].split(" ERROR ", 1)[-1][:300] if lines else ""
 
 
 async def run(launch_of: Callable[[Path], Launch], root: Path, manifest: Path, count: int, rounds: int, churn_s: float,
               churn_rate: int, cpu_per_read_s: float, errlog: IO[str]) -> Live:
     """The live phases on one fresh aggregator serving `manifest` (over `root`, `count` files); `launch_of(manifest)`
-    gives its command. The corpus is repaired afterwards, whatever happened."""
+    gives its command. A phase that fails (no list_changed in time) is recorded in `errors` with the server's last
+    logged error, and the next phase runs. The corpus is repaired afterwards, whatever happened."""
     journal = Journal(root)
     live = Live()
     save(manifest, manifest_text(root, 0, settle=None))
     client = await RawClient.spawn(launch_of(manifest), errlog)
+    rng = random.Random(26)
+    added = [relative_path(rng.randrange(count)).rsplit("/", 1)[0] + f"/added-{r}.md" for r in range(rounds)]
+
+    async def deleted() -> None:  # the added files gone again in one batch, before the next phase
+        before = client.notifications.count(LIST_CHANGED)
+        for path in added:
+            (root / path).unlink(missing_ok=True)
+        await client.wait_for(LIST_CHANGED, before + 1, TIMEOUT_S)
+
+    async def churned() -> None:
+        quiet_s = max(2.0, 2 * statistics.median(live.add_ms or [TIMEOUT_S * 1000]) / 1000)
+        live.churn = await churn(client, journal, count, churn_s, churn_rate, cpu_per_read_s, quiet_s)
+
+    phases = {
+        "file added": lambda: _change_rounds(client, rounds, lambda r: _write(journal.touch(added[r]), body(r)),
+                                             live.add_ms),
+        "added files deleted": deleted,
+        "manifest saved": lambda: _change_rounds(
+            client, rounds, lambda r: save(manifest, manifest_text(root, r + 1, settle=None)), live.save_ms),
+        **({"churn": churned} if churn_s > 0 else {}),
+    }
     try:
         await client.initialize()
         await client.request("resources/list")
         await _quiet(client, 0.5)
-        rng = random.Random(26)
-        added = [relative_path(rng.randrange(count)).rsplit("/", 1)[0] + f"/added-{r}.md" for r in range(rounds)]
-        live.add_ms = await _change_rounds(client, rounds, lambda r: _write(journal.touch(added[r]), body(r)))
-        for path in added:  # gone again in one batch, before the next phase
-            (root / path).unlink()
-        await client.wait_for(LIST_CHANGED, client.notifications.count(LIST_CHANGED) + 1, TIMEOUT_S)
-        live.save_ms = await _change_rounds(client, rounds,
-                                            lambda r: save(manifest, manifest_text(root, r + 1, settle=None)))
-        if churn_s > 0:
-            quiet_s = max(2.0, 2 * statistics.median(live.add_ms) / 1000)
-            live.churn = await churn(client, journal, count, churn_s, churn_rate, cpu_per_read_s, quiet_s)
+        for name, phase in phases.items():
+            try:
+                await phase()
+            except (TimeoutError, ConnectionError, RpcError) as exc:
+                logged = last_error(errlog.name)
+                live.errors.append(f"{name}: {exc}" + (f" (the server logged: {logged})" if logged else ""))
         live.peak_rss_mb = peak_rss_mb(client.pid)
     finally:
         await client.close()
@@ -200,6 +228,7 @@ async def churn(client: RawClient, journal: Journal, count: int, seconds: float,
     if latencies:
         figures.read_p50_ms = percentile(latencies, 0.5) * 1000
         figures.read_p99_ms = percentile(latencies, 0.99) * 1000
+        figures.read_max_ms = latencies[-1] * 1000
     listed = {uri for uri in await client.list_all() if uri.startswith("bench://")}
     walked = walk_uris(journal.root)
     figures.listing_equal = listed == walked

@@ -40,8 +40,11 @@ def _ratio(a: float, b: float) -> float:
 
 def static_rows(result: SizeResult, smallest: SizeResult, bases: dict[str, float]) -> list[str]:
     """One row per figure at one size: aggregator, the floor, their ratio and the target's verdict."""
-    size, agg, floor = result.size, result.static[SUBJECT], result.static[FLOOR]
-    small = smallest.static
+    size, small = result.size, smallest.static
+    if SUBJECT not in result.static or FLOOR not in result.static:
+        return [f"| {size:,} | every round of {', '.join(p for p in (SUBJECT, FLOOR) if p not in result.static)} "
+                f"failed: {'; '.join(result.errors)[:400]} | | | | |"]
+    agg, floor = result.static[SUBJECT], result.static[FLOOR]
 
     def per_entry(peer: str, s: Static) -> float:
         return (s.peak_rss_mb - bases[peer]) * 2**20 / size
@@ -75,7 +78,7 @@ def static_rows(result: SizeResult, smallest: SizeResult, bases: dict[str, float
     for label, pick in (("cold", lambda s: s.cold), ("warm", lambda s: s.warm)):
         row(f"{label} reads/s, 16 in flight (p50 / p99 ms)", reads(pick(agg)), reads(pick(floor)),
             _ratio(pick(agg).reads_per_s, pick(floor).reads_per_s))
-        if result is not smallest:
+        if result is not smallest and SUBJECT in small and FLOOR in small:
             mine, theirs = scaled(pick)
             row(f"{label} reads/s vs the same at {smallest.size:,}", f"{mine:.2f}x", f"{theirs:.2f}x", math.nan,
                 verdict(mine >= READS_VS_SMALLEST, f">= {READS_VS_SMALLEST}x"))
@@ -86,20 +89,24 @@ def static_rows(result: SizeResult, smallest: SizeResult, bases: dict[str, float
 BASE_LABEL = "100-file"
 
 
+def _latencies(values: list[float], bound: int, limit: int) -> str:
+    """`p50 / max` of a live phase's latencies with the verdict of `p50 - bound <= limit`, or `failed`."""
+    if not values:
+        return "failed (below)"
+    p50 = statistics.median(values)
+    return f"{p50:,.0f} / {max(values):,.0f} {verdict(p50 - bound <= limit, f'<= {limit:,}' + (f' + {bound}' if bound else ''))}"
+
+
 def live_rows(results: list[SizeResult]) -> list[str]:
     """Per size: a file added and the manifest saved, to list_changed."""
-    out = []
-    for result in results:
-        live = result.live
-        if live is None or not live.add_ms:
-            continue
-        add, save = statistics.median(live.add_ms), statistics.median(live.save_ms)
-        beyond = add - DEBOUNCE_MS
-        out.append(f"| {result.size:,} | {add:,.0f} / {max(live.add_ms):,.0f} | {beyond:,.0f} "
-                   f"{verdict(beyond <= ADD_BEYOND_SETTLE_MS, f'<= {ADD_BEYOND_SETTLE_MS}')} | {save:,.0f} / "
-                   f"{max(live.save_ms):,.0f} {verdict(save <= SAVE_MS, f'<= {SAVE_MS:,}')} | {len(live.add_ms)} "
-                   f"| {live.peak_rss_mb:,.0f} |")
-    return out
+    return [f"| {r.size:,} | {_latencies(r.live.add_ms, DEBOUNCE_MS, ADD_BEYOND_SETTLE_MS)} | "
+            f"{_latencies(r.live.save_ms, 0, SAVE_MS)} | {len(r.live.add_ms)} / {len(r.live.save_ms)} | "
+            f"{r.live.peak_rss_mb:,.0f} |" for r in results if r.live is not None]
+
+
+def live_errors(results: list[SizeResult]) -> list[str]:
+    """One line per live phase that failed."""
+    return [f"- {r.size:,} files, {error}" for r in results if r.live for error in r.live.errors]
 
 
 def churn_rows(results: list[SizeResult]) -> list[str]:
@@ -114,9 +121,11 @@ def churn_rows(results: list[SizeResult]) -> list[str]:
         listing = ("equal" if churn.listing_equal else f"differs: {churn.missing:,} missing, {churn.extra:,} extra")
         out.append(
             f"| {result.size:,} | {made:,} ({kinds}) in {churn.seconds:.0f} s | {churn.notifications:,} "
+            f"({churn.notifications / churn.seconds:.1f}/s) "
             f"{verdict(churn.notifications < made, 'fewer than changes')} | {churn.cores_during:.2f} | "
             f"{churn.bookkeeping_cores:.2f} {verdict(churn.bookkeeping_cores < CHURN_CORES, f'< {CHURN_CORES}')} | "
-            f"{churn.reads:,}: {churn.read_p50_ms:.1f} / {churn.read_p99_ms:.1f}, {churn.read_failures} failed "
+            f"{churn.reads:,}: {churn.read_p50_ms:.1f} / {churn.read_p99_ms:.1f} / {churn.read_max_ms:,.0f}, "
+            f"{churn.read_failures} failed "
             f"{verdict(churn.read_p99_ms <= CHURN_READ_P99_MS and not churn.read_failures, f'p99 <= {CHURN_READ_P99_MS}')}"
             f" | {churn.catch_up_s:.1f} | {listing} {verdict(churn.listing_equal, 'equal')} |")
     return out
@@ -167,6 +176,9 @@ def section(results: list[SizeResult], bases: dict[str, float], profile: dict[st
         f"| files | figure | aggregator | floor | aggregator / floor | target |", "|---|---|---|---|---|---|"]
     for result in results:
         lines += static_rows(result, smallest, bases)
+    failed_rounds = [f"- {r.size:,} files, {error}" for r in results for error in r.errors]
+    if failed_rounds:
+        lines += ["", "Failed rounds (left out of the medians):", "", *failed_rounds]
     live = live_rows(results)
     if live:
         lines += [
@@ -174,10 +186,13 @@ def section(results: list[SizeResult], bases: dict[str, float], profile: dict[st
             "rounds each: a new file written into a random folder of the corpus until `list_changed`, and the "
             "manifest saved atomically (a marker resource changed) until `list_changed`, the server quiet in "
             f"between. A file change reaches the server after watchfiles' {DEBOUNCE_MS} ms debounce (the settle "
-            "time the target adds); a save includes the default 500 ms `reloadSettle`.", "",
-            "| files | file added -> list_changed, p50 / max (ms) | beyond the debounce, p50 (ms) | manifest saved "
-            "-> list_changed, p50 / max (ms) | rounds | live server's peak RSS at the end (MB) |",
-            "|---|---|---|---|---|---|", *live]
+            "time the target adds to its 300 ms); a save includes the default 500 ms `reloadSettle`.", "",
+            "| files | file added -> list_changed, p50 / max (ms) | manifest saved -> list_changed, p50 / max (ms) "
+            "| rounds (added / saved) | live server's peak RSS at the end (MB) |",
+            "|---|---|---|---|---|", *live]
+        failed = live_errors(results)
+        if failed:
+            lines += ["", "Failed live phases:", "", *failed]
     churn = churn_rows(results)
     if churn:
         lines += [
@@ -190,7 +205,7 @@ def section(results: list[SizeResult], bases: dict[str, float], profile: dict[st
             "server's CPU per warm read above), per churn second. Catch-up = the last `list_changed` after the "
             "last change.", "",
             "| files | changes (adds / edits / deletes) | list_changed received | server CPU during churn (cores) "
-            "| bookkeeping (cores) | reads during churn: p50 / p99 (ms) | catch-up (s) | final listing vs a fresh "
+            "| bookkeeping (cores) | reads during churn: p50 / p99 / max (ms) | catch-up (s) | final listing vs a fresh "
             "walk |", "|---|---|---|---|---|---|---|---|", *churn]
     if profile:
         lines += ["", *profile_lines(profile)]
