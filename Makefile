@@ -81,7 +81,7 @@ SCALE_SIZES ?= 10k,100k,1M
 SCALE_ARGS ?=
 
 # Files are made once per size under ~/.cache/aggregator-bench ($$AGGREGATOR_BENCH_CACHE): 4.5 GB and 1M inodes at 1M.
-bench-scale: $(BENCH_STAMP)  ## aggregator beside a stdlib floor at 10k/100k/1M files: ready, listing, RSS, reads, live, churn (about 40 min)
+bench-scale: $(BENCH_STAMP)  ## aggregator beside a stdlib floor at 10k/100k/1M files: ready, listing, RSS, reads, live, churn (about 25 min, 1M most of it)
 	$(BIN)/python -m benchmarks.scale --sizes $(SCALE_SIZES) $(SCALE_ARGS)
 
 conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires

@@ -148,6 +148,11 @@ def profile_lines(profile: dict[str, Any]) -> list[str]:
         "| allocated at | code | MB | bytes per entry | blocks per entry |", "|---|---|---|---|---|", *rows, ""]
 
 
+def table(intro: str, header: str, rows: list[str]) -> list[str]:
+    """A paragraph, then a Markdown table with `header` (its `|`-separated cells) over `rows`."""
+    return ["", intro, "", header, "|" + "---|" * (header.count("|") - 1), *rows]
+
+
 def section(results: list[SizeResult], bases: dict[str, float], profile: dict[str, Any] | None,
             options: argparse.Namespace, command: str, machine: str, started: float, load_end: float) -> str:
     """The whole section."""
@@ -181,32 +186,31 @@ def section(results: list[SizeResult], bases: dict[str, float], profile: dict[st
         lines += ["", "Failed rounds (left out of the medians):", "", *failed_rounds]
     live = live_rows(results)
     if live:
-        lines += [
-            "", f"Live, on one aggregator per size (the same client, no subscriptions), {options.live_rounds} "
+        lines += table(
+            f"Live, on one aggregator per size (the same client, no subscriptions), {options.live_rounds} "
             "rounds each: a new file written into a random folder of the corpus until `list_changed`, and the "
             "manifest saved atomically (a marker resource changed) until `list_changed`, the server quiet in "
             f"between. A file change reaches the server after watchfiles' {DEBOUNCE_MS} ms debounce (the settle "
-            "time the target adds to its 300 ms); a save includes the default 500 ms `reloadSettle`.", "",
+            "time the target adds to its 300 ms); a save includes the default 500 ms `reloadSettle`.",
             "| files | file added -> list_changed, p50 / max (ms) | manifest saved -> list_changed, p50 / max (ms) "
-            "| rounds (added / saved) | live server's peak RSS at the end (MB) |",
-            "|---|---|---|---|---|", *live]
+            "| rounds (added / saved) | live server's peak RSS at the end (MB) |", live)
         failed = live_errors(results)
         if failed:
             lines += ["", "Failed live phases:", "", *failed]
     churn = churn_rows(results)
     if churn:
-        lines += [
-            "", f"Churn, on the same server: {options.churn_rate} file changes a second (an add, an edit, a delete "
+        lines += table(
+            f"Churn, on the same server: {options.churn_rate} file changes a second (an add, an edit, a delete "
             "in turn; edits and deletes of corpus files, each at most once) while one read at a time goes on 100 "
             "times a second over 200 files churn never touches; then the server is left until no `list_changed` "
             "came for twice a file add's latency (at least 2 s), and its full listing is compared with a fresh "
             "walk of the folder. Server CPU during churn is its CPU time over the churn's seconds; the "
             "bookkeeping is its CPU from churn's start until it went quiet, less the reads' share (reads x the "
             "server's CPU per warm read above), per churn second. Catch-up = the last `list_changed` after the "
-            "last change.", "",
+            "last change.",
             "| files | changes (adds / edits / deletes) | list_changed received | server CPU during churn (cores) "
             "| bookkeeping (cores) | reads during churn: p50 / p99 / max (ms) | catch-up (s) | final listing vs a fresh "
-            "walk |", "|---|---|---|---|---|---|---|---|", *churn]
+            "walk |", churn)
     if profile:
         lines += ["", *profile_lines(profile)]
     lines += ["", "Other helpers' work loads this 2-core machine while it runs: compare the ratios within one run, "
