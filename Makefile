@@ -14,7 +14,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 PIP_QUIET ?= -q
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check
 
-.PHONY: run test typecheck demo validate-samples bench bench-full conformance image image-check clean
+.PHONY: run test typecheck demo validate-samples bench bench-full bench-scale conformance image image-check clean
 
 $(BIN)/python:  # a current pip: the one a venv starts with (23.2 on Python 3.11.7) gives up resolving the test extra
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,13 @@ bench-full: $(BENCH_STAMP) $(FASTMCP)  ## every size up to 100,000 files, 3 runs
 	$(BIN)/python -m benchmarks.reliability
 	$(BIN)/python -m benchmarks.search
 	$(BIN)/python -m benchmarks.console
+
+SCALE_SIZES ?= 10k,100k,1M
+SCALE_ARGS ?=
+
+# Files are made once per size under ~/.cache/aggregator-bench ($$AGGREGATOR_BENCH_CACHE): 4.5 GB and 1M inodes at 1M.
+bench-scale: $(BENCH_STAMP)  ## aggregator beside a stdlib floor at 10k/100k/1M files: ready, listing, RSS, reads, live, churn (about 25 min, 1M most of it)
+	$(BIN)/python -m benchmarks.scale --sizes $(SCALE_SIZES) $(SCALE_ARGS)
 
 conformance: $(RUN_STAMP)  ## the official MCP conformance suite (Node 22 from npm) against `serve --http`, both wires
 	PYTHON=$(BIN)/python .ci/conformance

@@ -24,8 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / ".data"
 
 
-def manifest_text(root: Path, marker: int) -> str:
-    return (f"version: 1\nserver: {{name: live-bench, reloadSettle: 0s}}\nsources:\n  files: {{url: {root}}}\n"
+def manifest_text(root: Path, marker: int, settle: str | None = "0s") -> str:
+    """One source and one collection over `root`, and a text resource named by `marker` (a save that changes it
+    changes the listing); `settle` is `server.reloadSettle` (None: the default)."""
+    server = f"{{name: live-bench, reloadSettle: {settle}}}" if settle else "{name: live-bench}"
+    return (f"version: 1\nserver: {server}\nsources:\n  files: {{url: {root}}}\n"
             'collections:\n  - {source: files, glob: "**/*.md", uri: "bench://{path}", name: "{path}"}\n'
             f'resources:\n  - {{uri: "note://marker-{marker}", name: marker, text: "{marker}"}}\n')
 

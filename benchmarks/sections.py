@@ -1,5 +1,6 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (cold_reads, http_load, reliability, templates, live, remote, search, upstream_hop, replicas, cluster, console) each
+benchmarks (cold_reads, http_load, reliability, templates, live, scale, remote, search, upstream_hop, replicas, cluster,
+console) each
 own one `## ` section of it, which they replace or append and which a rewrite of the main report keeps."""
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ UPSTREAM = "## MCP upstreams: reads through one hop"
 REPLICAS = "## Replicas behind a balancer"
 CONSOLE = "## Operator console"
 CLUSTER = "## Replicas on Redis (server.cluster)"
-SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, REMOTE, SEARCH, UPSTREAM, REPLICAS, CLUSTER, CONSOLE)
+SCALE = "## Scale: 10,000 to 1,000,000 files against a stdlib floor"
+SCALE_BASELINE = "## Scale (issue 26 baseline, main before the incremental catalog)"
+SIDE = (COLD_READS, HTTP_LOAD, RELIABILITY, TEMPLATES, LIVE, SCALE, SCALE_BASELINE, REMOTE, SEARCH, UPSTREAM, REPLICAS,
+        CLUSTER, CONSOLE)
 
 
 def split(text: str) -> list[str]:

@@ -5,6 +5,8 @@ Layout: `<base>/<prefix>-<N>/dNNNN/fNNN.md`, 100 files per folder; file i is ser
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,9 +29,11 @@ def body_of(i: int) -> str:
     return f"# Document {i}\n\nBody of document {i}.\n"
 
 
-def generate(base: Path, count: int, prefix: str = "files", body: Callable[[int], str] = body_of) -> Path:
+def generate(base: Path, count: int, prefix: str = "files", body: Callable[[int], str] = body_of,
+             processes: int = 1) -> Path:
     """Create `count` files (`body(i)` each) under `base/<prefix>-<count>` once (a `.complete` marker records it);
-    return that folder.
+    return that folder. `processes` > 1 splits the folders among that many processes (1,000,000 files in about a
+    minute on 2 cores instead of several).
 
     `benchmarks.run` uses its own prefix so that other benchmarks editing their files (live.py) cannot disturb it.
     """
@@ -37,13 +41,29 @@ def generate(base: Path, count: int, prefix: str = "files", body: Callable[[int]
     marker = root / ".complete"
     if marker.exists():
         return root
-    for i in range(count):
-        path = root / relative_path(i)
-        if i % FILES_PER_FOLDER == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body(i))
+    folders = -(-count // FILES_PER_FOLDER)
+    chunks = [(root, count, body, range(folders)[p::processes]) for p in range(processes)]
+    if processes > 1:
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            pool.starmap(_write_folders, chunks)
+    else:
+        _write_folders(*chunks[0])
     marker.write_text("")
     return root
+
+
+def _write_folders(root: Path, count: int, body: Callable[[int], str], folders: range) -> None:
+    """Write the files of `folders` (each FILES_PER_FOLDER files, the last one cut at `count`) with plain os calls."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for folder in folders:
+        first = folder * FILES_PER_FOLDER
+        os.makedirs(root / relative_path(first).rsplit("/", 1)[0], exist_ok=True)
+        for i in range(first, min(first + FILES_PER_FOLDER, count)):
+            fd = os.open(root / relative_path(i), flags, 0o644)
+            try:
+                os.write(fd, body(i).encode())
+            finally:
+                os.close(fd)
 
 
 def sample_indices(count: int, n: int = 20) -> list[int]:

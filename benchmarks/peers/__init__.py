@@ -74,6 +74,10 @@ def _floor_disk(root: Path, page_size: int, port: int | None) -> Launch:
                                    *_http(port, "--http")])
 
 
+def _floor_stdlib(root: Path, page_size: int, port: int | None) -> Launch:
+    return Launch(sys.executable, ["-m", "benchmarks.peers.stdlib_floor", str(root), str(page_size)])
+
+
 def _sdk_mcpserver(root: Path, page_size: int, port: int | None) -> Launch:
     return Launch(sys.executable, ["-m", "benchmarks.peers.sdk_mcpserver", str(root), *_http(port, "--http")])
 
@@ -123,6 +127,8 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in [
     Peer("floor", "bare low-level SDK `Server`, preloaded `Resource` objects and strings: the protocol floor", _floor),
     Peer("floor-disk", "the floor opening and reading the file on every read (a plain `open` on the event loop): "
          "the floor for a read that reaches the disk", _floor_disk),
+    Peer("floor-stdlib", "a stdlib-only JSON-RPC loop over stdio (no SDK): walks the folder once, lists it in pages, "
+         "opens the file on every read; the scale benchmark's floor (legacy wire only)", _floor_stdlib, http=False),
     Peer("aggregator-annotated", "aggregator with `annotations: {lastModified: file}` on the collection (stdio "
          "only: it exists to compare listing costs)", _aggregator_annotated, http=False),
     Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator-annotated does "
