@@ -175,10 +175,10 @@ def test_an_inbound_backlog_overflow_recovers_as_a_reconnect(tmp_path: Path, mon
                                                              caplog: pytest.LogCaptureFixture) -> None:
     """More events than the backlog holds arrive at once: the extra ones are dropped, so once the backlog is handled
     the replica starts over as after a reconnect (list_changed to legacy sessions, streams ended), logged once."""
-    import aggregator.supervisor
+    import aggregator.live.replicas
     from aggregator.cluster.bus import ChangeEvent
 
-    monkeypatch.setattr(aggregator.supervisor, "INBOUND_EVENTS", 2)
+    monkeypatch.setattr(aggregator.live.replicas, "INBOUND_EVENTS", 2)
     url = require_shared()
     prefix = unique_prefix()
     manifest = write_manifest(tmp_path, f"""
@@ -232,7 +232,9 @@ def test_a_cluster_reconnect_ends_listen_streams_but_keeps_the_console_live(tmp_
             console = Console(live)
             before = console.events.stream(lambda uri: True, lambda: 1)
             assert (await before.__anext__()).startswith("event: hello")
-            await live._rejoined()  # what the bus runs when Redis is back
+            assert live.cluster is not None
+            for rejoined in live.cluster.on_reconnect:  # what the bus runs when Redis is back
+                await rejoined()
             after = console.events.stream(lambda uri: True, lambda: 1)
             assert (await after.__anext__()).startswith("event: hello")  # still taking streams
             await live.notifier.list_changed()

@@ -28,14 +28,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("catalog", ("catalog", "compiler", "snapshot", "render", "completion", "diff", "tools")),
     ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_query", "search_list",
                  "search_index", "search_indexer", "search_meta")),
-    ("live and protocol", ("supervisor", "server", "handlers", "handlers.*", "mcp_shapes", "metrics",
-                           "metrics_multiprocess", "auth", "http_app", "http_limits", "stdio", "cli", "demo",
-                           "__main__", "console", "console.*")),
+    ("live and protocol", ("supervisor", "live", "live.*", "server", "handlers", "handlers.*", "mcp_shapes",
+                           "metrics", "metrics_multiprocess", "auth", "http_app", "http_limits", "stdio", "cli",
+                           "demo", "__main__", "console", "console.*")),
 ]
 
 
 MAX_LINES = 500
-OVER_MAX_LINES = {"supervisor", "upstream.connection"}
+OVER_MAX_LINES = {"upstream.connection"}
 """Known exceptions to MAX_LINES, until issue 25 splits them and empties this set (a test fails once one of them
 fits, so the set only shrinks)."""
 

@@ -1,6 +1,6 @@
 """reload.py: the next snapshot keeps unchanged sources (object, epoch and so cached content), replaces changed
 ones, says which listed URIs now read elsewhere, and with `guard` refuses what looks like a half-written save.
-The settle window and the swap are tested through the supervisor (test_live_inprocess.py)."""
+The settle window and the swap are tested through the supervisor (test_live_manifest.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,31 @@
+"""Watch the local folders of the current manifest (sources with a `watch_root()`) and hand on what changed."""
+
+from __future__ import annotations
+
+import anyio
+
+from aggregator.live.plan import Plan
+from aggregator.service import ResourceService
+from aggregator.watch import FolderCallback, watch_folders
+
+__all__ = ["watch_sources"]
+
+
+async def watch_sources(service: ResourceService, plan: Plan, on_change: FolderCallback) -> None:
+    """Watch the local folders of the current manifest; start again when a reload changes them."""
+    while True:
+        roots = {sid: root for sid, src in service.sources.items() if (root := src.watch_root()) is not None}
+        plan.watched = set(roots)
+        plan.sources_changed = anyio.Event()
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_folders, roots, on_change, stop)
+
+            async def restart(stop: anyio.Event) -> None:
+                await plan.sources_changed.wait()
+                stop.set()
+
+            tg.start_soon(restart, stop)
+            if not roots:
+                await plan.sources_changed.wait()
+                tg.cancel_scope.cancel()

@@ -1,0 +1,87 @@
+"""Poll the remote sources that set `poll:`: alone, compare the versions of what subscribers read with the last
+poll; in a cluster whose Redis is up, leave it to the poll lease holder (replicas.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from aggregator.cluster.leases import RETRY_FRACTION
+from aggregator.cluster.link import source_fingerprint
+from aggregator.live.plan import Plan
+from aggregator.live.replicas import ClusterReplica
+from aggregator.live.updates import CatalogUpdates
+from aggregator.notify import Notifier
+from aggregator.service import ResourceService
+
+__all__ = ["Pollers"]
+
+logger = logging.getLogger("aggregator.supervisor")  # one logger for every side loop
+
+
+class Pollers:
+    """One poller per `poll:` source of the current manifest; `replica` when this process is one of a cluster."""
+
+    def __init__(self, service: ResourceService, notifier: Notifier, updates: CatalogUpdates, plan: Plan,
+                 replica: ClusterReplica | None) -> None:
+        self.service = service
+        self.notifier = notifier
+        self.updates = updates
+        self.plan = plan
+        self.replica = replica
+
+    async def run(self) -> None:
+        """Poll every remote source that sets `poll:`; start again when a reload changes them."""
+        while True:
+            polled = {sid: spec.poll for sid, spec in self.service.manifest.sources.items()
+                      if spec.poll and sid in self.service.sources
+                      and self.service.sources[sid].watch_root() is None}
+            changed = self.plan.sources_changed
+            async with anyio.create_task_group() as tg:
+                for sid, interval in polled.items():
+                    tg.start_soon(self._poll_source, sid, interval)
+                await changed.wait()
+                tg.cancel_scope.cancel()
+            if self.replica is not None:  # the pollers start again: a source no longer polled is not kept held
+                with anyio.move_on_after(2):
+                    await self.replica.leases.release_all()
+            await anyio.sleep(0)
+
+    async def _poll_source(self, source: str, interval: float) -> None:
+        seen: dict[str, str | None] = {}  # by URI, when polling alone
+        seen_paths: dict[str | None, str | None] = {}  # by path, when polling for the cluster
+        wait = interval
+        while True:
+            await anyio.sleep(wait)
+            wait = interval
+            try:
+                if self.replica is not None and self.replica.cluster.connected and \
+                        await self.replica.poll_for_cluster(source, interval, seen_paths):
+                    if not self.replica.leases.holds(source_fingerprint(self.service.manifest.sources[source])):
+                        wait = interval * RETRY_FRACTION  # another replica polls: be ready to take over soon
+                    seen.clear()
+                else:  # alone, or the cluster's Redis is unavailable: poll for this replica's subscribers
+                    seen_paths.clear()
+                    await self.poll_once(source, seen)
+            except Exception:
+                logger.exception("polling source %r failed; trying again in %gs", source, interval)
+
+    async def poll_once(self, source: str, seen: dict[str, str | None]) -> None:
+        """Compare versions of the subscribed URIs of `source` with the last poll; relist its collections."""
+        subscribed = self.notifier.subscribed_uris()
+        # What subscribed renders read is polled too: their `updated` follows from it.
+        versions = await self.service.versions(source, subscribed | self.service.render_inputs(subscribed))
+        changed = [uri for uri, version in versions.items() if uri in seen and seen[uri] != version]
+        if self.replica is not None:  # Redis is out: what the lease holder publishes when it is back is not news
+            reads = self.service.reads_of(source, versions)
+            news = self.replica.told.alone(source_fingerprint(self.service.manifest.sources[source]),
+                                           {reads[uri]: v for uri, v in versions.items() if uri in reads},
+                                           {reads[uri]: v for uri, v in seen.items() if uri in reads})
+            changed = [uri for uri in versions if uri in reads and reads[uri] in news]
+        seen.clear()
+        seen.update(versions)
+        if changed:
+            await self.updates.uris_changed(changed, subscribed)
+        if self.updates.has_collection(source):
+            await self.updates.relist()

@@ -1,0 +1,123 @@
+"""Apply a change to the catalog and tell the Notifier: the one step every side loop ends in.
+
+The loops only say what changed (files of a source, a source's query data, URIs, a listing); this module
+invalidates what it touches, relists when files came or went, and sends `updated` / `list_changed` to the
+subscribers and sessions it concerns, on both wires with their scope filters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aggregator.cache_keys import Forget
+from aggregator.cluster.told import SourcePath
+from aggregator.manifest.model import ManifestError
+from aggregator.notify import Notifier
+from aggregator.service import ResourceService
+from aggregator.watch import Change
+
+__all__ = ["CatalogUpdates", "SaidOnce"]
+
+logger = logging.getLogger("aggregator.supervisor")  # one logger for every side loop
+
+
+class SaidOnce:
+    """The last error logged: the same broken manifest or colliding listing is tried again on every check, and
+    said once (reloads and relisting share it; a successful reload forgets it)."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def first_time(self, message: str) -> bool:
+        """True (and remembered) unless `message` is the one logged last."""
+        if message == self.last:
+            return False
+        self.last = message
+        return True
+
+    def forget(self) -> None:
+        self.last = None
+
+
+class CatalogUpdates:
+    """Applies changes to the ResourceService's catalog and cache, and notifies through a Notifier."""
+
+    def __init__(self, service: ResourceService, notifier: Notifier) -> None:
+        self.service = service
+        self.notifier = notifier
+        self.errors = SaidOnce()
+
+    def has_collection(self, source: str) -> bool:
+        """Whether what `source` lists shows in the catalog: a collection over it, or its own published entries."""
+        backend = self.service.sources.get(source)
+        return (backend is not None and backend.publishes) or any(
+            c.source == source for c in self.service.manifest.collections)
+
+    async def files_changed(self, source: str, changes: set[tuple[Change, str]]) -> None:
+        """Invalidate, send `updated` to subscribers, and relist collections when files came or went."""
+        paths = {path for _, path in changes}
+        self.service.invalidate(source, paths)
+        subscribed = self.notifier.subscribed_uris()
+        if subscribed:
+            backed = self.service.uris_for(source, paths, subscribed | self.service.render_inputs())
+            uris = (backed | self.service.rendered_dependents(backed)) & subscribed
+            if uris:
+                await self.notifier.updated(sorted(uris))
+        if any(change != Change.modified for change, _ in changes) and self.has_collection(source):
+            await self.relist()
+
+    async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
+        """These URIs read differently now (a poll saw new versions): invalidate them and tell those `subscribed`
+        to them or to renders that read them."""
+        self.service.invalidate_uris(uris)
+        told = {*uris, *self.service.rendered_dependents(uris)} & subscribed
+        if told:
+            await self.notifier.updated(sorted(told))
+
+    async def apply_change(self, source: str, files: set[str], data: bool,
+                           news: set[SourcePath] | None = None) -> None:
+        """These files (and, with `data`, the query results) of `source` changed: invalidate them and send
+        `updated` to this replica's subscribers on both wires (with their scope filters, as for any change); of
+        `news` only (None: all), the others were told already."""
+        told = files if news is None else files & news
+        if files - told:
+            self.service.invalidate(source, files - told)
+        if told:
+            await self.files_changed(source, {(Change.modified, path) for path in told})
+        if data:
+            self.service.cache.invalidate_where(Forget.of(queries={source}))
+            if news is not None and None not in news:
+                return
+            subscribed = self.notifier.subscribed_uris()
+            queries = {uri for uri, path in self.service.reads_of(
+                source, subscribed | self.service.render_inputs(subscribed)).items() if path is None}
+            told = (queries | self.service.rendered_dependents(queries)) & subscribed
+            if told:
+                await self.notifier.updated(sorted(told))
+
+    async def relist(self) -> bool:
+        """List collections again; if the listing changed, send list_changed, and `updated` to subscribed renders
+        that listed resources (they may read differently now). True if it changed."""
+        try:
+            changed = await self.service.refresh_listing()
+        except ManifestError as exc:  # the manifest's own entries collide over what a source lists now: said once
+            if self.errors.first_time(str(exc)):
+                logger.error("relisting failed; still serving generation %d:\n%s", self.service.catalog.generation, exc)
+            return False
+        if not changed:
+            return False
+        await self.notifier.list_changed()
+        uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
+        if uris:
+            await self.notifier.updated(sorted(uris))
+        return True
+
+    async def reloaded(self, listing_changed: bool, content_changed: set[str]) -> None:
+        """A reload swapped in a new snapshot: list_changed if the listing changed, and `updated` to subscribers of
+        what reads differently (changed content, renders over it or over the listing)."""
+        if listing_changed:
+            await self.notifier.list_changed()
+        dependents = self.service.rendered_dependents(content_changed, listing_changed=listing_changed)
+        subscribed = (content_changed | dependents) & self.notifier.subscribed_uris()
+        if subscribed:
+            await self.notifier.updated(sorted(subscribed))
