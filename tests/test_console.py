@@ -569,7 +569,8 @@ def test_an_mcp_upstream_shows_its_connection_and_reconnects(tmp_path: Path) -> 
 def test_raw_sends_no_type_it_was_given_as_a_header(tmp_path: Path) -> None:
     """/console/api/raw never writes a resource's mimeType into its Content-Type: an inline image gets the image
     type it was recognised as, anything else is a download, whatever the type (control characters, a header
-    injection from an upstream, the manifest's own parameters)."""
+    injection from an upstream, the manifest's own parameters; the manifest's schema refuses control characters
+    in a type, test_manifest_schema)."""
     import sys
 
     from tests.conftest import write_manifest
@@ -582,8 +583,8 @@ def test_raw_sends_no_type_it_was_given_as_a_header(tmp_path: Path) -> None:
         sources:
           va: {{url: "mcp+stdio:", namespace: va, command: {hostile!r}}}
         resources:
-          - {{uri: "note://ctl", name: ctl, text: "x", mimeType: "image/png; x=\\x01\\x1b"}}
-          - {{uri: "note://cr", name: cr, text: "x", mimeType: "text/plain; a=b\\r"}}
+          - {{uri: "note://ctl", name: ctl, text: "x", mimeType: "image/png; x=y"}}
+          - {{uri: "note://cr", name: cr, text: "x", mimeType: "text/plain; a=b"}}
         """)
     with serve(tmp_path, manifest) as running:
         for uri, kind, disposition in [("note://ctl", "image/png", "inline"),
