@@ -22,6 +22,7 @@ from aggregator.cluster.link import source_fingerprint
 from aggregator.cluster.shared_cache import SharedContent
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content
+from aggregator.documents.pool import DocumentPool
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
@@ -89,6 +90,11 @@ class ResourceService:
     @shared.setter
     def shared(self, shared: SharedContent | None) -> None:
         self._reader.caches.shared = shared
+
+    @property
+    def documents(self) -> DocumentPool:
+        """The worker processes of `convert:` reads (their counts for /metrics)."""
+        return self._reader.documents
 
     @property
     def source_errors(self) -> Counter[str]:

@@ -84,6 +84,17 @@ class DocumentPool:
         """Workers started since the pool was made (replacements included)."""
         self.killed = 0
         """Workers killed for overrunning their time, or found dead."""
+        self.converted = 0
+        """Documents sent to a worker that came back as text (for /metrics and the tests' single-flight count)."""
+        self.failed = 0
+        """Documents sent to a worker that did not (a limit, a corrupt file, a killed worker)."""
+        self.busy = 0
+        """Conversions running now."""
+
+    @property
+    def workers(self) -> int:
+        """Worker processes alive now: idle ones and those converting."""
+        return len(self._idle) + self.busy
 
     async def convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
         """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise."""
@@ -91,24 +102,30 @@ class DocumentPool:
         async with self._limiter:
             worker = self._idle.pop() if self._idle else await self._start()
             keep = False
+            self.busy += 1
             try:
                 with anyio.fail_after(limits.timeout):
                     reply = await worker.ask(header, document)
                 keep = "limit" not in reply or reply["limit"] != "maxMemory"
             except TimeoutError:
                 self.killed += 1
+                self.failed += 1
                 raise OverLimit(f"converting it took longer than {limits.timeout:g}s", "timeout") from None
             except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
                 self.killed += 1
+                self.failed += 1
                 raise ConversionFailed(f"the converter stopped on it (out of memory? limit convert.maxMemory is "
                                        f"{limits.max_memory} bytes)") from None
             finally:
+                self.busy -= 1
                 if keep:
                     self._idle.append(worker)
                 else:
                     await worker.kill()
         if "text" in reply:
+            self.converted += 1
             return str(reply["text"])
+        self.failed += 1
         if "missing" in reply:
             raise ConverterMissing(str(reply["error"]))
         if "limit" in reply:

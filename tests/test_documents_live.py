@@ -1,0 +1,136 @@
+"""`convert: markdown` kept live, through the real server (`aggregator serve --http`, the official client, both
+wires): a changed document tells its subscriber `updated` and converts again on the next read; 50 concurrent first
+reads of one document convert it once (the server's own /metrics counts conversions)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx2 as httpx
+import pytest
+from mcp import Client
+from mcp.shared.subscriptions import ResourceUpdated
+
+from conftest import MODES, write_manifest
+from documents_gen import pdf_pages
+from test_live import Inbox, listened
+
+pytest.importorskip("pypdfium2", reason="the documents extra is not installed: pip install -e '.[documents]'")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MANIFEST = """
+    version: 1
+    server: {name: documents-live}
+    sources:
+      files: {url: ./files}
+    collections:
+      - {source: files, glob: "**/*.pdf", uri: "doc://{path}", name: "{path}", convert: markdown}
+    """
+
+
+class Served:
+    """`aggregator serve --http` on a folder's manifest, on a free loopback port, until stopped."""
+
+    def __init__(self, folder: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.base = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "aggregator", "serve", str(folder / "manifest.yaml"), "--http", str(port)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.base + "/healthz", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise AssertionError("the server did not start")
+
+    def conversions(self) -> int:
+        """Documents this server converted (aggregator_document_conversions_total{outcome="ok"})."""
+        text = httpx.get(self.base + "/metrics", timeout=5).text
+        found = re.search(r'^aggregator_document_conversions_total\{outcome="ok"\} (\S+)$', text, re.M)
+        assert found, "no conversion counter in /metrics"
+        return int(float(found.group(1)))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        assert self.process.wait(15) == 0
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Served, Path]]:
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "report.pdf").write_bytes(pdf_pages(1, words=3))
+    (files / "popular.pdf").write_bytes(pdf_pages(30))
+    write_manifest(tmp_path, MANIFEST)
+    server = Served(tmp_path)
+    try:
+        yield server, files
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_changed_document_is_told_and_converted_again(served: tuple[Served, Path], mode: str) -> None:
+    server, files = served
+    report = files / "report.pdf"
+
+    def change() -> None:  # saved as editors do (a new file renamed over it), with a second page: new text
+        fresh = files / "report.pdf.tmp~"
+        fresh.write_bytes(pdf_pages(2, words=3))
+        os.replace(fresh, report)
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Client(server.base + "/mcp", mode=mode, cache=None, message_handler=inbox) as client:  # type: ignore[arg-type]
+            first = (await client.read_resource("doc://report.pdf")).contents[0]
+            assert first.mime_type == "text/markdown" and "Page 1" in first.text and "Page 2" not in first.text
+            assert server.conversions() == 1
+            if mode == "legacy":
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    await client.subscribe_resource("doc://report.pdf")
+                await anyio.sleep(0.3)
+                change()
+                assert await inbox.next() == ("updated", "doc://report.pdf")
+            else:
+                events = await listened(client, [(change, 1)], resource_subscriptions=["doc://report.pdf"])
+                assert events[0] == ResourceUpdated(uri="doc://report.pdf")
+            again = (await client.read_resource("doc://report.pdf")).contents[0].text
+            assert "Page 2" in again
+            assert server.conversions() == 2
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fifty_concurrent_first_reads_convert_once(served: tuple[Served, Path], mode: str) -> None:
+    server, _ = served
+
+    async def main() -> None:
+        texts: list[str] = []
+        async with Client(server.base + "/mcp", mode=mode, cache=None) as client:  # type: ignore[arg-type]
+            async def read() -> None:
+                texts.append((await client.read_resource("doc://popular.pdf")).contents[0].text)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(50):
+                    tg.start_soon(read)
+        assert len(texts) == 50 and len(set(texts)) == 1 and "<!-- page 30 -->" in texts[0]
+        assert server.conversions() == 1
+
+    anyio.run(main)
