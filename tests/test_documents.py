@@ -112,3 +112,26 @@ async def test_conversions_at_once_are_capped(pool: DocumentPool) -> None:
         for _ in range(6):
             tg.start_soon(pool.convert, document, "pdf", LIMITS)
     assert pool.started == 2
+
+
+@pytest.mark.anyio
+async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool) -> None:
+    """Eight long documents queued for the index, then a short read: the read takes the worker background work may
+    not hold, so it ends before most of the indexing (without the cap it would queue behind all eight)."""
+    long, short, done = pdf_pages(500), fixture("crazyones.pdf"), []
+
+    async def convert(name: str, document: bytes, background: bool) -> None:
+        await pool.convert(document, "pdf", LIMITS, background=background)
+        done.append(name)
+
+    async with anyio.create_task_group() as tg:  # both workers started first: starting one takes longer than a PDF
+        for i in range(2):
+            tg.start_soon(convert, f"warm {i}", short, False)
+    done.clear()
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(convert, f"index {i}", long, True)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(convert, "read", short, False)
+    assert done.index("read") <= 2, done
+    assert pool.converted == 11 and pool.started == 2

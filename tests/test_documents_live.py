@@ -1,11 +1,13 @@
 """`convert: markdown` kept live, through the real server (`aggregator serve --http`, the official client, both
 wires): a changed document tells its subscriber `updated` and converts again on the next read; 50 concurrent first
-reads of one document convert it once (the server's own /metrics counts conversions)."""
+reads of one document convert it once (the server's own /metrics counts conversions); search finds words found
+only inside documents."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,9 +22,10 @@ import pytest
 from mcp import Client
 from mcp.shared.subscriptions import ResourceUpdated
 
-from conftest import MODES, write_manifest
-from documents_gen import pdf_pages
+from conftest import MODES, connect, write_manifest
+from documents_gen import DATA, pdf_pages
 from test_live import Inbox, listened
+from test_search import search_tool, until_found
 
 pytest.importorskip("pypdfium2", reason="the documents extra is not installed: pip install -e '.[documents]'")
 
@@ -132,5 +135,38 @@ def test_fifty_concurrent_first_reads_convert_once(served: tuple[Served, Path], 
                     tg.start_soon(read)
         assert len(texts) == 50 and len(set(texts)) == 1 and "<!-- page 30 -->" in texts[0]
         assert server.conversions() == 1
+
+    anyio.run(main)
+
+
+SEARCHED = """
+    version: 1
+    server: {name: documents-search, tools: true}
+    sources:
+      files: {url: ./files}
+    collections:
+      - {source: files, glob: "**/*", uri: "doc://{path}", name: "{stem}", index: true, convert: markdown}
+    """
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_search_finds_words_only_inside_documents(tmp_path: Path, mode: str) -> None:
+    """`index: true` with `convert:` indexes the Markdown: words inside a PDF's compressed text streams and a DOCX's
+    zipped XML are found, the PDF's own syntax is not."""
+    files = tmp_path / "files"
+    files.mkdir()
+    shutil.copy(DATA / "crazyones.pdf", files / "crazyones.pdf")
+    shutil.copy(DATA / "par-known-paragraphs.docx", files / "paragraphs.docx")
+    (files / "notes.md").write_text("# Notes\n\nplain text about nothing\n")
+    assert b"misfits" not in (files / "crazyones.pdf").read_bytes()
+    manifest = write_manifest(tmp_path, SEARCHED)
+
+    async def main() -> None:
+        async with connect(manifest, mode) as client:
+            found = await until_found(client, "misfits", "doc://crazyones.pdf")
+            assert [r["uri"] for r in found] == ["doc://crazyones.pdf"]
+            assert [r["uri"] for r in await until_found(client, "heading", "doc://paragraphs.docx")] == [
+                "doc://paragraphs.docx"]
+            assert await search_tool(client, "endobj") == []  # the raw PDF was not indexed as text
 
     anyio.run(main)

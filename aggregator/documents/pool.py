@@ -79,6 +79,9 @@ class DocumentPool:
     def __init__(self, size: int = DEFAULT_WORKERS) -> None:
         self.size = size
         self._limiter = anyio.CapacityLimiter(size)
+        # Background work (the search indexer) queues here first: it never holds more than half the workers, so a
+        # client's read finds one free (or waits for one conversion at most) however many documents are indexed.
+        self._background = anyio.CapacityLimiter(max(1, size // 2))
         self._idle: list[_Worker] = []
         self.started = 0
         """Workers started since the pool was made (replacements included)."""
@@ -96,8 +99,12 @@ class DocumentPool:
         """Worker processes alive now: idle ones and those converting."""
         return len(self._idle) + self.busy
 
-    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
-        """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise."""
+    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings, background: bool = False) -> str:
+        """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise.
+        `background` work (indexing) runs at most size // 2 (at least 1) at once, leaving the rest to reads."""
+        if background:
+            async with self._background:
+                return await self.convert(document, fmt, limits)
         header = json.dumps({"format": fmt, "limits": asdict(limits)}).encode("utf-8")
         async with self._limiter:
             worker = self._idle.pop() if self._idle else await self._start()
