@@ -135,3 +135,20 @@ async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool
         tg.start_soon(convert, "read", short, False)
     assert done.index("read") <= 2, done
     assert pool.converted == 11 and pool.started == 2
+
+
+@pytest.mark.anyio
+async def test_stored_conversions_are_bounded_and_keyed_by_bytes_and_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from aggregator.documents.stored import StoredConversions
+
+    store = StoredConversions(tmp_path / "kept", max_bytes=250)
+    names = [store.name(b"doc %d" % i, "pdf", LIMITS) for i in range(3)]
+    assert store.name(b"doc 0", "pdf", replace(LIMITS, max_pages=1)) != names[0]  # other settings, other text
+    for i, name in enumerate(names):
+        await store.put(name, "x" * 100)
+        os.utime(tmp_path / "kept" / name, (i, i))  # written in this order
+    assert await store.get(names[0]) is None  # 3 x ~165 bytes > 250: the oldest went first
+    assert await store.get(names[2]) == "x" * 100
+    assert not [p for p in (tmp_path / "kept").iterdir() if p.name.startswith(".writing-")]

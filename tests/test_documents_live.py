@@ -170,3 +170,39 @@ def test_search_finds_words_only_inside_documents(tmp_path: Path, mode: str) -> 
             assert await search_tool(client, "endobj") == []  # the raw PDF was not indexed as text
 
     anyio.run(main)
+
+
+def test_cache_dir_keeps_converted_text_across_restarts(tmp_path: Path) -> None:
+    """server.documents.cacheDir: a restarted server reads an unchanged document without converting it; a changed
+    document, and one whose kept file was damaged, are converted again (and the damaged file replaced)."""
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "report.pdf").write_bytes(pdf_pages(3, words=3))
+    (files / "other.pdf").write_bytes(pdf_pages(4, words=3))
+    write_manifest(tmp_path, MANIFEST.replace("server: {name: documents-live}",
+                                              "server: {name: documents-live, documents: {cacheDir: ./converted}}"))
+
+    async def read(server: Served, uri: str) -> str:
+        async with Client(server.base + "/mcp", mode="auto", cache=None) as client:  # type: ignore[arg-type]
+            return str((await client.read_resource(uri)).contents[0].text)
+
+    def served_once(*uris: str) -> tuple[list[str], int]:
+        server = Served(tmp_path)
+        try:
+            texts = [anyio.run(read, server, uri) for uri in uris]
+            return texts, server.conversions()
+        finally:
+            server.stop()
+
+    first, converted = served_once("doc://report.pdf", "doc://other.pdf")
+    assert converted == 2 and "<!-- page 3 -->" in first[0]
+    kept = sorted((tmp_path / "converted").iterdir())
+    assert len(kept) == 2
+    assert served_once("doc://report.pdf", "doc://other.pdf") == (first, 0)  # restarted: nothing converted
+
+    (files / "report.pdf").write_bytes(pdf_pages(5, words=3))  # changed: never the old text
+    damaged = next(p for p in kept if "<!-- page 4 -->" in p.read_text())
+    damaged.write_text(damaged.read_text().replace("Page 4", "Page X"))
+    again, converted = served_once("doc://report.pdf", "doc://other.pdf")
+    assert converted == 2 and "<!-- page 5 -->" in again[0] and again[1] == first[1]
+    assert "Page X" not in damaged.read_text()

@@ -18,6 +18,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aggregator.documents.failures import ConversionFailed, OverLimit
+from aggregator.documents.stored import StoredConversions
 from aggregator.documents.worker import READY
 from aggregator.manifest.model import ConvertSettings
 
@@ -93,6 +94,8 @@ class DocumentPool:
         """Documents sent to a worker that did not (a limit, a corrupt file, a killed worker)."""
         self.busy = 0
         """Conversions running now."""
+        self.stored: StoredConversions | None = None
+        """Converted text kept on disk across restarts (server.documents.cacheDir); None: off."""
 
     @property
     def workers(self) -> int:
@@ -105,6 +108,17 @@ class DocumentPool:
         if background:
             async with self._background:
                 return await self.convert(document, fmt, limits)
+        if self.stored is None:
+            return await self._convert(document, fmt, limits)
+        name = self.stored.name(document, fmt, limits)
+        kept = await self.stored.get(name)
+        if kept is not None:
+            return kept
+        text = await self._convert(document, fmt, limits)
+        await self.stored.put(name, text)
+        return text
+
+    async def _convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
         header = json.dumps({"format": fmt, "limits": asdict(limits)}).encode("utf-8")
         async with self._limiter:
             worker = self._idle.pop() if self._idle else await self._start()
