@@ -152,3 +152,20 @@ async def test_stored_conversions_are_bounded_and_keyed_by_bytes_and_settings(tm
     assert await store.get(names[0]) is None  # 3 x ~165 bytes > 250: the oldest went first
     assert await store.get(names[2]) == "x" * 100
     assert not [p for p in (tmp_path / "kept").iterdir() if p.name.startswith(".writing-")]
+
+
+@pytest.mark.anyio
+async def test_html_converts_visible_text_within_limits(pool: DocumentPool) -> None:
+    page = (b'<html><head><meta charset="iso-8859-1"><title>hidden title</title><script>alert("x")</script></head>'
+            b'<body><h2>Caf\xe9 &amp; more</h2><p>See <a href="https://example.org/doc">the doc</a> or '
+            b'<a href="javascript:steal()">this</a>.</p><ul><li>one</li></ul><pre>a  b\n  c</pre>'
+            b'<table><tr><th>k</th><th>v</th></tr><tr><td>x</td><td>1|2</td></tr></table></body></html>')
+    text = await pool.convert(page, "html", LIMITS)
+    assert text == ("## Caf\u00e9 & more\n\nSee [the doc](https://example.org/doc) or this.\n\n- one\n\n"
+                    "```\na  b\n  c\n```\n\n| k | v |\n| --- | --- |\n| x | 1\\|2 |\n")
+    deep = await pool.convert(b"<div>" * 200_000 + b"deep" + b"</div>" * 200_000, "html", LIMITS)
+    assert deep == "deep\n"  # the parser keeps no tree: nesting costs nothing
+    cut = await pool.convert(b"<p>" + b"word " * 5000 + b"</p>", "html", replace(LIMITS, max_chars=100))
+    assert cut.endswith("[... cut at 100 characters: limit convert.maxChars]\n")
+    rows = b"<table>" + b"<tr><td>r</td></tr>" * 50 + b"</table>"
+    assert "limit convert.maxRows" in await pool.convert(rows, "html", replace(LIMITS, max_rows=10))

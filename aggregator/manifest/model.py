@@ -194,7 +194,7 @@ class RenderSettings:
 
 @dataclass(frozen=True, slots=True)
 class ConvertSettings:
-    """`convert:` on an entry: serve its PDF, DOCX, PPTX, XLSX and CSV files as `to` (Markdown), within these
+    """`convert:` on an entry: serve its PDF, DOCX, PPTX, XLSX, CSV and HTML files as `to` (Markdown), within these
     per-document limits (`defaults.convert` sets them for every entry; an entry's own keys override those)."""
 
     to: str = "markdown"
@@ -318,7 +318,7 @@ class ResourceSpec:
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
     convert: ConvertSettings | None = None
-    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
+    """Its PDF, DOCX, PPTX, XLSX, CSV and HTML files are served converted (to Markdown); None: as they are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +343,7 @@ class CollectionSpec:
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
     convert: ConvertSettings | None = None
-    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
+    """Its PDF, DOCX, PPTX, XLSX, CSV and HTML files are served converted (to Markdown); None: as they are."""
     index: bool = False
     """The text of its files goes into the full-text search index (search_resources, search://)."""
 
@@ -373,7 +373,7 @@ class TemplateSpec:
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
     convert: ConvertSettings | None = None
-    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
+    """Its PDF, DOCX, PPTX, XLSX, CSV and HTML files are served converted (to Markdown); None: as they are."""
 
 
 @dataclass(frozen=True, slots=True)
