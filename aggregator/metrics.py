@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecurityMiddleware
 
     from aggregator.cluster.bus import ChangeBus
+    from aggregator.documents.pool import DocumentPool
     from aggregator.notify import Notifier
     from aggregator.service import ResourceService
 
@@ -199,6 +200,7 @@ class _LiveCollector:
             reconnects.add_metric([source], float(times) if isinstance(times, int) else 0.0)
         yield up
         yield reconnects
+        yield from _document_figures(service.documents)
         yield GaugeMetricFamily("aggregator_catalog_generation", "Generation of the catalog being served.",
                                 value=service.catalog.generation)
         notifier = self.live.notifier
@@ -217,6 +219,21 @@ class _LiveCollector:
         build.add_metric([__version__], 1.0)
         yield build
         yield from _cluster_figures(self.live)
+
+
+def _document_figures(pool: DocumentPool) -> Iterator[Any]:
+    """The `convert:` worker pool: conversions by outcome (a cached copy is no conversion), workers alive now."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    conversions = CounterMetricFamily("aggregator_document_conversions", "Documents converted by a worker (ok) or "
+                                      "not (failed: a limit, a corrupt file, a killed worker).", labels=["outcome"])
+    conversions.add_metric(["ok"], pool.converted)
+    conversions.add_metric(["failed"], pool.failed)
+    yield conversions
+    yield GaugeMetricFamily("aggregator_document_workers", "Conversion worker processes alive, idle or converting.",
+                            value=pool.workers)
+    yield CounterMetricFamily("aggregator_document_workers_killed", "Conversion workers killed for overrunning "
+                              "convert.timeout, or found dead.", value=pool.killed)
 
 
 def _cluster_figures(live: Figures) -> Iterator[Any]:

@@ -20,6 +20,7 @@ import anyio.to_thread
 from aggregator.catalog import Catalog, Entry, FileTarget
 from aggregator.content import decode_body, gunzip, is_text_mime
 from aggregator.manifest.model import SearchSettings
+from aggregator.reads.documents import indexed_text
 from aggregator.search_index import FullTextIndex, QueryTimeout, fts_expression
 from aggregator.search_query import InvalidSearch
 
@@ -208,6 +209,9 @@ class Indexer:
         max_bytes = snapshot.limits[entry.source or ""].max_bytes  # the source's maxBytes, else the default
         try:
             target = catalog.resolve(entry.uri)
+            convert = target.convert if isinstance(target, FileTarget) else None
+            if convert is not None:
+                max_bytes = convert.max_input_bytes  # as a read: the Markdown is what is served and indexed
             blob = await source.read(entry.path, max_bytes)
             data = blob.data
             if isinstance(target, FileTarget) and target.decompress and data.startswith(b"\x1f\x8b"):
@@ -215,6 +219,8 @@ class Indexer:
         except Exception as exc:  # a file that cannot be read now is tried again on its next change
             logger.debug("search index: cannot read %s: %s", entry.uri, exc)
             return None
+        if isinstance(target, FileTarget) and convert is not None:
+            return await indexed_text(target, convert, data, self.service.documents)
         content = decode_body(data, target.mime_type)
         return content.text if content.text is not None else ""
 

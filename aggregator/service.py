@@ -22,6 +22,8 @@ from aggregator.cluster.link import source_fingerprint
 from aggregator.cluster.shared_cache import SharedContent
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content
+from aggregator.documents.pool import DocumentPool
+from aggregator.documents.stored import stored_conversions
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
@@ -51,6 +53,7 @@ class ResourceService:
         self._leases = Leases()
         self._swapping = anyio.Lock()
         self._reader = Reader(cache if cache is not None else ContentCache(manifest.defaults.cache_bytes))
+        self._reader.documents.stored = stored_conversions(manifest.server.documents)  # read at start only
         self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
         """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
         swapped in (the search index follows both)."""
@@ -89,6 +92,11 @@ class ResourceService:
     @shared.setter
     def shared(self, shared: SharedContent | None) -> None:
         self._reader.caches.shared = shared
+
+    @property
+    def documents(self) -> DocumentPool:
+        """The worker processes of `convert:` reads (their counts for /metrics)."""
+        return self._reader.documents
 
     @property
     def source_errors(self) -> Counter[str]:

@@ -596,3 +596,31 @@ def test_raw_sends_no_type_it_was_given_as_a_header(tmp_path: Path) -> None:
             assert raw.headers["content-type"] == kind and raw.headers["content-disposition"].startswith(disposition)
             assert "x-injected" not in raw.headers
         assert "Traceback" not in running.log.read_text()
+
+
+def test_a_converted_document_is_previewed_and_downloaded_as_markdown(tmp_path: Path) -> None:
+    """A `convert: markdown` entry's preview is its Markdown (the read path's conversion), highlighted as Markdown;
+    its download is that Markdown under a name that says so, not a .pdf holding text."""
+    import shutil
+
+    pytest.importorskip("pypdfium2", reason="the documents extra is not installed: pip install -e '.[documents]'")
+    from tests.conftest import write_manifest
+    from tests.documents_gen import DATA
+
+    (tmp_path / "files").mkdir()
+    shutil.copy(DATA / "crazyones.pdf", tmp_path / "files" / "crazyones.pdf")
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: documents, console: true}
+        sources:
+          files: {url: ./files}
+        collections:
+          - {source: files, glob: "*.pdf", uri: "doc://{path}", convert: markdown}
+        """)
+    with serve(tmp_path, manifest) as running:
+        preview = running.get("/console/api/read", token=None, uri="doc://crazyones.pdf").json()
+        assert (preview["kind"], preview["mimeType"], preview["language"]) == ("text", "text/markdown", "markdown")
+        assert preview["text"].startswith("<!-- page 1 -->\n\nThe Crazy Ones\nOctober 14, 1998")
+        raw = running.get("/console/api/raw", token=None, uri="doc://crazyones.pdf")
+        assert raw.content.decode().startswith("<!-- page 1 -->")
+        assert raw.headers["content-disposition"] == 'attachment; filename="crazyones.pdf.md"'

@@ -112,3 +112,60 @@ async def test_conversions_at_once_are_capped(pool: DocumentPool) -> None:
         for _ in range(6):
             tg.start_soon(pool.convert, document, "pdf", LIMITS)
     assert pool.started == 2
+
+
+@pytest.mark.anyio
+async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool) -> None:
+    """Eight long documents queued for the index, then a short read: the read takes the worker background work may
+    not hold, so it ends before most of the indexing (without the cap it would queue behind all eight)."""
+    long, short, done = pdf_pages(500), fixture("crazyones.pdf"), []
+
+    async def convert(name: str, document: bytes, background: bool) -> None:
+        await pool.convert(document, "pdf", LIMITS, background=background)
+        done.append(name)
+
+    async with anyio.create_task_group() as tg:  # both workers started first: starting one takes longer than a PDF
+        for i in range(2):
+            tg.start_soon(convert, f"warm {i}", short, False)
+    done.clear()
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(convert, f"index {i}", long, True)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(convert, "read", short, False)
+    assert done.index("read") <= 2, done
+    assert pool.converted == 11 and pool.started == 2
+
+
+@pytest.mark.anyio
+async def test_stored_conversions_are_bounded_and_keyed_by_bytes_and_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from aggregator.documents.stored import StoredConversions
+
+    store = StoredConversions(tmp_path / "kept", max_bytes=250)
+    names = [store.name(b"doc %d" % i, "pdf", LIMITS) for i in range(3)]
+    assert store.name(b"doc 0", "pdf", replace(LIMITS, max_pages=1)) != names[0]  # other settings, other text
+    for i, name in enumerate(names):
+        await store.put(name, "x" * 100)
+        os.utime(tmp_path / "kept" / name, (i, i))  # written in this order
+    assert await store.get(names[0]) is None  # 3 x ~165 bytes > 250: the oldest went first
+    assert await store.get(names[2]) == "x" * 100
+    assert not [p for p in (tmp_path / "kept").iterdir() if p.name.startswith(".writing-")]
+
+
+@pytest.mark.anyio
+async def test_html_converts_visible_text_within_limits(pool: DocumentPool) -> None:
+    page = (b'<html><head><meta charset="iso-8859-1"><title>hidden title</title><script>alert("x")</script></head>'
+            b'<body><h2>Caf\xe9 &amp; more</h2><p>See <a href="https://example.org/doc">the doc</a> or '
+            b'<a href="javascript:steal()">this</a>.</p><ul><li>one</li></ul><pre>a  b\n  c</pre>'
+            b'<table><tr><th>k</th><th>v</th></tr><tr><td>x</td><td>1|2</td></tr></table></body></html>')
+    text = await pool.convert(page, "html", LIMITS)
+    assert text == ("## Caf\u00e9 & more\n\nSee [the doc](https://example.org/doc) or this.\n\n- one\n\n"
+                    "```\na  b\n  c\n```\n\n| k | v |\n| --- | --- |\n| x | 1\\|2 |\n")
+    deep = await pool.convert(b"<div>" * 200_000 + b"deep" + b"</div>" * 200_000, "html", LIMITS)
+    assert deep == "deep\n"  # the parser keeps no tree: nesting costs nothing
+    cut = await pool.convert(b"<p>" + b"word " * 5000 + b"</p>", "html", replace(LIMITS, max_chars=100))
+    assert cut.endswith("[... cut at 100 characters: limit convert.maxChars]\n")
+    rows = b"<table>" + b"<tr><td>r</td></tr>" * 50 + b"</table>"
+    assert "limit convert.maxRows" in await pool.convert(rows, "html", replace(LIMITS, max_rows=10))

@@ -296,6 +296,8 @@ class Console:
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", uri.rstrip("/").rsplit("/", 1)[-1])[-100:] or "resource"
         if "." not in name:
             name += mimetypes.guess_extension(kind) or ".bin"
+        elif mimetypes.guess_type(name)[0] not in (None, kind) and mimetypes.guess_extension(kind):
+            name += mimetypes.guess_extension(kind) or ""  # a converted report.pdf downloads as report.pdf.md
         # Only a type from INLINE_IMAGES goes into the header: a resource's own may hold anything (CR/LF included).
         return Response(data, media_type=kind if inline else "application/octet-stream", headers={
             "Content-Security-Policy": "default-src 'none'; sandbox",

@@ -28,6 +28,9 @@ def _converter(fmt: str) -> Callable[[bytes, ConvertSettings], str]:
     if fmt == "csv":
         from aggregator.documents.sheets import csv_to_markdown
         return csv_to_markdown
+    if fmt == "html":
+        from aggregator.documents.html import html_to_markdown
+        return html_to_markdown
     raise ConversionFailed(f"{fmt} files cannot be converted")
 
 

@@ -7,7 +7,8 @@ from aggregator.manifest.model import ConvertSettings
 
 __all__ = ["CONVERTED_MIME_TYPES", "FORMATS", "converted", "document_format", "install_hint", "missing_libraries"]
 
-FORMATS = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".csv": "csv"}
+FORMATS = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".csv": "csv", ".html": "html",
+           ".htm": "html", ".xhtml": "html"}
 """File extension (lower case) -> the converter that reads it."""
 
 CONVERTED_MIME_TYPES = {"markdown": "text/markdown"}

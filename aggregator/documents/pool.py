@@ -18,6 +18,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aggregator.documents.failures import ConversionFailed, OverLimit
+from aggregator.documents.stored import StoredConversions
 from aggregator.documents.worker import READY
 from aggregator.manifest.model import ConvertSettings
 
@@ -79,36 +80,73 @@ class DocumentPool:
     def __init__(self, size: int = DEFAULT_WORKERS) -> None:
         self.size = size
         self._limiter = anyio.CapacityLimiter(size)
+        # Background work (the search indexer) queues here first: it never holds more than half the workers, so a
+        # client's read finds one free (or waits for one conversion at most) however many documents are indexed.
+        self._background = anyio.CapacityLimiter(max(1, size // 2))
         self._idle: list[_Worker] = []
         self.started = 0
         """Workers started since the pool was made (replacements included)."""
         self.killed = 0
         """Workers killed for overrunning their time, or found dead."""
+        self.converted = 0
+        """Documents sent to a worker that came back as text (for /metrics and the tests' single-flight count)."""
+        self.failed = 0
+        """Documents sent to a worker that did not (a limit, a corrupt file, a killed worker)."""
+        self.busy = 0
+        """Conversions running now."""
+        self.stored: StoredConversions | None = None
+        """Converted text kept on disk across restarts (server.documents.cacheDir); None: off."""
 
-    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
-        """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise."""
+    @property
+    def workers(self) -> int:
+        """Worker processes alive now: idle ones and those converting."""
+        return len(self._idle) + self.busy
+
+    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings, background: bool = False) -> str:
+        """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise.
+        `background` work (indexing) runs at most size // 2 (at least 1) at once, leaving the rest to reads."""
+        if background:
+            async with self._background:
+                return await self.convert(document, fmt, limits)
+        if self.stored is None:
+            return await self._convert(document, fmt, limits)
+        name = self.stored.name(document, fmt, limits)
+        kept = await self.stored.get(name)
+        if kept is not None:
+            return kept
+        text = await self._convert(document, fmt, limits)
+        await self.stored.put(name, text)
+        return text
+
+    async def _convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
         header = json.dumps({"format": fmt, "limits": asdict(limits)}).encode("utf-8")
         async with self._limiter:
             worker = self._idle.pop() if self._idle else await self._start()
             keep = False
+            self.busy += 1
             try:
                 with anyio.fail_after(limits.timeout):
                     reply = await worker.ask(header, document)
                 keep = "limit" not in reply or reply["limit"] != "maxMemory"
             except TimeoutError:
                 self.killed += 1
+                self.failed += 1
                 raise OverLimit(f"converting it took longer than {limits.timeout:g}s", "timeout") from None
             except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
                 self.killed += 1
+                self.failed += 1
                 raise ConversionFailed(f"the converter stopped on it (out of memory? limit convert.maxMemory is "
                                        f"{limits.max_memory} bytes)") from None
             finally:
+                self.busy -= 1
                 if keep:
                     self._idle.append(worker)
                 else:
                     await worker.kill()
         if "text" in reply:
+            self.converted += 1
             return str(reply["text"])
+        self.failed += 1
         if "missing" in reply:
             raise ConverterMissing(str(reply["error"]))
         if "limit" in reply:

@@ -25,6 +25,8 @@ def xlsx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     check_zip(data, "XLSX", limits.max_unzipped_bytes).close()
     try:
         workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    except MemoryError:  # an Exception too: the worker reports the limit convert.maxMemory
+        raise
     except Exception:  # openpyxl raises KeyError, ValueError, XML errors... for a broken package
         raise ConversionFailed("it is a corrupt or unreadable XLSX file") from None
     try:
@@ -43,7 +45,7 @@ def xlsx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
         if not out.full and rows_left > 0 and len(sheets) > limits.max_pages:
             out.note(f"[... cut after sheet {limits.max_pages} of {len(sheets)}: limit convert.maxPages]")
         return out.text()
-    except ConversionFailed:
+    except (ConversionFailed, MemoryError):
         raise
     except Exception:
         raise ConversionFailed("it is a corrupt or unreadable XLSX file") from None

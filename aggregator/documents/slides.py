@@ -21,6 +21,8 @@ def pptx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     try:
         presentation = pptx.Presentation(io.BytesIO(data))
         slides = list(presentation.slides)
+    except MemoryError:  # an Exception too: the worker reports the limit convert.maxMemory
+        raise
     except Exception:  # python-pptx raises KeyError, ValueError, lxml errors... for a broken package
         raise ConversionFailed("it is a corrupt or unreadable PPTX file") from None
     out = Budget(limits.max_chars)

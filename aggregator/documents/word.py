@@ -22,6 +22,8 @@ def docx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     check_zip(data, "DOCX", limits.max_unzipped_bytes).close()
     try:
         document = docx.Document(io.BytesIO(data))
+    except MemoryError:  # an Exception too: the worker reports the limit convert.maxMemory
+        raise
     except Exception:  # python-docx raises KeyError, ValueError, lxml errors... for a broken package
         raise ConversionFailed("it is a corrupt or unreadable DOCX file") from None
     out = Budget(limits.max_chars)

@@ -15,6 +15,7 @@ from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, 
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
     ConvertSettings,
+    DocumentsSettings,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_PAGE_SIZE,
     Annotations,
@@ -220,6 +221,7 @@ class _Builder:
             tools=spec.get("tools", False),
             max_manifest_bytes=self.max_manifest_bytes(spec),
             search=self.search_settings(spec.get("search", {})),
+            documents=self.documents_settings(spec.get("documents", {})),
             cluster=self.cluster_settings(spec["cluster"]) if "cluster" in spec else None,
             console=_console_settings(spec.get("console", False)),
         )
@@ -244,6 +246,15 @@ class _Builder:
             index_file = Path(os.path.abspath(self.folder_of(path + ("indexFile",)) / index_file))
         return SearchSettings(index_bytes=self.parsed(parse_size, spec, "indexBytes", path,
                                                       SearchSettings().index_bytes), index_file=index_file)
+
+    def documents_settings(self, spec: dict[str, Any]) -> DocumentsSettings:
+        path: KeyPath = ("server", "documents")
+        cache_dir = spec.get("cacheDir")
+        if cache_dir is not None:
+            self.refuse_remote(path + ("cacheDir",), True, "write converted documents on this machine")
+            cache_dir = Path(os.path.abspath(self.folder_of(path + ("cacheDir",)) / cache_dir))
+        return DocumentsSettings(cache_dir=cache_dir, cache_bytes=self.parsed(
+            parse_size, spec, "cacheBytes", path, DocumentsSettings().cache_bytes))
 
     def render_settings(self, spec: dict[str, Any]) -> RenderSettings:
         base, path = RenderSettings(), ("render",)

@@ -119,6 +119,17 @@ class SearchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentsSettings:
+    """`server.documents`: where converted documents are kept across restarts (`convert:` entries)."""
+
+    cache_dir: Path | None = None
+    """A folder that keeps converted text across restarts, keyed by the document's bytes and the conversion's
+    settings; None: converted text lives in the content cache only."""
+    cache_bytes: int = 1024 * 1024 * 1024
+    """Bytes `cache_dir` holds at most; the least recently written files go first."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSettings:
     """Replicas sharing one Redis (`server.cluster`): change events, poll leases, interests and a content cache."""
 
@@ -164,6 +175,7 @@ class ServerSettings:
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES
     """Cap on each manifest file a load reads: its includes (and, on reload, the manifest itself and its bases)."""
     search: SearchSettings = field(default_factory=SearchSettings)
+    documents: DocumentsSettings = field(default_factory=DocumentsSettings)
     """Where the full-text index lives and how much text it holds."""
     cluster: ClusterSettings | None = None
     """Off (None): one process on its own, as without a cluster."""
@@ -182,7 +194,7 @@ class RenderSettings:
 
 @dataclass(frozen=True, slots=True)
 class ConvertSettings:
-    """`convert:` on an entry: serve its PDF, DOCX, PPTX, XLSX and CSV files as `to` (Markdown), within these
+    """`convert:` on an entry: serve its PDF, DOCX, PPTX, XLSX, CSV and HTML files as `to` (Markdown), within these
     per-document limits (`defaults.convert` sets them for every entry; an entry's own keys override those)."""
 
     to: str = "markdown"
@@ -306,7 +318,7 @@ class ResourceSpec:
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
     convert: ConvertSettings | None = None
-    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
+    """Its PDF, DOCX, PPTX, XLSX, CSV and HTML files are served converted (to Markdown); None: as they are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +343,7 @@ class CollectionSpec:
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
     convert: ConvertSettings | None = None
-    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
+    """Its PDF, DOCX, PPTX, XLSX, CSV and HTML files are served converted (to Markdown); None: as they are."""
     index: bool = False
     """The text of its files goes into the full-text search index (search_resources, search://)."""
 
@@ -361,7 +373,7 @@ class TemplateSpec:
     decompress: bool = False
     """A file whose name ends in `.gz` is served decompressed (bounded by maxBytes), typed by its name without `.gz`."""
     convert: ConvertSettings | None = None
-    """Its PDF, DOCX, PPTX, XLSX and CSV files are served converted (to Markdown); None: as they are."""
+    """Its PDF, DOCX, PPTX, XLSX, CSV and HTML files are served converted (to Markdown); None: as they are."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from aggregator.documents.pool import ConverterMissing, DocumentPool
 from aggregator.errors import ResourceNotConverted, ResourceUnavailable
 from aggregator.manifest.model import ConvertSettings
 
-__all__ = ["convert_file"]
+__all__ = ["convert_file", "indexed_text"]
 
 logger = logging.getLogger("aggregator")
 
@@ -32,3 +32,19 @@ async def convert_file(target: FileTarget, convert: ConvertSettings, data: bytes
         logger.warning("read %s: not converted: %s", target.uri, exc.why)
         raise ResourceNotConverted(target.uri, exc.why) from None
     return Content(CONVERTED_MIME_TYPES[convert.to], text=text)
+
+
+async def indexed_text(target: FileTarget, convert: ConvertSettings, data: bytes, pool: DocumentPool) -> str | None:
+    """The Markdown the search index holds for `target`: converted as a read would be, as background work (it
+    never holds more than half the pool); "" when it does not convert (indexed empty until it changes), None when
+    the converter is not installed (tried again on the next change)."""
+    fmt = document_format(served_name(target.path, target.decompress))
+    if fmt is None:
+        return ""
+    try:
+        return await pool.convert(data, fmt, convert, background=True)
+    except ConverterMissing:
+        return None
+    except ConversionFailed as exc:
+        logger.debug("search index: %s not converted: %s", target.uri, exc.why)
+        return ""
