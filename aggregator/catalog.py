@@ -11,7 +11,7 @@ import binascii
 import bisect
 import copy
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter, countOf
@@ -176,16 +176,16 @@ class Catalog:
         self._byte_sources = byte_sources
         # Entries each collection produced (by collection_key) and when they were listed (time.monotonic()),
         # for reloads that can reuse them.
-        self.collections: dict[CollectionSpec, list[Entry]] = {}
+        self.collections: dict[CollectionSpec, Collection[Entry]] = {}
         self.listed_at: dict[CollectionSpec, float] = {}
         # What sources published themselves (MCP upstreams with a namespace), by source id, and when: kept while
         # such a source is unreachable, for up to its staleIfError.
         self.published: dict[str, Any] = {}
         self.published_at: dict[str, float] = {}
-        # Built by C-level iteration (attrgetter, zip): no Python bytecode runs per entry.
+        # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
+        # rather than a dict: O(log n) string compares per read, and a change copies one list, not a hash table.
         self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=_URI))
         self._uris = list(map(_URI, self.entries))
-        self._index = dict(zip(self._uris, self.entries))
         self._views: dict[frozenset[str], tuple[Sequence[Entry], list[str]]] = {}
         self._access_count: int | None = None
         self._by_path: dict[CollectionSpec, dict[str, Entry]] = {}
@@ -223,7 +223,9 @@ class Catalog:
         return tuple(listed_fields(e) for e in self.entries if e.source == source)
 
     def get(self, uri: str) -> Entry | None:
-        return self._index.get(uri)
+        uris = self._uris
+        i = bisect.bisect_left(uris, uri)
+        return self.entries[i] if i < len(uris) and uris[i] == uri else None
 
     @cached_property
     def restricted(self) -> bool:
@@ -242,19 +244,18 @@ class Catalog:
         incremental successors. Callers must not change it."""
         found = self._by_path.get(key)
         if found is None:
-            listed = self.collections.get(key, [])
+            listed = self.collections.get(key, ())
             found = self._by_path[key] = dict(zip(map(_PATH, listed), listed))
         return found
 
-    def successor(self, entries: tuple[Entry, ...], uris: list[str], index: dict[str, Entry], generation: int,
-                  access_count: int) -> Catalog:
-        """This catalog with other entries (sorted by URI, with their URIs and URI index, made by the caller) and
+    def successor(self, entries: tuple[Entry, ...], uris: list[str], generation: int, access_count: int) -> Catalog:
+        """This catalog with other entries (sorted by URI, with their URIs, made by the caller) and
         the same templates and sources: O(collections) here. Derived views start empty; the caller may carry
         them (`_views`) and fill `collections`, `listed_at` and `paths_of` for what it changed."""
         new = copy.copy(self)  # shallow: shares the template tables, which do not depend on entries
         for derived in ("listing_signature", "restricted"):
             new.__dict__.pop(derived, None)
-        new.generation, new.entries, new._uris, new._index = generation, entries, uris, index
+        new.generation, new.entries, new._uris = generation, entries, uris
         new._views, new._access_count, new._by_path = {}, access_count, dict(self._by_path)
         new.collections, new.listed_at = dict(self.collections), dict(self.listed_at)
         new.published, new.published_at = dict(self.published), dict(self.published_at)
@@ -310,7 +311,7 @@ class Catalog:
 
     def resolve(self, uri: str) -> Target:
         """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
-        entry = self._index.get(uri)
+        entry = self.get(uri)
         if entry is not None:
             return self._entry_target(entry)
         for candidate in self._candidates(uri):

@@ -138,8 +138,8 @@ def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
         uri = entry.uri
         mine = _producer(manifest, spec, entry)
         first = claimed.get(uri)
-        if first is None and uri in catalog._index and uri not in out:
-            held = catalog._index[uri]
+        held = catalog.get(uri) if first is None and uri not in out else None
+        if held is not None:
             first = _producer(manifest, _owner(catalog, manifest, held), held)
         if first is not None:
             early, late = sorted([first, mine])
@@ -181,14 +181,11 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
           now: float | None) -> Delta:
     """The successor catalog holding `new` instead of `out`, and what that changed."""
     new.sort(key=_URI)
-    new_uris = {e.uri for e in new}
+    fresh = {e.uri: e for e in new}
+    new_uris = fresh.keys()
     entries, uris = _edit(catalog.entries, catalog._uris, out.keys(), new)
-    index = catalog._index.copy()
-    for uri in out.keys() - new_uris:
-        del index[uri]
-    index.update(zip(map(_URI, new), new))
     access = catalog.access_count - sum(1 for e in out.values() if e.access) + sum(1 for e in new if e.access)
-    successor = catalog.successor(tuple(entries), uris, index, catalog.generation + 1, access)
+    successor = catalog.successor(tuple(entries), uris, catalog.generation + 1, access)
     for scopes, (visible, visible_uris) in list(catalog._views.items())[-_CARRIED_VIEWS:]:
         seen = [e for e in new if e.access <= scopes]
         kept, kept_uris = _edit(visible, visible_uris, out.keys(), seen)
@@ -197,11 +194,11 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     for key, after in paths.items():
         successor._by_path[key] = after
         if after is not catalog.paths_of(key):
-            successor.collections[key] = list(after.values())
+            successor.collections[key] = after.values()  # a view of the path index: no copy
         successor.listed_at[key] = at
     added, removed = frozenset(new_uris - out.keys()), frozenset(out.keys() - new_uris)
     updated = frozenset(e.uri for e in new if e.uri in out)
-    shown_changed = bool(added or removed) or any(listed_fields(out[u]) != listed_fields(index[u]) for u in updated)
+    shown_changed = bool(added or removed) or any(listed_fields(out[u]) != listed_fields(fresh[u]) for u in updated)
     if not shown_changed and "listing_signature" in catalog.__dict__:
         successor.__dict__["listing_signature"] = catalog.listing_signature
     gone = {(e.source, e.path) for e in out.values() if e.source is not None and e.path is not None}

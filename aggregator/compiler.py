@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -196,7 +196,7 @@ _NOWHERE = Location("", 0, 0)
 
 
 async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1,
-                          reuse: Mapping[CollectionSpec, Sequence[Entry]] | None = None,
+                          reuse: Mapping[CollectionSpec, Collection[Entry]] | None = None,
                           reused_at: Mapping[CollectionSpec, float] | None = None,
                           previous: Catalog | None = None) -> Catalog:
     """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources.
@@ -209,7 +209,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     """
     issues: list[ManifestIssue] = []
     resource_entries: list[Entry | None] = [None] * len(manifest.resources)
-    built: list[Sequence[Entry]] = [()] * len(manifest.collections)
+    built: list[Collection[Entry]] = [()] * len(manifest.collections)
     reuse = reuse or {}
     started = time.monotonic()
     stale_at: dict[CollectionSpec | str, float] = {}  # what was kept from `previous`, and when it was listed
