@@ -184,7 +184,7 @@ class Catalog:
         self.published_at: dict[str, float] = {}
         # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
         # rather than a dict: O(log n) string compares per read, and a change copies one list, not a hash table.
-        self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=_URI))
+        self.entries: Sequence[Entry] = tuple(sorted(entries, key=_URI))
         self._uris = list(map(_URI, self.entries))
         self._views: dict[frozenset[str], tuple[Sequence[Entry], list[str]]] = {}
         self._access_count: int | None = None
@@ -248,7 +248,7 @@ class Catalog:
             found = self._by_path[key] = dict(zip(map(_PATH, listed), listed))
         return found
 
-    def successor(self, entries: tuple[Entry, ...], uris: list[str], generation: int, access_count: int) -> Catalog:
+    def successor(self, entries: Sequence[Entry], uris: list[str], generation: int, access_count: int) -> Catalog:
         """This catalog with other entries (sorted by URI, with their URIs, made by the caller) and
         the same templates and sources: O(collections) here. Derived views start empty; the caller may carry
         them (`_views`) and fill `collections`, `listed_at` and `paths_of` for what it changed."""

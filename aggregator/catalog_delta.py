@@ -185,11 +185,10 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     new_uris = fresh.keys()
     entries, uris = _edit(catalog.entries, catalog._uris, out.keys(), new)
     access = catalog.access_count - sum(1 for e in out.values() if e.access) + sum(1 for e in new if e.access)
-    successor = catalog.successor(tuple(entries), uris, catalog.generation + 1, access)
+    successor = catalog.successor(entries, uris, catalog.generation + 1, access)
     for scopes, (visible, visible_uris) in list(catalog._views.items())[-_CARRIED_VIEWS:]:
         seen = [e for e in new if e.access <= scopes]
-        kept, kept_uris = _edit(visible, visible_uris, out.keys(), seen)
-        successor._views[scopes] = (tuple(kept), kept_uris)
+        successor._views[scopes] = _edit(visible, visible_uris, out.keys(), seen)
     at = time.monotonic() if now is None else now
     for key, after in paths.items():
         successor._by_path[key] = after
