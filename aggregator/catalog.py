@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import copy
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter, countOf
 from typing import Any, Generic, TypeVar
 import time
 
@@ -24,7 +26,7 @@ from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
 
-__all__ = ["Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
+__all__ = ["Catalog", "Entry", "listed_fields", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
            "TextTarget"]
 
 logger = logging.getLogger("aggregator.catalog")
@@ -35,6 +37,7 @@ Param = str | tuple[str, ...] | None
 FILE_MTIME = "file"  # `annotations: {lastModified: file}`: list each file's modification time
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
+_URI, _PATH, _ACCESS = attrgetter("uri"), attrgetter("path"), attrgetter("access")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,7 @@ class Page(Generic[_Item]):
     next_cursor: str | None
 
 
-def _shown(entry: Entry) -> tuple[object, ...]:
+def listed_fields(entry: Entry) -> tuple[object, ...]:
     """What resources/list shows of an entry."""
     return (entry.uri, entry.name, entry.title, entry.display, entry.mime_type, entry.size,
             entry.listed_last_modified)
@@ -173,16 +176,19 @@ class Catalog:
         self._byte_sources = byte_sources
         # Entries each collection produced (by collection_key) and when they were listed (time.monotonic()),
         # for reloads that can reuse them.
-        self.collections: dict[CollectionSpec, list[Entry]] = {}
+        self.collections: dict[CollectionSpec, Collection[Entry]] = {}
         self.listed_at: dict[CollectionSpec, float] = {}
         # What sources published themselves (MCP upstreams with a namespace), by source id, and when: kept while
         # such a source is unreachable, for up to its staleIfError.
         self.published: dict[str, Any] = {}
         self.published_at: dict[str, float] = {}
-        self.entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: e.uri))
-        self._uris = [e.uri for e in self.entries]
-        self._index = {e.uri: e for e in self.entries}
-        self._views: dict[frozenset[str], tuple[tuple[Entry, ...], list[str]]] = {}
+        # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
+        # rather than a dict: O(log n) string compares per read, and a change copies one list, not a hash table.
+        self.entries: Sequence[Entry] = tuple(sorted(entries, key=_URI))
+        self._uris = list(map(_URI, self.entries))
+        self._views: dict[frozenset[str], tuple[Sequence[Entry], list[str]]] = {}
+        self._access_count: int | None = None
+        self._by_path: dict[CollectionSpec, dict[str, Entry]] = {}
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
@@ -209,20 +215,51 @@ class Catalog:
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
-        return (tuple(_shown(e) for e in self.entries),
+        return (tuple(listed_fields(e) for e in self.entries),
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
 
     def listing_of(self, source: str) -> tuple[object, ...]:
         """What resources/list shows of the entries `source` serves (the listing signature's part of them)."""
-        return tuple(_shown(e) for e in self.entries if e.source == source)
+        return tuple(listed_fields(e) for e in self.entries if e.source == source)
 
     def get(self, uri: str) -> Entry | None:
-        return self._index.get(uri)
+        uris = self._uris
+        i = bisect.bisect_left(uris, uri)
+        return self.entries[i] if i < len(uris) and uris[i] == uri else None
 
     @cached_property
     def restricted(self) -> bool:
         """Whether any entry or template needs scopes (then listings depend on who asks)."""
-        return any(e.access for e in self.entries) or any(t.spec.access for t in self.templates)
+        return self.access_count > 0 or any(t.spec.access for t in self.templates)
+
+    @property
+    def access_count(self) -> int:
+        """How many entries need scopes: counted once (C-level), then kept by incremental successors."""
+        if self._access_count is None:
+            self._access_count = len(self.entries) - countOf(map(_ACCESS, self.entries), frozenset())
+        return self._access_count
+
+    def paths_of(self, key: CollectionSpec) -> dict[str, Entry]:
+        """A collection's entries (by `collection_key`) by file path; built once (C-level), then kept by
+        incremental successors. Callers must not change it."""
+        found = self._by_path.get(key)
+        if found is None:
+            listed = self.collections.get(key, ())
+            found = self._by_path[key] = dict(zip(map(_PATH, listed), listed))
+        return found
+
+    def successor(self, entries: Sequence[Entry], uris: list[str], generation: int, access_count: int) -> Catalog:
+        """This catalog with other entries (sorted by URI, with their URIs, made by the caller) and
+        the same templates and sources: O(collections) here. Derived views start empty; the caller may carry
+        them (`_views`) and fill `collections`, `listed_at` and `paths_of` for what it changed."""
+        new = copy.copy(self)  # shallow: shares the template tables, which do not depend on entries
+        for derived in ("listing_signature", "restricted"):
+            new.__dict__.pop(derived, None)
+        new.generation, new.entries, new._uris = generation, entries, uris
+        new._views, new._access_count, new._by_path = {}, access_count, dict(self._by_path)
+        new.collections, new.listed_at = dict(self.collections), dict(self.listed_at)
+        new.published, new.published_at = dict(self.published), dict(self.published_at)
+        return new
 
     def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
         """Up to `limit` entries after `cursor` that a caller holding `scopes` may see (None: every entry);
@@ -274,7 +311,7 @@ class Catalog:
 
     def resolve(self, uri: str) -> Target:
         """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
-        entry = self._index.get(uri)
+        entry = self.get(uri)
         if entry is not None:
             return self._entry_target(entry)
         for candidate in self._candidates(uri):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,20 +28,15 @@ from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
 
-__all__ = ["collection_key", "compile_catalog"]
+__all__ = ["EntryBuilder", "collection_key", "compile_catalog", "resource_entry",
+           "uri_collision"]
 
 logger = logging.getLogger("aggregator.catalog")
 
 
 async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> Entry:
-    display = spec.display
-    if spec.text is not None:
-        size: int | None = spec.size if spec.size is not None else len(spec.text.encode("utf-8"))
-        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or "text/plain", size,
-                     text=spec.text, access=spec.access)
-    if spec.render is not None:
-        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or RENDERED_TYPE, spec.size,
-                     access=spec.access, render=spec.render)
+    if spec.text is not None or spec.render is not None:
+        return resource_entry(spec, None)
     assert spec.source is not None and spec.path is not None
     info: FileInfo | None = None
     try:
@@ -51,6 +46,20 @@ async def _resource_entry(spec: ResourceSpec, sources: Mapping[str, Source]) -> 
                        spec.path, spec.source)
     except SourceError as exc:
         logger.warning("%s: %s: cannot stat %r: %s", spec.where, spec.key, spec.path, exc)
+    return resource_entry(spec, info)
+
+
+def resource_entry(spec: ResourceSpec, info: FileInfo | None) -> Entry:
+    """The entry a manifest resource lists; a file's size and mtime come from `info` (None: not found)."""
+    display = spec.display
+    if spec.text is not None:
+        size: int | None = spec.size if spec.size is not None else len(spec.text.encode("utf-8"))
+        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or "text/plain", size,
+                     text=spec.text, access=spec.access)
+    if spec.render is not None:
+        return Entry(spec.uri, spec.name, display, display.title, display.mime_type or RENDERED_TYPE, spec.size,
+                     access=spec.access, render=spec.render)
+    assert spec.source is not None and spec.path is not None
     size = spec.size if spec.size is not None else (info.size if info else None)
     convert = converted(spec.path, spec.decompress, spec.convert)
     mime = CONVERTED_MIME_TYPES[convert.to] if convert else file_mime_type(spec.path, display.mime_type, spec.decompress)
@@ -96,39 +105,56 @@ def _file_values(path: str, keys: frozenset[str], encode: bool) -> dict[str, str
     return values
 
 
-def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list[Entry]:
-    entries: list[Entry] = []
-    uri_pattern, name_pattern = _Pattern(spec.uri), _Pattern(spec.name)
-    title_pattern = _Pattern(spec.display.title) if spec.display.title else None
-    raw_keys = name_pattern.keys | (title_pattern.keys if title_pattern else frozenset())
-    display, fixed_mime, access, decompress = spec.display, spec.display.mime_type, spec.access, spec.decompress
-    mime_by_ext: dict[str, str | None] = {}
-    append = entries.append
-    refused: list[str] = []
-    for info in files:
-        path = info.path
-        if not is_servable(path):  # it could never be read back: listing it would promise what reads refuse
-            refused.append(path)
-            continue
-        raw = _file_values(path, raw_keys, encode=False)
+class EntryBuilder:
+    """Builds a collection's entry for one file; its patterns are compiled once for all of the collection's files."""
+
+    __slots__ = ("spec", "_uri", "_name", "_title", "_raw_keys", "_mime_by_ext")
+
+    def __init__(self, spec: CollectionSpec) -> None:
+        self.spec = spec
+        self._uri, self._name = _Pattern(spec.uri), _Pattern(spec.name)
+        self._title = _Pattern(spec.display.title) if spec.display.title else None
+        self._raw_keys = self._name.keys | (self._title.keys if self._title else frozenset())
+        self._mime_by_ext: dict[str, str | None] = {}
+
+    def entry(self, info: FileInfo) -> Entry | None:
+        """The entry `info` lists; None when its name could never be read back (listing it would promise what
+        reads refuse)."""
+        path, spec = info.path, self.spec
+        if not is_servable(path):
+            return None
+        raw = _file_values(path, self._raw_keys, encode=False)
         if has_raw_bytes(path):
             raw = {k: display_text(v) for k, v in raw.items()}
-        mime = fixed_mime or info.mime_type
+        decompress = spec.decompress
+        mime = spec.display.mime_type or info.mime_type
         if mime is None:
             # file_mime_type is the one decision; its answer depends only on the last suffix of the served name.
             named = served_name(path, decompress)
             ext = named[named.rfind("."):] if "." in named.rsplit("/", 1)[-1] else ""
-            if ext in mime_by_ext:
-                mime = mime_by_ext[ext]
+            if ext in self._mime_by_ext:
+                mime = self._mime_by_ext[ext]
             else:
-                mime = mime_by_ext[ext] = file_mime_type(path, None, decompress)
+                mime = self._mime_by_ext[ext] = file_mime_type(path, None, decompress)
         convert = converted(path, decompress, spec.convert)
         if convert is not None:  # served as Markdown; its size is known only once converted
             mime = CONVERTED_MIME_TYPES[convert.to]
-        append(Entry(uri_pattern.fill(_file_values(path, uri_pattern.keys, encode=True)), name_pattern.fill(raw),
-                     display, title_pattern.fill(raw) if title_pattern else None, mime,
-                     None if convert else info.size, info.mtime, spec.source, path, access=access,
-                     decompress=decompress, convert=convert))
+        return Entry(self._uri.fill(_file_values(path, self._uri.keys, encode=True)), self._name.fill(raw),
+                     spec.display, self._title.fill(raw) if self._title else None, mime,
+                     None if convert else info.size, info.mtime, spec.source, path, access=spec.access,
+                     decompress=decompress, convert=convert)
+
+
+def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list[Entry]:
+    entries: list[Entry] = []
+    build, append = EntryBuilder(spec).entry, entries.append
+    refused: list[str] = []
+    for info in files:
+        entry = build(info)
+        if entry is None:
+            refused.append(info.path)
+        else:
+            append(entry)
     if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
         _say_refused(spec, refused)
     return entries
@@ -170,7 +196,7 @@ _NOWHERE = Location("", 0, 0)
 
 
 async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], generation: int = 1,
-                          reuse: Mapping[CollectionSpec, Sequence[Entry]] | None = None,
+                          reuse: Mapping[CollectionSpec, Collection[Entry]] | None = None,
                           reused_at: Mapping[CollectionSpec, float] | None = None,
                           previous: Catalog | None = None) -> Catalog:
     """Build the catalog a manifest describes; ManifestError (located) for URI collisions or unlistable sources.
@@ -183,7 +209,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     """
     issues: list[ManifestIssue] = []
     resource_entries: list[Entry | None] = [None] * len(manifest.resources)
-    built: list[Sequence[Entry]] = [()] * len(manifest.collections)
+    built: list[Collection[Entry]] = [()] * len(manifest.collections)
     reuse = reuse or {}
     started = time.monotonic()
     stale_at: dict[CollectionSpec | str, float] = {}  # what was kept from `previous`, and when it was listed
@@ -261,7 +287,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     def claim(uri: str, key: str, where: Location) -> bool:
         previous = owners.get(uri)
         if previous is not None:
-            issues.append(_issue(where, key, f"URI {uri!r} is also produced by {previous[0]} ({previous[1]})"))
+            issues.append(uri_collision(uri, (key, where), previous))
             return False
         owners[uri] = (key, where)
         return True
@@ -321,6 +347,12 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     catalog.published = published
     catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
     return catalog
+
+
+def uri_collision(uri: str, later: tuple[str, Location], first: tuple[str, Location]) -> ManifestIssue:
+    """The issue of two producers of one URI, located at the one claiming it later (resources, then collections in
+    manifest order, then upstreams); each is (what the manifest calls it, where)."""
+    return _issue(later[1], later[0], f"URI {uri!r} is also produced by {first[0]} ({first[1]})")
 
 
 def _issue(where: Location, key: str, message: str) -> ManifestIssue:

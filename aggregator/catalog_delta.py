@@ -1,0 +1,226 @@
+"""Incremental relisting: the next catalog after files of one source came, changed or went, without listing it again.
+
+`apply_files` gives the catalog `compile_catalog` would build over the new folder state (same entries, order,
+lookups, pages and scope views; a URI collision is the same ManifestError), doing Python work in proportion to the
+change and C-level copies (list, tuple, dict) of the rest. It also says what the change did to the listing, so the
+caller need not compare whole listings to decide on `list_changed`.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain, compress
+from operator import attrgetter, not_
+
+from aggregator.catalog import Catalog, Entry, listed_fields
+from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
+from aggregator.globs import path_filter
+from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
+from aggregator.sources import FileInfo, Source, SourceError
+
+__all__ = ["Delta", "NeedsRelist", "apply_files", "stat_paths"]
+
+_URI = attrgetter("uri")
+_SMALL_EDIT = 64
+"""Up to this many URIs in or out, each is a bisect and a memmove; past it, one C-level filter and merge."""
+_CARRIED_VIEWS = 8
+"""Scope views (the newest) kept up to date across a change; older ones are filtered again when next asked."""
+
+
+class NeedsRelist(Exception):
+    """The change cannot be applied to this catalog (a collection of the source was never listed in it): list the
+    catalog again with `compile_catalog`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A change applied: the next catalog and what changed in it."""
+
+    catalog: Catalog
+    added: frozenset[str]
+    """URIs listed now and not before."""
+    removed: frozenset[str]
+    """URIs listed before and not now."""
+    updated: frozenset[str]
+    """URIs listed before and now whose entry changed (size, mtime ...): their content may differ."""
+    gone: frozenset[tuple[str, str]]
+    """(source, path) of files no longer listed: their cached content must not outlive the swap."""
+    listing_changed: bool
+    """Whether resources/list shows something else now (what `Catalog.listing_signature` compares)."""
+
+
+def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
+                removed: Collection[str], now: float | None = None) -> Delta:
+    """Apply to `catalog` (compiled from `manifest`, current until this change) files of `source` that exist now
+    (`upserted`: their stat) and paths that no longer do (`removed`; a path in both counts as upserted).
+
+    Every collection over `source` and every manifest resource naming one of the files is updated. Raises
+    ManifestError (the issues `compile_catalog` reports) if a new URI collides, and NeedsRelist if `catalog` has
+    not listed every collection of `source`; either way nothing changed, and since `catalog` no longer matches the
+    folder the caller must relist with `compile_catalog` (which also reports the collision as a reload would).
+    """
+    files = {info.path: info for info in upserted}
+    gone_paths = set(removed) - files.keys()
+    changed = files.keys() | gone_paths
+    out: dict[str, Entry] = {}  # old entries leaving the listing or replaced, by URI
+    incoming: list[tuple[CollectionSpec | None, Entry]] = []  # new entries, with the collection making them
+    paths: dict[CollectionSpec, dict[str, Entry]] = {}  # collections' new path indexes
+    for spec in manifest.collections:
+        key = collection_key(spec)
+        if spec.source != source or key in paths:
+            continue
+        if key not in catalog.listed_at:
+            raise NeedsRelist(f"{spec.key} was not listed")
+        paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, out, incoming)
+    for rspec in manifest.resources:
+        if rspec.source == source and rspec.path in changed and (old := catalog.get(rspec.uri)) is not None:
+            entry = resource_entry(rspec, files.get(rspec.path))
+            if entry != old:
+                out[old.uri] = old
+                incoming.append((None, entry))
+    issues = _collisions(catalog, manifest, out, incoming)
+    if issues:
+        raise ManifestError(issues)
+    return _next(catalog, out, [entry for _, entry in incoming], paths, now)
+
+
+async def stat_paths(source: Source, paths: Iterable[str]) -> tuple[list[FileInfo], set[str]]:
+    """What `apply_files` takes for paths a watcher or poll named: the stat of those that are files now, and the
+    others (gone, not a regular file, or a name the source refuses: a listing would not show them either)."""
+    found: list[FileInfo] = []
+    missing: set[str] = set()
+    for path in paths:
+        try:
+            found.append(await source.stat(path))
+        except SourceError:
+            missing.add(path)
+    return found, missing
+
+
+def _change_collection(spec: CollectionSpec, before: dict[str, Entry], files: dict[str, FileInfo],
+                       gone: set[str], out: dict[str, Entry], incoming: list[tuple[CollectionSpec | None, Entry]]
+                       ) -> dict[str, Entry]:
+    """One collection's path index after the change (`before` itself if nothing changed in it); records the
+    entries it drops in `out` and the ones it makes in `incoming`."""
+    wanted = path_filter(spec.glob, spec.exclude, spec.hidden)  # the test sources apply when they list
+    build = EntryBuilder(spec).entry
+    after: dict[str, Entry] | None = None
+    for path in gone:
+        old = before.get(path)
+        if old is not None:
+            after = after if after is not None else dict(before)
+            del after[path]
+            out[old.uri] = old
+    for path, info in files.items():
+        old = before.get(path)
+        entry = build(info) if wanted(path) else None
+        if entry == old:
+            continue
+        after = after if after is not None else dict(before)
+        if old is not None:
+            out[old.uri] = old
+            del after[path]
+        if entry is not None:
+            after[path] = entry
+            incoming.append((spec, entry))
+    return before if after is None else after
+
+
+def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
+                incoming: list[tuple[CollectionSpec | None, Entry]]) -> list[ManifestIssue]:
+    """The issues compile_catalog reports for the new entries' URIs: each may have one producer only."""
+    issues: list[ManifestIssue] = []
+    claimed: dict[str, tuple[int, int, str, Location]] = {}
+    for spec, entry in incoming:
+        uri = entry.uri
+        mine = _producer(manifest, spec, entry)
+        first = claimed.get(uri)
+        held = catalog.get(uri) if first is None and uri not in out else None
+        if held is not None:
+            first = _producer(manifest, _owner(catalog, manifest, held), held)
+        if first is not None:
+            early, late = sorted([first, mine])
+            issues.append(uri_collision(uri, late[2:], early[2:]))
+        elif spec is not None:
+            # Collections listing exactly the same files (a copy in the manifest) collide on every file.
+            twins = [i for i, c in enumerate(manifest.collections) if collection_key(c) == collection_key(spec)]
+            for i in twins[1:]:
+                issues.append(uri_collision(uri, _named(manifest.collections[i], i, entry)[2:], mine[2:]))
+        claimed[uri] = mine
+    return issues
+
+
+def _owner(catalog: Catalog, manifest: Manifest, entry: Entry) -> CollectionSpec | None:
+    """The (first) collection that listed `entry`; None for a resource's or an upstream's."""
+    for spec in manifest.collections:
+        if spec.source == entry.source and catalog.paths_of(collection_key(spec)).get(entry.path or "") is entry:
+            return spec
+    return None
+
+
+def _producer(manifest: Manifest, spec: CollectionSpec | None, entry: Entry) -> tuple[int, int, str, Location]:
+    """(claim rank, position, name, where) of what produced `entry`: compile_catalog claims resources, then
+    collections in manifest order, then upstreams'."""
+    if spec is not None:
+        return _named(spec, next(i for i, c in enumerate(manifest.collections) if c is spec), entry)
+    for i, rspec in enumerate(manifest.resources):
+        if rspec.uri == entry.uri:
+            return 0, i, rspec.key, rspec.where
+    sspec = manifest.sources[entry.source or ""]
+    return 2, 0, f"{sspec.key} (upstream resource {entry.path!r})", sspec.where
+
+
+def _named(spec: CollectionSpec, position: int, entry: Entry) -> tuple[int, int, str, Location]:
+    return 1, position, f"{spec.key} (file {entry.path!r})", spec.where
+
+
+def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict[CollectionSpec, dict[str, Entry]],
+          now: float | None) -> Delta:
+    """The successor catalog holding `new` instead of `out`, and what that changed."""
+    new.sort(key=_URI)
+    fresh = {e.uri: e for e in new}
+    new_uris = fresh.keys()
+    entries, uris = _edit(catalog.entries, catalog._uris, out.keys(), new)
+    access = catalog.access_count - sum(1 for e in out.values() if e.access) + sum(1 for e in new if e.access)
+    successor = catalog.successor(entries, uris, catalog.generation + 1, access)
+    for scopes, (visible, visible_uris) in list(catalog._views.items())[-_CARRIED_VIEWS:]:
+        seen = [e for e in new if e.access <= scopes]
+        successor._views[scopes] = _edit(visible, visible_uris, out.keys(), seen)
+    at = time.monotonic() if now is None else now
+    for key, after in paths.items():
+        successor._by_path[key] = after
+        if after is not catalog.paths_of(key):
+            successor.collections[key] = after.values()  # a view of the path index: no copy
+        successor.listed_at[key] = at
+    added, removed = frozenset(new_uris - out.keys()), frozenset(out.keys() - new_uris)
+    updated = frozenset(e.uri for e in new if e.uri in out)
+    shown_changed = bool(added or removed) or any(listed_fields(out[u]) != listed_fields(fresh[u]) for u in updated)
+    if not shown_changed and "listing_signature" in catalog.__dict__:
+        successor.__dict__["listing_signature"] = catalog.listing_signature
+    gone = {(e.source, e.path) for e in out.values() if e.source is not None and e.path is not None}
+    gone -= {(e.source, e.path) for e in new if e.source is not None and e.path is not None}
+    return Delta(successor, added, removed, updated, frozenset(gone), shown_changed)
+
+
+def _edit(entries: Sequence[Entry], uris: list[str], drop: Collection[str], add: list[Entry]
+          ) -> tuple[list[Entry], list[str]]:
+    """Copies of sorted `entries` and their `uris` without the URIs in `drop` (those present) and with `add`
+    (sorted, URIs not otherwise present) merged in."""
+    if len(drop) + len(add) > _SMALL_EDIT:
+        dropped = set(drop)
+        kept = compress(entries, map(not_, map(dropped.__contains__, uris)))
+        merged = sorted(chain(kept, add), key=_URI)  # two sorted runs: one C-level merge
+        return merged, list(map(_URI, merged))
+    out_entries, out_uris = list(entries), uris.copy()
+    for uri in drop:
+        i = bisect_left(out_uris, uri)
+        if i < len(out_uris) and out_uris[i] == uri:
+            del out_uris[i], out_entries[i]
+    for entry in add:
+        i = bisect_left(out_uris, entry.uri)
+        out_uris.insert(i, entry.uri)
+        out_entries.insert(i, entry)
+    return out_entries, out_uris
