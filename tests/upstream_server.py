@@ -4,16 +4,32 @@ Static text and binary resources, a template with completion, one echoing a requ
 small limits, one that never answers, one whose handler fails with a secret in its message, and one whose name
 depends on `UPSTREAM_TAG`. With `UPSTREAM_PIDFILE` set it writes its pid there (a test kills it); with
 `UPSTREAM_CACHE=private:5000` (scope:ttlMs) its reads carry those caching hints (modern wire).
+
+Options (environment) for the tests of upstream connections (tests/test_upstream_links.py):
+- `UPSTREAM_WIRE=legacy`: `server/discover` is refused, so clients fall back to the 2025-11-25 handshake (as with
+  servers on older SDKs): no caching hints, sessions over HTTP.
+- `UPSTREAM_SESSION_400=1` (HTTP): a request naming a session this process does not know is answered 400 naming
+  it, as @modelcontextprotocol/server-everything does, instead of the SDK's 404.
+- `UPSTREAM_CHANGES=1`: `test://counter` (how many times it was read), `test://add/{name}` (reading it lists
+  `test://added/{name}` and tells list_changed), `test://race/{name}` (lists `.../{name}-1` and tells, then the next
+  resources/list lists `.../{name}-2` and tells while it answers the list as it was before), and every listen stream
+  after the first lists `test://added/listen-N` and tells the streams already open before it subscribes.
+- `UPSTREAM_HOLD_GET=1` (HTTP): standalone GET streams are held until a `test://add/...` read has been answered, so
+  what that read changed happens before the client can hear of it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resources import FunctionResource
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged, ServerEvent
 from mcp.shared.exceptions import MCPError
 from mcp_types import Completion, ResourceTemplateReference
 
@@ -21,7 +37,25 @@ PNG = bytes.fromhex("89504e470d0a1a0a") + bytes(range(256))
 TAG = os.environ.get("UPSTREAM_TAG", "one")
 
 _scope, _, _ttl = os.environ.get("UPSTREAM_CACHE", "").partition(":")
-server = MCPServer("test-upstream", version="1.0", cache_hints={
+
+
+class _Bus(InMemorySubscriptionBus):
+    """With UPSTREAM_CHANGES: a listen stream after the first changes the list, told only to the streams before it."""
+
+    opened = 0
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        self.opened += 1
+        if CHANGES and self.opened > 1:
+            _add(f"listen-{self.opened}")
+            for earlier in list(self._listeners.values()):
+                earlier(ResourcesListChanged())
+        return super().subscribe(listener)
+
+
+CHANGES = os.environ.get("UPSTREAM_CHANGES") == "1"
+bus = _Bus()
+server = MCPServer("test-upstream", version="1.0", subscriptions=bus, cache_hints={
     "resources/read": CacheHint(ttl_ms=int(_ttl), scope=_scope)} if _scope else None)  # type: ignore[typeddict-item]
 
 
@@ -73,14 +107,140 @@ async def complete(ref, argument, context):  # noqa: ANN001, ANN201 - the SDK's 
     return None
 
 
+def _add(name: str) -> None:
+    uri = f"test://added/{name}"
+    server.add_resource(FunctionResource(uri=uri, name=name, fn=lambda: uri))
+
+
+async def _tell_list_changed(session: Any) -> None:
+    """Both wires: the legacy session's notification (the GET stream over HTTP), the modern listen streams'."""
+    await session.send_resource_list_changed()
+    await bus.publish(ResourcesListChanged())
+
+
+held_get = anyio.Event()
+race_armed: list[str] = []
+
+if CHANGES:
+    reads = 0
+
+    @server.resource("test://counter", mime_type="text/plain")
+    def counter() -> str:
+        global reads
+        reads += 1
+        return f"read {reads}"
+
+    @server.resource("test://add/{name}", mime_type="text/plain")
+    async def add(name: str, ctx: Context) -> str:
+        _add(name)
+        await _tell_list_changed(ctx.request_context.session)
+        held_get.set()
+        return "added"
+
+    @server.resource("test://race/{name}", mime_type="text/plain")
+    async def race(name: str, ctx: Context) -> str:
+        _add(f"{name}-1")
+        race_armed.append(name)
+        await _tell_list_changed(ctx.request_context.session)
+        return "armed"
+
+    _list_resources = server._handle_list_resources  # noqa: SLF001 - the handler the SDK registered
+
+    async def list_racing(ctx: Any, params: Any) -> Any:
+        """The list as it is when asked; a change armed by test://race/ lands (and is told) before it is answered."""
+        result = await _list_resources(ctx, params)
+        if race_armed:
+            _add(f"{race_armed.pop()}-2")
+            await _tell_list_changed(ctx.session)
+            await anyio.sleep(0.3)  # the notification is out well before the (old) list
+        return result
+
+    server._lowlevel_server.add_request_handler(  # noqa: SLF001
+        "resources/list", server._lowlevel_server._request_handlers["resources/list"].params_type,  # noqa: SLF001
+        list_racing)
+
+LEGACY_ONLY = os.environ.get("UPSTREAM_WIRE") == "legacy"
+
+
+async def serve_legacy_stdio() -> None:
+    """stdio in the handshake era only (the SDK's HTTP manager's own loop), as a server on an older SDK would."""
+    from mcp.server.runner import serve_loop
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server  # noqa: SLF001
+    async with stdio_server() as (read, write), lowlevel.lifespan(lowlevel) as state:
+        await serve_loop(lowlevel, read, write, lifespan_state=state,
+                         init_options=lowlevel.create_initialization_options())
+
+
+async def _read_body(receive: Any) -> tuple[bytes, Any]:
+    """An ASGI request's body, and a `receive` that gives it again before the client's later messages."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+    async def again() -> Any:
+        return replay.pop() if replay else await receive()
+
+    return replay[0]["body"], again
+
+
+def http_app() -> Any:
+    """The Streamable HTTP app, with the options that change how it answers (UPSTREAM_SESSION_400, UPSTREAM_HOLD_GET)."""
+    import json
+
+    app = server.streamable_http_app()
+    session_400 = os.environ.get("UPSTREAM_SESSION_400") == "1"
+    hold_get = os.environ.get("UPSTREAM_HOLD_GET") == "1"
+
+    async def refuse(send: Any, status: int, message: str) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "error": {"code": -32000, "message": message}}).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        if hold_get and scope["method"] == "GET":
+            await held_get.wait()
+        if LEGACY_ONLY and scope["method"] == "POST":
+            # A 2026-07-28 request (the envelope in _meta) is refused as an SDK without that era refuses it.
+            body, receive = await _read_body(receive)
+            if b"io.modelcontextprotocol/protocolVersion" in body:
+                return await refuse(send, 400, "Bad Request: Server not initialized")
+
+        replaced = False
+
+        async def answer(message: Any) -> None:
+            nonlocal replaced
+            if session_400 and message["type"] == "http.response.start" and message["status"] == 404 and any(
+                    name == b"mcp-session-id" for name, _ in scope["headers"]):
+                replaced = True
+                return await refuse(send, 400, "Bad Request: No valid session ID provided")
+            if not replaced:
+                await send(message)
+
+        await app(scope, receive, answer)
+
+    return wrapped
+
+
 if __name__ == "__main__":
     if os.environ.get("UPSTREAM_PIDFILE"):
         with open(os.environ["UPSTREAM_PIDFILE"], "w") as pidfile:
             pidfile.write(str(os.getpid()))
     if sys.argv[1] == "stdio":
         print("upstream starting on stdio", file=sys.stderr, flush=True)
-        server.run("stdio")
+        if LEGACY_ONLY:
+            anyio.run(serve_legacy_stdio)
+        else:
+            server.run("stdio")
     else:
         import uvicorn
 
-        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+        uvicorn.run(http_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")

@@ -320,10 +320,11 @@ class Upstream:
             for _ in range(self.max_pages):
                 result = await page(client, cursor)
                 found.extend(items(result))
-                if result.ttl_ms is not None:
-                    ttls.append(result.ttl_ms)
-                if result.cache_scope is not None:
-                    scopes.add(result.cache_scope)
+                ttl, scope = _hints(client, result)
+                if ttl is not None:
+                    ttls.append(ttl)
+                if scope is not None:
+                    scopes.add(scope)
                 cursor = result.next_cursor
                 if len(found) > self.max_entries or cursor is None:
                     break
@@ -354,8 +355,12 @@ class Upstream:
 
     async def read(self, uri: str, max_bytes: int) -> UpstreamRead:
         """The contents of `uri`; SourceNotFound if the upstream has none, SourceTooLarge past `max_bytes`."""
-        result = await self._call("resources/read", lambda c: c.read_resource(uri, cache_mode="bypass"))
-        return _read_result(self.describe(), uri, result, max_bytes)
+        async def read(client: Client) -> tuple[types.ReadResourceResult, tuple[int | None, str | None]]:
+            result = await client.read_resource(uri, cache_mode="bypass")
+            return result, _hints(client, result)
+
+        result, hints = await self._call("resources/read", read)
+        return _read_result(self.describe(), uri, result, max_bytes, *hints)
 
     async def complete(self, uri_template: str, name: str, value: str,
                        context: Mapping[str, str] | None = None) -> types.Completion:
@@ -494,7 +499,17 @@ class Upstream:
             conn.mark_lost("the listen stream was lost")
 
 
-def _read_result(label: str, uri: str, result: types.ReadResourceResult, max_bytes: int) -> UpstreamRead:
+def _hints(client: Client, result: Any) -> tuple[int | None, str | None]:
+    """The ttlMs and cacheScope the upstream sent, or None: the SDK fills in 0 and private when it sent none (always on
+    the 2025-11-25 wire, where they are no hints at all), and those defaults are not the upstream's word."""
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return None, None
+    sent = result.model_fields_set
+    return (result.ttl_ms if "ttl_ms" in sent else None, result.cache_scope if "cache_scope" in sent else None)
+
+
+def _read_result(label: str, uri: str, result: types.ReadResourceResult, max_bytes: int, ttl_ms: int | None = None,
+                 cache_scope: str | None = None) -> UpstreamRead:
     if not result.contents:
         raise SourceNotFound(f"{label}: resources/read {uri}: no contents")
     contents: list[UpstreamContent] = []
@@ -515,7 +530,7 @@ def _read_result(label: str, uri: str, result: types.ReadResourceResult, max_byt
         contents.append(UpstreamContent(str(item.uri), item.mime_type, data, is_text))
     # The content for the URI asked comes first; a read may return sub-resources beside it.
     contents.sort(key=lambda c: c.uri != uri)
-    return UpstreamRead(contents, result.ttl_ms, result.cache_scope)
+    return UpstreamRead(contents, ttl_ms, cache_scope)
 
 
 def _not_found(exc: MCPError) -> bool:

@@ -1,0 +1,136 @@
+"""The gateway's link to an upstream MCP server, through `aggregator serve` and the official client on both wires,
+against real upstream processes (tests/upstream_server.py with its options, and @modelcontextprotocol/server-everything
+when installed): caching hints only when the upstream sent them, reads that resume at once after an HTTP upstream
+restarts, and no change notification lost between the upstream's stream and our relisting."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+
+from tests.conftest import MODES, write_manifest
+from tests.test_live import uris
+from tests.test_mcp_kind import serve
+from tests.test_upstream import ENV, HERE, _kill_listener, free_port, start_http, stop
+
+UPSTREAM = [sys.executable, str(HERE / "upstream_server.py")]
+EVERYTHING = HERE / ".node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+EVERYTHING_MISSING = (f"@modelcontextprotocol/server-everything is not installed ({EVERYTHING.relative_to(HERE.parent)}"
+                      " missing; .ci/run installs it with npm) or node is not on PATH")
+
+
+def _everything_argv() -> list[str] | None:
+    node = shutil.which("node")
+    return [node, str(EVERYTHING), "streamableHttp"] if node and EVERYTHING.is_file() else None
+
+
+@contextlib.contextmanager
+def http_upstream(argv: list[str], port: int, **env: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """An HTTP upstream on `port` (started again by `restart(...)`), every process stopped at the end."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        processes = [start_http(argv, port)]
+        try:
+            yield processes
+        finally:
+            for process in processes:
+                stop(process)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _answers(port: int) -> bool:
+    try:
+        httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=2)
+        return True
+    except httpx2.HTTPError:
+        return False
+
+
+def restart(processes: list[subprocess.Popen[bytes]], argv: list[str], port: int) -> None:
+    """Kill the upstream listening on `port`, start it again, and return once it answers HTTP."""
+    _kill_listener(port)
+    processes.append(start_http(argv, port))
+    deadline = time.monotonic() + 15
+    while not _answers(port):
+        assert time.monotonic() < deadline, "the upstream did not come back"
+        time.sleep(0.02)
+
+
+def gateway(tmp_path: Path, sources: str, more: str = "") -> Path:
+    return write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+        {sources}
+        {more}
+        """)
+
+
+@contextlib.asynccontextmanager
+async def listening(client: Client, mode: str, uri: str) -> AsyncIterator[None]:
+    """Subscribe the outer client to `uri` on its wire (the gateway then subscribes upstream)."""
+    if mode == "legacy":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await client.subscribe_resource(uri)
+        yield
+        return
+    async with client.listen(resources_list_changed=True, resource_subscriptions=[uri]):
+        yield
+
+
+async def until_listed(client: Client, uri: str, timeout: float = 15.0) -> None:
+    with anyio.fail_after(timeout):
+        while uri not in await uris(client):
+            await anyio.sleep(0.1)
+
+
+# ---- item 3: caching hints count only when the upstream sent them ----------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_legacy_upstream_is_kept_for_the_source_ttl(mode: str, tmp_path: Path) -> None:
+    """An upstream on the 2025-11-25 wire sends no ttlMs/cacheScope (the SDK's defaults, 0 and private, are not its
+    word): reads are kept for the source's `ttl`, clients are told that ttl and `public`, and within `staleIfError`
+    the kept copy is served while the upstream is down."""
+    port = free_port()
+    url = f"mcp+http://127.0.0.1:{port}/mcp"
+    manifest = gateway(tmp_path, f"""
+          up: {{url: "{url}", prefix: "test://", allowPrivateNetwork: true, ttl: 1m}}
+          keep: {{url: "{url}", prefix: "test://", allowPrivateNetwork: true, ttl: 1s, staleIfError: 1h, timeout: 3s}}
+        """, """
+        resources:
+          - {uri: "c://main", name: main, source: up, path: counter}
+          - {uri: "c://keep", name: keep, source: keep, path: counter}
+        """)
+
+    with http_upstream([*UPSTREAM, "http", str(port)], port, UPSTREAM_WIRE="legacy", UPSTREAM_CHANGES="1") as procs:
+        async def main() -> None:
+            async with Client(serve(manifest), mode=mode, cache=None) as client:
+                first = await client.read_resource("c://main")
+                texts = {first.contents[0].text}
+                for _ in range(5):
+                    texts.add((await client.read_resource("c://main")).contents[0].text)
+                assert texts == {first.contents[0].text}  # the upstream was asked once
+                if mode != "legacy":
+                    assert (first.ttl_ms, first.cache_scope) == (60_000, "public")
+                kept = (await client.read_resource("c://keep")).contents[0].text
+                stop(procs[0])
+                await anyio.sleep(1.2)  # past the ttl: the upstream is asked, fails, and the kept copy is served
+                assert (await client.read_resource("c://keep")).contents[0].text == kept
+
+        anyio.run(main)
