@@ -134,3 +134,49 @@ def test_a_legacy_upstream_is_kept_for_the_source_ttl(mode: str, tmp_path: Path)
                 assert (await client.read_resource("c://keep")).contents[0].text == kept
 
         anyio.run(main)
+
+
+# ---- item 6: reads resume at once after an HTTP upstream restarts ----------------------------------------------------
+
+UPSTREAMS = ["python-404", "python-400", "server-everything"]
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("mode", MODES)
+def test_reads_resume_at_once_after_an_http_upstream_restarts(mode: str, upstream: str, tmp_path: Path) -> None:
+    """The upstream restarts and forgets our session: the first read after it is back succeeds, whether it answers
+    404 for the unknown session (the SDK) or 400 naming it (server-everything, and our copy with UPSTREAM_SESSION_400);
+    nothing waits for the next health ping."""
+    port = free_port()
+    env: dict[str, str] = {}
+    if upstream == "server-everything":
+        argv = _everything_argv()
+        if argv is None:
+            pytest.skip(EVERYTHING_MISSING)
+        env["PORT"] = str(port)
+        uri = "ev+demo://resource/dynamic/text/1"
+        expected = "Resource 1: "
+    else:
+        argv = [*UPSTREAM, "http", str(port)]
+        env["UPSTREAM_WIRE"] = "legacy"
+        if upstream == "python-400":
+            env["UPSTREAM_SESSION_400"] = "1"
+        uri = "ev+test://static-text"
+        expected = "Hello from one"
+    manifest = gateway(tmp_path, f"""
+          ev: {{url: "mcp+http://127.0.0.1:{port}/mcp", namespace: ev, allowPrivateNetwork: true, ttl: 0s, staleIfError: 1h}}
+          hint: {{url: "mcp+http://127.0.0.1:{port}/mcp", namespace: hint, allowPrivateNetwork: true, ttl: 1m}}
+        """)
+
+    with http_upstream(argv, port, **env) as processes:
+        async def main() -> None:
+            async with Client(serve(manifest), mode=mode, cache=None) as client:
+                assert (await client.read_resource(uri)).contents[0].text.startswith(expected)
+                hinted = await client.read_resource(uri.replace("ev+", "hint+", 1))
+                if mode != "legacy":  # the upstream is on the legacy wire: it sent no hints, the source's ttl is told
+                    assert (hinted.ttl_ms, hinted.cache_scope) == (60_000, "public")
+                for _ in range(2):
+                    await anyio.to_thread.run_sync(restart, processes, argv, port)
+                    assert (await client.read_resource(uri)).contents[0].text.startswith(expected)
+
+        anyio.run(main)

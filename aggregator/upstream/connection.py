@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import math
-import random
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +31,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported
+from aggregator.upstream.backoff import Backoff
+from aggregator.upstream.http_session import SessionWatch, keep_session
 from aggregator.upstream.transports import HttpTarget, Target
 
 __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEvent", "UpstreamRead",
@@ -43,8 +45,9 @@ State = Literal["idle", "connecting", "connected", "failed", "closed"]
 
 RESOURCE_NOT_FOUND = -32002  # 2025-11-25's code; the modern wire says -32602 with data.uri
 _LOST = {types.CONNECTION_CLOSED}
-_SESSION_GONE = {types.INVALID_REQUEST}  # an HTTP server that restarted answers our old session id with this
 MAX_COMPLETIONS = 100
+STREAM_GRACE = 3.0
+"""Seconds a legacy HTTP session's dropped event stream may take to come back (the SDK retries once, after 1 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,8 @@ class UpstreamStatus:
 @dataclass(eq=False)
 class _Connection:
     client: Client
+    session: SessionWatch | None = None
+    """A 2025-11-25 HTTP session's traffic as our transport saw it (None for stdio)."""
     lost: anyio.Event = field(default_factory=anyio.Event)
     reason: str | None = None
     subscribed: set[str] = field(default_factory=set)
@@ -139,6 +144,7 @@ class Upstream:
         self.max_message_bytes = max_message_bytes
         self.mode = mode
         self.backoff = backoff
+        self._backoff = Backoff(*backoff)
         self.health_interval = health_interval
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._state: State = "idle"
@@ -153,6 +159,8 @@ class Upstream:
         self._wanted_changed = anyio.Event()
         self._ever_connected = False
         self._was_up = False
+        self._missed = False
+        """Changes may have gone unheard (no listener, no stream, no connection): tell the listener once it hears."""
         self._closing = False
 
     # ---- state ----
@@ -205,7 +213,7 @@ class Upstream:
             conn = self._conn
             if self._state == "connected" and conn is not None and not conn.lost.is_set():
                 return conn
-            if self._state == "failed":
+            if self._state == "failed" and not self._backoff.hurry():
                 raise SourceError(f"{self.describe()} is unavailable ({self._last_error})")
             if self._state == "closed":
                 raise SourceError(f"{self.describe()} is closed")
@@ -214,7 +222,6 @@ class Upstream:
     # ---- the connection's task ----
 
     async def _run(self) -> None:
-        delay = self.backoff[0]
         with anyio.CancelScope() as scope:
             self._runner_scope = scope
             while not self._closing:
@@ -233,41 +240,42 @@ class Upstream:
                     # A connection that was up and got lost (a restart, a crash): try again at once, and let the
                     # listener look (it keeps or drops what it listed per its own rules while we are down).
                     logger.warning("%s (%s): connection lost: %s", self.describe(), self.name, reason)
-                    delay = self.backoff[0]
+                    self._backoff.reset(recovering=True)
                     await self._emit(ListChanged())
                     continue
                 logger.warning("%s (%s): cannot connect: %s", self.describe(), self.name, reason)
                 self._set_state("failed")
-                await anyio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, self.backoff[1])
+                await self._backoff.wait()
 
     async def _session(self) -> str:
         """One connection, from connect until it is lost, and why it was (`_was_up` says whether it was made)."""
-        def eof() -> None:
+        def lost(reason: str) -> None:
             if self._conn is not None:
-                self._conn.mark_lost("the upstream closed the connection")
+                self._conn.mark_lost(reason)
 
-        transport = self.target.open(self.name, eof, self.max_message_bytes, self.timeout)
+        session = SessionWatch(lost) if isinstance(self.target, HttpTarget) else None
+        transport = self.target.open(self.name, lambda: lost("the upstream closed the connection"),
+                                     self.max_message_bytes, self.timeout, session)
         client = Client(transport, mode=self.mode, cache=None, read_timeout_seconds=self.timeout,
                         message_handler=self._on_message,
                         client_info=types.Implementation(name="aggregator", version=_version()))
         with anyio.CancelScope(deadline=anyio.current_time() + self.connect_timeout) as connecting:
             async with client:
                 connecting.deadline = math.inf
-                conn = _Connection(client)
+                conn = _Connection(client, session)
                 self._conn = conn
                 first = not self._ever_connected
-                # A first connection after failed attempts: whoever listed meanwhile got nothing, so tell them too.
-                missed = not first or self._last_error is not None
+                # A first connection after failed attempts: whoever listed meanwhile got nothing, so tell them too
+                # (once events flow: see _watch).
+                self._missed |= not first or self._last_error is not None
                 self._ever_connected = self._was_up = True
                 if not first:
                     self._reconnects += 1
+                self._backoff.reset(recovering=False)
                 self._set_state("connected")
                 logger.info("%s (%s): connected (%s)", self.describe(), self.name, client.protocol_version)
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watch, conn)
-                    if missed:
-                        tg.start_soon(self._after_reconnect)
                     await conn.lost.wait()
                     tg.cancel_scope.cancel()
         if connecting.cancelled_caught and not self._was_up:
@@ -287,9 +295,10 @@ class Upstream:
                         try:
                             return await fn(conn.client)
                         except MCPError as exc:
-                            if attempt == 0 and (exc.code in _LOST or (
-                                    exc.code in _SESSION_GONE and isinstance(self.target, HttpTarget)
-                                    and conn.client.protocol_version not in MODERN_PROTOCOL_VERSIONS)):
+                            # Lost under the call: closed, the session forgotten (the transport saw the refusal and
+                            # marked it), or failed while a session's event stream was down (the server went away).
+                            if attempt == 0 and (exc.code in _LOST or conn.lost.is_set() or (
+                                    conn.session is not None and conn.session.stream_down)):
                                 conn.mark_lost(f"{what}: {_quote(exc)}")
                                 continue
                             raise
@@ -375,8 +384,11 @@ class Upstream:
 
     def on_change(self, callback: EventCallback | None) -> None:
         """Deliver the upstream's ListChanged and Updated events to `callback` (None: stop). It is also told
-        ListChanged when the connection is lost, and after a reconnect (or a first connection after failed attempts)
-        ListChanged and Updated for every subscribed URI, since changes may have been missed meanwhile."""
+        ListChanged when the connection is lost, and ListChanged and Updated for every subscribed URI whenever changes
+        may have gone unheard: once it first listens, after a reconnect (or a first connection after failed
+        attempts), after a session's event stream opened again."""
+        if callback is not None and self._callback is None and self._ever_connected:
+            self._missed = True  # nothing listened (modern: no stream was open) since whoever set it last listed
         self._callback = callback
         self._wanted_changed.set()
 
@@ -403,10 +415,14 @@ class Upstream:
         elif isinstance(message, types.ResourceUpdatedNotification):
             await self._emit(Updated(str(message.params.uri)))
 
-    async def _after_reconnect(self) -> None:
-        await self._emit(ListChanged())
-        for uri in sorted(self._wanted):
-            await self._emit(Updated(uri))
+    async def _tell_missed(self) -> None:
+        """Changes may have gone unheard: the listener looks again (ListChanged, Updated for what it wants); with no
+        listener yet, it is told once there is one."""
+        self._missed = self._callback is None
+        if not self._missed:
+            await self._emit(ListChanged())
+            for uri in sorted(self._wanted):
+                await self._emit(Updated(uri))
 
     async def _watch(self, conn: _Connection) -> None:
         """Keep the upstream's subscriptions equal to what is wanted, for as long as the connection lives."""
@@ -414,8 +430,11 @@ class Upstream:
             await self._listen(conn)
         else:
             async with anyio.create_task_group() as tg:
-                if isinstance(self.target, HttpTarget):
-                    tg.start_soon(self._health, conn)
+                if conn.session is not None:
+                    tg.start_soon(functools.partial(
+                        keep_session, conn.session, ping=functools.partial(_ping, conn.client), lost=conn.mark_lost,
+                        missed=self._tell_missed, listening=lambda: self._callback is not None,
+                        interval=self.health_interval, timeout=self.timeout, grace=STREAM_GRACE))
                 await self._sync_legacy(conn)
 
     async def _sync_legacy(self, conn: _Connection) -> None:
@@ -432,22 +451,9 @@ class Upstream:
                     for uri in sorted(conn.subscribed - wanted):
                         await self._quietly(conn, "resources/unsubscribe", conn.client.unsubscribe_resource, uri)
                         conn.subscribed.discard(uri)
+            if self._missed:
+                await self._tell_missed()
             await changed.wait()
-
-    async def _health(self, conn: _Connection) -> None:
-        """A legacy HTTP session has no stream whose end says the server is gone: ping while someone listens."""
-        while True:
-            await anyio.sleep(self.health_interval)
-            if self._callback is None:
-                continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                try:
-                    with anyio.fail_after(self.timeout):
-                        await conn.client.send_ping()
-                except Exception as exc:  # noqa: BLE001 - any failure: the session is gone
-                    conn.mark_lost(f"ping: {_describe_failure(exc)}")
-                    return
 
     async def _quietly(self, conn: _Connection, what: str, fn: Callable[[str], Awaitable[Any]], uri: str) -> None:
         try:
@@ -461,30 +467,46 @@ class Upstream:
             logger.warning("%s: %s %s: no answer within %gs", self.describe(), what, uri, self.timeout)
 
     async def _listen(self, conn: _Connection) -> None:
-        """Modern wire: one listen stream with the wanted filter, opened again whenever the filter changes."""
-        while True:
-            # Reset before reading what is wanted: a change from here on wakes the wait below.
-            changed = self._wanted_changed = anyio.Event()
-            if self._callback is None:
-                await changed.wait()
-                continue
-            try:
-                async with conn.client.listen(resources_list_changed=True,
-                                              resource_subscriptions=sorted(self._wanted)) as sub:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._relay, conn, sub)
-                        await changed.wait()
-                        tg.cancel_scope.cancel()
-            except SubscriptionLost:
-                conn.mark_lost("the listen stream was lost")
-                return
-            except (MCPError, TimeoutError) as exc:
-                if isinstance(exc, MCPError) and exc.code in _LOST:
-                    conn.mark_lost(f"listen: {_quote(exc)}")
+        """Modern wire: one listen stream with the wanted filter, opened again whenever the filter changes. A new
+        stream is acknowledged before the one it replaces closes, so no event falls between the two; changes made
+        while none was open are told once one is (the upstream replays nothing)."""
+        async with anyio.create_task_group() as tg:
+            current: anyio.CancelScope | None = None
+            while True:
+                # Reset before reading what is wanted: a change from here on wakes the wait below.
+                changed = self._wanted_changed = anyio.Event()
+                if self._callback is None:
+                    if current is not None:
+                        current.cancel()
+                        current = None
+                    await changed.wait()
+                    continue
+                try:
+                    opened = await tg.start(self._stream, conn, sorted(self._wanted))
+                except SubscriptionLost:
+                    conn.mark_lost("the listen stream was lost")
                     return
-                logger.warning("%s: subscriptions/listen refused: %s", self.describe(),
-                               _quote(exc) if isinstance(exc, MCPError) else "no acknowledgment in time")
+                except (MCPError, TimeoutError) as exc:
+                    if isinstance(exc, MCPError) and exc.code in _LOST:
+                        conn.mark_lost(f"listen: {_quote(exc)}")
+                        return
+                    logger.warning("%s: subscriptions/listen refused: %s", self.describe(),
+                                   _quote(exc) if isinstance(exc, MCPError) else "no acknowledgment in time")
+                    await changed.wait()
+                    continue
+                if current is not None:
+                    current.cancel()
+                current = opened
+                if self._missed:
+                    await self._tell_missed()
                 await changed.wait()
+
+    async def _stream(self, conn: _Connection, uris: list[str], *, task_status: Any) -> None:
+        """One listen stream: started (its cancel scope given) once acknowledged, then relayed until cancelled."""
+        with anyio.CancelScope() as scope:
+            async with conn.client.listen(resources_list_changed=True, resource_subscriptions=uris) as sub:
+                task_status.started(scope)
+                await self._relay(conn, sub)
 
     async def _relay(self, conn: _Connection, sub: Any) -> None:
         """Events of one listen stream to the callback; its end (graceful or not) means the upstream is going."""
@@ -531,6 +553,12 @@ def _read_result(label: str, uri: str, result: types.ReadResourceResult, max_byt
     # The content for the URI asked comes first; a read may return sub-resources beside it.
     contents.sort(key=lambda c: c.uri != uri)
     return UpstreamRead(contents, ttl_ms, cache_scope)
+
+
+async def _ping(client: Client) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ping is the legacy wire's, which is the only one pinged
+        await client.send_ping()
 
 
 def _not_found(exc: MCPError) -> bool:

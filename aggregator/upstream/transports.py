@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import SourceError
+from aggregator.upstream.http_session import SessionWatch
 from aggregator.upstream.stdio import bounded_stdio
 
 __all__ = ["HttpTarget", "StdioTarget", "Target"]
@@ -51,9 +52,9 @@ class StdioTarget:
 
     @asynccontextmanager
     async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int,
-                   timeout: float = 30.0) -> AsyncIterator[Any]:
+                   timeout: float = 30.0, session: SessionWatch | None = None) -> AsyncIterator[Any]:
         """A stdio transport to a new child (`stdio.bounded_stdio`): lines capped, stderr into our log."""
-        del timeout
+        del timeout, session
         async with bounded_stdio(self.command, self.env, self.cwd, name, max_message_bytes) as (read, write):
             yield _EofWatch(read, on_eof), write
 
@@ -104,10 +105,10 @@ class HttpTarget:
 
     @asynccontextmanager
     async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int,
-                   timeout: float = 30.0) -> AsyncIterator[Any]:
-        """The SDK's Streamable HTTP transport over a guarded `httpx2` client."""
+                   timeout: float = 30.0, session: SessionWatch | None = None) -> AsyncIterator[Any]:
+        """The SDK's Streamable HTTP transport over a guarded `httpx2` client; `session` sees every response."""
         del name
-        transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes)
+        transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes, session)
         client = httpx2.AsyncClient(headers=dict(self.headers), transport=transport, trust_env=False,
                                     auth=self._oauth_provider(),
                                     follow_redirects=False,
@@ -218,15 +219,18 @@ class _GuardedBackend(httpcore2.AsyncNetworkBackend):
 class _GuardedTransport(httpx2.AsyncHTTPTransport):
     """httpx2's HTTP transport over the guarded backend; a non-streamed (JSON) answer holds at most `max_bytes`."""
 
-    def __init__(self, policy: AddressPolicy, max_bytes: int) -> None:
+    def __init__(self, policy: AddressPolicy, max_bytes: int, session: SessionWatch | None = None) -> None:
         super().__init__(trust_env=False)
         # httpx2 takes no network backend; its pool is replaced by one that dials through the guard.
         self._pool = httpcore2.AsyncConnectionPool(ssl_context=httpx2.create_ssl_context(trust_env=False),
                                                    network_backend=_GuardedBackend(policy), http1=True, http2=False)
         self._max_bytes = max_bytes
+        self._session = session
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await super().handle_async_request(request)
+        if self._session is not None:
+            response = await self._session.observe(request, response)
         if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             return response  # SSE events are capped one by one by the SDK
         return httpx2.Response(status_code=response.status_code, headers=response.headers,
