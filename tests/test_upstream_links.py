@@ -180,3 +180,76 @@ def test_reads_resume_at_once_after_an_http_upstream_restarts(mode: str, upstrea
                     assert (await client.read_resource(uri)).contents[0].text.startswith(expected)
 
         anyio.run(main)
+
+
+# ---- item 8: no change notification lost between the upstream's stream and our relisting ------------------------------
+
+@contextlib.contextmanager
+def upstream_source(link: str, **env: str) -> Iterator[str]:
+    """The manifest entry of source `up` (namespace up) for tests/upstream_server.py reached over `link`: `stdio`
+    (the 2026-07-28 wire) or `http-legacy` (the 2025-11-25 wire: a session, notifications on its GET stream)."""
+    if link == "stdio":
+        yield f'{{url: "mcp+stdio:", namespace: up, command: {[*UPSTREAM, "stdio"]!r}, env: {({**ENV, **env})!r}}}'
+        return
+    port = free_port()
+    with http_upstream([*UPSTREAM, "http", str(port)], port, UPSTREAM_WIRE="legacy", **env):
+        yield f'{{url: "mcp+http://127.0.0.1:{port}/mcp", namespace: up, allowPrivateNetwork: true}}'
+
+
+def up_gateway(tmp_path: Path, source: str) -> Path:
+    return gateway(tmp_path, f"""
+          up: {source}
+        """)
+
+
+@pytest.mark.parametrize("link", ["stdio", "http-legacy"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_change_told_while_we_relist_is_not_lost(mode: str, link: str, tmp_path: Path) -> None:
+    """The upstream changes its list again while it answers the relisting its first change caused, and tells so
+    before it answers with the list as it was: the listing under way is not kept, the gateway lists once more, and
+    its clients see the second change too."""
+    with upstream_source(link, UPSTREAM_CHANGES="1") as source:
+        manifest = up_gateway(tmp_path, source)
+
+        async def main() -> None:
+            async with Client(serve(manifest), mode=mode, cache=None) as client:
+                assert (await client.read_resource("up+test://race/r")).contents[0].text == "armed"
+                await until_listed(client, "up+test://added/r-1")
+                await until_listed(client, "up+test://added/r-2")
+
+        anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_change_made_before_the_session_stream_opened_is_heard(mode: str, tmp_path: Path) -> None:
+    """A 2025-11-25 HTTP upstream changes its list while our session has no event stream open yet (it holds the GET
+    until then), so its list_changed goes nowhere: the gateway lists again once the stream opens."""
+    with upstream_source("http-legacy", UPSTREAM_CHANGES="1", UPSTREAM_HOLD_GET="1") as source:
+        manifest = up_gateway(tmp_path, source)
+
+        async def main() -> None:
+            async with Client(serve(manifest), mode=mode, cache=None) as client:
+                assert "up+test://static-text" in await uris(client)
+                assert (await client.read_resource("up+test://add/g")).contents[0].text == "added"
+                await until_listed(client, "up+test://added/g")
+
+        anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_event_falls_between_two_listen_streams(mode: str, tmp_path: Path) -> None:
+    """A 2026-07-28 upstream: our client subscribes, so the gateway asks for a listen stream with the new filter; the
+    upstream changes its list just as it opens that stream, telling only the streams already open: the gateway
+    still hears it on the stream being replaced."""
+    with upstream_source("stdio", UPSTREAM_CHANGES="1") as source:
+        manifest = up_gateway(tmp_path, source)
+
+        async def main() -> None:
+            async with Client(serve(manifest), mode=mode, cache=None) as client:
+                assert "up+test://static-text" in await uris(client)
+                async with listening(client, mode, "up+test://static-text"):
+                    with anyio.fail_after(15):
+                        while not any(u.startswith("up+test://added/listen-") for u in await uris(client)):
+                            await anyio.sleep(0.1)
+
+        anyio.run(main)

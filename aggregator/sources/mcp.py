@@ -74,6 +74,8 @@ class McpSource(Source):
         self._templates: tuple[float, Listing] | None = None
         self.values = UpstreamValues(f"{upstream.describe()} ({id})")
         """What the upstream lists and reads is checked here before it is served."""
+        self._generation = 0
+        """Counts the upstream's ListChanged: a listing asked before the latest one is not kept (it may predate it)."""
 
     def describe(self) -> str:
         return self.upstream.describe()
@@ -95,13 +97,15 @@ class McpSource(Source):
             now = anyio.current_time()
             if not fresh and self._listing is not None and now - self._listing[0] < self._listing_reuse:
                 return self._listing[1]
+            generation = self._generation
             try:
                 listing = await self.upstream.list_resources()
             except SourceUnsupported:  # no resources capability: -32601, as an SDK server answers
                 self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
                 listing = Listing([])
             listing = replace(listing, items=self.values.resources(listing.items))
-            self._listing = (anyio.current_time(), listing)
+            if generation == self._generation:
+                self._listing = (anyio.current_time(), listing)
             return listing
 
     async def templates(self) -> Listing:
@@ -111,12 +115,14 @@ class McpSource(Source):
         now = anyio.current_time()
         if self._templates is not None and now - self._templates[0] < self._listing_reuse:
             return self._templates[1]
+        generation = self._generation
         try:
             templates = await self.upstream.list_templates()
         except SourceUnsupported:
             templates = Listing([])
         templates = replace(templates, items=self.values.templates(templates.items))
-        self._templates = (anyio.current_time(), templates)
+        if generation == self._generation:
+            self._templates = (anyio.current_time(), templates)
         return templates
 
     @property
@@ -223,7 +229,9 @@ class McpSource(Source):
 
         async def relay(event: UpstreamEvent) -> None:
             if isinstance(event, ListChanged):
-                self._listing = self._templates = None  # the next list asks the upstream again
+                # The next list asks the upstream again, and one under way when this came is not kept.
+                self._generation += 1
+                self._listing = self._templates = None
                 await callback(None)
             elif isinstance(event, Updated) and (path := self.path_of(event.uri)) is not None:
                 await callback(frozenset({path}))

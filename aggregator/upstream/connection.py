@@ -48,6 +48,9 @@ _LOST = {types.CONNECTION_CLOSED}
 MAX_COMPLETIONS = 100
 STREAM_GRACE = 3.0
 """Seconds a legacy HTTP session's dropped event stream may take to come back (the SDK retries once, after 1 s)."""
+LISTEN_OVERLAP = 1.0
+"""Seconds a replaced listen stream stays open after its successor's acknowledgment: an event published before the
+successor subscribed may still be on its way on the old stream (the server writes the new ack first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,9 +470,9 @@ class Upstream:
             logger.warning("%s: %s %s: no answer within %gs", self.describe(), what, uri, self.timeout)
 
     async def _listen(self, conn: _Connection) -> None:
-        """Modern wire: one listen stream with the wanted filter, opened again whenever the filter changes. A new
-        stream is acknowledged before the one it replaces closes, so no event falls between the two; changes made
-        while none was open are told once one is (the upstream replays nothing)."""
+        """Modern wire: one listen stream with the wanted filter, opened again whenever the filter changes. The
+        stream it replaces closes LISTEN_OVERLAP after the new one is acknowledged, so no event falls between the two;
+        changes made while none was open are told once one is (the upstream replays nothing)."""
         async with anyio.create_task_group() as tg:
             current: anyio.CancelScope | None = None
             while True:
@@ -495,7 +498,7 @@ class Upstream:
                     await changed.wait()
                     continue
                 if current is not None:
-                    current.cancel()
+                    tg.start_soon(_close_later, current, LISTEN_OVERLAP)
                 current = opened
                 if self._missed:
                     await self._tell_missed()
@@ -553,6 +556,11 @@ def _read_result(label: str, uri: str, result: types.ReadResourceResult, max_byt
     # The content for the URI asked comes first; a read may return sub-resources beside it.
     contents.sort(key=lambda c: c.uri != uri)
     return UpstreamRead(contents, ttl_ms, cache_scope)
+
+
+async def _close_later(scope: anyio.CancelScope, delay: float) -> None:
+    await anyio.sleep(delay)
+    scope.cancel()
 
 
 async def _ping(client: Client) -> None:
