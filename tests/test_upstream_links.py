@@ -182,6 +182,29 @@ def test_reads_resume_at_once_after_an_http_upstream_restarts(mode: str, upstrea
         anyio.run(main)
 
 
+def test_a_read_while_the_upstream_is_down_waits_for_one_attempt_at_most() -> None:
+    """After a loss, a read that finds the upstream down brings the next attempt forward and fails with it
+    ("unavailable"), instead of waiting through attempt after attempt until its own timeout."""
+    from aggregator.sources.base import SourceError
+    from aggregator.upstream import HttpTarget, Upstream
+
+    port = free_port()
+    with http_upstream([*UPSTREAM, "http", str(port)], port) as processes:
+        async def main() -> None:
+            up = Upstream("t", HttpTarget(f"http://127.0.0.1:{port}/mcp", allow_private_network=True), timeout=20.0,
+                          connect_timeout=5.0, backoff=(0.1, 30.0))
+            try:
+                assert (await up.read("test://static-text", 100)).first.data == b"Hello from one"
+                stop(processes[0])
+                for _ in range(3):
+                    with pytest.raises(SourceError, match="unavailable"):
+                        await up.read("test://static-text", 100)
+            finally:
+                await up.aclose()
+
+        anyio.run(main)
+
+
 # ---- item 8: no change notification lost between the upstream's stream and our relisting ------------------------------
 
 @contextlib.contextmanager

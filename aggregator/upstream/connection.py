@@ -211,13 +211,16 @@ class Upstream:
             self._runner = asyncio.get_running_loop().create_task(self._run(), name=f"upstream-{self.name}")
 
     async def _ready(self) -> _Connection:
+        hurried = False  # a call waits for at most one attempt it brought forward
         while True:
             self._ensure_started()
             conn = self._conn
             if self._state == "connected" and conn is not None and not conn.lost.is_set():
                 return conn
-            if self._state == "failed" and not self._backoff.hurry():
-                raise SourceError(f"{self.describe()} is unavailable ({self._last_error})")
+            if self._state == "failed":
+                if hurried or not self._backoff.hurry():
+                    raise SourceError(f"{self.describe()} is unavailable ({self._last_error})")
+                hurried = True
             if self._state == "closed":
                 raise SourceError(f"{self.describe()} is closed")
             await self._changed.wait()
