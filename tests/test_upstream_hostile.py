@@ -117,7 +117,9 @@ def test_a_uri_listed_twice_while_serving(mode: str, tmp_path: Path) -> None:
     async def main() -> None:
         async with Client(logged(manifest, log), mode=mode, cache=None) as client:
             before = set(await uris(client))
-            assert {"fl+h://x", "fl+h://y", "flip://x", "flip://y"} <= before and "fl+h://z" not in before
+            # Building the catalog read h://flip (flip://now is not listed upstream: it exists if it reads), so the
+            # upstream may have flipped already: its list_changed came before the gateway listened, and is told then.
+            assert {"fl+h://x", "fl+h://y", "flip://x", "flip://y"} <= before
             assert (await client.read_resource("flip://now")).contents[0].text == "text of h://flip"
             with anyio.fail_after(15):
                 while not {"fl+h://z", "flip://z"} <= set(listed := await uris(client)):
