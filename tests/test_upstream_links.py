@@ -205,6 +205,32 @@ def test_a_read_while_the_upstream_is_down_waits_for_one_attempt_at_most() -> No
         anyio.run(main)
 
 
+def test_an_attempt_brought_forward_late_in_a_long_wait() -> None:
+    """`Backoff.hurry()` more than `first` after the wait began starts the attempt at once (the runner used to die on
+    a negative sleep there, and the upstream was never tried again)."""
+    from aggregator.upstream.backoff import Backoff
+
+    async def main() -> None:
+        backoff = Backoff(0.01, 100.0)
+        backoff.reset(recovering=True)
+        for _ in range(8):  # scheduled waits: 0.01 s doubling to 2.56 s
+            await backoff.wait()
+        async with anyio.create_task_group() as tg:
+            waited = anyio.Event()
+
+            async def wait() -> None:
+                await backoff.wait()
+                waited.set()
+
+            tg.start_soon(wait)
+            await anyio.sleep(0.1)  # past `first`, well before the scheduled attempt (>= 2 s)
+            assert backoff.hurry()
+            with anyio.fail_after(1):
+                await waited.wait()
+
+    anyio.run(main)
+
+
 # ---- item 8: no change notification lost between the upstream's stream and our relisting ------------------------------
 
 @contextlib.contextmanager

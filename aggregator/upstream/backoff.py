@@ -40,7 +40,7 @@ class Backoff:
             with anyio.move_on_after(self._delay * random.uniform(0.8, 1.2)):
                 await early.wait()
             if early.is_set():
-                await anyio.sleep(began + self.first - anyio.current_time())
+                await anyio.sleep(max(0.0, began + self.first - anyio.current_time()))  # anyio refuses < 0
             else:
                 self._delay = min(self._delay * 2, self.cap)
         finally:
