@@ -31,6 +31,10 @@ class Upstream:
         """Served under /base/ with a content ETag (the source contract's files), before the fixed routes."""
         self.stalled: set[str] = set()
         """Paths under /base/ that never answer."""
+        self.answering = threading.Event()
+        """Cleared, requests under /base/ wait until it is set again (counted as they arrive): an upstream that
+        holds every poll for as long as a test needs, so what follows a poll happens after what the test awaits."""
+        self.answering.set()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -46,6 +50,8 @@ class Upstream:
         tail = request.match_info["tail"]
         self.hits[f"{request.method} {tail}"] += 1
         self.seen_headers.append(dict(request.headers))
+        if not self.answering.is_set():
+            await asyncio.get_running_loop().run_in_executor(None, self.answering.wait, 30)
         if self.failing:
             return web.Response(status=500, text="SECRET-UPSTREAM-BODY")
         if tail in self.stalled:
@@ -113,6 +119,7 @@ def serve() -> Iterator[Upstream]:
     try:
         yield upstream
     finally:
+        upstream.answering.set()  # a request still held would keep an executor thread waiting
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)

@@ -18,6 +18,9 @@ from tests.http_server import Upstream, serve
 from tests.replicas import RedisServer, Replica, redis_server, replicas
 from tests.test_cluster_replicas import INTERVAL, URI, Listeners, _manifest, clients
 
+POLL = "HEAD docs/a.md"
+"""The upstream request of a poll of URI (only a lease holder polls while Redis is up)."""
+
 
 class Heard(Listeners):
     """What one client of each wire heard on one replica: the modern one across all the streams it opened."""
@@ -77,9 +80,8 @@ def test_a_change_made_while_redis_is_out_reaches_every_listener_once(tmp_path: 
         await anyio.sleep(INTERVAL * 3)
         upstream.etag, upstream.body = '"v2"', "# A\n\nchanged while Redis was out\n"
         await _until(lambda: all(h.updated() == (1, 1) for h in heard))
-        _resume(redis, outage)
 
-    _run(tmp_path, outage_and_change)
+    _run(tmp_path, outage, outage_and_change)
 
 
 @pytest.mark.parametrize("outage", ["hangs", "restarts with its data"])
@@ -96,14 +98,14 @@ def test_a_change_made_as_redis_goes_out_is_told_by_the_lease_holder_alone_then_
         upstream.etag, upstream.body = '"v2"', "# A\n\nchanged as Redis went out\n"
         await _until(lambda: heard[holder].updated() == (1, 1))  # Redis is still out
         await _until(lambda: not any(_connected(group)))  # an outage every replica noticed
-        _resume(redis, outage)
 
-    _run(tmp_path, outage_and_change)
+    _run(tmp_path, outage, outage_and_change)
 
 
-def _run(tmp_path: Path, outage_and_change: Any) -> None:
-    """Two replicas with listeners; `outage_and_change` takes Redis out, changes the upstream and brings Redis back;
-    then every listener must have heard that change exactly once, and the next change exactly once too."""
+def _run(tmp_path: Path, outage: str, outage_and_change: Any) -> None:
+    """Two replicas with listeners; `outage_and_change` takes Redis out and changes the upstream; Redis comes back
+    while the upstream holds every poll, which it answers once each listener listens again. Then every listener
+    must have heard that change exactly once, and the next change exactly once too."""
     with serve() as upstream, redis_server(tmp_path) as redis:
         manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix())
         with replicas(manifest, 2, tmp_path) as group:
@@ -112,12 +114,20 @@ def _run(tmp_path: Path, outage_and_change: Any) -> None:
                     heard = [await stack.enter_async_context(listening(r, tg)) for r in group]
                     await _until(lambda: all(_connected(group)))
                     await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
-                    await anyio.sleep(INTERVAL * 4)  # interests written, the holder's first poll kept its versions
+                    # The holder's poll of what every replica wants began and ended (the next one began): it kept
+                    # the versions, in Redis and as what its listeners were told.
+                    polls = upstream.hits[POLL]
+                    await _until(lambda: upstream.hits[POLL] >= polls + 2)
                     await outage_and_change(group, heard, redis, upstream)
 
+                    # A poll that ends before a listener listens again tells it nothing (it heard its stream
+                    # end): the upstream answers the polls once every client is back.
+                    upstream.answering.clear()
+                    _resume(redis, outage)
                     await _until(lambda: all(_connected(group)))
                     await _until(lambda: all(h.streams == 2 for h in heard))  # ended, listened again
                     await _until(lambda: all(("list_changed", None) in h.legacy.events for h in heard))
+                    upstream.answering.set()
                     # A lease holder polls again (the duplicate came 0.5-4 s after Redis was back).
                     await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
                     await _until(lambda: all(h.updated() == (1, 1) for h in heard))
