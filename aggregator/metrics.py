@@ -51,6 +51,9 @@ class Figures(Protocol):
     def reload_errors(self) -> int: ...
 
     @property
+    def file_changes(self) -> dict[str, int]: ...
+
+    @property
     def cluster(self) -> ChangeBus | None: ...
 
     @property
@@ -190,6 +193,11 @@ class _LiveCollector:
         reloads.add_metric(["ok"], self.live.reloads)
         reloads.add_metric(["error"], self.live.reload_errors)
         yield reloads
+        applied = CounterMetricFamily("aggregator_file_changes", "Watched file changes applied to the catalog, by "
+                                      "how: incremental, or a full relist.", labels=["how"])
+        for how, count in self.live.file_changes.items():
+            applied.add_metric([how], count)
+        yield applied
         up = GaugeMetricFamily("aggregator_upstream_connected", "1 while the source's upstream connection is up, by "
                                "source id (MCP upstreams).", labels=["source"])
         reconnects = CounterMetricFamily("aggregator_upstream_reconnects", "Times the source's upstream connection "

@@ -189,6 +189,17 @@ class ResourceService:
         self._tell(None)
         return old.catalog.listing_signature != new.catalog.listing_signature
 
+    def swapping(self) -> anyio.Lock:
+        """Held while a catalog is built on the current one and swapped in: one reload or relisting at a time."""
+        return self._swapping
+
+    def swap_catalog(self, catalog: Catalog, gone: Collection[tuple[str, str]]) -> None:
+        """Swap in `catalog`, built on the current one by catalog_delta under `swapping()`: cached content of the
+        `gone` files is forgotten and listeners told; nothing is compared across the whole catalog."""
+        self._snapshot = replace(self._snapshot, catalog=catalog)
+        self.cache.invalidate_where(Forget.of(files=gone))
+        self._tell(None)
+
     def _tell(self, files: set[tuple[str, str]] | None) -> None:
         for listener in self.change_listeners:
             listener(files)

@@ -61,6 +61,11 @@ class Supervisor:
         return self._reloader.suspicious_reloads
 
     @property
+    def file_changes(self) -> dict[str, int]:
+        """File changes applied to the catalog incrementally and by a full relist (for /metrics)."""
+        return {"incremental": self._updates.incremental_relists, "relist": self._updates.full_relists}
+
+    @property
     def last_error(self) -> str | None:
         """Why the last reload failed, for /healthz: a count, never the messages (they name files on this host)."""
         return self._reloader.last_error

@@ -385,6 +385,18 @@ def test_manifest_digest_in_health_and_metrics_follows_a_reload(http_server: tup
     assert f'aggregator_manifest_info{{sha256="{second}"}} 1.0' in metrics and first not in metrics
 
 
+def test_metrics_count_file_changes_applied_without_a_full_relist(http_server: tuple[str, Path]) -> None:
+    """A file added to a watched folder is applied to the catalog incrementally: /metrics counts it, no relist."""
+    import httpx2 as httpx
+
+    url, folder = http_server
+    base = url.removesuffix("/mcp")
+    (folder / "docs" / "new.md").write_text("# new\n")
+    _wait_health(base, lambda h: h.get("generation", 0) >= 2)
+    samples = _samples(httpx.get(base + "/metrics").text, "aggregator_file_changes_total")
+    assert samples == {'{how="incremental"}': 1.0, '{how="relist"}': 0.0}
+
+
 def _samples(text: str, name: str) -> dict[str, float]:
     """The samples of one metric in a Prometheus text scrape, by their label text ('' without labels)."""
     found = {}

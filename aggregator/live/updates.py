@@ -11,6 +11,7 @@ import logging
 
 from aggregator.cache_keys import Forget
 from aggregator.cluster.told import SourcePath
+from aggregator.live.delta import FullRelist, apply_changed_files
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
@@ -46,6 +47,11 @@ class CatalogUpdates:
         self.service = service
         self.notifier = notifier
         self.errors = SaidOnce()
+        self.incremental_relists = 0
+        """Changes of files applied to the catalog without listing it again (for /metrics and tests)."""
+        self.full_relists = 0
+        """Changes of files that needed the whole catalog listed again."""
+        self._stale = False  # a relisting failed (or was cut short): the catalog may not follow the folders
 
     def has_collection(self, source: str) -> bool:
         """Whether what `source` lists shows in the catalog: a collection over it, or its own published entries."""
@@ -54,7 +60,8 @@ class CatalogUpdates:
             c.source == source for c in self.service.manifest.collections)
 
     async def files_changed(self, source: str, changes: set[tuple[Change, str]]) -> None:
-        """Invalidate, send `updated` to subscribers, and relist collections when files came or went."""
+        """Invalidate, send `updated` to subscribers, and apply the files to the catalog (of a local folder, or any
+        source when files came or went): list_changed when listed entries came or went."""
         paths = {path for _, path in changes}
         self.service.invalidate(source, paths)
         subscribed = self.notifier.subscribed_uris()
@@ -63,8 +70,32 @@ class CatalogUpdates:
             uris = (backed | self.service.rendered_dependents(backed)) & subscribed
             if uris:
                 await self.notifier.updated(sorted(uris))
-        if any(change != Change.modified for change, _ in changes) and self.has_collection(source):
+        if not self.has_collection(source):
+            return
+        backend = self.service.sources.get(source)
+        local = backend is not None and backend.watch_root() is not None  # its stat is cheap: sizes stay current
+        if local or any(change != Change.modified for change, _ in changes):
+            await self.apply_files(source, paths)
+
+    async def apply_files(self, source: str, paths: set[str]) -> None:
+        """Apply these files of `source` to the catalog in proportion to the change; list_changed when entries
+        came or went, `updated` to subscribed renders over the listing. A full relist when that cannot be done."""
+        try:
+            if self._stale:  # the last relist failed: the catalog does not follow the folders, only a relist can
+                raise FullRelist("the last relisting failed")
+            delta = await apply_changed_files(self.service, source, paths)
+        except (FullRelist, ManifestError) as exc:
+            # A collision is reported located by the relist (said once); the other reasons are said here.
+            if not isinstance(exc, ManifestError):
+                logger.info("full relist after changes in source %r: %s", source, exc)
+            self.full_relists += 1
             await self.relist()
+            return
+        if delta is None:
+            return
+        self.incremental_relists += 1
+        if delta.added or delta.removed:
+            await self._tell_listing_changed()
 
     async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
         """These URIs read differently now (a poll saw new versions): invalidate them and tell those `subscribed`
@@ -99,18 +130,24 @@ class CatalogUpdates:
         """List collections again; if the listing changed, send list_changed, and `updated` to subscribed renders
         that listed resources (they may read differently now). True if it changed."""
         try:
+            self._stale = True
             changed = await self.service.refresh_listing()
+            self._stale = False
         except ManifestError as exc:  # the manifest's own entries collide over what a source lists now: said once
             if self.errors.first_time(str(exc)):
                 logger.error("relisting failed; still serving generation %d:\n%s", self.service.catalog.generation, exc)
             return False
         if not changed:
             return False
+        await self._tell_listing_changed()
+        return True
+
+    async def _tell_listing_changed(self) -> None:
+        """list_changed, and `updated` to subscribed renders that listed resources (they may read differently)."""
         await self.notifier.list_changed()
         uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
         if uris:
             await self.notifier.updated(sorted(uris))
-        return True
 
     async def reloaded(self, listing_changed: bool, content_changed: set[str]) -> None:
         """A reload swapped in a new snapshot: list_changed if the listing changed, and `updated` to subscribers of

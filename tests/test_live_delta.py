@@ -1,0 +1,141 @@
+"""A watched folder's files that came, changed or went reach the catalog without listing it again (issue 26): the
+official client over stdio on both wires, and the server's log says when a change needed a full relist."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
+
+from tests.conftest import server_params, write_manifest
+from tests.test_live import QUIET, SOON, Inbox, uris
+
+BASE = """
+version: 1
+server: {name: live}
+sources:
+  docs: {url: ./docs}
+collections:
+  - {source: docs, glob: "**/*.md", uri: "docs://{path}"}
+"""
+
+FULL_RELIST = "full relist after changes"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    (docs / "b.md").write_text("# B\n")
+    write_manifest(tmp_path, BASE)
+    return tmp_path
+
+
+def logged_server(manifest: Path, log: Path) -> StdioServerParameters:
+    """`aggregator serve manifest` with its stderr (the log) appended to `log`."""
+    params = server_params(manifest)
+    return StdioServerParameters(command="sh", args=["-c", f'exec "$0" "$@" 2>>"{log}"', params.command, *params.args],
+                                 env=params.env)
+
+
+async def _listed(client: Client, uri: str, present: bool) -> None:
+    with anyio.fail_after(SOON):
+        while (uri in await uris(client)) != present:
+            await anyio.sleep(0.05)
+
+
+def test_legacy_added_removed_modified_file_without_full_relist(folder: Path) -> None:
+    inbox = Inbox()
+    log = folder / "server.log"
+    docs = folder / "docs"
+
+    async def main() -> None:
+        async with Client(logged_server(folder / "manifest.yaml", log), mode="legacy", cache=None,
+                          message_handler=inbox) as client:
+            assert await uris(client) == ["docs://a.md", "docs://b.md"]
+            await anyio.sleep(0.3)  # let the watcher start
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await client.subscribe_resource("docs://a.md")
+
+            (docs / "c.md").write_text("# C\n")
+            assert await inbox.next() == ("list_changed", None)
+            assert await uris(client) == ["docs://a.md", "docs://b.md", "docs://c.md"]
+
+            (docs / "b.md").unlink()
+            assert await inbox.next() == ("list_changed", None)
+            assert await uris(client) == ["docs://a.md", "docs://c.md"]
+
+            (docs / "a.md").write_text("# A, longer now\n")  # its size changed: updated, not list_changed
+            assert await inbox.next() == ("updated", "docs://a.md")
+            assert await inbox.next(QUIET) is None
+            assert (await client.read_resource("docs://a.md")).contents[0].text == "# A, longer now\n"
+            listed = {r.uri: r.size for r in (await client.list_resources()).resources}
+            assert listed["docs://a.md"] == len("# A, longer now\n")
+            assert FULL_RELIST not in log.read_text()
+
+            # A folder that comes is still listed in full (and said): the log line above is what this test reads.
+            (docs / "sub").mkdir()
+            (docs / "sub" / "d.md").write_text("# D\n")
+            await _listed(client, "docs://sub/d.md", True)
+            assert FULL_RELIST in log.read_text()
+
+    anyio.run(main)
+
+
+def test_modern_listen_hears_added_and_removed_files_without_full_relist(folder: Path) -> None:
+    log = folder / "server.log"
+    docs = folder / "docs"
+
+    async def main() -> None:
+        async with Client(logged_server(folder / "manifest.yaml", log), mode="auto", cache=None) as client:
+            events: list[Any] = []
+            async with client.listen(resources_list_changed=True, resource_subscriptions=["docs://a.md"]) as sub:
+
+                async def collect() -> None:
+                    async for event in sub:
+                        events.append(event)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    await anyio.sleep(0.3)  # let the watcher start
+                    for action, count in [(lambda: (docs / "c.md").write_text("# C\n"), 1),
+                                          (lambda: (docs / "b.md").unlink(), 2),
+                                          (lambda: (docs / "a.md").write_text("# A, longer\n"), 3)]:
+                        action()
+                        with anyio.fail_after(SOON):
+                            while len(events) < count:
+                                await anyio.sleep(0.02)
+                    await anyio.sleep(QUIET)
+                    tg.cancel_scope.cancel()
+            assert events == [ResourcesListChanged(), ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
+            assert await uris(client) == ["docs://a.md", "docs://c.md"]
+            assert FULL_RELIST not in log.read_text()
+
+    anyio.run(main)
+
+
+def test_folder_removed_is_relisted(folder: Path) -> None:
+    """A folder moved out of the watched tree (the watcher names only the folder) drops the files under it."""
+    inbox = Inbox()
+    log = folder / "server.log"
+    (folder / "docs" / "sub").mkdir()
+    (folder / "docs" / "sub" / "d.md").write_text("# D\n")
+
+    async def main() -> None:
+        async with Client(logged_server(folder / "manifest.yaml", log), mode="legacy", cache=None,
+                          message_handler=inbox) as client:
+            assert "docs://sub/d.md" in await uris(client)
+            await anyio.sleep(0.3)
+            os.rename(folder / "docs" / "sub", folder / "elsewhere")
+            assert await inbox.next() == ("list_changed", None)
+            assert await uris(client) == ["docs://a.md", "docs://b.md"]
+
+    anyio.run(main)
