@@ -124,12 +124,27 @@ def reads_are_unavailable(manifest: Path, uris: list[str]) -> None:
     anyio.run(main)
 
 
+SLOW_MODULES = {
+    "test_deploy": "the deploy files run for real: HAProxy and nginx in front of replica fleets",
+    "test_cluster_haproxy": "replica fleets behind HAProxy, Redis restarted",
+    "test_cluster_replicas": "replica processes on Redis, paused and killed",
+    "test_console_browser": "the console in Chromium",
+}
+"""Modules whose tests are marked `slow` (what `make test-quick` leaves out; `make test` runs them)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "source_contract(*flags): a contract test needing these capability flags")
+    config.addinivalue_line("markers", "slow: runs real balancers, replica fleets or a browser; `make test-quick` "
+                                       "leaves these out")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Contract tests a source kind has no capability for are deselected (not skipped: CI fails on skips)."""
+    """Contract tests a source kind has no capability for are deselected (not skipped: CI fails on skips); the
+    tests of SLOW_MODULES are marked slow."""
     from tests.source_contract import deselect_unsupported
 
     deselect_unsupported(config, items)
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
