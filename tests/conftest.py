@@ -16,6 +16,21 @@ PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)
 MODES = ("legacy", "auto")
 
 
+def _one_tls_context_per_process() -> None:
+    """httpx builds a TLS context for every client, loading the system's CA bundle (20 ms of CPU), and the tests
+    make thousands of clients (an MCP client per connection, `httpx.get` in every health poll): a minute of CPU a
+    run. One default context per test process serves them all, as it would any number of clients (the servers the
+    tests start are plain HTTP on loopback; the aggregator processes they start are left as they are)."""
+    import functools
+
+    import httpcore2
+
+    httpcore2.default_ssl_context = functools.cache(httpcore2.default_ssl_context)
+
+
+_one_tls_context_per_process()
+
+
 def write_manifest(folder: Path, text: str, name: str = "manifest.yaml") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
