@@ -14,7 +14,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 PIP_QUIET ?= -q
 PIP := PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check
 
-.PHONY: run test typecheck demo validate-samples bench bench-full bench-scale conformance image image-check clean
+.PHONY: run test test-quick test-random typecheck demo validate-samples bench bench-full bench-scale conformance image image-check clean
 
 $(BIN)/python:  # a current pip: the one a venv starts with (23.2 on Python 3.11.7) gives up resolving the test extra
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,27 @@ run: $(RUN_STAMP)  ## serve the bundled sample over stdio (connect an MCP client
 demo: $(RUN_STAMP)  ## what an assistant sees: list and read the sample through the official MCP client
 	$(BIN)/python -m aggregator.demo $(SAMPLE)
 
-test: $(TEST_STAMP)  ## the whole test suite
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The suite runs on parallel workers (pytest-xdist; tests/isolation.py keeps their ports and databases apart), each
+# test to the first free worker (worksteal). Four workers on two cores: much of a test's time is spent waiting on
+# the servers and processes it started, and two more workers keep both cores busy (docs/testing.md has figures).
+# Bytecode is written whatever PYTHONDONTWRITEBYTECODE says: every `aggregator` process the suite starts (hundreds)
+# would compile the package again, and each worker rewrite the tests' asserts again.
+TEST_WORKERS ?= 4
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+PARALLEL = -n $(TEST_WORKERS) --dist worksteal
+
+test: $(TEST_STAMP)  ## the whole test suite, on parallel workers
+	$(PYTEST) $(PARALLEL) $(PYTEST_ARGS)
+
+test-quick: $(TEST_STAMP)  ## the inner loop: the suite less the tests marked slow (real balancers, replicas, browser)
+	$(PYTEST) $(PARALLEL) -m "not slow" $(PYTEST_ARGS)
+
+# Every worker shuffles with the same seed (xdist needs them to agree on the tests); a failure names it: rerun with
+# `make test-random RANDOM_SEED=N`.
+RANDOM_SEED ?= $(shell date +%s)
+
+test-random: $(TEST_STAMP)  ## the whole suite on parallel workers in a random order: hunting order-dependent tests
+	$(PYTEST) $(PARALLEL) --random-order-bucket=global --random-order-seed=$(RANDOM_SEED) $(PYTEST_ARGS)
 
 typecheck: $(TEST_STAMP)  ## mypy over the package ([tool.mypy] in pyproject.toml); any error fails
 	$(BIN)/python -m mypy

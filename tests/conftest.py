@@ -16,6 +16,21 @@ PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)
 MODES = ("legacy", "auto")
 
 
+def _one_tls_context_per_process() -> None:
+    """httpx builds a TLS context for every client, loading the system's CA bundle (20 ms of CPU), and the tests
+    make thousands of clients (an MCP client per connection, `httpx.get` in every health poll): a minute of CPU a
+    run. One default context per test process serves them all, as it would any number of clients (the servers the
+    tests start are plain HTTP on loopback; the aggregator processes they start are left as they are)."""
+    import functools
+
+    import httpcore2
+
+    httpcore2.default_ssl_context = functools.cache(httpcore2.default_ssl_context)
+
+
+_one_tls_context_per_process()
+
+
 def write_manifest(folder: Path, text: str, name: str = "manifest.yaml") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
@@ -124,12 +139,27 @@ def reads_are_unavailable(manifest: Path, uris: list[str]) -> None:
     anyio.run(main)
 
 
+SLOW_MODULES = {
+    "test_deploy": "the deploy files run for real: HAProxy and nginx in front of replica fleets",
+    "test_cluster_haproxy": "replica fleets behind HAProxy, Redis restarted",
+    "test_cluster_replicas": "replica processes on Redis, paused and killed",
+    "test_console_browser": "the console in Chromium",
+}
+"""Modules whose tests are marked `slow` (what `make test-quick` leaves out; `make test` runs them)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "source_contract(*flags): a contract test needing these capability flags")
+    config.addinivalue_line("markers", "slow: runs real balancers, replica fleets or a browser; `make test-quick` "
+                                       "leaves these out")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Contract tests a source kind has no capability for are deselected (not skipped: CI fails on skips)."""
+    """Contract tests a source kind has no capability for are deselected (not skipped: CI fails on skips); the
+    tests of SLOW_MODULES are marked slow."""
     from tests.source_contract import deselect_unsupported
 
     deselect_unsupported(config, items)
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -28,6 +28,8 @@ from typing import IO, Any
 
 import pytest
 
+from tests.isolation import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 HAPROXY_CFG = DEPLOY / "haproxy.cfg"
@@ -40,13 +42,6 @@ STOP_TIMEOUT = 10.0
 __all__ = ["Balancer", "Cluster", "RedisServer", "Replica", "cluster", "find_binary", "free_port", "haproxy",
            "haproxy_env", "metric_sum", "nginx", "nginx_config", "redis_server", "replicas", "start_replica",
            "wait_http"]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def find_binary(name: str, *candidates: str) -> str:

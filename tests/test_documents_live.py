@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from conftest import MODES, connect, write_manifest
 from documents_gen import DATA, pdf_pages
 from test_live import Inbox, listened
 from test_search import search_tool, until_found
+
+from tests.isolation import free_port  # the package's copy: one port sequence per worker
 
 pytest.importorskip("pypdfium2", reason="the documents extra is not installed: pip install -e '.[documents]'")
 
@@ -45,9 +46,7 @@ class Served:
     """`aggregator serve --http` on a folder's manifest, on a free loopback port, until stopped."""
 
     def __init__(self, folder: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "aggregator", "serve", str(folder / "manifest.yaml"), "--http", str(port)],

@@ -15,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from tests.conftest import server_params, write_manifest
+from tests.isolation import free_port
 
 QUIET = 0.8  # seconds to wait for a notification that must not come
 SOON = 5.0   # seconds a notification that must come may take
@@ -238,7 +239,6 @@ async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], s
 def test_writing_back_the_last_good_manifest_clears_the_reload_error(tmp_path: Path) -> None:
     """After a broken save, saving exactly the content that last loaded reloads it (its mtime changed), clears
     /healthz's lastReloadError and says in the log that the manifest recovered."""
-    import socket
     import subprocess
     import sys
     import time
@@ -250,9 +250,7 @@ def test_writing_back_the_last_good_manifest_clears_the_reload_error(tmp_path: P
     good = BASE.replace("server: {name: live}", "server: {name: live, reloadSettle: 0s}")
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(good)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log = (tmp_path / "server.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)], stderr=log,

@@ -452,11 +452,9 @@ def test_render_settings_come_from_the_root_manifest_only(tmp_path: Path) -> Non
 
 
 def _port_nobody_listens_on() -> int:
-    import socket
+    from tests.isolation import free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_port()
 
 
 @pytest.mark.parametrize("mode", MODES)

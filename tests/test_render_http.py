@@ -4,7 +4,6 @@ server keeps answering everyone else at its usual latency."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import write_manifest
+from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,18 +48,12 @@ class Served:
     log: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")
     manifest = write_manifest(tmp_path, MANIFEST)
-    port, log = _free_port(), tmp_path / "server.log"
+    port, log = free_port(), tmp_path / "server.log"
     with log.open("wb") as stderr:
         process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
                                    env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -23,6 +22,7 @@ from mcp import Client
 from mcp.server import Server, ServerRequestContext
 
 from aggregator.sdk_compat import Connection, connection_of
+from tests.isolation import free_port
 
 MCP = f"mcp {importlib.metadata.version('mcp')}"
 UVICORN = f"uvicorn {importlib.metadata.version('uvicorn')} (httptools {importlib.metadata.version('httptools')})"
@@ -103,9 +103,7 @@ def test_uvicorn_protocol_internals_that_http_limits_reads_are_there() -> None:
         await send({"type": "http.response.body", "body": b"ok"})
 
     async def main() -> bytes:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=Probe, lifespan="off",
                                                log_config=None, log_level="warning"))
         serving = asyncio.create_task(server.serve())

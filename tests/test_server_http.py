@@ -17,15 +17,10 @@ import pytest
 from mcp import Client
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
+from tests.isolation import free_port
 from tests.test_live import BASE, Inbox, listened, save
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _start(folder: Path, port: int, extra: tuple[str, ...] = (), stderr: Any = subprocess.PIPE

@@ -240,11 +240,17 @@ def test_an_open_listen_stream_does_not_hold_the_exit_after_stdin_closes(docs_ma
               "params": {"uri": "docs://README.md", "_meta": MODERN_META}}]
     process = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, env={**os.environ, **(params.env or {})}, text=True)
-    time.sleep(1)  # started: the time measured below is the shutdown's
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("".join(json.dumps(m) + "\n" for m in lines))
+    process.stdin.flush()
+    answers = {}
+    while 2 not in answers:  # served, the listen stream open: the time measured below is the shutdown's alone
+        line = process.stdout.readline()
+        assert line, "the server exited before answering the read"
+        answers.update({a.get("id"): a for a in [json.loads(line)] if "id" in a})
     began = time.monotonic()
-    out, _ = process.communicate("".join(json.dumps(m) + "\n" for m in lines), timeout=60)
+    process.communicate(timeout=60)
     took = time.monotonic() - began
-    answers = {a.get("id"): a for a in map(json.loads, out.splitlines()) if "id" in a}
     assert answers[2]["result"]["contents"][0]["text"] == "# Readme\n"
     assert process.returncode == 0 and took < DRAIN_TIMEOUT / 2, took
 

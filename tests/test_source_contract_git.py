@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from aggregator.sources import Source, SourceNotFound
+from tests.isolation import free_port
 from tests.source_contract import OUTSIDE, Opener, SourceContract, open_kind
 
 pygit2 = pytest.importorskip("pygit2", reason="pygit2 is not installed")
@@ -49,9 +50,7 @@ def git_daemon(folder: Path) -> Iterator[int]:
     """`git daemon` serving the repositories in `folder` on a loopback port, for the duration of the block."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed: no git daemon to clone from")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", f"--port={port}",
                                f"--base-path={folder}", str(folder)], stderr=subprocess.DEVNULL)
     try:

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from aggregator.sources import Blob, Source
+from tests.isolation import own_database
 from tests.source_contract import Opener, SourceContract, open_kind, silent_server
 
 sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
 
+# The contract runs in a database of each worker's own (own_database), not in `test`: a listing shows every table.
 POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 MARIADB_ADMIN = "mysql+pymysql://root@127.0.0.1:3306/test"
-POSTGRES_DB = MARIADB_DB = "aggregator_contract"
-"""A database of the suite's own: a listing shows every table, so the `test` database's would get in the way."""
 PASSWORD = "pw-contract-7e6d"
 
 
@@ -125,20 +125,11 @@ class TestSqliteContract(SqlContract):
 
 
 def postgres_url(password: str | None = None) -> str:
-    """The suite's own PostgreSQL database (created once), emptied."""
+    """This worker's own PostgreSQL database for the contract (created once), emptied."""
     pytest.importorskip("psycopg", reason="psycopg is not installed")
-    admin = sqlalchemy.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            if conn.execute(sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :n"),
-                            {"n": POSTGRES_DB}).first() is None:
-                conn.execute(sqlalchemy.text(f"CREATE DATABASE {POSTGRES_DB}"))
-    except sqlalchemy.exc.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 is not reachable: {type(exc.orig).__name__}")
-    finally:
-        admin.dispose()
-    user = f"postgres:{password}" if password else "postgres"
-    url = f"postgresql+psycopg://{user}@127.0.0.1:5432/{POSTGRES_DB}"
+    url = own_database(POSTGRES_ADMIN, "contract")
+    if password:
+        url = url.replace("postgres@", f"postgres:{password}@", 1)
     engine = sqlalchemy.create_engine(url)
     with engine.begin() as conn:
         conn.execute(sqlalchemy.text("DROP SCHEMA public CASCADE"))
@@ -181,21 +172,17 @@ class TestPostgresContract(SqlContract):
 
 
 def mariadb_url() -> str:
-    """The suite's own MariaDB database (created once), emptied."""
+    """This worker's own MariaDB database for the contract (created once), emptied."""
     pytest.importorskip("pymysql", reason="PyMySQL is not installed")
-    admin = sqlalchemy.create_engine(MARIADB_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(sqlalchemy.text(f"CREATE DATABASE IF NOT EXISTS {MARIADB_DB}"))
-            tables = conn.execute(sqlalchemy.text("SELECT table_name FROM information_schema.tables "
-                                                  "WHERE table_schema = :db"), {"db": MARIADB_DB}).scalars().all()
-            if tables:
-                conn.execute(sqlalchemy.text("DROP TABLE " + ", ".join(f"{MARIADB_DB}.`{t}`" for t in tables)))
-    except sqlalchemy.exc.OperationalError as exc:
-        pytest.skip(f"MariaDB at 127.0.0.1:3306 is not reachable: {type(exc.orig).__name__}")
-    finally:
-        admin.dispose()
-    return f"mysql+pymysql://root@127.0.0.1:3306/{MARIADB_DB}"
+    url = own_database(MARIADB_ADMIN, "contract")
+    engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        tables = conn.execute(sqlalchemy.text("SELECT table_name FROM information_schema.tables "
+                                              "WHERE table_schema = DATABASE()")).scalars().all()
+        if tables:
+            conn.execute(sqlalchemy.text("DROP TABLE " + ", ".join(f"`{t}`" for t in tables)))
+    engine.dispose()
+    return url
 
 
 class TestMariadbContract(SqlContract):

@@ -12,6 +12,7 @@ from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound
 from aggregator.manifest import ManifestError
 from tests.conftest import MODES, connect, write_manifest
+from tests.isolation import free_port
 
 pygit2 = pytest.importorskip("pygit2", reason="pygit2 is not installed")
 
@@ -96,9 +97,7 @@ def test_remote_url_is_cloned_into_the_cache(repo: Path, tmp_path: Path, monkeyp
 
     if shutil.which("git") is None:
         pytest.skip("git is not installed: no git daemon to clone from")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", f"--port={port}",
                                f"--base-path={repo.parent}", str(repo.parent)], stderr=subprocess.DEVNULL)
     try:

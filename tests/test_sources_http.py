@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavai
 from aggregator.manifest import ManifestError
 from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
 from tests.http_server import BINARY, Upstream, serve
+from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -313,9 +313,7 @@ def test_collection_over_http_is_a_located_error(tmp_path: Path, upstream: Upstr
 
 def test_connection_failures_name_the_reason_for_the_operator(tmp_path: Path,
                                                               caplog: pytest.LogCaptureFixture) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     path = write_manifest(tmp_path, f"""
         version: 1
         server: {{name: http-why}}

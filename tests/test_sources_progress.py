@@ -52,12 +52,16 @@ def test_a_long_local_listing_logs_progress_on_stderr_and_leaves_stdout_alone(tm
         assert len(seen) >= 2 and seen == sorted(seen) and 0 < seen[-1] <= 4000, loud.stderr[-2000:]
         assert "source 'docs': listed 4,000 files in" in loud.stderr
         assert "listing" not in loud.stdout and "seen so far" not in loud.stdout
-    assert run("list", "manifest.yaml", cwd=tmp_path, env=FAST).stdout == quiet.stdout
+        if command == "list":
+            assert loud.stdout == quiet.stdout
 
 
 def test_a_long_bucket_listing_logs_objects_page_by_page(tmp_path: Path) -> None:
     moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
     boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
@@ -66,8 +70,11 @@ def test_a_long_bucket_listing_logs_objects_page_by_page(tmp_path: Path) -> None
         client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
                               region_name="us-east-1")
         client.create_bucket(Bucket="many")
-        for i in range(1100):  # two pages of list_objects_v2
-            client.put_object(Bucket="many", Key=f"docs/{i:05}.md", Body=b"x")
+        client.put_object(Bucket="many", Key="docs/00000.md", Body=b"x")
+        # Two pages of list_objects_v2: the rest straight into the server's store (1,100 PUTs took 15 s).
+        store = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
+        for i in range(1, 1100):
+            store.put_object("many", f"docs/{i:05}.md", b"x")
         write_manifest(tmp_path, f"""
             version: 1
             server: {{name: bucket}}

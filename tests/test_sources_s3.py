@@ -162,8 +162,8 @@ def refresh_manifest(tmp_path: Path, endpoint: str, bucket: str, extra: str = ""
           reports:
             url: "s3://{bucket}/latest"
             options: {{key: test-key, secret: test-secret-value, endpoint_url: "{endpoint}"}}
-            ttl: 1s
-            timeout: 2s
+            ttl: 300ms
+            timeout: 1s
             {extra}
         collections:
           - {{source: reports, glob: "**/*.md", uri: "reports://{{path}}", name: "{{stem}}"}}
@@ -172,7 +172,7 @@ def refresh_manifest(tmp_path: Path, endpoint: str, bucket: str, extra: str = ""
         """)
 
 
-TTL_PASSED = 1.6  # the manifests' ttl is 1s
+TTL_PASSED = 0.5  # the manifests' ttl is 300ms
 
 
 @pytest.mark.parametrize("mode", MODES)

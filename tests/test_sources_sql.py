@@ -15,6 +15,7 @@ import pytest
 from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
+from tests.isolation import own_database
 from tests.test_validate import closed_port
 
 sqlalchemy = pytest.importorskip("sqlalchemy", reason="SQLAlchemy is not installed")
@@ -53,9 +54,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return database(f"sqlite:///{tmp_path / 'crm.db'}")
     if request.param == "postgresql":
         pytest.importorskip("psycopg", reason="psycopg is not installed")
-        return database("postgresql+psycopg://postgres@127.0.0.1:5432/test")
+        return database(own_database("postgresql+psycopg://postgres@127.0.0.1:5432/test", "sql"))
     pytest.importorskip("pymysql", reason="PyMySQL is not installed")
-    return database("mysql+pymysql://root@127.0.0.1:3306/test")
+    return database(own_database("mysql+pymysql://root@127.0.0.1:3306/test", "sql"))
 
 
 def manifest(folder: Path, url: str, extra: str = "") -> Path:

@@ -21,6 +21,7 @@ from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.mcp import McpBlob, McpSource
 from aggregator.upstream import HttpTarget, ListChanged, StdioTarget, Updated, Upstream, UpstreamEvent
 from tests.conftest import MODES, PNG_BYTES, write_manifest
+from tests.isolation import free_port
 from tests.test_live import BASE, save
 
 HERE = Path(__file__).resolve().parent
@@ -36,12 +37,6 @@ def mcpserver(**env: str) -> StdioTarget:
 
 def aggregator(manifest: Path) -> StdioTarget:
     return StdioTarget([sys.executable, "-m", "aggregator", "serve", str(manifest)], env=ENV)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_http(argv: list[str], port: int) -> subprocess.Popen[bytes]:

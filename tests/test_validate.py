@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import write_manifest
+from tests.isolation import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "tok-5e3c7a91"
@@ -24,9 +24,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def closed_port() -> int:
     """A loopback port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_port()
 
 
 def test_a_collection_matching_nothing_is_a_located_warning_and_strict_fails(tmp_path: Path) -> None:
