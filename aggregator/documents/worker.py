@@ -67,10 +67,11 @@ def _reply(request: bytes, document: bytes) -> tuple[dict[str, Any], bool]:
     except OverLimit as exc:
         return {"error": exc.why, "limit": exc.key}, False
     except ConversionFailed as exc:
-        return {"error": exc.why}, False
+        if not _ran_out_of_memory(exc) and not _came_near(limits.max_memory):
+            return {"error": exc.why}, False
+        return _over_memory(limits.max_memory), True
     except MemoryError:
-        return {"error": f"it needs more than {limits.max_memory} bytes of memory to convert (limit "
-                         "convert.maxMemory)", "limit": "maxMemory"}, True
+        return _over_memory(limits.max_memory), True
     except ImportError as exc:
         return {"error": f"the converter for {header['format']} files is not installed ({exc.name})",
                 "missing": exc.name}, False
@@ -78,6 +79,49 @@ def _reply(request: bytes, document: bytes) -> tuple[dict[str, Any], bool]:
         return {"error": "it is nested too deeply to convert"}, False
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+
+def _over_memory(max_memory: int) -> dict[str, Any]:
+    return {"error": f"it needs more than {max_memory} bytes of memory to convert (limit convert.maxMemory)",
+            "limit": "maxMemory"}
+
+
+# What zlib (Z_MEM_ERROR), libxml2 and the C allocator say when an allocation fails under RLIMIT_AS.
+_OUT_OF_MEMORY = ("memory allocation failed", "insufficient memory", "cannot allocate memory", "out of memory")
+
+
+def _peak_address_space() -> int | None:
+    """This process's peak address space in bytes (VmPeak), None where /proc does not tell."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _came_near(limit: int) -> bool:
+    """Whether the address space reached within 1/8 of `limit` (since this worker started: one that fails for
+    memory is replaced): an allocation past it then failed somewhere a parser reports as a broken file (the error
+    it raises names no memory at all)."""
+    peak = _peak_address_space()
+    return peak is not None and peak >= limit - limit // 8
+
+
+def _ran_out_of_memory(exc: BaseException) -> bool:
+    """Whether a converter's "corrupt file" verdict hides an allocation that failed under the memory limit: the
+    parsers turn a MemoryError met deep inside (zipfile, lxml, openpyxl's readers) into errors of their own, which
+    the converters then call corrupt (seen under load: a 20,000-row XLSX at 64 MiB said "corrupt XLSX")."""
+    seen: BaseException | None = exc
+    for _ in range(16):  # a bounded walk: contexts can be long but never need to be followed far
+        if seen is None:
+            return False
+        if isinstance(seen, MemoryError) or any(said in str(seen).lower() for said in _OUT_OF_MEMORY):
+            return True
+        seen = seen.__context__ or seen.__cause__
+    return False
 
 
 def main() -> int:
