@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import zipfile
 from pathlib import Path
@@ -35,6 +36,7 @@ def pdf_pages(pages: int, words: int = 40) -> bytes:
     return bytes(out)
 
 
+@functools.cache  # 100,000 rows take seconds of CPU to write: once per test process
 def xlsx_rows(rows: int) -> bytes:
     """An XLSX with one sheet: a header row, then `rows` rows of (n, "row n", n * 1.5)."""
     import openpyxl
