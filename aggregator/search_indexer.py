@@ -3,7 +3,8 @@ answers the full-text part of a search for one caller.
 
 A background task (`run`) fills the index within `server.search.indexBytes` and follows
 `ResourceService.change_listeners` (files invalidated, catalog swapped). It reads files directly, past the content
-cache (which indexing would flush), and keys documents by their listed version (mtime:size), so a file index
+cache (which indexing would flush), except `convert:` documents: their Markdown comes through the cache, so a
+conversion serves the index and reads alike. It keys documents by their listed version (mtime:size), so a file index
 survives restarts without rereading. Visibility is decided by the current catalog, never by the index.
 """
 
@@ -19,8 +20,8 @@ import anyio.to_thread
 
 from aggregator.catalog import Catalog, Entry, FileTarget
 from aggregator.content import decode_body, gunzip, is_text_mime
+from aggregator.errors import ResourceNotConverted
 from aggregator.manifest.model import SearchSettings
-from aggregator.reads.documents import indexed_text
 from aggregator.search_index import FullTextIndex, QueryTimeout, fts_expression
 from aggregator.search_query import InvalidSearch
 
@@ -201,7 +202,8 @@ class Indexer:
 
     async def _read_text(self, catalog: Catalog, entry: Entry) -> str | None:
         """The text of a listed file as resources/read serves it, read past the content cache (indexing every file
-        must not evict what clients read); "" for binary content, None when it cannot be read now."""
+        must not evict what clients read) unless it is converted; "" for binary content, None when it cannot be
+        read now."""
         snapshot = self.service.snapshot
         source = snapshot.sources.get(entry.source or "")
         if source is None or entry.path is None:
@@ -209,9 +211,8 @@ class Indexer:
         max_bytes = snapshot.limits[entry.source or ""].max_bytes  # the source's maxBytes, else the default
         try:
             target = catalog.resolve(entry.uri)
-            convert = target.convert if isinstance(target, FileTarget) else None
-            if convert is not None:
-                max_bytes = convert.max_input_bytes  # as a read: the Markdown is what is served and indexed
+            if isinstance(target, FileTarget) and target.convert is not None:
+                return await self._converted(target)
             blob = await source.read(entry.path, max_bytes)
             data = blob.data
             if isinstance(target, FileTarget) and target.decompress and data.startswith(b"\x1f\x8b"):
@@ -219,9 +220,21 @@ class Indexer:
         except Exception as exc:  # a file that cannot be read now is tried again on its next change
             logger.debug("search index: cannot read %s: %s", entry.uri, exc)
             return None
-        if isinstance(target, FileTarget) and convert is not None:
-            return await indexed_text(target, convert, data, self.service.documents)
         content = decode_body(data, target.mime_type)
+        return content.text if content.text is not None else ""
+
+    async def _converted(self, target: FileTarget) -> str | None:
+        """The Markdown of a `convert:` file as reads get it: the content cache's, so a document is converted once
+        for both (the cache forgets it when the file changes); "" when it does not convert (indexed empty until it
+        changes), None when it cannot be read now (tried again on its next change)."""
+        try:
+            content = await self.service.read_indexed(target)
+        except ResourceNotConverted as exc:
+            logger.debug("search index: %s not converted: %s", target.uri, exc)
+            return ""
+        except Exception as exc:  # a converter not installed, a source down: tried again on the next change
+            logger.debug("search index: cannot read %s: %s", target.uri, exc)
+            return None
         return content.text if content.text is not None else ""
 
     async def wait_indexed(self, generation: int | None = None) -> None:

@@ -300,6 +300,13 @@ class ResourceService:
             return await self._reader.read(snapshot, uri, scopes)
 
 
+    async def read_indexed(self, target: FileTarget) -> Content:
+        """What the search index holds of a `convert:` file: its Markdown as reads get it, from the content cache
+        or converted there as background work; ResourceNotConverted (or another RequestError) otherwise."""
+        async with self.lease() as snapshot:
+            return await self._reader.indexed(snapshot, target)
+
+
 def _reads_of(catalog: Catalog, source: str, uris: Iterable[str]) -> dict[str, str | None]:
     wanted: dict[str, str | None] = {}
     for uri, target in catalog.resolve_each(uris):

@@ -138,6 +138,35 @@ async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool
 
 
 @pytest.mark.anyio
+async def test_background_work_a_read_waits_for_goes_ahead(pool: DocumentPool) -> None:
+    """The search indexer's conversion of a document a client's read now waits for (the read gets it from the content
+    cache) stops waiting for a background turn once `wanted`: behind four long documents queued for the index (one
+    background turn at a time in a pool of two), it ends first or second, not last."""
+    long, short, done = pdf_pages(500), fixture("crazyones.pdf"), []
+
+    async def convert(name: str, document: bytes, key: str | None = None) -> None:
+        if key is None:
+            await pool.convert(document, "pdf", LIMITS, background=True)
+        else:
+            with pool.queued(key) as turn:
+                await pool.convert(document, "pdf", LIMITS, background=True, wanted=turn)
+        done.append(name)
+
+    async with anyio.create_task_group() as tg:  # both workers started first
+        for i in range(2):
+            tg.start_soon(pool.convert, short, "pdf", LIMITS)
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(convert, f"index {i}", long)
+        tg.start_soon(convert, "wanted", short, "doc://short.pdf")
+        await anyio.wait_all_tasks_blocked()
+        pool.wanted("doc://short.pdf")
+        pool.wanted("doc://nothing-queued.pdf")  # nothing waits for it: nothing happens
+    assert done.index("wanted") <= 1, done
+    assert pool.converted == 7 and pool.started == 2
+
+
+@pytest.mark.anyio
 async def test_stored_conversions_are_bounded_and_keyed_by_bytes_and_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import os
 

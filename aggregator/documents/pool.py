@@ -11,6 +11,8 @@ import os
 import struct
 import subprocess
 import sys
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
 import anyio
@@ -96,18 +98,26 @@ class DocumentPool:
         """Conversions running now."""
         self.stored: StoredConversions | None = None
         """Converted text kept on disk across restarts (server.documents.cacheDir); None: off."""
+        self._queued: dict[Hashable, anyio.Event] = {}
 
     @property
     def workers(self) -> int:
         """Worker processes alive now: idle ones and those converting."""
         return len(self._idle) + self.busy
 
-    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings, background: bool = False) -> str:
+    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings, background: bool = False,
+                      wanted: anyio.Event | None = None) -> str:
         """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise.
-        `background` work (indexing) runs at most size // 2 (at least 1) at once, leaving the rest to reads."""
+        `background` work (indexing) runs at most size // 2 (at least 1) at once, leaving the rest to reads; once
+        `wanted` is set (a client's read waits for this conversion) it stops waiting for a background turn."""
         if background:
-            async with self._background:
-                return await self.convert(document, fmt, limits)
+            turn = object()
+            if await self._background_turn(turn, wanted):
+                try:
+                    return await self.convert(document, fmt, limits)
+                finally:
+                    self._background.release_on_behalf_of(turn)
+            return await self.convert(document, fmt, limits)
         if self.stored is None:
             return await self._convert(document, fmt, limits)
         name = self.stored.name(document, fmt, limits)
@@ -117,6 +127,44 @@ class DocumentPool:
         text = await self._convert(document, fmt, limits)
         await self.stored.put(name, text)
         return text
+
+    @contextmanager
+    def queued(self, key: Hashable) -> Iterator[anyio.Event]:
+        """While background work converts what `key` names (the caller's name for it): the event `wanted(key)`
+        sets, to pass to `convert`."""
+        event = self._queued[key] = anyio.Event()
+        try:
+            yield event
+        finally:
+            if self._queued.get(key) is event:
+                del self._queued[key]
+
+    def wanted(self, key: Hashable) -> None:
+        """A client's read of what `key` names waits for any background work on it: that work goes ahead now."""
+        event = self._queued.get(key)
+        if event is not None:
+            event.set()
+
+    async def _background_turn(self, turn: object, wanted: anyio.Event | None) -> bool:
+        """Wait for a background slot (True: held for `turn`, to be released) or, sooner, for `wanted` (False)."""
+        if wanted is None:
+            await self._background.acquire_on_behalf_of(turn)
+            return True
+        held = False
+        async with anyio.create_task_group() as race:
+            async def slot() -> None:
+                nonlocal held
+                await self._background.acquire_on_behalf_of(turn)  # cancelled while waiting: nothing is held
+                held = True
+                race.cancel_scope.cancel()
+
+            async def asked() -> None:
+                await wanted.wait()
+                race.cancel_scope.cancel()
+
+            race.start_soon(slot)
+            race.start_soon(asked)
+        return held
 
     async def _convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
         header = json.dumps({"format": fmt, "limits": asdict(limits)}).encode("utf-8")
