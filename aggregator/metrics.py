@@ -242,6 +242,11 @@ def _document_figures(pool: DocumentPool) -> Iterator[Any]:
                             value=pool.workers)
     yield CounterMetricFamily("aggregator_document_workers_killed", "Conversion workers killed for overrunning "
                               "convert.timeout, or found dead.", value=pool.killed)
+    yield CounterMetricFamily("aggregator_document_rechecks", "Documents a parser gave up on, converted again in a "
+                              "fresh worker with twice convert.maxMemory to tell a corrupt file from one over the "
+                              "limit.", value=pool.rechecked)
+    yield GaugeMetricFamily("aggregator_document_worker_peak_bytes", "The most address space a conversion worker "
+                            "reached (its libraries included), against convert.maxMemory.", value=pool.peak)
 
 
 def _cluster_figures(live: Figures) -> Iterator[Any]:

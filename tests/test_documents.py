@@ -15,7 +15,7 @@ from aggregator.documents.failures import ConversionFailed, OverLimit  # noqa: E
 from aggregator.documents.pool import DocumentPool  # noqa: E402
 from aggregator.manifest.model import ConvertSettings  # noqa: E402
 
-from documents_gen import DATA, docx_bomb, pdf_pages, xlsx_rows  # noqa: E402
+from documents_gen import DATA, docx_bomb, padded, pdf_pages, xlsx_broken_sheet, xlsx_rows  # noqa: E402
 
 LIMITS = ConvertSettings()
 
@@ -103,6 +103,35 @@ async def test_out_of_memory_fails_that_document_only(pool: DocumentPool) -> Non
     with pytest.raises(ConversionFailed, match="maxMemory"):
         await pool.convert(xlsx_rows(20_000), "xlsx", replace(LIMITS, max_memory=64 * 1024 * 1024, max_rows=20_000))
     assert "The Crazy Ones" in await pool.convert(fixture("crazyones.pdf"), "pdf", LIMITS)
+
+
+@pytest.mark.anyio
+async def test_a_corrupt_file_near_the_memory_limit_is_told_from_one_over_it(pool: DocumentPool) -> None:
+    """A parser that gives up says "corrupt" whether the file is broken or an allocation failed under maxMemory (the
+    parsers turn a MemoryError into errors of their own): the pool converts it once more in a fresh worker with
+    twice the memory, whose peak tells which. A broken sheet that fits within the limit, even closely, is corrupt;
+    within a limit it cannot even be opened in, it is over the limit."""
+    broken = xlsx_broken_sheet(20_000)
+    with pytest.raises(ConversionFailed, match="^it is a corrupt or unreadable XLSX file$"):
+        await pool.convert(broken, "xlsx", LIMITS)
+    assert (pool.rechecked, pool.started) == (1, 2)  # the second attempt in a fresh worker, which is kept
+    near = pool.peak + 6 * 1024 * 1024  # the most it took in either worker, and a little more
+    with pytest.raises(ConversionFailed, match="^it is a corrupt or unreadable XLSX file$"):
+        await pool.convert(broken, "xlsx", replace(LIMITS, max_memory=near))
+    with pytest.raises(OverLimit, match=r"more than 50331648 bytes of memory to convert \(limit convert.maxMemory\)"):
+        await pool.convert(broken, "xlsx", replace(LIMITS, max_memory=48 * 1024 * 1024))
+    assert "The Crazy Ones" in await pool.convert(fixture("crazyones.pdf"), "pdf", LIMITS)
+
+
+@pytest.mark.anyio
+async def test_a_pptx_read_whole_past_the_memory_limit_is_refused_unparsed(pool: DocumentPool) -> None:
+    """python-pptx reads every part of a PPTX into memory first: parts declaring more than maxMemory are refused from
+    the zip's directory, before any parsing, and the worker goes on (the same file converts within a larger limit)."""
+    bigger = padded("txt-text-frame.pptx", 128 * 1024 * 1024)
+    with pytest.raises(OverLimit, match=r"read whole: more than 104857600 \(limit convert.maxMemory\)$"):
+        await pool.convert(bigger, "pptx", replace(LIMITS, max_memory=100 * 1024 * 1024))  # the worker takes 79
+    assert "## Slide 1" in await pool.convert(bigger, "pptx", LIMITS)
+    assert (pool.started, pool.killed, pool.rechecked) == (1, 0, 0)
 
 
 @pytest.mark.anyio

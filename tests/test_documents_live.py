@@ -62,10 +62,14 @@ class Served:
 
     def conversions(self) -> int:
         """Documents this server converted (aggregator_document_conversions_total{outcome="ok"})."""
+        return int(self.metric('aggregator_document_conversions_total{outcome="ok"}'))
+
+    def metric(self, name: str) -> float:
+        """A figure of this server's /metrics (`name` with its labels, as written there)."""
         text = httpx.get(self.base + "/metrics", timeout=5).text
-        found = re.search(r'^aggregator_document_conversions_total\{outcome="ok"\} (\S+)$', text, re.M)
-        assert found, "no conversion counter in /metrics"
-        return int(float(found.group(1)))
+        found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        assert found, f"no {name} in /metrics"
+        return float(found.group(1))
 
     def stop(self) -> None:
         self.process.terminate()
@@ -237,6 +241,8 @@ def test_indexing_and_reading_a_document_convert_it_once(tmp_path: Path, mode: s
             await until_found(client, "word39", "doc://report.pdf")  # the indexer converted the new version
             assert "<!-- page 2 -->\n\nPage 2 word0" in await text("doc://report.pdf")
             assert server.conversions() == 3
+            assert server.metric("aggregator_document_rechecks_total") == 0  # nothing failed to parse
+            assert 20e6 < server.metric("aggregator_document_worker_peak_bytes") < 1024**3  # the default maxMemory
 
     try:
         anyio.run(main)
