@@ -65,11 +65,18 @@ class _Worker:
         return worker
 
     async def ask(self, header: bytes, document: bytes) -> dict[str, object]:
-        await self.requests.send(_LENGTH.pack(len(header)) + header)
-        await self.requests.send(_LENGTH.pack(len(document)) + document)
-        (length,) = _LENGTH.unpack(await self.replies.receive_exactly(_LENGTH.size))
-        reply: dict[str, object] = json.loads(await self.replies.receive_exactly(length))
+        """The worker's reply on `document`, its Markdown (if converted) under `text`."""
+        await self.requests.send(_LENGTH.pack(len(header)) + header + _LENGTH.pack(len(document)))
+        await self.requests.send(document)
+        reply: dict[str, object] = json.loads(await self._message())
+        text = await self._message()
+        if reply.get("converted"):
+            reply["text"] = text.decode("utf-8", "surrogatepass")
         return reply
+
+    async def _message(self) -> bytes:
+        (length,) = _LENGTH.unpack(await self.replies.receive_exactly(_LENGTH.size))
+        return await self.replies.receive_exactly(length)
 
     async def kill(self) -> None:
         with anyio.CancelScope(shield=True):

@@ -1,7 +1,8 @@
 """A conversion worker process (`python -m aggregator.documents.worker`): converts one document at a time for the
 pool (pool.py), over its stdin and stdout. Messages are a 4-byte big-endian length and that many bytes: a request
-is a JSON header (format, limits, and `within` on a second attempt) then the document, a reply one JSON object
-(`text`, or `error` with `limit` or `recheck`; `peak`, its address space's peak; `leave` when it exits after it).
+is a JSON header (format, limits, and `within` on a second attempt) then the document; a reply a JSON header
+(`converted`, or `error` with `limit` or `recheck`; `peak`, its address space's peak; `leave` when it exits after
+it) then the Markdown in UTF-8 (empty when not converted).
 
 It loads every converter's library before saying it is ready (one byte), so a conversion's time limit counts the
 conversion only. Each conversion runs under the request's address-space limit (RLIMIT_AS); a worker that ran out of
@@ -25,6 +26,8 @@ from aggregator.manifest.model import ConvertSettings
 __all__ = ["READY", "limits_from", "main", "read_message", "write_message"]
 
 READY = b"R"
+PIPE_MAX = 1024 * 1024
+"""Bytes each pipe to and from a worker holds (the default pipe-max-size of unprivileged processes)."""
 _LENGTH = struct.Struct(">I")
 
 
@@ -43,9 +46,24 @@ def read_message(stream: BinaryIO) -> bytes | None:
     return body if len(body) == length else None
 
 
-def write_message(stream: BinaryIO, body: bytes) -> None:
-    stream.write(_LENGTH.pack(len(body)) + body)
+def write_message(stream: BinaryIO, *bodies: bytes) -> None:
+    """Each body as one length-prefixed message, flushed together."""
+    for body in bodies:
+        stream.write(_LENGTH.pack(len(body)))
+        stream.write(body)
     stream.flush()
+
+
+def _wide_pipes(*streams: BinaryIO) -> None:
+    """Pipes of PIPE_MAX bytes (Linux; best effort): a document and its Markdown cross in one or two writes, not
+    a wake-up of the other process every 64 KiB."""
+    import fcntl
+
+    for stream in streams:
+        try:
+            fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_MAX)
+        except OSError:  # not a pipe, or past /proc/sys/fs/pipe-max-size: the default size works, a little slower
+            pass
 
 
 def _preload() -> None:
@@ -154,6 +172,7 @@ def main() -> int:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     source = sys.stdin.buffer
+    _wide_pipes(source, out)
     _preload()
     out.write(READY)
     out.flush()
@@ -163,7 +182,9 @@ def main() -> int:
         if request is None or document is None:
             return 0
         reply, leave = _reply(request, document)
-        write_message(out, json.dumps({**reply, "leave": leave}).encode("utf-8"))
+        text = reply.pop("text", None)  # sent as it is: JSON would escape every non-ASCII character (6 bytes each)
+        head = json.dumps({**reply, "converted": text is not None, "leave": leave}).encode("utf-8")
+        write_message(out, head, b"" if text is None else text.encode("utf-8", "surrogatepass"))
         if leave:
             return 3
 
