@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -43,6 +44,8 @@ T = TypeVar("T")
 State = Literal["idle", "connecting", "connected", "failed", "closed"]
 
 MAX_COMPLETIONS = 100
+MAX_FRAMES = 5
+"""Frames of a traceback logged when the connection's task dies (where it failed, never what it held)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,19 @@ class Upstream:
             self._set_state("connecting")
             # Detached on purpose: the client must live in one task, callers come from many (see module docstring).
             self._runner = asyncio.get_running_loop().create_task(self._run(), name=f"upstream-{self.name}")
+            self._runner.add_done_callback(self._runner_ended)
+
+    def _runner_ended(self, task: Any) -> None:
+        """The connection's task ended. Cancelled or closing is expected; an exception is a defect of ours, which a
+        detached task would keep to itself: logged (its type, its message cut short, the frames where it happened;
+        no locals) and the upstream marked failed, so calls fail at once instead of waiting for a task that is gone."""
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        reason = describe_failure(exc)
+        where = "".join(traceback.format_tb(exc.__traceback__)[-MAX_FRAMES:]).rstrip()
+        logger.error("%s (%s): the connection's task ended: %s\n%s", self.describe(), self.name, reason, where)
+        if not self._closing:
+            self._set_state("failed", f"the connection's task ended: {reason}")
 
     async def _ready(self) -> Link:
         hurried = False  # a call waits for at most one attempt it brought forward
