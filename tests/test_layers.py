@@ -35,9 +35,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 
 MAX_LINES = 500
-OVER_MAX_LINES = {"upstream.connection"}
-"""Known exceptions to MAX_LINES, until issue 25 splits them and empties this set (a test fails once one of them
-fits, so the set only shrinks)."""
 
 
 def _layer_of(module: str) -> int | None:
@@ -141,11 +138,6 @@ def _lines(path: Path) -> int:
 
 def test_no_module_is_past_max_lines() -> None:
     long = {name: lines for name, path in _modules().items()
-            if (lines := _lines(path)) > MAX_LINES and name not in OVER_MAX_LINES}
+            if (lines := _lines(path)) > MAX_LINES}
     assert long == {}, f"split these modules (one concept per module, at most {MAX_LINES} lines)"
 
-
-def test_known_long_modules_are_still_long() -> None:
-    modules = _modules()
-    fit = sorted(name for name in OVER_MAX_LINES if name not in modules or _lines(modules[name]) <= MAX_LINES)
-    assert fit == [], "remove these from OVER_MAX_LINES: they are split (or gone)"
