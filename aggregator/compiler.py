@@ -29,7 +29,7 @@ from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
 
 __all__ = ["EntryBuilder", "build_templates", "catalog_of", "collection_key", "compile_catalog", "resource_entry",
-           "uri_collision"]
+           "resource_key", "uri_collision"]
 
 logger = logging.getLogger("aggregator.catalog")
 
@@ -192,6 +192,11 @@ def collection_key(spec: CollectionSpec) -> CollectionSpec:
     return replace(spec, where=_NOWHERE, key="")
 
 
+def resource_key(spec: ResourceSpec) -> ResourceSpec:
+    """What makes two resources list the same entry: everything but where the manifest wrote them."""
+    return replace(spec, where=_NOWHERE, key="")
+
+
 _NOWHERE = Location("", 0, 0)
 
 
@@ -319,6 +324,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
                          if key in reuse else now for key in catalog.collections if key not in skipped}
     catalog.published = published
     catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
+    catalog.stated_at = {resource_key(r): now for r in manifest.resources if r.source is not None}
     return catalog
 
 
