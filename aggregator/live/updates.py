@@ -8,13 +8,17 @@ subscribers and sessions it concerns, on both wires with their scope filters.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from aggregator.cache_keys import Forget
+from aggregator.catalog_delta import Delta
 from aggregator.cluster.told import SourcePath
 from aggregator.live.delta import FullRelist, apply_changed_files
+from aggregator.live.relisted import relist_source
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
+from aggregator.sources import SourceError
 from aggregator.watch import Change
 
 __all__ = ["CatalogUpdates", "SaidOnce"]
@@ -96,6 +100,39 @@ class CatalogUpdates:
         self.incremental_relists += 1
         if delta.added or delta.removed:
             await self._tell_listing_changed()
+
+    async def source_polled(self, source: str, told: Collection[str] = (), tell: bool = True) -> Delta | None:
+        """List the collections of `source` again (a poll) and apply what came, changed or went in place: the files
+        that changed are forgotten and, with `tell`, their subscribers (but those in `told`) get `updated`;
+        list_changed when entries came or went. A full relist when that cannot be done; the Delta applied, if any.
+        A source that cannot be listed now keeps its listing (said once)."""
+        try:
+            if self._stale:  # the last relist failed: the catalog does not follow the sources, only a relist can
+                raise FullRelist("the last relisting failed")
+            delta = await relist_source(self.service, source)
+        except SourceError as exc:
+            if self.errors.first_time(f"polling {source}: {exc}"):
+                logger.warning("polling source %r: it cannot be listed (%s); its last listing is served", source, exc)
+            return None
+        except (FullRelist, ManifestError) as exc:
+            if not isinstance(exc, ManifestError):
+                logger.info("full relist after polling source %r: %s", source, exc)
+            self.full_relists += 1
+            await self.relist()
+            return None
+        if delta is None:
+            return None
+        self.incremental_relists += 1
+        if delta.updated:
+            paths = {e.path for e in map(delta.catalog.get, delta.updated) if e is not None and e.path is not None}
+            self.service.invalidate(source, paths)
+            subscribed = self.notifier.subscribed_uris() if tell else set()
+            uris = (delta.updated | self.service.rendered_dependents(delta.updated)) & subscribed - set(told)
+            if uris:
+                await self.notifier.updated(sorted(uris))
+        if delta.added or delta.removed:
+            await self._tell_listing_changed()
+        return delta
 
     async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
         """These URIs read differently now (a poll saw new versions): invalidate them and tell those `subscribed`
