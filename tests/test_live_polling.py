@@ -16,6 +16,7 @@ import pytest
 from mcp import Client
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
+from aggregator.live.updates import CatalogUpdates
 from aggregator.notify import Notifier
 from aggregator.server import build_server
 from aggregator.service import ResourceService
@@ -180,3 +181,51 @@ resources:
                     assert LISTINGS["docs"] == walks and live.file_changes["relist"] == 0
 
         anyio.run(main)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_changes_applied_by_polls_equal_a_fresh_listing(tmp_path: Path, seed: int) -> None:
+    """Objects added, rewritten and deleted at random between polls (an fsspec memory store, two overlapping
+    collections and a resource over it): after every poll the catalog equals a fresh load, with no full relist."""
+    import random
+
+    import fsspec
+
+    rng, root = random.Random(seed), f"/poll-random-{seed}"
+    fs = fsspec.filesystem("memory")
+    names = [f"{folder}/{i}.{ext}" for folder in ("a", "a/b", "c") for i in range(6) for ext in ("md", "txt")]
+    fs.pipe({f"{root}/{name}": b"x" * rng.randrange(1, 9) for name in rng.sample(names, 12)})
+    fs.pipe_file(f"{root}/a/0.md", b"kept")
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: random-polls}}
+        sources:
+          mem: {{url: "memory://{root}"}}
+        collections:
+          - {{source: mem, glob: "**/*.md", uri: "md://{{path}}", annotations: {{lastModified: file}}}}
+          - {{source: mem, glob: "a/**", uri: "a://{{path}}", access: {{scopes: [staff]}}}}
+        resources:
+          - {{uri: "one://a0", name: a0, source: mem, path: a/0.md}}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        updates = CatalogUpdates(service, Notifier())
+        try:
+            for _ in range(15):
+                for name in rng.sample(names, 4):
+                    if rng.random() < 0.4 and fs.exists(f"{root}/{name}"):
+                        fs.rm_file(f"{root}/{name}")
+                    else:
+                        fs.pipe_file(f"{root}/{name}", b"y" * rng.randrange(1, 9))
+                await updates.source_polled("mem")
+                fresh = await ResourceService.open(manifest)
+                try:
+                    assert list(service.catalog.entries) == list(fresh.catalog.entries)
+                finally:
+                    await fresh.aclose()
+            assert updates.full_relists == 0 and updates.incremental_relists > 0
+        finally:
+            await service.aclose()
+
+    anyio.run(main)

@@ -64,12 +64,16 @@ def listing_changes(catalog: Catalog, listed: Mapping[CollectionSpec, Sequence[F
     upserted: dict[str, FileInfo] = {}
     removed: set[str] = set()
     for key, files in listed.items():
-        before = catalog.paths_of(key)
+        before, found = catalog.paths_of(key), 0
         for info in files:
             old = before.get(info.path)
-            if old is None or _differs(old, info):
+            if old is None:
                 upserted[info.path] = info
-        if len(files) != len(before) or upserted or removed:  # equal counts and nothing new: nothing went
+            else:
+                found += 1
+                if _differs(old, info):
+                    upserted[info.path] = info
+        if found < len(before):  # every listed entry was found again: none went
             removed |= before.keys() - {info.path for info in files}
     return list(upserted.values()), removed - upserted.keys()
 
