@@ -115,15 +115,17 @@ def _plan(previous: Catalog, old: Manifest, manifest: Manifest, sources: Mapping
     for rspec in old.resources:
         if (entry := previous.get(rspec.uri)) is not None:
             before.setdefault(resource_key(rspec), []).append(entry)
-    now, kept_resources, to_stat = time.monotonic(), {}, []
+    kept_resources: dict[ResourceSpec, float] = {}
+    to_stat: list[ResourceSpec] = []
+    now = time.monotonic()
     for rspec in manifest.resources:
-        key, sid = resource_key(rspec), rspec.source
-        stated = previous.stated_at.get(key, 0.0)
+        rkey, sid = resource_key(rspec), rspec.source
+        stated = previous.stated_at.get(rkey, 0.0)
         recent = sid is None or (sid in kept and (sid in current or now - stated < ttl[sid]))
-        if recent and before.get(key):
-            before[key].pop()
+        if recent and before.get(rkey):
+            before[rkey].pop()
             if sid is not None:
-                kept_resources[key] = stated
+                kept_resources[rkey] = stated
         else:
             to_stat.append(rspec)
     out.update((e.uri, e) for entries in before.values() for e in entries)

@@ -18,13 +18,12 @@ from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from aggregator.live.updates import CatalogUpdates
 from aggregator.notify import Notifier
-from aggregator.server import build_server
 from aggregator.service import ResourceService
 from aggregator.sources.progress import LISTINGS
-from aggregator.supervisor import Supervisor
 from tests.conftest import MODES, write_manifest
 from tests.http_server import serve
 from tests.test_live import QUIET, SOON, Inbox, uris
+from tests.test_live_inprocess import running
 
 pytest.importorskip("moto.server", reason="moto[server] is not installed")
 from tests.test_sources_s3 import Store, start_store  # noqa: E402
@@ -38,23 +37,6 @@ def store() -> Iterator[Store]:
     store = start_store()
     yield store
     store.stop()
-
-
-@asynccontextmanager
-async def running(manifest: Path) -> AsyncIterator[tuple[Any, Supervisor]]:
-    """The service with its Supervisor polling and watching, and the MCP server for in-process clients."""
-    service = await ResourceService.open(manifest)
-    notifier = Notifier(max_subscriptions=100)
-    live = Supervisor(service, notifier)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(live.run)
-        await anyio.sleep(0.2)
-        try:
-            yield build_server(service, notifier), live
-        finally:
-            live.stop()
-            tg.cancel_scope.cancel()
-    await service.aclose()
 
 
 @asynccontextmanager

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from aggregator.catalog import Catalog, Entry
-from aggregator.catalog_delta import Delta, NeedsRelist, apply_files
+from aggregator.catalog_delta import Delta
 from aggregator.compiler import collection_key
-from aggregator.live.delta import FullRelist
+from aggregator.live.delta import FullRelist, swap_applied
 from aggregator.manifest.model import CollectionSpec
 from aggregator.service import ResourceService
 from aggregator.sources import FileInfo
@@ -45,16 +45,7 @@ async def relist_source(service: ResourceService, source: str) -> Delta | None:
                                                   if c.source == source} != specs.keys():
             raise FullRelist(f"the collections of source {source!r} changed while it was listed")
         upserted, removed = listing_changes(now.catalog, listed)
-        if not upserted and not removed:
-            return None
-        try:
-            delta = apply_files(now.catalog, now.manifest, source, upserted, removed)
-        except NeedsRelist as exc:
-            raise FullRelist(str(exc)) from None
-        if not (delta.added or delta.removed or delta.updated):
-            return None
-        service.swap_catalog(delta.catalog, delta.gone)
-        return delta
+        return swap_applied(service, source, upserted, removed) if upserted or removed else None
 
 
 def listing_changes(catalog: Catalog, listed: Mapping[CollectionSpec, Sequence[FileInfo]]
