@@ -200,8 +200,8 @@ class _LiveCollector:
         reloads.add_metric(["ok"], self.live.reloads)
         reloads.add_metric(["error"], self.live.reload_errors)
         yield reloads
-        applied = CounterMetricFamily("aggregator_file_changes", "Watched file changes applied to the catalog, by "
-                                      "how: incremental, or a full relist.", labels=["how"])
+        applied = CounterMetricFamily("aggregator_file_changes", "Watched file changes and polls applied to the "
+                                      "catalog, by how: incremental, or a full relist.", labels=["how"])
         for how, count in self.live.file_changes.items():
             applied.add_metric([how], count)
         yield applied
