@@ -237,3 +237,32 @@ def test_a_sequence_of_random_saves_serves_what_a_fresh_load_serves(folders: Pat
             await service.aclose()
 
     anyio.run(main)
+
+
+def test_an_unchanged_upstream_keeps_its_published_list_across_a_save(tmp_path: Path) -> None:
+    """An MCP upstream (it publishes its own resources and tells of its changes) that a save leaves alone is not
+    asked for its list again: its entries and templates stay as they are, and the listing equals a fresh load."""
+    from tests.test_mcp_kind import ENV, UPSTREAM
+
+    text = f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", namespace: up, command: {UPSTREAM!r}, env: {ENV!r}}}
+        resources:
+          - {{uri: "note://%s", name: note, text: note}}
+        """
+
+    async def main() -> None:
+        manifest = write_manifest(tmp_path, text % "one")
+        service = await ResourceService.open(manifest)
+        try:
+            before = service.catalog
+            write_manifest(tmp_path, text % "two")
+            assert (await service.reload())[0]
+            assert service.catalog.published["up"] is before.published["up"]
+            assert _listed(service.catalog) == await _fresh(manifest)
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
