@@ -221,10 +221,6 @@ class Catalog:
         return (tuple(listed_fields(e) for e in self.entries),
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
 
-    def listing_of(self, source: str) -> tuple[object, ...]:
-        """What resources/list shows of the entries `source` serves (the listing signature's part of them)."""
-        return tuple(listed_fields(e) for e in self.entries if e.source == source)
-
     def get(self, uri: str) -> Entry | None:
         uris = self._uris
         i = bisect.bisect_left(uris, uri)
