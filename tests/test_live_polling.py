@@ -211,3 +211,39 @@ def test_random_changes_applied_by_polls_equal_a_fresh_listing(tmp_path: Path, s
             await service.aclose()
 
     anyio.run(main)
+
+
+def test_a_store_that_cannot_be_listed_keeps_its_last_listing(tmp_path: Path, store: Store,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Polls during an outage change nothing and say so once: an optional source too keeps its last listing (a
+    reload, not a poll, would list it empty)."""
+    store.client.create_bucket(Bucket="outage")
+    store.client.put_object(Bucket="outage", Key="d/a.md", Body=b"# a\n")
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: s3-outage}}
+        sources:
+          store:
+            url: "s3://outage/d"
+            options: {{key: test-key, secret: test-secret-value, endpoint_url: "{store.endpoint}",
+                       config_kwargs: {{retries: {{max_attempts: 1}}}}}}
+            timeout: 1s
+            optional: true
+        collections:
+          - {{source: store, glob: "**/*.md", uri: "s3://{{path}}"}}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        updates = CatalogUpdates(service, Notifier())
+        try:
+            listed = service.catalog
+            store.stop()
+            for _ in range(2):
+                assert await updates.source_polled("store") is None
+            assert service.catalog is listed and [e.uri for e in listed.entries] == ["s3://a.md"]
+            assert caplog.text.count("cannot be listed") == 1
+        finally:
+            await service.aclose()
+
+    anyio.run(main)

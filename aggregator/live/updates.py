@@ -56,6 +56,7 @@ class CatalogUpdates:
         self.full_relists = 0
         """Changes of files that needed the whole catalog listed again."""
         self._stale = False  # a relisting failed (or was cut short): the catalog may not follow the folders
+        self._unlisted: set[str] = set()  # polled sources whose last listing failed
 
     def has_collection(self, source: str) -> bool:
         """Whether what `source` lists shows in the catalog: a collection over it, or its own published entries."""
@@ -106,12 +107,17 @@ class CatalogUpdates:
         that changed are forgotten and, with `tell`, their subscribers (but those in `told`) get `updated`;
         list_changed when entries came or went. A full relist when that cannot be done; the Delta applied, if any.
         A source that cannot be listed now keeps its listing (said once)."""
+        backend = self.service.sources.get(source)
+        if backend is not None and backend.publishes:  # its own list of resources: compiled whole, as ever
+            await self.relist()
+            return None
         try:
             if self._stale:  # the last relist failed: the catalog does not follow the sources, only a relist can
                 raise FullRelist("the last relisting failed")
             delta = await relist_source(self.service, source)
         except SourceError as exc:
-            if self.errors.first_time(f"polling {source}: {exc}"):
+            if source not in self._unlisted:  # said once per outage
+                self._unlisted.add(source)
                 logger.warning("polling source %r: it cannot be listed (%s); its last listing is served", source, exc)
             return None
         except (FullRelist, ManifestError) as exc:
@@ -120,6 +126,9 @@ class CatalogUpdates:
             self.full_relists += 1
             await self.relist()
             return None
+        if source in self._unlisted:
+            self._unlisted.discard(source)
+            logger.warning("polling source %r: it can be listed again", source)
         if delta is None:
             return None
         self.incremental_relists += 1
