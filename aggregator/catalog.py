@@ -21,7 +21,7 @@ import time
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.errors import InvalidCursor, ResourceNotFound
-from aggregator.manifest.model import CollectionSpec, ConvertSettings, Display, Render, TemplateSpec
+from aggregator.manifest.model import CollectionSpec, ConvertSettings, Display, Render, ResourceSpec, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
@@ -182,6 +182,9 @@ class Catalog:
         # such a source is unreachable, for up to its staleIfError.
         self.published: dict[str, Any] = {}
         self.published_at: dict[str, float] = {}
+        # When the files of manifest resources were last stat'ed (by `resource_key`): a reload reuses an entry
+        # younger than its source's ttl.
+        self.stated_at: dict[ResourceSpec, float] = {}
         # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
         # rather than a dict: O(log n) string compares per read, and a change copies one list, not a hash table.
         self.entries: Sequence[Entry] = tuple(sorted(entries, key=_URI))
@@ -217,10 +220,6 @@ class Catalog:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
         return (tuple(listed_fields(e) for e in self.entries),
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
-
-    def listing_of(self, source: str) -> tuple[object, ...]:
-        """What resources/list shows of the entries `source` serves (the listing signature's part of them)."""
-        return tuple(listed_fields(e) for e in self.entries if e.source == source)
 
     def get(self, uri: str) -> Entry | None:
         uris = self._uris
@@ -259,6 +258,7 @@ class Catalog:
         new._views, new._access_count, new._by_path = {}, access_count, dict(self._by_path)
         new.collections, new.listed_at = dict(self.collections), dict(self.listed_at)
         new.published, new.published_at = dict(self.published), dict(self.published_at)
+        new.stated_at = dict(self.stated_at)
         return new
 
     def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:

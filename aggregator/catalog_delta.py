@@ -21,7 +21,7 @@ from aggregator.globs import path_filter
 from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
 from aggregator.sources import FileInfo, Source, SourceError
 
-__all__ = ["Delta", "NeedsRelist", "apply_files", "stat_paths"]
+__all__ = ["Delta", "NeedsRelist", "apply_files", "edit_sorted", "stat_paths"]
 
 _URI = attrgetter("uri")
 _SMALL_EDIT = 64
@@ -183,12 +183,12 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     new.sort(key=_URI)
     fresh = {e.uri: e for e in new}
     new_uris = fresh.keys()
-    entries, uris = _edit(catalog.entries, catalog._uris, out.keys(), new)
+    entries, uris = edit_sorted(catalog.entries, catalog._uris, out.keys(), new)
     access = catalog.access_count - sum(1 for e in out.values() if e.access) + sum(1 for e in new if e.access)
     successor = catalog.successor(entries, uris, catalog.generation + 1, access)
     for scopes, (visible, visible_uris) in list(catalog._views.items())[-_CARRIED_VIEWS:]:
         seen = [e for e in new if e.access <= scopes]
-        successor._views[scopes] = _edit(visible, visible_uris, out.keys(), seen)
+        successor._views[scopes] = edit_sorted(visible, visible_uris, out.keys(), seen)
     at = time.monotonic() if now is None else now
     for key, after in paths.items():
         successor._by_path[key] = after
@@ -205,7 +205,7 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     return Delta(successor, added, removed, updated, frozenset(gone), shown_changed)
 
 
-def _edit(entries: Sequence[Entry], uris: list[str], drop: Collection[str], add: list[Entry]
+def edit_sorted(entries: Sequence[Entry], uris: list[str], drop: Collection[str], add: list[Entry]
           ) -> tuple[list[Entry], list[str]]:
     """Copies of sorted `entries` and their `uris` without the URIs in `drop` (those present) and with `add`
     (sorted, URIs not otherwise present) merged in."""

@@ -169,7 +169,7 @@ class ResourceService:
     async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
-        changed = self._swap(reloaded.snapshot, reloaded.replaced)
+        changed = self._swap(reloaded.snapshot, reloaded.replaced, reloaded.changed)
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
         return changed, reloaded.content_changed
 
@@ -181,13 +181,18 @@ class ResourceService:
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             return self._swap(replace(old, catalog=catalog), replaced=())
 
-    def _swap(self, new: Snapshot, replaced: Collection[str]) -> bool:
+    def _swap(self, new: Snapshot, replaced: Collection[str],
+              changed: tuple[Collection[tuple[str, str]], bool] | None = None) -> bool:
+        """Swap in `new`; whether the listing changed. `changed` (files no longer listed, listing changed) is what a
+        catalog built on the current one knows already; without it the two catalogs are compared whole."""
         old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
-        gone = old.catalog.targets() - new.catalog.targets()
+        gone, listing_changed = changed if changed is not None else (
+            old.catalog.targets() - new.catalog.targets(),
+            old.catalog.listing_signature != new.catalog.listing_signature)
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
         self._tell(None)
-        return old.catalog.listing_signature != new.catalog.listing_signature
+        return listing_changed
 
     def swapping(self) -> anyio.Lock:
         """Held while a catalog is built on the current one and swapped in: one reload or relisting at a time."""

@@ -7,12 +7,14 @@ the caller lists the catalog again as before.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Iterable
 
 from aggregator.catalog_delta import Delta, NeedsRelist, apply_files, stat_paths
 from aggregator.compiler import collection_key
 from aggregator.service import ResourceService
+from aggregator.sources import FileInfo
 
-__all__ = ["FullRelist", "apply_changed_files"]
+__all__ = ["FullRelist", "apply_changed_files", "swap_applied"]
 
 
 class FullRelist(Exception):
@@ -30,14 +32,22 @@ async def apply_changed_files(service: ResourceService, source: str, paths: set[
             raise FullRelist(f"source {source!r} is not in the current manifest")
         found, missing = await stat_paths(src, paths)
         _check_files_only(service, source, missing, src.watch_root())
-        try:
-            delta = apply_files(snapshot.catalog, snapshot.manifest, source, found, missing)
-        except NeedsRelist as exc:
-            raise FullRelist(str(exc)) from None
-        if not (delta.added or delta.removed or delta.updated):
-            return None
-        service.swap_catalog(delta.catalog, delta.gone)
-        return delta
+        return swap_applied(service, source, found, missing)
+
+
+def swap_applied(service: ResourceService, source: str, upserted: Iterable[FileInfo], removed: Collection[str]
+                 ) -> Delta | None:
+    """Apply files of `source` (see `apply_files`) to the current catalog and swap the result in, under
+    `service.swapping()`; the Delta, or None if nothing listed changed. FullRelist or ManifestError otherwise."""
+    snapshot = service.snapshot
+    try:
+        delta = apply_files(snapshot.catalog, snapshot.manifest, source, upserted, removed)
+    except NeedsRelist as exc:
+        raise FullRelist(str(exc)) from None
+    if not (delta.added or delta.removed or delta.updated):
+        return None
+    service.swap_catalog(delta.catalog, delta.gone)
+    return delta
 
 
 def _check_files_only(service: ResourceService, source: str, missing: set[str], root: str | None) -> None:
