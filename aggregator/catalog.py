@@ -209,9 +209,6 @@ class Catalog:
         """(source, path) of every listed file."""
         return {(e.source, e.path) for e in self.entries if e.source is not None and e.path is not None}
 
-    def entries_for(self, source: str, paths: set[str]) -> list[Entry]:
-        return [e for e in self.entries if e.source == source and e.path in paths]
-
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
