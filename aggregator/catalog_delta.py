@@ -1,22 +1,22 @@
 """Incremental relisting: the next catalog after files of one source came, changed or went, without listing it again.
 
 `apply_files` gives the catalog `compile_catalog` would build over the new folder state (same entries, order,
-lookups, pages and scope views; a URI collision is the same ManifestError), doing Python work in proportion to the
-change and C-level copies (list, tuple, dict) of the rest. It also says what the change did to the listing, so the
-caller need not compare whole listings to decide on `list_changed`.
+lookups, pages and scope views; a URI collision is the same ManifestError), doing work in proportion to the change:
+the successor shares the entries and path indexes the change did not touch (`chunked`: sorted entries in chunks,
+path indexes as a base and the changes since). It also says what the change did to the listing, so the caller need
+not compare whole listings to decide on `list_changed`.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from bisect import bisect_left
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress
-from operator import attrgetter, not_
+from operator import attrgetter
 
 from aggregator.catalog import Catalog, Entry, listed_fields
+from aggregator.chunked import Layered, chunked, edited
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
 from aggregator.globs import path_filter
 from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
@@ -27,8 +27,6 @@ from aggregator.sources import FileInfo, Source
 __all__ = ["Delta", "NeedsRelist", "apply_files", "changed_files", "entries_of_files", "listed_under", "stat_paths"]
 
 _URI = attrgetter("uri")
-_SMALL_EDIT = 64
-"""Up to this many URIs in or out, each is a bisect and a memmove; past it, one C-level filter and merge."""
 _FILE_PLACEHOLDER = re.compile(r"\{(?:%s)\}" % "|".join(FILE_PLACEHOLDERS))
 """A placeholder a collection's URI pattern fills per file (any other brace is literal text)."""
 _CARRIED_VIEWS = 8
@@ -72,7 +70,7 @@ def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Ite
     changed = files.keys() | gone_paths
     out: dict[str, Entry] = {}  # old entries leaving the listing or replaced, by URI
     incoming: list[tuple[CollectionSpec | None, Entry]] = []  # new entries, with the collection making them
-    paths: dict[CollectionSpec, dict[str, Entry]] = {}  # collections' new path indexes
+    paths: dict[CollectionSpec, Mapping[str, Entry]] = {}  # collections' new path indexes
     for spec in manifest.collections:
         key = collection_key(spec)
         if spec.source != source or key in paths:
@@ -167,33 +165,33 @@ def _uri_start(pattern: str) -> tuple[str, bool]:
     return pattern[: first.start()], first.group(0) == "{path}"
 
 
-def _change_collection(spec: CollectionSpec, before: dict[str, Entry], files: dict[str, FileInfo],
+def _change_collection(spec: CollectionSpec, before: Mapping[str, Entry], files: dict[str, FileInfo],
                        gone: set[str], out: dict[str, Entry], incoming: list[tuple[CollectionSpec | None, Entry]]
-                       ) -> dict[str, Entry]:
-    """One collection's path index after the change (`before` itself if nothing changed in it); records the
-    entries it drops in `out` and the ones it makes in `incoming`."""
+                       ) -> Mapping[str, Entry]:
+    """One collection's path index after the change (`before` itself if nothing changed in it; else a copy sharing
+    what did not change); records the entries it drops in `out` and the ones it makes in `incoming`."""
     wanted = path_filter(spec.glob, spec.exclude, spec.hidden)  # the test sources apply when they list
     build = EntryBuilder(spec).entry
-    after: dict[str, Entry] | None = None
+    dropped: list[str] = []
+    added: dict[str, Entry] = {}
     for path in gone:
         old = before.get(path)
         if old is not None:
-            after = after if after is not None else dict(before)
-            del after[path]
+            dropped.append(path)
             out[old.uri] = old
     for path, info in files.items():
         old = before.get(path)
         entry = build(info) if wanted(path) else None
         if entry == old:
             continue
-        after = after if after is not None else dict(before)
         if old is not None:
             out[old.uri] = old
-            del after[path]
+            if entry is None:
+                dropped.append(path)
         if entry is not None:
-            after[path] = entry
+            added[path] = entry
             incoming.append((spec, entry))
-    return before if after is None else after
+    return Layered.of(before).edited(dropped, added) if dropped or added else before
 
 
 def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
@@ -248,7 +246,7 @@ def _named(spec: CollectionSpec, position: int, entry: Entry) -> tuple[int, int,
     return 1, position, f"{spec.key} (file {entry.path!r})", spec.where
 
 
-def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict[CollectionSpec, dict[str, Entry]],
+def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict[CollectionSpec, Mapping[str, Entry]],
           now: float | None) -> Delta:
     """The successor catalog holding `new` instead of `out`, and what that changed."""
     new.sort(key=_URI)
@@ -276,22 +274,9 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     return Delta(successor, added, removed, updated, frozenset(gone), shown_changed)
 
 
-def _edit(entries: Sequence[Entry], uris: list[str], drop: Collection[str], add: list[Entry]
-          ) -> tuple[list[Entry], list[str]]:
+def _edit(entries: Sequence[Entry], uris: Sequence[str], drop: Collection[str], add: list[Entry]
+          ) -> tuple[Sequence[Entry], Sequence[str]]:
     """Copies of sorted `entries` and their `uris` without the URIs in `drop` (those present) and with `add`
-    (sorted, URIs not otherwise present) merged in."""
-    if len(drop) + len(add) > _SMALL_EDIT:
-        dropped = set(drop)
-        kept = compress(entries, map(not_, map(dropped.__contains__, uris)))
-        merged = sorted(chain(kept, add), key=_URI)  # two sorted runs: one C-level merge
-        return merged, list(map(_URI, merged))
-    out_entries, out_uris = list(entries), uris.copy()
-    for uri in drop:
-        i = bisect_left(out_uris, uri)
-        if i < len(out_uris) and out_uris[i] == uri:
-            del out_uris[i], out_entries[i]
-    for entry in add:
-        i = bisect_left(out_uris, entry.uri)
-        out_uris.insert(i, entry.uri)
-        out_entries.insert(i, entry)
-    return out_entries, out_uris
+    (sorted, URIs not otherwise present) merged in, sharing every chunk of them the edit does not touch."""
+    keys, items = edited(chunked(uris), chunked(entries), drop, [(e.uri, e) for e in add])
+    return items, keys
