@@ -183,7 +183,8 @@ class Catalog:
         self.published: dict[str, Any] = {}
         self.published_at: dict[str, float] = {}
         # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
-        # rather than a dict: O(log n) string compares per read, and a change copies one list, not a hash table.
+        # rather than a dict: O(log n) string compares per read, and a change (catalog_delta) keeps them in chunks
+        # (chunked.py) and copies only those it touches, not the list.
         self.entries: Sequence[Entry] = tuple(sorted(entries, key=_URI))
         self._uris: Sequence[str] = list(map(_URI, self.entries))
         self._views: dict[frozenset[str], tuple[Sequence[Entry], Sequence[str]]] = {}
