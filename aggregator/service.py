@@ -18,6 +18,7 @@ import anyio
 from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey, Forget
 from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
+from aggregator.catalog_delta import entries_of_files
 from aggregator.cluster.link import source_fingerprint
 from aggregator.cluster.shared_cache import SharedContent
 from aggregator.compiler import compile_catalog
@@ -57,6 +58,9 @@ class ResourceService:
         self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
         """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
         swapped in (the search index follows both)."""
+        self.delta_listeners: list[Callable[[int, frozenset[str]], None]] = []
+        """Told first when a catalog built on the current one by catalog_delta is swapped in: its generation and the
+        URIs whose entries came, went or changed in it (what follows the catalog need not compare all of it)."""
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> ResourceService:
@@ -198,11 +202,16 @@ class ResourceService:
         """Held while a catalog is built on the current one and swapped in: one reload or relisting at a time."""
         return self._swapping
 
-    def swap_catalog(self, catalog: Catalog, gone: Collection[tuple[str, str]]) -> None:
+    def swap_catalog(self, catalog: Catalog, gone: Collection[tuple[str, str]],
+                     changed: frozenset[str] | None = None) -> None:
         """Swap in `catalog`, built on the current one by catalog_delta under `swapping()`: cached content of the
-        `gone` files is forgotten and listeners told; nothing is compared across the whole catalog."""
+        `gone` files is forgotten and listeners told (`delta_listeners` of the `changed` URIs, when given); nothing
+        is compared across the whole catalog."""
         self._snapshot = replace(self._snapshot, catalog=catalog)
         self.cache.invalidate_where(Forget.of(files=gone))
+        if changed is not None:
+            for listener in self.delta_listeners:
+                listener(catalog.generation, changed)
         self._tell(None)
 
     def _tell(self, files: set[tuple[str, str]] | None) -> None:
@@ -269,8 +278,9 @@ class ResourceService:
 
     def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
-        catalog = self._snapshot.catalog
-        uris = {e.uri for e in catalog.entries_for(source, paths)}
+        snapshot = self._snapshot
+        catalog = snapshot.catalog
+        uris = {e.uri for e in entries_of_files(catalog, snapshot.manifest, source, paths)}
         for uri, target in catalog.resolve_each(candidates):
             if isinstance(target, FileTarget) and target.source == source and target.path in paths:
                 uris.add(uri)
