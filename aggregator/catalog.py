@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import copy
 import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -18,10 +17,11 @@ from operator import attrgetter, countOf
 from typing import Any, Generic, TypeVar
 import time
 
+from aggregator.chunked import find_left, find_right
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.errors import InvalidCursor, ResourceNotFound
-from aggregator.manifest.model import CollectionSpec, ConvertSettings, Display, Render, TemplateSpec
+from aggregator.manifest.model import CollectionSpec, ConvertSettings, Display, Render, ResourceSpec, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
@@ -182,13 +182,17 @@ class Catalog:
         # such a source is unreachable, for up to its staleIfError.
         self.published: dict[str, Any] = {}
         self.published_at: dict[str, float] = {}
+        # When the files of manifest resources were last stat'ed (by `resource_key`): a reload reuses an entry
+        # younger than its source's ttl.
+        self.stated_at: dict[ResourceSpec, float] = {}
         # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
-        # rather than a dict: O(log n) string compares per read, and a change copies one list, not a hash table.
+        # rather than a dict: O(log n) string compares per read, and a change (catalog_delta) keeps them in chunks
+        # (chunked.py) and copies only those it touches, not the list.
         self.entries: Sequence[Entry] = tuple(sorted(entries, key=_URI))
-        self._uris = list(map(_URI, self.entries))
-        self._views: dict[frozenset[str], tuple[Sequence[Entry], list[str]]] = {}
+        self._uris: Sequence[str] = list(map(_URI, self.entries))
+        self._views: dict[frozenset[str], tuple[Sequence[Entry], Sequence[str]]] = {}
         self._access_count: int | None = None
-        self._by_path: dict[CollectionSpec, dict[str, Entry]] = {}
+        self._by_path: dict[CollectionSpec, Mapping[str, Entry]] = {}
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
@@ -209,22 +213,15 @@ class Catalog:
         """(source, path) of every listed file."""
         return {(e.source, e.path) for e in self.entries if e.source is not None and e.path is not None}
 
-    def entries_for(self, source: str, paths: set[str]) -> list[Entry]:
-        return [e for e in self.entries if e.source == source and e.path in paths]
-
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
         return (tuple(listed_fields(e) for e in self.entries),
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
 
-    def listing_of(self, source: str) -> tuple[object, ...]:
-        """What resources/list shows of the entries `source` serves (the listing signature's part of them)."""
-        return tuple(listed_fields(e) for e in self.entries if e.source == source)
-
     def get(self, uri: str) -> Entry | None:
         uris = self._uris
-        i = bisect.bisect_left(uris, uri)
+        i = find_left(uris, uri)
         return self.entries[i] if i < len(uris) and uris[i] == uri else None
 
     @cached_property
@@ -239,7 +236,7 @@ class Catalog:
             self._access_count = len(self.entries) - countOf(map(_ACCESS, self.entries), frozenset())
         return self._access_count
 
-    def paths_of(self, key: CollectionSpec) -> dict[str, Entry]:
+    def paths_of(self, key: CollectionSpec) -> Mapping[str, Entry]:
         """A collection's entries (by `collection_key`) by file path; built once (C-level), then kept by
         incremental successors. Callers must not change it."""
         found = self._by_path.get(key)
@@ -248,7 +245,7 @@ class Catalog:
             found = self._by_path[key] = dict(zip(map(_PATH, listed), listed))
         return found
 
-    def successor(self, entries: Sequence[Entry], uris: list[str], generation: int, access_count: int) -> Catalog:
+    def successor(self, entries: Sequence[Entry], uris: Sequence[str], generation: int, access_count: int) -> Catalog:
         """This catalog with other entries (sorted by URI, with their URIs, made by the caller) and
         the same templates and sources: O(collections) here. Derived views start empty; the caller may carry
         them (`_views`) and fill `collections`, `listed_at` and `paths_of` for what it changed."""
@@ -259,6 +256,7 @@ class Catalog:
         new._views, new._access_count, new._by_path = {}, access_count, dict(self._by_path)
         new.collections, new.listed_at = dict(self.collections), dict(self.listed_at)
         new.published, new.published_at = dict(self.published), dict(self.published_at)
+        new.stated_at = dict(self.stated_at)
         return new
 
     def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
@@ -288,7 +286,7 @@ class Catalog:
         start, end = prefix_range(uris, prefix)
         return entries[start:end]
 
-    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Sequence[Entry], list[str]]:
+    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Sequence[Entry], Sequence[str]]:
         """The entries a caller holding `scopes` may see, in URI order, and their URIs (for bisecting); filtered
         once per catalog and scope set, so pages stay O(page)."""
         if scopes is None or not self.restricted:
@@ -430,9 +428,9 @@ def _at_segment_start(parts: list[str]) -> bool:
 
 def prefix_range(keys: Sequence[str], prefix: str) -> tuple[int, int]:
     """The slice of sorted `keys` that start with `prefix`, found by bisection: O(log n)."""
-    start = bisect.bisect_left(keys, prefix)
+    start = find_left(keys, prefix)
     # Keys cut to the prefix's length stay sorted; those equal to it are the run that starts with it.
-    return start, bisect.bisect_right(keys, prefix, lo=start, key=lambda key: key[: len(prefix)])
+    return start, find_right(keys, prefix, start, lambda key: key[: len(prefix)])
 
 
 def encode_cursor(key: str) -> str:
@@ -449,8 +447,8 @@ def decode_cursor(cursor: str) -> str:
         raise InvalidCursor() from None
 
 
-def _paginate(items: Sequence[_Item], keys: list[str], cursor: str | None, limit: int) -> Page[_Item]:
-    start = bisect.bisect_right(keys, decode_cursor(cursor)) if cursor else 0
+def _paginate(items: Sequence[_Item], keys: Sequence[str], cursor: str | None, limit: int) -> Page[_Item]:
+    start = find_right(keys, decode_cursor(cursor)) if cursor else 0
     chunk = items[start : start + limit]
     more = start + limit < len(items)
     return Page(chunk, encode_cursor(keys[start + limit - 1]) if more else None)

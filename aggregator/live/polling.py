@@ -68,7 +68,7 @@ class Pollers:
                 logger.exception("polling source %r failed; trying again in %gs", source, interval)
 
     async def poll_once(self, source: str, seen: dict[str, str | None]) -> None:
-        """Compare versions of the subscribed URIs of `source` with the last poll; relist its collections."""
+        """Compare versions of the subscribed URIs of `source` with the last poll; list its collections again."""
         subscribed = self.notifier.subscribed_uris()
         # What subscribed renders read is polled too: their `updated` follows from it.
         versions = await self.service.versions(source, subscribed | self.service.render_inputs(subscribed))
@@ -83,5 +83,5 @@ class Pollers:
         seen.update(versions)
         if changed:
             await self.updates.uris_changed(changed, subscribed)
-        if self.updates.has_collection(source):
-            await self.updates.relist()
+        if self.updates.has_collection(source):  # this source's listing only, applied in proportion to the change
+            await self.updates.source_polled(source, told=changed)
