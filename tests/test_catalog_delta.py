@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from aggregator import chunked
 from aggregator.catalog import Catalog
-from aggregator.catalog_delta import Delta, NeedsRelist, apply_files, changed_files, entries_of_files, stat_paths
+from aggregator.catalog_delta import Delta, NeedsRelist, apply_files, changed_files, entries_of_files
 from aggregator.compiler import compile_catalog
 from aggregator.manifest.model import (Annotations, CollectionSpec, Defaults, Display, Location, Manifest,
                                        ManifestError, ResourceSpec, ServerSettings, SourceSpec)
