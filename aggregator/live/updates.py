@@ -8,14 +8,17 @@ subscribers and sessions it concerns, on both wires with their scope filters.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
-from aggregator.cluster.told import SourcePath
 from aggregator.live.delta import FullRelist, apply_changed_files
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
 from aggregator.watch import Change
+
+if TYPE_CHECKING:
+    from aggregator.cluster.told import SourcePath
 
 __all__ = ["CatalogUpdates", "SaidOnce"]
 

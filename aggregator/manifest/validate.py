@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -246,6 +245,8 @@ def _schema(error: ValidationError) -> Mapping[str, Any]:
 
 def _unknown_key(key: str, schema: Mapping[str, Any]) -> str:
     allowed = list(schema.get("properties", {}))
+    import difflib  # a mistake's suggestion: a valid manifest never needs it
+
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     guess = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown key {key!r}{guess}; expected one of: {', '.join(allowed)}" if allowed else \
