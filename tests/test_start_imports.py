@@ -36,8 +36,9 @@ UNUSED = (
     "aggregator.upstream", "aggregator.sources.sql", "aggregator.sources.http", "aggregator.sources.git",
     "aggregator.sources.filesystem", "aggregator.sources.mcp", "aggregator.render", "aggregator.render_sandbox",
     "aggregator.search_index", "aggregator.diff",
-    # What those would bring: metrics, Redis, databases, templates, fsspec, tracing's SDK, document converters.
-    "prometheus_client", "httptools", "redis", "sqlalchemy", "sqlite3", "jinja2", "fsspec", "git",
+    # What those would bring: metrics, Redis, databases, templates, fsspec, tracing's SDK, document converters;
+    # jsonschema only words the issues of a manifest that does not conform (aggregator.manifest.conforms).
+    "jsonschema", "referencing", "prometheus_client", "httptools", "redis", "sqlalchemy", "sqlite3", "jinja2", "fsspec", "git",
     "opentelemetry.sdk", "pypdfium2", "openpyxl", "docx", "pptx", "difflib", "urllib.request",
 )
 """Modules (and their submodules) a folder-only manifest served over stdio must not import."""
