@@ -21,7 +21,6 @@ from __future__ import annotations
 import gc
 import importlib.util
 import sys
-import threading
 from types import ModuleType
 from typing import Any
 
@@ -30,26 +29,24 @@ __all__ = ["collect_again", "defer_sdk_package_inits", "pause_collection"]
 DEFERRED = ("mcp", "mcp.server")
 """Parents first: finding `mcp.server` imports `mcp`."""
 
-_lock = threading.RLock()
 _paused = False
 
 
 def defer_sdk_package_inits() -> None:
     """Put `mcp` and `mcp.server` in sys.modules with their `__init__` not yet run (unless already imported, or not
     a regular package): their submodules import as usual, and any name missing from them runs the `__init__`."""
-    with _lock:
-        for name in DEFERRED:
-            if name in sys.modules:
-                continue
-            spec = importlib.util.find_spec(name)
-            if spec is None or spec.loader is None or not (spec.origin or "").endswith("__init__.py"):
-                return  # not the layout this is for: a plain import stays
-            module = importlib.util.module_from_spec(spec)
-            module.__dict__["__getattr__"] = _completion(module)
-            sys.modules[name] = module
-            parent, _, child = name.rpartition(".")
-            if parent:
-                setattr(sys.modules[parent], child, module)
+    for name in DEFERRED:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not (spec.origin or "").endswith("__init__.py"):
+            return  # not the layout this is for: a plain import stays
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__["__getattr__"] = _completion(module)
+        sys.modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
 
 
 def _completion(module: ModuleType) -> Any:
@@ -57,16 +54,17 @@ def _completion(module: ModuleType) -> Any:
     name up again (AttributeError as usual when the package has no such name either)."""
 
     def __getattr__(name: str) -> Any:
-        with _lock:
-            if module.__dict__.get("__getattr__") is __getattr__:
-                del module.__dict__["__getattr__"]
-                spec = module.__spec__
-                assert spec is not None and spec.loader is not None  # set by defer_sdk_package_inits
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    module.__dict__.setdefault("__getattr__", __getattr__)  # asked again, it tries again
-                    raise
+        # pop() is atomic: one caller runs the __init__. No lock is held meanwhile (the __init__ imports modules,
+        # each under the import system's own lock); a thread asking at that very moment may find the package still
+        # partly filled, as with any module another thread is importing. The server imports on one thread.
+        if module.__dict__.pop("__getattr__", None) is __getattr__:
+            spec = module.__spec__
+            assert spec is not None and spec.loader is not None  # set by defer_sdk_package_inits
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                module.__dict__.setdefault("__getattr__", __getattr__)  # asked again, it tries again
+                raise
         return getattr(module, name)
 
     return __getattr__
