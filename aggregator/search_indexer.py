@@ -11,7 +11,6 @@ survives restarts without rereading. Visibility is decided by the current catalo
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Sequence, Set as AbstractSet
 from typing import TYPE_CHECKING
 
@@ -22,10 +21,10 @@ from aggregator.catalog import Catalog, Entry, FileTarget
 from aggregator.content import decode_body, gunzip, is_text_mime
 from aggregator.errors import ResourceNotConverted
 from aggregator.manifest.model import CollectionSpec, SearchSettings
-from aggregator.search_index import FullTextIndex, QueryTimeout, fts_expression
 from aggregator.search_query import InvalidSearch
 
 if TYPE_CHECKING:
+    from aggregator.search_index import FullTextIndex
     from aggregator.service import ResourceService
 
 __all__ = ["Indexer"]
@@ -80,6 +79,10 @@ class Indexer:
             return []
         if not _encodable(prefix):
             return []  # no URI starts with text that is not Unicode
+        import sqlite3  # (imported by the index's module, which opened `index`)
+
+        from aggregator.search_index import QueryTimeout, fts_expression
+
         match = fts_expression(terms)
 
         def visible(uri: str) -> bool:
@@ -246,6 +249,8 @@ class Indexer:
 
     async def _open(self) -> FullTextIndex:
         if self._index is None:
+            from aggregator.search_index import FullTextIndex  # (sqlite3) only once there is something to index
+
             self._index = await anyio.to_thread.run_sync(FullTextIndex, self.settings.index_file)
             self._known = await anyio.to_thread.run_sync(self._index.known)
             self._used = sum(size for _, size in self._known.values())

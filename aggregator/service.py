@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -19,8 +20,6 @@ from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey, Forget
 from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
 from aggregator.catalog_delta import entries_of_files
-from aggregator.cluster.link import source_fingerprint
-from aggregator.cluster.shared_cache import SharedContent
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content
 from aggregator.documents.pool import DocumentPool
@@ -32,6 +31,9 @@ from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
 from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source
 from aggregator.tracing import span
+
+if TYPE_CHECKING:  # the cluster's modules are imported only with `server.cluster`
+    from aggregator.cluster.shared_cache import SharedContent
 
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
 
@@ -242,6 +244,8 @@ class ResourceService:
         results): a replica that saw them change calls this before telling the others. Nothing without a cluster."""
         if self.shared is None or source not in self._snapshot.manifest.sources:
             return
+        from aggregator.cluster.link import source_fingerprint
+
         await self.shared.forget(source_fingerprint(self._snapshot.manifest.sources[source]), paths, data)
 
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "aggregator"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("aggregator", "errors", "paths", "globs", "templates", "content", "logs", "stdout",
                      "terminal_hint", "scaffold", "workers", "watch", "notify", "render_sandbox", "sdk_compat",
-                     "chunked", "tracing", "manifest.model", "manifest.placeholders", "manifest.units",
+                     "chunked", "startup", "tracing", "manifest.model", "manifest.placeholders", "manifest.units",
                      "manifest.source_urls")),
     ("source kinds", ("sources.base", "sources.kind", "sources.builtin", "sources.registry")),
     ("manifest", ("manifest", "manifest.*")),
@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_query", "search_list",
                  "search_index", "search_indexer", "search_meta")),
     ("live and protocol", ("supervisor", "live", "live.*", "server", "handlers", "handlers.*", "mcp_shapes",
-                           "metrics", "metrics_multiprocess", "auth", "http_app", "http_limits", "stdio", "cli",
+                           "metrics", "metrics_multiprocess", "auth", "callers", "http_app", "http_limits", "stdio", "cli",
                            "demo", "__main__", "console", "console.*")),
 ]
 

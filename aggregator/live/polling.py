@@ -4,16 +4,17 @@ poll; in a cluster whose Redis is up, leave it to the poll lease holder (replica
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import anyio
 
-from aggregator.cluster.leases import RETRY_FRACTION
-from aggregator.cluster.link import source_fingerprint
 from aggregator.live.plan import Plan
-from aggregator.live.replicas import ClusterReplica
 from aggregator.live.updates import CatalogUpdates
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
+
+if TYPE_CHECKING:  # the cluster's modules are imported only with `server.cluster`
+    from aggregator.live.replicas import ClusterReplica
 
 __all__ = ["Pollers"]
 
@@ -58,6 +59,9 @@ class Pollers:
             try:
                 if self.replica is not None and self.replica.cluster.connected and \
                         await self.replica.poll_for_cluster(source, interval, seen_paths):
+                    from aggregator.cluster.leases import RETRY_FRACTION
+                    from aggregator.cluster.link import source_fingerprint
+
                     if not self.replica.leases.holds(source_fingerprint(self.service.manifest.sources[source])):
                         wait = interval * RETRY_FRACTION  # another replica polls: be ready to take over soon
                     seen.clear()
@@ -74,6 +78,8 @@ class Pollers:
         versions = await self.service.versions(source, subscribed | self.service.render_inputs(subscribed))
         changed = [uri for uri, version in versions.items() if uri in seen and seen[uri] != version]
         if self.replica is not None:  # Redis is out: what the lease holder publishes when it is back is not news
+            from aggregator.cluster.link import source_fingerprint
+
             reads = self.service.reads_of(source, versions)
             news = self.replica.told.alone(source_fingerprint(self.service.manifest.sources[source]),
                                            {reads[uri]: v for uri, v in versions.items() if uri in reads},

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
 from aggregator.catalog_delta import Delta
-from aggregator.cluster.told import SourcePath
 from aggregator.live.delta import FullRelist, apply_changed_files
 from aggregator.live.relisted import relist_source
 from aggregator.manifest.model import ManifestError
@@ -20,6 +20,9 @@ from aggregator.notify import Notifier
 from aggregator.service import ResourceService
 from aggregator.sources import SourceError
 from aggregator.watch import Change
+
+if TYPE_CHECKING:
+    from aggregator.cluster.told import SourcePath
 
 __all__ = ["CatalogUpdates", "SaidOnce"]
 
