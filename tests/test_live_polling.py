@@ -106,8 +106,10 @@ def test_an_s3_poll_updates_the_entries_that_changed_and_lists_nothing_else(tmp_
                 s3.put_object(Bucket=bucket, Key="d/obj-0001.md", Body=b"# v2, longer\n")
                 assert await inbox.next() == ("updated", "s3://obj-0001.md")
                 assert await inbox.next(QUIET) is None  # a changed object is no listing change
-                sizes = {r.uri: r.size for r in (await client.list_resources()).resources}
-                assert sizes["s3://obj-0001.md"] == len(b"# v2, longer\n")
+                with anyio.fail_after(SOON):  # the entry follows once the poll's listing is in
+                    while {r.uri: r.size for r in (await client.list_resources()).resources}[
+                            "s3://obj-0001.md"] != len(b"# v2, longer\n"):
+                        await anyio.sleep(0.05)
                 assert (await client.read_resource("s3://obj-0001.md")).contents[0].text == "# v2, longer\n"
 
                 s3.put_object(Bucket=bucket, Key="d/new.md", Body=b"# new\n")
