@@ -90,4 +90,4 @@ class Pollers:
         if changed:
             await self.updates.uris_changed(changed, subscribed)
         if self.updates.has_collection(source):  # this source's listing only, applied in proportion to the change
-            await self.updates.source_polled(source, told=changed)
+            await self.updates.source_polled(source)

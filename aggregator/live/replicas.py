@@ -91,7 +91,7 @@ class ClusterReplica:
         if self.updates.has_collection(source):
             # Subscribers hear of changed objects from the versions polled above, on every replica; the listing
             # event makes the others list this source again.
-            delta = await self.updates.source_polled(source, tell=False)
+            delta = await self.updates.source_polled(source)
             if delta is not None:
                 await self.service.forget_shared(source, {e.path for e in map(delta.catalog.get, delta.updated)
                                                           if e is not None and e.path is not None})
@@ -126,7 +126,7 @@ class ClusterReplica:
                 for sid in sids:
                     if event.kind == "listing":
                         if self.updates.has_collection(sid):
-                            await self.updates.source_polled(sid, tell=False)
+                            await self.updates.source_polled(sid)
                     else:
                         await self.updates.apply_change(sid, set(event.paths), event.data, news)
             except Exception:
