@@ -16,68 +16,27 @@ from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter, countOf
 from typing import Any, Generic, TypeVar
-import time
 
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
+from aggregator.entry import FILE_MTIME, Entry, iso_time, listed_fields
 from aggregator.errors import InvalidCursor, ResourceNotFound
-from aggregator.manifest.model import CollectionSpec, ConvertSettings, Display, Render, TemplateSpec
+from aggregator.manifest.model import CollectionSpec, ConvertSettings, Render, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
 
-__all__ = ["Catalog", "Entry", "listed_fields", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
-           "TextTarget"]
+__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
+           "TextTarget", "iso_time", "listed_fields"]
 
 logger = logging.getLogger("aggregator.catalog")
 
 _CURSOR_PREFIX = b"c1:"
 Param = str | tuple[str, ...] | None
 """A URI variable's value as a Target holds it: absent (None), one string, or an exploded list as a tuple."""
-FILE_MTIME = "file"  # `annotations: {lastModified: file}`: list each file's modification time
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
 _URI, _PATH, _ACCESS = attrgetter("uri"), attrgetter("path"), attrgetter("access")
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One listed resource. `display` is shared by every entry of a collection; per-file facts sit beside it."""
-
-    uri: str
-    name: str
-    display: Display
-    title: str | None = None
-    mime_type: str | None = None
-    size: int | None = None
-    mtime: float | None = None
-    source: str | None = None
-    path: str | None = None
-    text: str | None = None
-    access: frozenset[str] = frozenset()
-    """Scopes a caller needs to see or read this entry."""
-    render: Render | None = None
-    """A Jinja2 template (from the manifest) that produces the content."""
-    decompress: bool = False
-    """Served decompressed when the file's name ends in `.gz` (the manifest's `decompress: true`)."""
-    convert: ConvertSettings | None = None
-    """Served converted (to Markdown) within these limits: the entry says `convert:` and the file is a document."""
-
-    @property
-    def last_modified(self) -> str | None:
-        """The manifest's `lastModified`, else the file's modification time (ISO 8601, UTC): what renders see."""
-        annotations = self.display.annotations
-        if annotations is not None and annotations.last_modified not in (None, FILE_MTIME):
-            return annotations.last_modified
-        return iso_time(self.mtime)
-
-    @property
-    def listed_last_modified(self) -> str | None:
-        """The `lastModified` resources/list shows: only what the manifest asks for (a time, or `file`)."""
-        annotations = self.display.annotations
-        if annotations is None or annotations.last_modified is None:
-            return None
-        return iso_time(self.mtime) if annotations.last_modified == FILE_MTIME else annotations.last_modified
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +112,6 @@ _Item = TypeVar("_Item", Entry, TemplateEntry)
 class Page(Generic[_Item]):
     items: Sequence[_Item]
     next_cursor: str | None
-
-
-def listed_fields(entry: Entry) -> tuple[object, ...]:
-    """What resources/list shows of an entry."""
-    return (entry.uri, entry.name, entry.title, entry.display, entry.mime_type, entry.size,
-            entry.listed_last_modified)
 
 
 class Catalog:
@@ -454,9 +407,3 @@ def _paginate(items: Sequence[_Item], keys: list[str], cursor: str | None, limit
     chunk = items[start : start + limit]
     more = start + limit < len(items)
     return Page(chunk, encode_cursor(keys[start + limit - 1]) if more else None)
-
-
-def iso_time(mtime: float | None) -> str | None:
-    if mtime is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime))
