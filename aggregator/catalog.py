@@ -14,9 +14,9 @@ import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from operator import attrgetter, countOf
 from typing import Any, Generic, TypeVar
 
+from aggregator.catalog_rows import PathIndex, Rows
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.entry import FILE_MTIME, Entry, iso_time, listed_fields
@@ -36,7 +36,6 @@ Param = str | tuple[str, ...] | None
 """A URI variable's value as a Target holds it: absent (None), one string, or an exploded list as a tuple."""
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
-_URI, _PATH, _ACCESS = attrgetter("uri"), attrgetter("path"), attrgetter("access")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +134,14 @@ class Catalog:
         # such a source is unreachable, for up to its staleIfError.
         self.published: dict[str, Any] = {}
         self.published_at: dict[str, float] = {}
-        # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
-        # rather than a dict: O(log n) string compares per read, and a change copies one list, not a hash table.
-        self.entries: Sequence[Entry] = tuple(sorted(entries, key=_URI))
-        self._uris = list(map(_URI, self.entries))
-        self._views: dict[frozenset[str], tuple[Sequence[Entry], list[str]]] = {}
+        # Columns (catalog_rows): a listed file costs its URI and a few bytes, and its Entry is built when asked.
+        # URIs are found by bisection rather than a dict: O(log n) string compares per read, and a change copies
+        # one list, not a hash table.
+        self.entries: Rows = entries if isinstance(entries, Rows) else Rows.of(entries)
+        self._uris = self.entries.uris
+        self._views: dict[frozenset[str], tuple[Rows, list[str]]] = {}
         self._access_count: int | None = None
-        self._by_path: dict[CollectionSpec, dict[str, Entry]] = {}
+        self._by_path: dict[CollectionSpec, Mapping[str, Entry]] = {}
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
@@ -160,7 +160,7 @@ class Catalog:
 
     def targets(self) -> set[tuple[str, str]]:
         """(source, path) of every listed file."""
-        return {(e.source, e.path) for e in self.entries if e.source is not None and e.path is not None}
+        return self.entries.files()
 
     def entries_for(self, source: str, paths: set[str]) -> list[Entry]:
         return [e for e in self.entries if e.source == source and e.path in paths]
@@ -176,9 +176,7 @@ class Catalog:
         return tuple(listed_fields(e) for e in self.entries if e.source == source)
 
     def get(self, uri: str) -> Entry | None:
-        uris = self._uris
-        i = bisect.bisect_left(uris, uri)
-        return self.entries[i] if i < len(uris) and uris[i] == uri else None
+        return self.entries.get(uri)
 
     @cached_property
     def restricted(self) -> bool:
@@ -189,19 +187,19 @@ class Catalog:
     def access_count(self) -> int:
         """How many entries need scopes: counted once (C-level), then kept by incremental successors."""
         if self._access_count is None:
-            self._access_count = len(self.entries) - countOf(map(_ACCESS, self.entries), frozenset())
+            self._access_count = self.entries.count_needing_scopes()
         return self._access_count
 
-    def paths_of(self, key: CollectionSpec) -> dict[str, Entry]:
-        """A collection's entries (by `collection_key`) by file path; built once (C-level), then kept by
-        incremental successors. Callers must not change it."""
+    def paths_of(self, key: CollectionSpec) -> Mapping[str, Entry]:
+        """A collection's entries (by `collection_key`) by file path: a view of its rows (`PathIndex`, O(log n) a
+        lookup), kept by incremental successors."""
         found = self._by_path.get(key)
         if found is None:
             listed = self.collections.get(key, ())
-            found = self._by_path[key] = dict(zip(map(_PATH, listed), listed))
+            found = self._by_path[key] = PathIndex(listed if isinstance(listed, Rows) else Rows.of(listed))
         return found
 
-    def successor(self, entries: Sequence[Entry], uris: list[str], generation: int, access_count: int) -> Catalog:
+    def successor(self, entries: Rows, uris: list[str], generation: int, access_count: int) -> Catalog:
         """This catalog with other entries (sorted by URI, with their URIs, made by the caller) and
         the same templates and sources: O(collections) here. Derived views start empty; the caller may carry
         them (`_views`) and fill `collections`, `listed_at` and `paths_of` for what it changed."""
@@ -241,7 +239,7 @@ class Catalog:
         start, end = prefix_range(uris, prefix)
         return entries[start:end]
 
-    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Sequence[Entry], list[str]]:
+    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Rows, list[str]]:
         """The entries a caller holding `scopes` may see, in URI order, and their URIs (for bisecting); filtered
         once per catalog and scope set, so pages stay O(page)."""
         if scopes is None or not self.restricted:
@@ -250,8 +248,8 @@ class Catalog:
         if view is None:
             if len(self._views) >= _MAX_VIEWS:
                 self._views.pop(next(iter(self._views)))
-            visible = tuple(e for e in self.entries if e.access <= scopes)
-            view = self._views[scopes] = (visible, [e.uri for e in visible])
+            visible = self.entries.visible_to(scopes)
+            view = self._views[scopes] = (visible, visible.uris)
         return view
 
     def resolve_each(self, uris: Iterable[str]) -> Iterator[tuple[str, Target]]:

@@ -16,6 +16,7 @@ from itertools import chain, compress
 from operator import attrgetter, not_
 
 from aggregator.catalog import Catalog, Entry, listed_fields
+from aggregator.catalog_rows import PathIndex, Rows
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
 from aggregator.globs import path_filter
 from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
@@ -67,14 +68,14 @@ def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Ite
     changed = files.keys() | gone_paths
     out: dict[str, Entry] = {}  # old entries leaving the listing or replaced, by URI
     incoming: list[tuple[CollectionSpec | None, Entry]] = []  # new entries, with the collection making them
-    paths: dict[CollectionSpec, dict[str, Entry]] = {}  # collections' new path indexes
+    paths: dict[CollectionSpec, PathIndex] = {}  # collections' new path indexes
     for spec in manifest.collections:
         key = collection_key(spec)
         if spec.source != source or key in paths:
             continue
         if key not in catalog.listed_at:
             raise NeedsRelist(f"{spec.key} was not listed")
-        paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, out, incoming)
+        paths[key] = _change_collection(spec, _index(catalog, key), files, gone_paths, out, incoming)
     for rspec in manifest.resources:
         if rspec.source == source and rspec.path in changed and (old := catalog.get(rspec.uri)) is not None:
             entry = resource_entry(rspec, files.get(rspec.path))
@@ -100,33 +101,38 @@ async def stat_paths(source: Source, paths: Iterable[str]) -> tuple[list[FileInf
     return found, missing
 
 
-def _change_collection(spec: CollectionSpec, before: dict[str, Entry], files: dict[str, FileInfo],
+def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str, FileInfo],
                        gone: set[str], out: dict[str, Entry], incoming: list[tuple[CollectionSpec | None, Entry]]
-                       ) -> dict[str, Entry]:
+                       ) -> PathIndex:
     """One collection's path index after the change (`before` itself if nothing changed in it); records the
     entries it drops in `out` and the ones it makes in `incoming`."""
     wanted = path_filter(spec.glob, spec.exclude, spec.hidden)  # the test sources apply when they list
     build = EntryBuilder(spec).entry
-    after: dict[str, Entry] | None = None
+    dropped: list[str] = []
+    made: list[Entry] = []
     for path in gone:
         old = before.get(path)
         if old is not None:
-            after = after if after is not None else dict(before)
-            del after[path]
+            dropped.append(path)
             out[old.uri] = old
     for path, info in files.items():
         old = before.get(path)
         entry = build(info) if wanted(path) else None
         if entry == old:
             continue
-        after = after if after is not None else dict(before)
         if old is not None:
             out[old.uri] = old
-            del after[path]
+            dropped.append(path)
         if entry is not None:
-            after[path] = entry
+            made.append(entry)
             incoming.append((spec, entry))
-    return before if after is None else after
+    return before.edited(dropped, made) if dropped or made else before
+
+
+def _index(catalog: Catalog, key: CollectionSpec) -> PathIndex:
+    found = catalog.paths_of(key)
+    assert isinstance(found, PathIndex)  # what paths_of gives
+    return found
 
 
 def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
@@ -156,7 +162,7 @@ def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
 def _owner(catalog: Catalog, manifest: Manifest, entry: Entry) -> CollectionSpec | None:
     """The (first) collection that listed `entry`; None for a resource's or an upstream's."""
     for spec in manifest.collections:
-        if spec.source == entry.source and catalog.paths_of(collection_key(spec)).get(entry.path or "") is entry:
+        if spec.source == entry.source and catalog.paths_of(collection_key(spec)).get(entry.path or "") == entry:
             return spec
     return None
 
@@ -177,7 +183,7 @@ def _named(spec: CollectionSpec, position: int, entry: Entry) -> tuple[int, int,
     return 1, position, f"{spec.key} (file {entry.path!r})", spec.where
 
 
-def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict[CollectionSpec, dict[str, Entry]],
+def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict[CollectionSpec, PathIndex],
           now: float | None) -> Delta:
     """The successor catalog holding `new` instead of `out`, and what that changed."""
     new.sort(key=_URI)
@@ -193,7 +199,7 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     for key, after in paths.items():
         successor._by_path[key] = after
         if after is not catalog.paths_of(key):
-            successor.collections[key] = after.values()  # a view of the path index: no copy
+            successor.collections[key] = after.rows
         successor.listed_at[key] = at
     added, removed = frozenset(new_uris - out.keys()), frozenset(out.keys() - new_uris)
     updated = frozenset(e.uri for e in new if e.uri in out)
@@ -205,22 +211,8 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     return Delta(successor, added, removed, updated, frozenset(gone), shown_changed)
 
 
-def _edit(entries: Sequence[Entry], uris: list[str], drop: Collection[str], add: list[Entry]
-          ) -> tuple[list[Entry], list[str]]:
+def _edit(entries: Rows, uris: list[str], drop: Collection[str], add: list[Entry]) -> tuple[Rows, list[str]]:
     """Copies of sorted `entries` and their `uris` without the URIs in `drop` (those present) and with `add`
     (sorted, URIs not otherwise present) merged in."""
-    if len(drop) + len(add) > _SMALL_EDIT:
-        dropped = set(drop)
-        kept = compress(entries, map(not_, map(dropped.__contains__, uris)))
-        merged = sorted(chain(kept, add), key=_URI)  # two sorted runs: one C-level merge
-        return merged, list(map(_URI, merged))
-    out_entries, out_uris = list(entries), uris.copy()
-    for uri in drop:
-        i = bisect_left(out_uris, uri)
-        if i < len(out_uris) and out_uris[i] == uri:
-            del out_uris[i], out_entries[i]
-    for entry in add:
-        i = bisect_left(out_uris, entry.uri)
-        out_uris.insert(i, entry.uri)
-        out_entries.insert(i, entry)
-    return out_entries, out_uris
+    edited = entries.edited(drop, add)
+    return edited, edited.uris

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from aggregator.catalog import RENDERED_TYPE, Catalog, Entry, TemplateEntry
+from aggregator.catalog_rows import NO_SIZE, NO_TIME, Rows, RowsBuilder, duplicates
 from aggregator.content import file_mime_type, served_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.manifest.model import (CollectionSpec, Display, Location, Manifest, ManifestError, ManifestIssue,
@@ -90,6 +91,14 @@ class _Pattern:
     def fill(self, values: Mapping[str, str]) -> str:
         return self.template.format_map(values)
 
+    def around_path(self) -> tuple[str, str] | tuple[None, None]:
+        """(prefix, suffix) when the pattern is `prefix{path}suffix` ({path} once, no other placeholder), so a
+        path's text sits unchanged between the two; else (None, None)."""
+        if self.keys != {"path"}:
+            return None, None
+        parts = self.fill({"path": "\0"}).split("\0")
+        return (parts[0], parts[1]) if len(parts) == 2 else (None, None)
+
 
 
 
@@ -106,28 +115,83 @@ def _file_values(path: str, keys: frozenset[str], encode: bool) -> dict[str, str
 
 
 class EntryBuilder:
-    """Builds a collection's entry for one file; its patterns are compiled once for all of the collection's files."""
+    """Builds a collection's entry for one file; its patterns are compiled once for all of the collection's files.
+    It is also the `RowMaker` of the collection's compact rows (`catalog_rows`): when the URI pattern is
+    `prefix{path}suffix`, a file whose path needs no percent-encoding is kept as its URI, size and mtime, and its
+    entry is built again from them by the same code."""
 
-    __slots__ = ("spec", "_uri", "_name", "_title", "_raw_keys", "_mime_by_ext")
+    __slots__ = ("spec", "source", "access", "_uri", "_name", "_title", "_raw_keys", "_mime_by_ext", "_prefix",
+                 "_suffix", "_compact", "_plain_name", "_plain")
 
     def __init__(self, spec: CollectionSpec) -> None:
         self.spec = spec
+        self.source, self.access = spec.source, spec.access
         self._uri, self._name = _Pattern(spec.uri), _Pattern(spec.name)
         self._title = _Pattern(spec.display.title) if spec.display.title else None
         self._raw_keys = self._name.keys | (self._title.keys if self._title else frozenset())
         self._mime_by_ext: dict[str, str | None] = {}
+        prefix, suffix = self._uri.around_path()
+        self._compact = prefix is not None
+        self._prefix: str = prefix or ""
+        self._suffix: str = suffix or ""
+        self._plain_name = self._title is None and self._name.template == "{path}"
+        # A compact row's entry is then its path, the type its extension says and the collection's constants.
+        self._plain = self._plain_name and not spec.decompress and spec.convert is None
 
     def entry(self, info: FileInfo) -> Entry | None:
         """The entry `info` lists; None when its name could never be read back (listing it would promise what
         reads refuse)."""
-        path, spec = info.path, self.spec
+        return self.file_entry(info.path, info.size, info.mtime, info.mime_type)
+
+    def file_entry(self, path: str, size: int | None, mtime: float | None, mime: str | None = None) -> Entry | None:
+        """`entry` of a file's facts."""
         if not is_servable(path):
             return None
-        raw = _file_values(path, self._raw_keys, encode=False)
-        if has_raw_bytes(path):
-            raw = {k: display_text(v) for k, v in raw.items()}
+        return self._made(self._uri.fill(_file_values(path, self._uri.keys, encode=True)), path, size, mtime, mime)
+
+    def compact_uri(self, path: str) -> str | None:
+        """The URI of `path` when its row is compact: the pattern is `prefix{path}suffix` and the path is servable
+        and needs no percent-encoding (then the URI gives the path back). None otherwise."""
+        if self._compact and len(path) <= _MAX_COMPACT and _COMPACT_PATH.fullmatch(path):
+            return f"{self._prefix}{path}{self._suffix}"
+        return None
+
+    def path_of(self, uri: str) -> str:
+        """The path of a compact row's URI."""
+        return uri[len(self._prefix): len(uri) - len(self._suffix)]
+
+    def row_entry(self, uri: str, size: int | None, mtime: float | None) -> Entry:
+        """The entry of a compact row: what `entry` built for that file when it was listed. Every page and read
+        of a listed file builds one: the common case is kept to a few C calls."""
+        path = uri[len(self._prefix): len(uri) - len(self._suffix)]
+        if not self._plain:
+            return self._made(uri, path, size, mtime, None)
+        spec = self.spec
+        mime = spec.display.mime_type
+        if mime is None:
+            dot = path.rfind(".")
+            ext = path[dot:] if dot > path.rfind("/") else ""
+            mime = self._mime_by_ext[ext] if ext in self._mime_by_ext else self._mime_of(path, ext)
+        # The named tuple's fields in order (`_make` skips its keyword-taking __new__): a compact path is ASCII, so
+        # it is its own display name.
+        return Entry._make((uri, path, spec.display, None, mime, size, mtime, spec.source, path, None, spec.access,
+                            None, False, None))
+
+    def _mime_of(self, path: str, ext: str) -> str | None:
+        mime = self._mime_by_ext[ext] = file_mime_type(path, None, False)
+        return mime
+
+    def _made(self, uri: str, path: str, size: int | None, mtime: float | None, mime: str | None) -> Entry:
+        spec = self.spec
+        if self._plain_name:
+            name, title = display_text(path), None
+        else:
+            raw = _file_values(path, self._raw_keys, encode=False)
+            if has_raw_bytes(path):
+                raw = {k: display_text(v) for k, v in raw.items()}
+            name, title = self._name.fill(raw), self._title.fill(raw) if self._title else None
         decompress = spec.decompress
-        mime = spec.display.mime_type or info.mime_type
+        mime = spec.display.mime_type or mime
         if mime is None:
             # file_mime_type is the one decision; its answer depends only on the last suffix of the served name.
             named = served_name(path, decompress)
@@ -136,28 +200,52 @@ class EntryBuilder:
                 mime = self._mime_by_ext[ext]
             else:
                 mime = self._mime_by_ext[ext] = file_mime_type(path, None, decompress)
-        convert = converted(path, decompress, spec.convert)
+        convert = converted(path, decompress, spec.convert) if spec.convert is not None else None
         if convert is not None:  # served as Markdown; its size is known only once converted
             mime = CONVERTED_MIME_TYPES[convert.to]
-        return Entry(self._uri.fill(_file_values(path, self._uri.keys, encode=True)), self._name.fill(raw),
-                     spec.display, self._title.fill(raw) if self._title else None, mime,
-                     None if convert else info.size, info.mtime, spec.source, path, access=spec.access,
-                     decompress=decompress, convert=convert)
+        return Entry(uri, name, spec.display, title, mime, None if convert else size, mtime, spec.source, path,
+                     access=spec.access, decompress=decompress, convert=convert)
 
 
-def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list[Entry]:
-    entries: list[Entry] = []
-    build, append = EntryBuilder(spec).entry, entries.append
+_MAX_COMPACT = 4096  # safe_relpath's longest path
+_SEGMENT = r"(?!\.\.?(?:/|$))[A-Za-z0-9._~-]+"
+_COMPACT_PATH = re.compile(f"{_SEGMENT}(?:/{_SEGMENT})*")
+"""Paths a compact row can hold: `safe_relpath` accepts them (no empty, '.' or '..' segment, no control character,
+backslash, colon or percent sign) and percent-encoding leaves them as they are (only unreserved characters)."""
+
+
+async def _list_collection(spec: CollectionSpec, source: Source) -> tuple[RowsBuilder, int]:
+    """A collection's rows in the order the source lists its files, and how many files the source listed."""
+    builder = EntryBuilder(spec)
+    rows = RowsBuilder(builder)
     refused: list[str] = []
-    for info in files:
-        entry = build(info)
+    compact_uri, file_entry, explicit_row = builder.compact_uri, builder.file_entry, rows.explicit_row
+    add_uri, add_which, add_size, add_mtime = rows.uris.append, rows.which.append, rows.sizes.append, rows.mtimes.append
+    declared = spec.display.mime_type is not None
+    listed = 0
+
+    def accept(path: str, size: int | None, mtime: float | None, mime: str | None = None) -> None:
+        # Called for every file, in the source's thread: the compact case is a regex match and four appends.
+        nonlocal listed
+        listed += 1
+        if mime is None or declared:
+            uri = compact_uri(path)
+            if uri is not None:
+                add_uri(uri)
+                add_which(1)
+                add_size(NO_SIZE if size is None else size)
+                add_mtime(NO_TIME if mtime is None else mtime)
+                return
+        entry = file_entry(path, size, mtime, mime)
         if entry is None:
-            refused.append(info.path)
+            refused.append(path)
         else:
-            append(entry)
+            explicit_row(entry)
+
+    await source.scan(spec.glob, spec.exclude, spec.hidden, accept)
     if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
         _say_refused(spec, refused)
-    return entries
+    return rows, listed
 
 
 def _say_refused(spec: CollectionSpec, refused: Sequence[str]) -> None:
@@ -209,7 +297,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     """
     issues: list[ManifestIssue] = []
     resource_entries: list[Entry | None] = [None] * len(manifest.resources)
-    built: list[Collection[Entry]] = [()] * len(manifest.collections)
+    built: list[Rows] = [_NO_ROWS] * len(manifest.collections)
+    listings: dict[int, RowsBuilder] = {}  # collections listed now, in the order their source gave the files
     reuse = reuse or {}
     started = time.monotonic()
     stale_at: dict[CollectionSpec | str, float] = {}  # what was kept from `previous`, and when it was listed
@@ -234,19 +323,19 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     async def list_collection(i: int, spec: CollectionSpec) -> None:
         known = reuse.get(collection_key(spec))
         if known is not None:
-            built[i] = known
+            built[i] = _as_rows(known)
             return
         try:
             with span("aggregator.source.list", source_id=spec.source, source_kind=manifest.sources[spec.source].kind,
                       glob=spec.glob) as traced:
-                files = await sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden)
-                traced.set(files=len(files))
+                listing, count = await _list_collection(spec, sources[spec.source])
+                traced.set(files=count)
         except SourceError as exc:
             if sources[spec.source].pushes_changes:
                 key = collection_key(spec)
                 old = previous.collections.get(key) if previous is not None else None
                 if down(spec.source, key, previous.listed_at if previous else None, "listing", exc) and old:
-                    built[i] = old
+                    built[i] = _as_rows(old)
                 return
             if manifest.sources[spec.source].optional:
                 skipped.add(collection_key(spec))  # never listed: a reload lists it again
@@ -256,7 +345,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
                 return
             issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
             return
-        built[i] = _collection_entries(spec, files)
+        listings[i] = listing
+        built[i] = listing.rows()
 
     published: dict[str, Published] = {}
 
@@ -281,33 +371,19 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             if sspec.id in sources and sources[sspec.id].publishes:
                 tg.start_soon(publish, sspec)
 
-    owners: dict[str, tuple[str, Location]] = {}
-    entries: list[Entry] = []
-
-    def claim(uri: str, key: str, where: Location) -> bool:
-        previous = owners.get(uri)
-        if previous is not None:
-            issues.append(uri_collision(uri, (key, where), previous))
-            return False
-        owners[uri] = (key, where)
-        return True
-
-    for rspec, built_entry in zip(manifest.resources, resource_entries, strict=True):
-        assert built_entry is not None  # the task group built every resource or raised
-        if claim(built_entry.uri, rspec.key, rspec.where):
-            entries.append(built_entry)
-    for cspec, collection_entries in zip(manifest.collections, built, strict=True):
-        for entry in collection_entries:
-            if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
-                entries.append(entry)
-
+    upstream: list[Entry] = []
     for sid, offered in published.items():
         sspec = manifest.sources[sid]
-        for res in offered.resources:
-            if claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where):
-                entries.append(Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
-                                     res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime,
-                                     sid, res.path, access=sspec.access))
+        upstream += [Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
+                           res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime, sid, res.path,
+                           access=sspec.access) for res in offered.resources]
+    resources = [e for e in resource_entries if e is not None]  # the task group built every resource or raised
+    parts = [part for part in (Rows.of(resources), *built, Rows.of(upstream)) if len(part)]
+    rows = Rows.merged(parts) if parts else _NO_ROWS
+    twice = duplicates(rows.uris)
+    if twice:  # a URI produced twice: named in the order compile_catalog claims URIs (rare: worth a second pass)
+        issues += _collisions(manifest, twice, resources, [listings.get(i, b) for i, b in enumerate(built)],
+                              published)
 
     templates: list[TemplateEntry] = []
     seen_templates: dict[str, TemplateSpec] = {}
@@ -337,16 +413,52 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
     if issues:
         raise ManifestError(issues)
-    catalog = Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
+    catalog = Catalog(rows, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
                       frozenset(sid for sid, src in sources.items() if src.byte_names),
                       frozenset(sid for sid, src in sources.items() if src.uri_paths))
     now = time.monotonic()
-    catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
+    catalog.collections = {collection_key(c): b for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: stale_at[key] if key in stale_at else (reused_at or {}).get(key, now)
                          if key in reuse else now for key in catalog.collections if key not in skipped}
     catalog.published = published
     catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
     return catalog
+
+
+def _as_rows(entries: Collection[Entry]) -> Rows:
+    """A collection's entries as rows (a catalog built before keeps them as rows already)."""
+    return entries if isinstance(entries, Rows) else Rows.of(entries)
+
+
+_NO_ROWS = Rows.of(())
+
+
+def _collisions(manifest: Manifest, twice: set[str], resources: list[Entry], listed: list[Rows | RowsBuilder],
+                published: Mapping[str, Published]) -> list[ManifestIssue]:
+    """The issues of the URIs in `twice`: the first producer of each claims it (resources, then collections in
+    manifest order, each in the order its source listed the files, then upstreams) and every later one is told."""
+    issues: list[ManifestIssue] = []
+    owners: dict[str, tuple[str, Location]] = {}
+
+    def claim(uri: str, key: str, where: Location) -> None:
+        first = owners.get(uri)
+        if first is None:
+            owners[uri] = (key, where)
+        else:
+            issues.append(uri_collision(uri, (key, where), first))
+
+    for rspec, entry in zip(manifest.resources, resources, strict=True):
+        if entry.uri in twice:
+            claim(entry.uri, rspec.key, rspec.where)
+    for cspec, part in zip(manifest.collections, listed, strict=True):
+        for entry in part.entries_of(twice):
+            claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where)
+    for sid, offered in published.items():
+        sspec = manifest.sources[sid]
+        for res in offered.resources:
+            if res.uri in twice:
+                claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where)
+    return issues
 
 
 def uri_collision(uri: str, later: tuple[str, Location], first: tuple[str, Location]) -> ManifestIssue:

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("manifest", ("manifest", "manifest.*")),
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*", "cluster",
                            "cluster.*", "documents", "documents.*")),
-    ("catalog", ("entry", "catalog", "compiler", "catalog_delta", "snapshot", "render", "completion", "diff", "tools")),
+    ("catalog", ("entry", "catalog_rows", "catalog", "compiler", "catalog_delta", "snapshot", "render", "completion", "diff", "tools")),
     ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_query", "search_list",
                  "search_index", "search_indexer", "search_meta")),
     ("live and protocol", ("supervisor", "live", "live.*", "server", "handlers", "handlers.*", "mcp_shapes",

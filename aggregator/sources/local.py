@@ -19,12 +19,13 @@ import errno
 import logging
 import os
 import stat as stat_mode
+from operator import attrgetter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from aggregator.globs import glob_prefix, path_filter
 from aggregator.paths import UnsafePath, is_servable, is_within, safe_relpath
-from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import Blob, FileInfo, FileSink, Source, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
 from aggregator.sources.threads import ThreadSlots
 
@@ -38,6 +39,7 @@ _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOL
 # Further reads of a file that turned out larger than fstat said.
 _GROWTH_CHUNK = 256 * 1024
 # Errors that mean "there is no such file to serve" rather than "the folder failed".
+_NAME = attrgetter("name")
 _ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
 
@@ -146,20 +148,34 @@ class LocalSource(Source):
         return await self._call(self._list, pattern, tuple(exclude), hidden)
 
     def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> builtins.list[FileInfo]:
+        files: list[FileInfo] = []
+
+        def add(path: str, size: int | None, mtime: float | None, mime: str | None) -> None:
+            assert size is not None and mtime is not None
+            files.append(FileInfo(path, size, mtime, _version(mtime, size)))
+
+        self._scan(pattern, exclude, hidden, add)
+        return files
+
+    async def scan(self, pattern: str, exclude: Sequence[str], hidden: bool, sink: FileSink) -> None:
+        await self._call(self._scan, pattern, tuple(exclude), hidden, sink)
+
+    def _scan(self, pattern: str, exclude: tuple[str, ...], hidden: bool, sink: FileSink) -> None:
+        """`_list` telling `sink` of each file as the walk finds it (in path order), without a FileInfo each."""
         wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
         if prefix and not is_servable(prefix):
-            return []  # `docs/../*` would list `docs/../a.md`: a name no read accepts, and none to walk for
-        files: list[FileInfo] = []
+            return  # `docs/../*` would list `docs/../a.md`: a name no read accepts, and none to walk for
         outside: list[str] = []
         progress = ListingProgress(self.id, "files")
+        found = 0
         for rel, st in self._walk(prefix, outside):
             progress.add()
             if wanted(rel):
-                files.append(FileInfo(rel, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size)))
-        progress.done(len(files))
+                sink(rel, st.st_size, st.st_mtime, None)
+                found += 1
+        progress.done(found)
         self._note_outside_links(outside)
-        return files
 
     def _note_outside_links(self, outside: builtins.list[str]) -> None:
         """Log the links a walk skipped for leading outside the root: once per source and set of links."""
@@ -171,21 +187,18 @@ class LocalSource(Source):
                     ", ".join(repr(p) for p in key[:3]))
 
     def _walk(self, prefix: str, outside: builtins.list[str]) -> Iterator[tuple[str, os.stat_result]]:
-        """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks;
-        links leading outside the root are added to `outside`."""
+        """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks, in
+        path order (each folder's names sorted, a folder's files where its name plus '/' sorts), so listings come
+        sorted; links leading outside the root are added to `outside`."""
         start = os.path.realpath(os.path.join(self.root, *prefix.split("/"))) if prefix else self.root
         if not is_within(self.root, start) or not os.path.isdir(start):
             return
-        stack = [(start, prefix + "/" if prefix else "")]
         visited = {start}
+        # One iterator of sorted names per folder being walked: a folder is walked where it sorts, then its parent
+        # goes on after it.
+        stack = [_sorted_folder(start, prefix + "/" if prefix else "")]
         while stack:
-            folder, rel_prefix = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            for entry in entries:
-                rel = rel_prefix + entry.name
+            for rel, entry in stack[-1]:
                 try:
                     if entry.is_symlink():
                         real = os.path.realpath(entry.path)
@@ -197,15 +210,42 @@ class LocalSource(Source):
                         if stat_mode.S_ISDIR(st.st_mode):
                             if real not in visited:
                                 visited.add(real)
-                                stack.append((real, rel + "/"))
+                                stack.append(_sorted_folder(real, rel + "/"))
+                                break
                         elif stat_mode.S_ISREG(st.st_mode):
                             yield rel, st
                     elif entry.is_dir(follow_symlinks=False):
-                        stack.append((entry.path, rel + "/"))
+                        stack.append(_sorted_folder(entry.path, rel + "/"))
+                        break
                     elif entry.is_file(follow_symlinks=False):
                         yield rel, entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+            else:
+                stack.pop()
+
+
+def _sorted_folder(folder: str, rel_prefix: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(relative path, entry) of each name in `folder`, in the order of the paths under it: a subfolder's name
+    sorts with a '/' after it (`a.md` < `a/...` < `a0.md`), as its files' paths do. Nothing when it cannot be read."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = builtins.list(listing)
+    except OSError:
+        return iter(())
+    if any(_is_folder(e) for e in entries):
+        entries.sort(key=lambda e: e.name + "/" if _is_folder(e) else e.name)
+    else:
+        entries.sort(key=_NAME)
+    return ((rel_prefix + e.name, e) for e in entries)
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether `entry` is a folder or a link to one (a dangling or unreadable one is not)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def read_at_most(fd: int, expected: int, max_bytes: int) -> bytes:
