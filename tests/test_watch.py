@@ -117,3 +117,38 @@ def test_only_the_folder_holding_the_bad_name_is_polled(tmp_path: Path, caplog: 
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sorted(w.split("'")[1] for w in warnings) == ["inner", "outer"], warnings
     assert all("polling" in w for w in warnings)
+
+
+def test_a_folder_watcher_is_made_and_read_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a watcher walks every folder under the root to watch each (10 s for 1,000,000 files on a loaded
+    machine): it happens in a worker thread, so the server answers requests meanwhile; changes still arrive."""
+    import threading
+
+    import aggregator.watch as watching
+    from aggregator.watch import Change, watch_folders
+
+    made_in: list[threading.Thread] = []
+    real = watching.watch
+
+    def seen(*args: Any, **kwargs: Any) -> Any:  # the real watcher, noting which thread makes it
+        made_in.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(watching, "watch", seen)
+    heard: list[str] = []
+
+    async def on_change(source: str, changes: set[tuple[Change, str]]) -> None:
+        heard.extend(path for _, path in changes)
+
+    async def main() -> None:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_folders, {"docs": str(tmp_path)}, on_change, stop)
+            with anyio.fail_after(10):
+                while "a.md" not in heard:  # written until heard: the watcher may not be up at the first write
+                    (tmp_path / "a.md").write_text(str(len(heard)))
+                    await anyio.sleep(0.2)
+            stop.set()
+
+    anyio.run(main)
+    assert made_in and all(thread is not threading.main_thread() for thread in made_in)
