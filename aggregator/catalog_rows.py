@@ -49,6 +49,9 @@ class RowMaker(Protocol):
     def path_of(self, uri: str) -> str:
         """The path of the compact row `uri`."""
 
+    def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
+        """`row_entry` of each row of these columns (sizes NO_SIZE and mtimes NO_TIME where there are none)."""
+
 
 class Rows(Sequence[Entry]):
     """Entries in URI order (`uris`), immutable. Indexing builds a compact row's Entry; a slice is a list."""
@@ -82,7 +85,11 @@ class Rows(Sequence[Entry]):
 
     def __getitem__(self, index: int | slice) -> Entry | list[Entry]:
         if isinstance(index, slice):
-            return [self._row(i) for i in range(*index.indices(len(self.uris)))]
+            start, stop, step = index.indices(len(self.uris))
+            if step == 1 and len(self._makers) == 1 and stop > start and EXPLICIT not in self._which[start:stop]:
+                return self._makers[0].row_entries(self.uris[start:stop], self._sizes[start:stop],
+                                                   self._mtimes[start:stop])  # a page of one collection's rows
+            return [self._row(i) for i in range(start, stop, step)]
         if index < 0:
             index += len(self.uris)
         if not 0 <= index < len(self.uris):

@@ -177,6 +177,34 @@ class EntryBuilder:
         return Entry._make((uri, path, spec.display, None, mime, size, mtime, spec.source, path, None, spec.access,
                             None, False, None))
 
+    def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
+        """`row_entry` of each compact row (columns as `catalog_rows` keeps them): a page's worth in one loop."""
+        if not self._plain:
+            return [self.row_entry(uri, None if size == NO_SIZE else size, None if mtime != mtime else mtime)
+                    for uri, size, mtime in zip(uris, sizes, mtimes)]
+        spec = self.spec
+        display, declared, source, access = spec.display, spec.display.mime_type, spec.source, spec.access
+        start, end, by_ext = len(self._prefix), len(self._suffix), self._mime_by_ext
+        make = Entry._make
+        out: list[Entry] = []
+        add = out.append
+        last_ext, last_mime = "\0", declared  # a page's files mostly share one extension: one endswith each
+        for uri, size, mtime in zip(uris, sizes, mtimes):
+            path = uri[start: len(uri) - end]
+            mime = declared
+            if mime is None:
+                if path.endswith(last_ext):  # ".md": then its dot is the last one, after the last '/'
+                    mime = last_mime
+                else:
+                    dot = path.rfind(".")
+                    ext = path[dot:] if dot > path.rfind("/") else ""
+                    mime = by_ext[ext] if ext in by_ext else self._mime_of(path, ext)
+                    if ext:
+                        last_ext, last_mime = ext, mime
+            add(make((uri, path, display, None, mime, None if size == NO_SIZE else size,
+                      None if mtime != mtime else mtime, source, path, None, access, None, False, None)))
+        return out
+
     def _mime_of(self, path: str, ext: str) -> str | None:
         mime = self._mime_by_ext[ext] = file_mime_type(path, None, False)
         return mime
