@@ -250,12 +250,9 @@ async def _list_collection(spec: CollectionSpec, source: Source) -> tuple[RowsBu
     compact_uri, file_entry, explicit_row = builder.compact_uri, builder.file_entry, rows.explicit_row
     add_uri, add_which, add_size, add_mtime = rows.uris.append, rows.which.append, rows.sizes.append, rows.mtimes.append
     declared = spec.display.mime_type is not None
-    listed = 0
 
     def accept(path: str, size: int | None, mtime: float | None, mime: str | None = None) -> None:
         # Called for every file, in the source's thread: the compact case is a regex match and four appends.
-        nonlocal listed
-        listed += 1
         if mime is None or declared:
             uri = compact_uri(path)
             if uri is not None:
@@ -273,7 +270,7 @@ async def _list_collection(spec: CollectionSpec, source: Source) -> tuple[RowsBu
     await source.scan(spec.glob, spec.exclude, spec.hidden, accept)
     if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
         _say_refused(spec, refused)
-    return rows, listed
+    return rows, len(rows) + len(refused)
 
 
 def _say_refused(spec: CollectionSpec, refused: Sequence[str]) -> None:
