@@ -7,7 +7,8 @@ through links, so a cycle ends), links that point outside the root are skipped, 
 A FIFO, socket or device is refused before it is opened (and opened with O_NONBLOCK, so one swapped in meanwhile
 cannot block the open). Every call (resolve, stat, open, read, walk) runs in the source's own threads under its
 `timeout` and `maxConcurrency` (see `threads.ThreadSlots`): a hung mount fails its reads after `timeout` and holds at
-most `maxConcurrency` threads, while other sources keep serving.
+most `maxConcurrency` threads, while other sources keep serving. A listing fails once it read no folder for
+`timeout` (it may take longer in all: a million files do).
 
 Names are `os.fsdecode` strings (`byte_names`): a name that is not UTF-8 keeps its bytes as surrogate escapes.
 """
@@ -70,9 +71,9 @@ class LocalSource(Source):
         """Threads running a call of this source now (stuck ones included)."""
         return self._threads.busy
 
-    async def _call(self, func: Callable[..., T], *args: Any) -> T:
+    async def _call(self, func: Callable[..., T], *args: Any, alive: Callable[[], object] | None = None) -> T:
         try:
-            return await self._threads.run(self.timeout, func, *args)
+            return await self._threads.run(self.timeout, func, *args, alive=alive)
         except TimeoutError:
             raise SourceError(f"{self.describe()}: no answer within {self.timeout:g}s") from None
 
@@ -146,31 +147,35 @@ class LocalSource(Source):
         return Blob(data, version=_version(st.st_mtime, st.st_size))
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
-        return await self._call(self._list, pattern, tuple(exclude), hidden)
+        progress = ListingProgress(self.id, "files")
+        # `timeout` bounds a listing's silence (no folder read), not its length: a million files take minutes.
+        return await self._call(self._list, pattern, tuple(exclude), hidden, progress, alive=progress.alive)
 
-    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> builtins.list[FileInfo]:
+    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool, progress: ListingProgress
+              ) -> builtins.list[FileInfo]:
         files: list[FileInfo] = []
 
         def add(path: str, size: int | None, mtime: float | None, mime: str | None) -> None:
             assert size is not None and mtime is not None
             files.append(FileInfo(path, size, mtime, _version(mtime, size)))
 
-        self._scan(pattern, exclude, hidden, add)
+        self._scan(pattern, exclude, hidden, add, progress)
         return files
 
     async def scan(self, pattern: str, exclude: Sequence[str], hidden: bool, sink: FileSink) -> None:
-        await self._call(self._scan, pattern, tuple(exclude), hidden, sink)
+        progress = ListingProgress(self.id, "files")
+        await self._call(self._scan, pattern, tuple(exclude), hidden, sink, progress, alive=progress.alive)
 
-    def _scan(self, pattern: str, exclude: tuple[str, ...], hidden: bool, sink: FileSink) -> None:
+    def _scan(self, pattern: str, exclude: tuple[str, ...], hidden: bool, sink: FileSink,
+              progress: ListingProgress) -> None:
         """`_list` telling `sink` of each file as the walk finds it (in path order), without a FileInfo each."""
         wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
         if prefix and not is_servable(prefix):
             return  # `docs/../*` would list `docs/../a.md`: a name no read accepts, and none to walk for
         outside: list[str] = []
-        progress = ListingProgress(self.id, "files")
         seen = found = 0
-        for rel, st in self._walk(prefix, outside):
+        for rel, st in self._walk(prefix, outside, progress):
             seen += 1
             if not seen & 1023:  # told in steps: a call a file is a tenth of the walk's own work
                 progress.add(1024)
@@ -190,10 +195,11 @@ class LocalSource(Source):
         logger.info("source %r: %d link(s) lead outside the folder and are not listed, e.g. %s", self.id, len(key),
                     ", ".join(repr(p) for p in key[:3]))
 
-    def _walk(self, prefix: str, outside: builtins.list[str]) -> Iterator[tuple[str, os.stat_result]]:
+    def _walk(self, prefix: str, outside: builtins.list[str], progress: ListingProgress | None = None
+              ) -> Iterator[tuple[str, os.stat_result]]:
         """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks, in
         path order (each folder's names sorted, a folder's files where its name plus '/' sorts), so listings come
-        sorted; links leading outside the root are added to `outside`."""
+        sorted; links leading outside the root are added to `outside`; `progress` hears of each folder read."""
         start = os.path.realpath(os.path.join(self.root, *prefix.split("/"))) if prefix else self.root
         if not is_within(self.root, start) or not os.path.isdir(start):
             return
@@ -202,6 +208,8 @@ class LocalSource(Source):
         # goes on after it.
         stack = [_sorted_folder(start, prefix + "/" if prefix else "")]
         while stack:
+            if progress is not None:
+                progress.step()
             for rel, entry in stack[-1]:
                 try:
                     if entry.is_symlink():
