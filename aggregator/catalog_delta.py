@@ -9,11 +9,9 @@ caller need not compare whole listings to decide on `list_changed`.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from itertools import chain, compress
-from operator import attrgetter, not_
+from operator import attrgetter
 
 from aggregator.catalog import Catalog, Entry, listed_fields
 from aggregator.catalog_rows import PathIndex, Rows
@@ -25,8 +23,6 @@ from aggregator.sources import FileInfo, Source, SourceError
 __all__ = ["Delta", "NeedsRelist", "apply_files", "stat_paths"]
 
 _URI = attrgetter("uri")
-_SMALL_EDIT = 64
-"""Up to this many URIs in or out, each is a bisect and a memmove; past it, one C-level filter and merge."""
 _CARRIED_VIEWS = 8
 """Scope views (the newest) kept up to date across a change; older ones are filtered again when next asked."""
 
