@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable
+from operator import methodcaller
 
 import anyio
 import anyio.from_thread
@@ -22,6 +23,8 @@ from watchfiles import Change, watch
 __all__ = ["folders_under", "watch_tree"]
 
 Batch = set[tuple[Change, str]]
+_IS_FOLDER = methodcaller("is_dir", follow_symlinks=False)
+_IS_LINK = methodcaller("is_symlink")
 
 
 def folders_under(roots: Iterable[str]) -> set[str]:
@@ -40,20 +43,34 @@ def folders_under(roots: Iterable[str]) -> set[str]:
                     entries = list(listing)
             except OSError:
                 continue  # gone or unreadable: nothing under it to watch
-            for entry in entries:
-                try:
-                    if entry.is_symlink():
+            for entry in _folders_and_links(entries):
+                if entry.is_symlink():
+                    try:
                         real = os.path.realpath(entry.path)
                         if real in visited or not os.path.isdir(real) or not _within(real_root, real):
                             continue
-                        visited.add(real)
-                    elif not entry.is_dir(follow_symlinks=False):
+                    except OSError:
                         continue
-                except OSError:
-                    continue
+                    visited.add(real)
                 found.add(entry.path)
                 stack.append(entry.path)
     return found
+
+
+def _folders_and_links(entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
+    """The entries that are folders or links: two C-level passes (d_type, no stat) where the file system gives
+    types, else one entry at a time (one that cannot be looked at is left out)."""
+    try:
+        return [*filter(_IS_FOLDER, entries), *filter(_IS_LINK, entries)]
+    except OSError:
+        return [e for e in entries if _safely(e)]
+
+
+def _safely(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_symlink() or entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _within(root: str, path: str) -> bool:
