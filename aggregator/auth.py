@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
@@ -32,7 +32,7 @@ from aggregator.manifest.model import AuthSettings, JwtSettings, StaticToken
 if TYPE_CHECKING:
     from pydantic import AnyHttpUrl
 
-__all__ = ["Verifier", "caller_name", "caller_scopes", "metadata_routes", "metadata_url", "protect", "verifier_for"]
+__all__ = ["Verifier", "metadata_routes", "metadata_url", "protect", "verifier_for"]
 
 logger = logging.getLogger("aggregator.auth")
 
@@ -202,28 +202,3 @@ def protect(app: ASGIApp, verifier: Verifier, path: str = "/mcp", prefixes: tupl
             await app(scope, receive, send)
 
     return gate
-
-
-def _user(request: Any) -> AuthenticatedUser | None:
-    user = getattr(request, "scope", {}).get("user")
-    return user if isinstance(user, AuthenticatedUser) else None
-
-
-def caller_scopes(request: Any) -> frozenset[str] | None:
-    """The scopes of whoever sent `request`: None (everything) over stdio, where there is no HTTP request and the
-    process owner already has the data; the token's scopes over HTTP; none for an anonymous HTTP caller."""
-    if request is None:
-        return None
-    user = _user(request)
-    return frozenset(user.scopes) if user is not None else frozenset()
-
-
-def caller_name(request: Any) -> str:
-    """Who is asking, for the access log: the token's client, 'anonymous' over HTTP, 'stdio' locally."""
-    if request is None:
-        return "stdio"
-    user = _user(request)
-    if user is None:
-        return "anonymous"
-    token = user.access_token
-    return token.subject or token.client_id

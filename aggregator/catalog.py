@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import copy
 import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -17,11 +16,12 @@ from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from aggregator.catalog_rows import PathIndex, Rows
+from aggregator.chunked import find_left, find_right
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.entry import FILE_MTIME, Entry, iso_time, listed_fields
 from aggregator.errors import InvalidCursor, ResourceNotFound
-from aggregator.manifest.model import CollectionSpec, ConvertSettings, Render, TemplateSpec
+from aggregator.manifest.model import CollectionSpec, ConvertSettings, Render, ResourceSpec, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
@@ -134,6 +134,9 @@ class Catalog:
         # such a source is unreachable, for up to its staleIfError.
         self.published: dict[str, Any] = {}
         self.published_at: dict[str, float] = {}
+        # When the files of manifest resources were last stat'ed (by `resource_key`): a reload reuses an entry
+        # younger than its source's ttl.
+        self.stated_at: dict[ResourceSpec, float] = {}
         # Columns (catalog_rows): a listed file costs its URI and a few bytes, and its Entry is built when asked.
         # URIs are found by bisection rather than a dict: O(log n) string compares per read, and a change copies
         # one list, not a hash table.
@@ -141,7 +144,7 @@ class Catalog:
         self._uris = self.entries.uris
         self._views: dict[frozenset[str], tuple[Rows, list[str]]] = {}
         self._access_count: int | None = None
-        self._by_path: dict[CollectionSpec, Mapping[str, Entry]] = {}
+        self._by_path: dict[CollectionSpec, PathIndex] = {}
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
@@ -162,18 +165,11 @@ class Catalog:
         """(source, path) of every listed file."""
         return self.entries.files()
 
-    def entries_for(self, source: str, paths: set[str]) -> list[Entry]:
-        return [e for e in self.entries if e.source == source and e.path in paths]
-
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
         return (tuple(listed_fields(e) for e in self.entries),
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
-
-    def listing_of(self, source: str) -> tuple[object, ...]:
-        """What resources/list shows of the entries `source` serves (the listing signature's part of them)."""
-        return tuple(listed_fields(e) for e in self.entries if e.source == source)
 
     def get(self, uri: str) -> Entry | None:
         return self.entries.get(uri)
@@ -190,7 +186,7 @@ class Catalog:
             self._access_count = self.entries.count_needing_scopes()
         return self._access_count
 
-    def paths_of(self, key: CollectionSpec) -> Mapping[str, Entry]:
+    def paths_of(self, key: CollectionSpec) -> PathIndex:
         """A collection's entries (by `collection_key`) by file path: a view of its rows (`PathIndex`, O(log n) a
         lookup), kept by incremental successors."""
         found = self._by_path.get(key)
@@ -210,6 +206,7 @@ class Catalog:
         new._views, new._access_count, new._by_path = {}, access_count, dict(self._by_path)
         new.collections, new.listed_at = dict(self.collections), dict(self.listed_at)
         new.published, new.published_at = dict(self.published), dict(self.published_at)
+        new.stated_at = dict(self.stated_at)
         return new
 
     def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
@@ -381,9 +378,9 @@ def _at_segment_start(parts: list[str]) -> bool:
 
 def prefix_range(keys: Sequence[str], prefix: str) -> tuple[int, int]:
     """The slice of sorted `keys` that start with `prefix`, found by bisection: O(log n)."""
-    start = bisect.bisect_left(keys, prefix)
+    start = find_left(keys, prefix)
     # Keys cut to the prefix's length stay sorted; those equal to it are the run that starts with it.
-    return start, bisect.bisect_right(keys, prefix, lo=start, key=lambda key: key[: len(prefix)])
+    return start, find_right(keys, prefix, start, lambda key: key[: len(prefix)])
 
 
 def encode_cursor(key: str) -> str:
@@ -400,8 +397,8 @@ def decode_cursor(cursor: str) -> str:
         raise InvalidCursor() from None
 
 
-def _paginate(items: Sequence[_Item], keys: list[str], cursor: str | None, limit: int) -> Page[_Item]:
-    start = bisect.bisect_right(keys, decode_cursor(cursor)) if cursor else 0
+def _paginate(items: Sequence[_Item], keys: Sequence[str], cursor: str | None, limit: int) -> Page[_Item]:
+    start = find_right(keys, decode_cursor(cursor)) if cursor else 0
     chunk = items[start : start + limit]
     more = start + limit < len(items)
     return Page(chunk, encode_cursor(keys[start + limit - 1]) if more else None)

@@ -1,15 +1,17 @@
 """Incremental relisting: the next catalog after files of one source came, changed or went, without listing it again.
 
 `apply_files` gives the catalog `compile_catalog` would build over the new folder state (same entries, order,
-lookups, pages and scope views; a URI collision is the same ManifestError), doing Python work in proportion to the
-change and C-level copies (list, tuple, dict) of the rest. It also says what the change did to the listing, so the
-caller need not compare whole listings to decide on `list_changed`.
+lookups, pages and scope views; a URI collision is the same ManifestError), doing work in proportion to the change:
+the successor shares the entries and path indexes the change did not touch (`chunked`: sorted entries in chunks,
+path indexes as a base and the changes since). It also says what the change did to the listing, so the caller need
+not compare whole listings to decide on `list_changed`.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -18,11 +20,16 @@ from aggregator.catalog_rows import PathIndex, Rows
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
 from aggregator.globs import path_filter
 from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
-from aggregator.sources import FileInfo, Source, SourceError
+from aggregator.manifest.placeholders import FILE_PLACEHOLDERS
+from aggregator.paths import uri_path
+from aggregator.sources import FileInfo, Source
 
-__all__ = ["Delta", "NeedsRelist", "apply_files", "stat_paths"]
+__all__ = ["Delta", "NeedsRelist", "apply_files", "changed_files", "edit_sorted", "entries_of_files", "listed_under",
+           "stat_paths"]
 
 _URI = attrgetter("uri")
+_FILE_PLACEHOLDER = re.compile(r"\{(?:%s)\}" % "|".join(FILE_PLACEHOLDERS))
+"""A placeholder a collection's URI pattern fills per file (any other brace is literal text)."""
 _CARRIED_VIEWS = 8
 """Scope views (the newest) kept up to date across a change; older ones are filtered again when next asked."""
 
@@ -71,7 +78,7 @@ def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Ite
             continue
         if key not in catalog.listed_at:
             raise NeedsRelist(f"{spec.key} was not listed")
-        paths[key] = _change_collection(spec, _index(catalog, key), files, gone_paths, out, incoming)
+        paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, out, incoming)
     for rspec in manifest.resources:
         if rspec.source == source and rspec.path in changed and (old := catalog.get(rspec.uri)) is not None:
             entry = resource_entry(rspec, files.get(rspec.path))
@@ -85,27 +92,89 @@ def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Ite
 
 
 async def stat_paths(source: Source, paths: Iterable[str]) -> tuple[list[FileInfo], set[str]]:
-    """What `apply_files` takes for paths a watcher or poll named: the stat of those that are files now, and the
-    others (gone, not a regular file, or a name the source refuses: a listing would not show them either)."""
-    found: list[FileInfo] = []
-    missing: set[str] = set()
-    for path in paths:
-        try:
-            found.append(await source.stat(path))
-        except SourceError:
-            missing.add(path)
-    return found, missing
+    """What `apply_files` takes for paths a poll named: the stat of those that are files now, and the others
+    (gone, not a regular file, or a name the source refuses: a listing would not show them either)."""
+    return await source.stat_many(paths)
+
+
+async def changed_files(catalog: Catalog, manifest: Manifest, source: str, backend: Source, paths: Iterable[str]
+                        ) -> tuple[list[FileInfo], set[str]]:
+    """What `apply_files` takes for paths a watcher named, folders included: the stat of each that is a file now
+    and of every file under each that is a folder now (a folder moved in is named alone), and as gone the others
+    with every path `catalog` lists under them (so is a folder moved out)."""
+    found, missing = await backend.stat_many(paths, folders=True)
+    return found, missing | listed_under(catalog, manifest, source, missing)
+
+
+def listed_under(catalog: Catalog, manifest: Manifest, source: str, folders: Collection[str]) -> set[str]:
+    """Paths of `source` that `catalog` lists (by a collection or a resource) under any of `folders`. A collection
+    whose URI starts with `{path}` lists them in one run of its URIs, found by bisection; any other is scanned."""
+    found: set[str] = set()
+    if not folders:
+        return found
+    seen: set[CollectionSpec] = set()
+    for spec in manifest.collections:
+        key = collection_key(spec)
+        if spec.source != source or key in seen:
+            continue
+        seen.add(key)
+        listed = catalog.paths_of(key)
+        unlisted = [folder for folder in folders if folder not in listed]  # a path listed as a file is no folder
+        if not unlisted:
+            continue
+        literal, at_path = _uri_start(spec.uri)
+        if at_path:
+            for folder in unlisted:
+                inside = folder + "/"
+                found.update(path for e in catalog.under(literal + uri_path(inside))
+                             if (path := e.path) is not None and path.startswith(inside) and listed.get(path) == e)
+        else:
+            prefixes = tuple(folder + "/" for folder in unlisted)
+            found.update(path for path in listed if path.startswith(prefixes))
+    prefixes = tuple(folder + "/" for folder in folders)
+    found.update(r.path for r in manifest.resources if r.source == source and r.path and r.path.startswith(prefixes))
+    return found
+
+
+def entries_of_files(catalog: Catalog, manifest: Manifest, source: str, paths: Collection[str]) -> list[Entry]:
+    """The entries `catalog` lists for these files of `source` (by collections, resources and what the source
+    publishes), found through the collections' path indexes: O(paths x collections), not O(catalog)."""
+    found: list[Entry] = []
+    seen: set[CollectionSpec] = set()
+    for spec in manifest.collections:
+        key = collection_key(spec)
+        if spec.source == source and key not in seen:
+            seen.add(key)
+            listed = catalog.paths_of(key)
+            found += [entry for path in paths if (entry := listed.get(path)) is not None]
+    for rspec in manifest.resources:
+        if rspec.source == source and rspec.path in paths and (entry := catalog.get(rspec.uri)) is not None:
+            found.append(entry)
+    published = catalog.published.get(source)
+    if published is not None:  # an upstream's own resources: as many as it publishes, not the catalog
+        found += [entry for res in published.resources
+                  if res.path in paths and (entry := catalog.get(res.uri)) is not None and entry.source == source]
+    return found
+
+
+def _uri_start(pattern: str) -> tuple[str, bool]:
+    """The literal text of a collection's URI pattern before its first placeholder, and whether that is `{path}`
+    (then the URIs of the files under a folder all start with that text and the folder's encoded path)."""
+    first = _FILE_PLACEHOLDER.search(pattern)
+    if first is None:
+        return pattern, False
+    return pattern[: first.start()], first.group(0) == "{path}"
 
 
 def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str, FileInfo],
                        gone: set[str], out: dict[str, Entry], incoming: list[tuple[CollectionSpec | None, Entry]]
                        ) -> PathIndex:
-    """One collection's path index after the change (`before` itself if nothing changed in it); records the
-    entries it drops in `out` and the ones it makes in `incoming`."""
+    """One collection's path index after the change (`before` itself if nothing changed in it; else a copy sharing
+    what did not change); records the entries it drops in `out` and the ones it makes in `incoming`."""
     wanted = path_filter(spec.glob, spec.exclude, spec.hidden)  # the test sources apply when they list
     build = EntryBuilder(spec).entry
     dropped: list[str] = []
-    made: list[Entry] = []
+    added: dict[str, Entry] = {}
     for path in gone:
         old = before.get(path)
         if old is not None:
@@ -118,17 +187,12 @@ def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str,
             continue
         if old is not None:
             out[old.uri] = old
-            dropped.append(path)
+            if entry is None:
+                dropped.append(path)
         if entry is not None:
-            made.append(entry)
+            added[path] = entry
             incoming.append((spec, entry))
-    return before.edited(dropped, made) if dropped or made else before
-
-
-def _index(catalog: Catalog, key: CollectionSpec) -> PathIndex:
-    found = catalog.paths_of(key)
-    assert isinstance(found, PathIndex)  # what paths_of gives
-    return found
+    return before.edited(dropped, added) if dropped or added else before
 
 
 def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
@@ -136,6 +200,7 @@ def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
     """The issues compile_catalog reports for the new entries' URIs: each may have one producer only."""
     issues: list[ManifestIssue] = []
     claimed: dict[str, tuple[int, int, str, Location]] = {}
+    twins_of: dict[int, list[int]] = {}  # by id(spec): a folder moved in brings many entries of one collection
     for spec, entry in incoming:
         uri = entry.uri
         mine = _producer(manifest, spec, entry)
@@ -148,7 +213,10 @@ def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
             issues.append(uri_collision(uri, late[2:], early[2:]))
         elif spec is not None:
             # Collections listing exactly the same files (a copy in the manifest) collide on every file.
-            twins = [i for i, c in enumerate(manifest.collections) if collection_key(c) == collection_key(spec)]
+            twins = twins_of.get(id(spec))
+            if twins is None:
+                key = collection_key(spec)
+                twins = twins_of[id(spec)] = [i for i, c in enumerate(manifest.collections) if collection_key(c) == key]
             for i in twins[1:]:
                 issues.append(uri_collision(uri, _named(manifest.collections[i], i, entry)[2:], mine[2:]))
         claimed[uri] = mine
@@ -185,17 +253,17 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     new.sort(key=_URI)
     fresh = {e.uri: e for e in new}
     new_uris = fresh.keys()
-    entries, uris = _edit(catalog.entries, catalog._uris, out.keys(), new)
+    entries, uris = edit_sorted(catalog.entries, catalog._uris, out.keys(), new)
     access = catalog.access_count - sum(1 for e in out.values() if e.access) + sum(1 for e in new if e.access)
     successor = catalog.successor(entries, uris, catalog.generation + 1, access)
     for scopes, (visible, visible_uris) in list(catalog._views.items())[-_CARRIED_VIEWS:]:
         seen = [e for e in new if e.access <= scopes]
-        successor._views[scopes] = _edit(visible, visible_uris, out.keys(), seen)
+        successor._views[scopes] = edit_sorted(visible, visible_uris, out.keys(), seen)
     at = time.monotonic() if now is None else now
     for key, after in paths.items():
         successor._by_path[key] = after
         if after is not catalog.paths_of(key):
-            successor.collections[key] = after.rows
+            successor.collections[key] = after.rows  # the path index's rows: no copy
         successor.listed_at[key] = at
     added, removed = frozenset(new_uris - out.keys()), frozenset(out.keys() - new_uris)
     updated = frozenset(e.uri for e in new if e.uri in out)
@@ -207,8 +275,9 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     return Delta(successor, added, removed, updated, frozenset(gone), shown_changed)
 
 
-def _edit(entries: Rows, uris: list[str], drop: Collection[str], add: list[Entry]) -> tuple[Rows, list[str]]:
+def edit_sorted(entries: Rows, uris: Sequence[str], drop: Collection[str], add: Sequence[Entry]
+                ) -> tuple[Rows, list[str]]:
     """Copies of sorted `entries` and their `uris` without the URIs in `drop` (those present) and with `add`
-    (sorted, URIs not otherwise present) merged in."""
-    edited = entries.edited(drop, add)
-    return edited, edited.uris
+    (sorted, URIs not otherwise present) merged in (`Rows.edited`)."""
+    rows = entries.edited(drop, add)
+    return rows, rows.uris

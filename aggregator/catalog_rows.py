@@ -180,30 +180,49 @@ class Rows(Sequence[Entry]):
                     array("d", compress(self._mtimes, keep)), self._makers, explicit)
 
     def edited(self, drop: Collection[str], add: Sequence[Entry]) -> Rows:
-        """A copy without the rows of the URIs in `drop` (those present) and with explicit rows of `add` (sorted
-        by URI, URIs not otherwise present): C-level copies of the columns and work in proportion to the change."""
-        explicit = dict(self._explicit)
-        for uri in drop:
-            explicit.pop(uri, None)
-        explicit.update((e.uri, e) for e in add)
+        """A copy without the rows of the URIs in `drop` (those present) and with rows of `add` (sorted by URI,
+        URIs not otherwise present): C-level copies of the columns and work in proportion to the change. An added
+        entry one of these rows' makers builds again exactly is kept compact; `add` may be Rows (a listing)."""
+        if isinstance(add, Rows):
+            return Rows.merged([self.edited(drop, ()), add]) if len(add) else self.edited(drop, ())
+        explicit: dict[str, Entry] | Mapping[str, Entry] = self._explicit
+        if any(uri in explicit for uri in drop):
+            explicit = {uri: e for uri, e in explicit.items() if uri not in drop}
+        rows = [(e, *self._compact(e)) for e in add]
+        if any(which == EXPLICIT for _, which, _, _ in rows):
+            explicit = {**explicit, **{e.uri: e for e, which, _, _ in rows if which == EXPLICIT}}
         if len(drop) + len(add) > _SMALL_EDIT:
             dropped = set(drop)
             keep = [uri not in dropped for uri in self.uris]
             kept = self.where(keep) if not all(keep) else self
-            return _sorted_concat([kept, Rows.of(add)], self._makers, explicit)
+            n = len(rows)
+            new = Rows([e.uri for e, _, _, _ in rows], array("H", [w for _, w, _, _ in rows]),
+                       array("q", [size for _, _, size, _ in rows]) if n else array("q"),
+                       array("d", [mtime for _, _, _, mtime in rows]) if n else array("d"))
+            return _sorted_concat([kept, new], self._makers, explicit)
         uris, which, sizes, mtimes = self.uris.copy(), array("H", self._which), array("q", self._sizes), \
             array("d", self._mtimes)
         for uri in drop:
             i = bisect.bisect_left(uris, uri)
             if i < len(uris) and uris[i] == uri:
                 del uris[i], which[i], sizes[i], mtimes[i]
-        for entry in add:
+        for entry, kind, size, mtime in rows:
             i = bisect.bisect_left(uris, entry.uri)
             uris.insert(i, entry.uri)
-            which.insert(i, EXPLICIT)
-            sizes.insert(i, NO_SIZE)
-            mtimes.insert(i, NO_TIME)
+            which.insert(i, kind)
+            sizes.insert(i, size)
+            mtimes.insert(i, mtime)
         return Rows(uris, which, sizes, mtimes, self._makers, explicit)
+
+    def _compact(self, entry: Entry) -> tuple[int, int, float]:
+        """(which, size, mtime) of `entry`'s row: compact if a maker of these rows builds exactly it again."""
+        size, mtime = NO_SIZE if entry.size is None else entry.size, NO_TIME if entry.mtime is None else entry.mtime
+        if entry.path is not None:
+            for k, maker in enumerate(self._makers):
+                if (maker.source == entry.source and maker.compact_uri(entry.path) == entry.uri
+                        and maker.row_entry(entry.uri, entry.size, entry.mtime) == entry):
+                    return k + 1, size, mtime
+        return EXPLICIT, NO_SIZE, NO_TIME
 
     @staticmethod
     def merged(parts: Sequence[Rows]) -> Rows:
@@ -347,7 +366,8 @@ class PathIndex(Mapping[str, Entry]):
     def __len__(self) -> int:
         return len(self.rows)
 
-    def edited(self, gone: Collection[str], new: Sequence[Entry]) -> PathIndex:
-        """The index without the rows of the paths in `gone` and with `new` (entries of other paths)."""
-        drop = [e.uri for path in gone if (e := self.get(path)) is not None]
-        return PathIndex(self.rows.edited(drop, sorted(new, key=_URI)))
+    def edited(self, dropped: Iterable[str], added: Mapping[str, Entry]) -> PathIndex:
+        """The index without the rows of the paths `dropped` and with `added`'s entries by path (replacing any
+        row their paths had)."""
+        drop = [e.uri for path in chain(dropped, added) if (e := self.get(path)) is not None]
+        return PathIndex(self.rows.edited(drop, sorted(added.values(), key=_URI)))

@@ -21,9 +21,10 @@ import anyio
 from aggregator import __version__
 from aggregator.logs import setup_logging
 from aggregator.manifest.model import ManifestError
+from aggregator.startup import collect_again, defer_sdk_package_inits, pause_collection
 
 if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
-    from mcp.server import Server
+    from mcp.server.lowlevel import Server
 
     from aggregator.cluster.link import RedisLink
     from aggregator.manifest.model import ClusterSettings
@@ -49,11 +50,14 @@ def _report(error: ManifestError, fmt: str = "text") -> None:
 
 
 @asynccontextmanager
-async def _opened(path: str) -> AsyncIterator[Any]:
-    """The ResourceService for a manifest (imported lazily so `schema` stays instant), closed on the way out."""
+async def _opened(path: str, collect: bool = True) -> AsyncIterator[Any]:
+    """The ResourceService for a manifest (imported lazily so `schema` stays instant), closed on the way out; the
+    cyclic collector runs again once it is open unless not `collect` (serve resumes it itself)."""
     from aggregator.service import ResourceService
 
     service = await ResourceService.open(path)
+    if collect:
+        collect_again()
     try:
         yield service
     finally:
@@ -86,9 +90,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from aggregator.terminal_hint import stdio_hint
 
         print(stdio_hint(args.manifest), end="", file=sys.stderr, flush=True)
-    # Start-up creates hundreds of thousands of long-lived objects (the SDK's modules, the catalog) and the cyclic
-    # collector would walk them all again and again; it resumes once serving, with them frozen out of its way.
-    gc.disable()
     from aggregator.supervisor import Supervisor
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
@@ -107,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         setup_tracing()  # in each worker: a fork does not carry the exporter's thread
         try:
-            async with _opened(args.manifest) as service, _cluster(service) as link:
+            async with _opened(args.manifest, collect=False) as service, _cluster(service) as link:
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     service.manifest.server.max_subscriptions)
                 if link is not None:
@@ -121,8 +122,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 server = build_server(service, notifier, metrics,
                                       legacy_notifications=not (args.http and args.stateless), discovery=discovery)
                 catalog = service.catalog
+                # Paused since main: start-up's hundreds of thousands of long-lived objects (the SDK's modules, the
+                # catalog) are frozen out of the collector's way before it runs again.
                 gc.freeze()
-                gc.enable()
+                collect_again()
                 transport = "HTTP on http://{}:{}/mcp".format(*_host_port(args.http)) if args.http else "stdio"
                 logger.info(
                     "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
@@ -308,6 +311,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 from aggregator.manifest import load_manifest
 
                 manifest = load_manifest(args.manifest)
+                collect_again()
                 counts = (len(manifest.resources), len(manifest.templates), len(manifest.sources))
                 digest = manifest.digest
                 findings = check_manifest(manifest)
@@ -316,6 +320,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
                 with quiet_open_warnings():  # each of those becomes a located finding below
                     service = await ResourceService.open(args.manifest)
+                collect_again()
                 try:
                     counts = (len(service.catalog), len(service.catalog.templates), len(service.sources))
                     digest = service.manifest.digest
@@ -468,6 +473,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    defer_sdk_package_inits()  # before anything imports the SDK: its package __init__ files run only if needed
+    pause_collection()  # until the command's modules are imported and its manifest is open (aggregator.startup)
+    try:
+        return _run(argv)
+    finally:
+        collect_again()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, args.log_format)
     if args.command != "serve":  # `aggregator list M | head` stops quietly; serve's stdout is the protocol's

@@ -28,8 +28,8 @@ from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
 
-__all__ = ["EntryBuilder", "collection_key", "compile_catalog", "resource_entry",
-           "uri_collision"]
+__all__ = ["EntryBuilder", "build_templates", "catalog_of", "collection_key", "compile_catalog", "resource_entry",
+           "resource_key", "uri_collision"]
 
 logger = logging.getLogger("aggregator.catalog")
 
@@ -128,6 +128,11 @@ def _first_warning(key: object) -> bool:
 
 def collection_key(spec: CollectionSpec) -> CollectionSpec:
     """What makes two collections list the same entries: everything but where the manifest wrote them."""
+    return replace(spec, where=_NOWHERE, key="")
+
+
+def resource_key(spec: ResourceSpec) -> ResourceSpec:
+    """What makes two resources list the same entry: everything but where the manifest wrote them."""
     return replace(spec, where=_NOWHERE, key="")
 
 
@@ -236,6 +241,33 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
         issues += _collisions(manifest, twice, resources, [listings.get(i, b) for i, b in enumerate(built)],
                               published)
 
+    templates = build_templates(manifest, published, issues)
+    if issues:
+        raise ManifestError(issues)
+    catalog = catalog_of(rows, templates, generation, sources)
+    now = time.monotonic()
+    catalog.collections = {collection_key(c): b for c, b in zip(manifest.collections, built, strict=True)}
+    catalog.listed_at = {key: stale_at[key] if key in stale_at else (reused_at or {}).get(key, now)
+                         if key in reuse else now for key in catalog.collections if key not in skipped}
+    catalog.published = published
+    catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
+    catalog.stated_at = {resource_key(r): now for r in manifest.resources if r.source is not None}
+    return catalog
+
+
+def catalog_of(entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int,
+               sources: Mapping[str, Source]) -> Catalog:
+    """The Catalog of `entries` (Rows, or entries made into rows) and `templates`, resolving paths as `sources`
+    name them (URL paths, bytes, URIs)."""
+    return Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
+                   frozenset(sid for sid, src in sources.items() if src.byte_names),
+                   frozenset(sid for sid, src in sources.items() if src.uri_paths))
+
+
+def build_templates(manifest: Manifest, published: Mapping[str, Published], issues: list[ManifestIssue]
+                    ) -> list[TemplateEntry]:
+    """The templates upstreams `published` and the manifest declares; a template declared twice is an issue
+    (appended to `issues`), located at the manifest's."""
     templates: list[TemplateEntry] = []
     seen_templates: dict[str, TemplateSpec] = {}
     for sid, offered in published.items():
@@ -261,19 +293,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             continue
         seen_templates[tspec.uri_template] = tspec
         templates.append(TemplateEntry(UriTemplate.parse(tspec.uri_template), tspec))
-
-    if issues:
-        raise ManifestError(issues)
-    catalog = Catalog(rows, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
-                      frozenset(sid for sid, src in sources.items() if src.byte_names),
-                      frozenset(sid for sid, src in sources.items() if src.uri_paths))
-    now = time.monotonic()
-    catalog.collections = {collection_key(c): b for c, b in zip(manifest.collections, built, strict=True)}
-    catalog.listed_at = {key: stale_at[key] if key in stale_at else (reused_at or {}).get(key, now)
-                         if key in reuse else now for key in catalog.collections if key not in skipped}
-    catalog.published = published
-    catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
-    return catalog
+    return templates
 
 
 def _as_rows(entries: Collection[Entry]) -> Rows:

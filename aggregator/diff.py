@@ -102,6 +102,8 @@ def diff_catalogs(old: Catalog, new: Catalog) -> CatalogDiff:
 def _compare_sorted(before: Sequence[Entry], after: Sequence[Entry], result: CatalogDiff) -> None:
     """`_compare` for entries, which both catalogs keep sorted by URI: one merge walk, and entries a reload reused
     (the same object) are not compared field by field, so an unchanged 100,000-entry catalog costs one pass."""
+    # Indexed item by item below: a catalog changed in place keeps entries in chunks (chunked.py), a list is faster.
+    before, after = _indexable(before), _indexable(after)
     i = j = 0
     while i < len(before) and j < len(after):
         a, b = before[i], after[j]
@@ -121,6 +123,10 @@ def _compare_sorted(before: Sequence[Entry], after: Sequence[Entry], result: Cat
             j += 1
     result.removed += [e.uri for e in before[i:]]
     result.added += [e.uri for e in after[j:]]
+
+
+def _indexable(entries: Sequence[Entry]) -> Sequence[Entry]:
+    return entries if isinstance(entries, (list, tuple)) else list(entries)
 
 
 def _compare(before: Mapping[str, _T], after: Mapping[str, _T], facts: Callable[[_T], dict[str, Any]],

@@ -15,7 +15,7 @@ from aggregator.manifest.model import HttpSettings
 from aggregator.metrics import Metrics, metrics_route
 
 if TYPE_CHECKING:
-    from mcp.server import Server
+    from mcp.server.lowlevel import Server
     from starlette.types import ASGIApp
 
     from aggregator.console.app import Console

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from aggregator import __version__
+from aggregator.sources.progress import LISTINGS
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecurityMiddleware
@@ -189,12 +190,18 @@ class _LiveCollector:
         for source, count in sorted(service.source_errors.items()):
             errors.add_metric([source], count)
         yield errors
+        listings = CounterMetricFamily("aggregator_source_listings", "Listings of folders and object stores (walks, "
+                                       "paged listings) by source id: what reloads and polls list again.",
+                                       labels=["source"])
+        for source, count in sorted(LISTINGS.items()):
+            listings.add_metric([source], count)
+        yield listings
         reloads = CounterMetricFamily("aggregator_reloads", "Manifest reloads, by outcome.", labels=["outcome"])
         reloads.add_metric(["ok"], self.live.reloads)
         reloads.add_metric(["error"], self.live.reload_errors)
         yield reloads
-        applied = CounterMetricFamily("aggregator_file_changes", "Watched file changes applied to the catalog, by "
-                                      "how: incremental, or a full relist.", labels=["how"])
+        applied = CounterMetricFamily("aggregator_file_changes", "Watched file changes and polls applied to the "
+                                      "catalog, by how: incremental, or a full relist.", labels=["how"])
         for how, count in self.live.file_changes.items():
             applied.add_metric([how], count)
         yield applied
@@ -242,6 +249,11 @@ def _document_figures(pool: DocumentPool) -> Iterator[Any]:
                             value=pool.workers)
     yield CounterMetricFamily("aggregator_document_workers_killed", "Conversion workers killed for overrunning "
                               "convert.timeout, or found dead.", value=pool.killed)
+    yield CounterMetricFamily("aggregator_document_rechecks", "Documents a parser gave up on, converted again in a "
+                              "fresh worker with twice convert.maxMemory to tell a corrupt file from one over the "
+                              "limit.", value=pool.rechecked)
+    yield GaugeMetricFamily("aggregator_document_worker_peak_bytes", "The most address space a conversion worker "
+                            "reached (its libraries included), against convert.maxMemory.", value=pool.peak)
 
 
 def _cluster_figures(live: Figures) -> Iterator[Any]:

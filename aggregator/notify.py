@@ -16,7 +16,7 @@ from mcp.server.subscriptions import ServerEvent, SubscriptionBus
 
 if TYPE_CHECKING:
     import mcp.types as types
-    from mcp.server import ServerRequestContext
+    from mcp.server.context import ServerRequestContext
     from mcp.server.session import ServerSession
 
     from aggregator.sdk_compat import Connection

@@ -62,6 +62,15 @@ def check_manifest(manifest: Manifest) -> list[Finding]:
             for sid, spec in manifest.sources.items() if sid not in used] + _documents_extra(manifest)
 
 
+async def _matches_unlisted(service: ResourceService, spec: CollectionSpec) -> bool:
+    """Whether an empty collection's glob did match files that were not listed (the compiler said why, e.g. whole
+    URIs under no prefix): then "matches no file" would be wrong."""
+    try:
+        return bool(await service.sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden))
+    except (SourceError, KeyError):
+        return False
+
+
 def _documents_extra(manifest: Manifest) -> list[Finding]:
     from aggregator.documents.formats import install_hint, missing_libraries
 
@@ -79,7 +88,8 @@ async def check_serving(service: ResourceService) -> list[Finding]:
     findings: list[Finding] = []
     unreachable = await _probe_sources(service, findings)
     for spec in manifest.collections:
-        if spec.source not in unreachable and not catalog.collections.get(collection_key(spec)):
+        if spec.source not in unreachable and not catalog.collections.get(collection_key(spec)) \
+                and not await _matches_unlisted(service, spec):
             findings.append(_at(spec.where, spec.key, f"glob {spec.glob!r} matches no file in source {spec.source!r}",
                                 "warning"))
     for rspec in manifest.resources:

@@ -19,6 +19,7 @@ from aggregator.catalog import Catalog
 from aggregator.compiler import compile_catalog
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue, SourceSpec
+from aggregator.recompile import recompile
 from aggregator.snapshot import Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source, SourceError, open_source
 from aggregator.sources.unopened import Unopened
@@ -46,6 +47,9 @@ class Reloaded:
     """Ids of the old snapshot's sources not kept (closed once no read holds them)."""
     content_changed: set[str]
     """URIs listed before and after whose content now comes from elsewhere."""
+    changed: tuple[frozenset[tuple[str, str]], bool] | None = None
+    """(files no longer listed, whether the listing changed) when the catalog was built on the old one; None when
+    it was compiled whole (the swap compares the two catalogs)."""
 
 
 def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[str, Source]:
@@ -87,18 +91,25 @@ async def next_snapshot(old: Snapshot, watched: Iterable[str], guard: bool) -> R
     reuse = {key: entries for key, entries in before.collections.items() if key.source in kept and (
         key.source in still or now - before.listed_at.get(key, 0.0) < old.limits[key.source].ttl)}
     try:
-        catalog = await compile_catalog(manifest, sources, before.generation + 1, reuse, before.listed_at, before)
+        # Built on the old catalog in proportion to what changed, else (what only a full compile reports) whole.
+        recompiled = await recompile(before, old.manifest, manifest, sources, set(kept), still,
+                                     {sid: old.limits[sid].ttl for sid in kept}, reuse, before.generation + 1)
+        catalog = recompiled.catalog if recompiled is not None else await compile_catalog(
+            manifest, sources, before.generation + 1, reuse, before.listed_at, before)
     except BaseException:
         await close_sources(fresh.values())
         raise
-    emptied = _emptied_sources(before, catalog, manifest) if guard else None
+    emptied = _emptied_sources(before, old.manifest, catalog, manifest) if guard else None
     if emptied is not None:
         await close_sources(fresh.values())
         raise SuspiciousReload(emptied)
     epochs = {**{sid: old.epochs[sid] for sid in kept}, **{sid: catalog.generation for sid in fresh}}
     replaced = frozenset(old.sources) - set(kept)
-    return Reloaded(build_snapshot(manifest, catalog, sources, epochs), replaced,
-                    _content_changed(before, catalog, replaced))
+    snapshot = build_snapshot(manifest, catalog, sources, epochs)
+    if recompiled is not None:
+        return Reloaded(snapshot, replaced, set(recompiled.content_changed),
+                        (recompiled.gone, recompiled.listing_changed))
+    return Reloaded(snapshot, replaced, _content_changed(before, catalog, replaced))
 
 
 def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
@@ -106,15 +117,24 @@ def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
     return replace(a, where=b.where, key=b.key) == b
 
 
-def _emptied_sources(old: Catalog, new: Catalog, manifest: Manifest) -> tuple[str, ...] | None:
-    """Sources still declared in `manifest` that have resources in `old` and none in `new` (() when only the
-    catalog as a whole would become empty); None when the new catalog looks like a deliberate edit."""
-    before = {e.source for e in old.entries if e.source is not None}
-    after = {e.source for e in new.entries if e.source is not None}
+def _emptied_sources(old: Catalog, old_manifest: Manifest, new: Catalog, manifest: Manifest
+                     ) -> tuple[str, ...] | None:
+    """Sources still declared in `manifest` that have resources in `old` (compiled from `old_manifest`) and none
+    in `new` (() when only the catalog as a whole would become empty); None when the new catalog looks like a
+    deliberate edit."""
+    before, after = _serving(old, old_manifest), _serving(new, manifest)
     emptied = tuple(sorted(sid for sid in before - after if sid in manifest.sources))
     if emptied:
         return emptied
     return () if len(old) and not len(new) else None
+
+
+def _serving(catalog: Catalog, manifest: Manifest) -> set[str]:
+    """Sources with at least one entry in `catalog` (compiled from `manifest`), asked of what produced the entries
+    (collections, resources, upstreams' lists) rather than of every entry."""
+    serving = {r.source for r in manifest.resources if r.source is not None}
+    serving |= {key.source for key, entries in catalog.collections.items() if entries}
+    return serving | {sid for sid, offered in catalog.published.items() if offered.resources}
 
 
 def _content_changed(old: Catalog, new: Catalog, replaced: frozenset[str]) -> set[str]:

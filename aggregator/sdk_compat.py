@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from mcp.server import ServerRequestContext
+from mcp.server.context import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.stdio import _claim_fd, _open_stdin_diversion, _open_stdout_diversion
 

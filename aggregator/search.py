@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from aggregator.catalog import Catalog, Entry, Page, prefix_range
 from aggregator.manifest.model import SearchSettings
-from aggregator.search_index import FullTextIndex
 from aggregator.search_indexer import Indexer
 from aggregator.search_list import list_page
 from aggregator.search_meta import MetadataSearch, MetadataTimeout
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     from aggregator.service import ResourceService
 
 # The names importers have always taken from here, wherever they now live.
-__all__ = ["SEARCH_TEMPLATE", "Discovery", "FullTextIndex", "Hit", "InvalidSearch", "parse_limit", "query_terms"]
+__all__ = ["SEARCH_TEMPLATE", "Discovery", "Hit", "InvalidSearch", "parse_limit", "query_terms"]
 
 logger = logging.getLogger("aggregator.search")
 

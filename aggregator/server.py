@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import mcp.types as types
-from mcp.server import Server
-from mcp.server.lowlevel import NotificationOptions
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 

@@ -12,14 +12,14 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey, Forget
 from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
-from aggregator.cluster.link import source_fingerprint
-from aggregator.cluster.shared_cache import SharedContent
+from aggregator.catalog_delta import entries_of_files
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content
 from aggregator.documents.pool import DocumentPool
@@ -31,6 +31,9 @@ from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
 from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source
 from aggregator.tracing import span
+
+if TYPE_CHECKING:  # the cluster's modules are imported only with `server.cluster`
+    from aggregator.cluster.shared_cache import SharedContent
 
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
 
@@ -57,6 +60,9 @@ class ResourceService:
         self.change_listeners: list[Callable[[set[tuple[str, str]] | None], None]] = []
         """Told when content changes: with the (source, path) files just invalidated, or None when a new catalog was
         swapped in (the search index follows both)."""
+        self.delta_listeners: list[Callable[[int, frozenset[str]], None]] = []
+        """Told first when a catalog built on the current one by catalog_delta is swapped in: its generation and the
+        URIs whose entries came, went or changed in it (what follows the catalog need not compare all of it)."""
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> ResourceService:
@@ -169,7 +175,7 @@ class ResourceService:
     async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
-        changed = self._swap(reloaded.snapshot, reloaded.replaced)
+        changed = self._swap(reloaded.snapshot, reloaded.replaced, reloaded.changed)
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
         return changed, reloaded.content_changed
 
@@ -181,23 +187,33 @@ class ResourceService:
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             return self._swap(replace(old, catalog=catalog), replaced=())
 
-    def _swap(self, new: Snapshot, replaced: Collection[str]) -> bool:
+    def _swap(self, new: Snapshot, replaced: Collection[str],
+              changed: tuple[Collection[tuple[str, str]], bool] | None = None) -> bool:
+        """Swap in `new`; whether the listing changed. `changed` (files no longer listed, listing changed) is what a
+        catalog built on the current one knows already; without it the two catalogs are compared whole."""
         old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
-        gone = old.catalog.targets() - new.catalog.targets()
+        gone, listing_changed = changed if changed is not None else (
+            old.catalog.targets() - new.catalog.targets(),
+            old.catalog.listing_signature != new.catalog.listing_signature)
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
         self._tell(None)
-        return old.catalog.listing_signature != new.catalog.listing_signature
+        return listing_changed
 
     def swapping(self) -> anyio.Lock:
         """Held while a catalog is built on the current one and swapped in: one reload or relisting at a time."""
         return self._swapping
 
-    def swap_catalog(self, catalog: Catalog, gone: Collection[tuple[str, str]]) -> None:
+    def swap_catalog(self, catalog: Catalog, gone: Collection[tuple[str, str]],
+                     changed: frozenset[str] | None = None) -> None:
         """Swap in `catalog`, built on the current one by catalog_delta under `swapping()`: cached content of the
-        `gone` files is forgotten and listeners told; nothing is compared across the whole catalog."""
+        `gone` files is forgotten and listeners told (`delta_listeners` of the `changed` URIs, when given); nothing
+        is compared across the whole catalog."""
         self._snapshot = replace(self._snapshot, catalog=catalog)
         self.cache.invalidate_where(Forget.of(files=gone))
+        if changed is not None:
+            for listener in self.delta_listeners:
+                listener(catalog.generation, changed)
         self._tell(None)
 
     def _tell(self, files: set[tuple[str, str]] | None) -> None:
@@ -228,6 +244,8 @@ class ResourceService:
         results): a replica that saw them change calls this before telling the others. Nothing without a cluster."""
         if self.shared is None or source not in self._snapshot.manifest.sources:
             return
+        from aggregator.cluster.link import source_fingerprint
+
         await self.shared.forget(source_fingerprint(self._snapshot.manifest.sources[source]), paths, data)
 
     async def versions(self, source: str, uris: Iterable[str]) -> dict[str, str | None]:
@@ -264,8 +282,9 @@ class ResourceService:
 
     def uris_for(self, source: str, paths: set[str], candidates: Iterable[str]) -> set[str]:
         """Listed URIs backed by these files, plus those of `candidates` (e.g. subscribed URIs) that resolve to them."""
-        catalog = self._snapshot.catalog
-        uris = {e.uri for e in catalog.entries_for(source, paths)}
+        snapshot = self._snapshot
+        catalog = snapshot.catalog
+        uris = {e.uri for e in entries_of_files(catalog, snapshot.manifest, source, paths)}
         for uri, target in catalog.resolve_each(candidates):
             if isinstance(target, FileTarget) and target.source == source and target.path in paths:
                 uris.add(uri)
@@ -298,6 +317,13 @@ class ResourceService:
         ResourceNotFound, ResourceTooLarge or ResourceUnavailable otherwise."""
         async with self.lease() as snapshot:
             return await self._reader.read(snapshot, uri, scopes)
+
+
+    async def read_indexed(self, target: FileTarget) -> Content:
+        """What the search index holds of a `convert:` file: its Markdown as reads get it, from the content cache
+        or converted there as background work; ResourceNotConverted (or another RequestError) otherwise."""
+        async with self.lease() as snapshot:
+            return await self._reader.indexed(snapshot, target)
 
 
 def _reads_of(catalog: Catalog, source: str, uris: Iterable[str]) -> dict[str, str | None]:

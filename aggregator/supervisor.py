@@ -8,21 +8,25 @@ changed and hands it to live/updates.py, which applies it to the catalog and tel
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anyio
 
-from aggregator.cluster.bus import ChangeBus
-from aggregator.cluster.told import SourcePath
 from aggregator.console.history import ReloadHistory
 from aggregator.live.folders import watch_sources
 from aggregator.live.manifest import ManifestReloader
 from aggregator.live.plan import Plan
 from aggregator.live.polling import Pollers
 from aggregator.live.pushed import PushedChanges
-from aggregator.live.replicas import ClusterReplica
 from aggregator.live.updates import CatalogUpdates
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
 from aggregator.watch import Change
+
+if TYPE_CHECKING:  # the cluster's modules are imported only with `server.cluster`
+    from aggregator.cluster.bus import ChangeBus
+    from aggregator.cluster.told import SourcePath
+    from aggregator.live.replicas import ClusterReplica
 
 __all__ = ["Supervisor"]
 
@@ -42,7 +46,11 @@ class Supervisor:
         self._stop = anyio.Event()
         self._plan = Plan()
         self._updates = CatalogUpdates(service, notifier)
-        self._replica = ClusterReplica(cluster, service, notifier, self._updates) if cluster is not None else None
+        self._replica: ClusterReplica | None = None
+        if cluster is not None:
+            from aggregator.live.replicas import ClusterReplica
+
+            self._replica = ClusterReplica(cluster, service, notifier, self._updates)
         self._reloader = ManifestReloader(service, self._updates, self._plan, self.history)
         self._pushed = PushedChanges(service, notifier, self._updates, self._plan)
         self._pollers = Pollers(service, notifier, self._updates, self._plan, self._replica)

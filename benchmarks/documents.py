@@ -1,21 +1,28 @@
 """`convert: markdown` against calling pypdfium2 directly, in one run (issue 27): pages a second and first-read
 latency of a 100-page PDF through the real server (stdio, the official client, modern wire, cache off), the same
-extraction in this process, a plain text read through the same server (the process hop), and the worker pool's
-memory at rest.
+extraction in this process, a text file of the Markdown's size read through the same server (the process hop:
+what serving that much text costs without converting it), and the worker pool's memory at rest.
 
-    .venv/bin/python -m benchmarks.documents [--rounds 15] [--pages 100] [--write]
+Every round runs each path once, back to back (direct call, our converter, first read of a new PDF, read of the
+text file), so the load of a shared machine falls on all of them alike; figures are medians over the rounds, and
+each ratio is the median of the rounds' own ratios. CPU time (Linux schedstat, nanoseconds) is summed over every
+process a path runs in (this client, the server, its workers): unlike wall time it hardly moves with the load.
+
+    .venv/bin/python -m benchmarks.documents [--rounds 41] [--pages 100] [--write]
 
 `--write` replaces the "Benchmark" section of docs/documents.md."""
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import re
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -54,32 +61,70 @@ def direct(data: bytes) -> str:
         document.close()
 
 
-def timed(call, *args) -> float:  # type: ignore[no-untyped-def]
-    start = time.perf_counter()
-    call(*args)
-    return time.perf_counter() - start
+def cpu_ns(pids: list[int]) -> int:
+    """CPU time so far of every thread of these processes, in nanoseconds (0 where /proc does not say)."""
+    total = 0
+    for pid in pids:
+        for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+            try:
+                with open(path) as stat:
+                    total += int(stat.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that ended meanwhile
+    return total
 
 
-async def through_server(folder: Path, rounds: int) -> dict[str, float]:
+class Rounds:
+    """Wall and CPU time of each path, one sample a round."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
+
+    async def time(self, path: str, pids: list[int], call: Callable[[], Awaitable[object]]) -> None:
+        cpu, start = cpu_ns(pids), time.perf_counter()
+        await call()
+        self.wall.setdefault(path, []).append(time.perf_counter() - start)
+        self.cpu.setdefault(path, []).append((cpu_ns(pids) - cpu) / 1e9)
+
+    def median(self, path: str, cpu: bool = False) -> float:
+        return statistics.median((self.cpu if cpu else self.wall)[path])
+
+    def ratio(self, path: str, to: str, cpu: bool = False, less: str | None = None) -> float:
+        """Median over the rounds of path / to (path minus `less` first, when given)."""
+        samples = self.cpu if cpu else self.wall
+        minus = samples[less] if less else [0.0] * len(samples[path])
+        return statistics.median((a - m) / b for a, m, b in zip(samples[path], minus, samples[to], strict=True))
+
+
+async def measure(folder: Path, pdf: bytes, rounds: int) -> tuple[Rounds, dict[str, float]]:
+    from aggregator.documents.pdf import pdf_to_markdown
+    from aggregator.manifest.model import ConvertSettings
+
     params = StdioServerParameters(command=sys.executable, args=["-m", "aggregator", "serve",
                                                                  str(folder / "manifest.yaml")],
                                    env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")})
     figures: dict[str, float] = {}
+    taken = Rounds()
     async with Client(params, mode="auto", cache=None) as client:  # type: ignore[arg-type]
-        async def read(uri: str) -> float:
-            start = time.perf_counter()
-            await client.read_resource(uri)
-            return time.perf_counter() - start
+        start = time.perf_counter()
+        await client.read_resource("doc://warmup.pdf")  # the first conversion starts a worker
+        figures["cold"] = time.perf_counter() - start
+        await client.read_resource("txt://warmup.txt")
+        direct(pdf), pdf_to_markdown(pdf, ConvertSettings())  # imported and warmed
+        me = [os.getpid()]
+        served = me + [child.pid for child in psutil.Process().children(recursive=True)]
 
-        figures["cold"] = await read("doc://warmup.pdf")  # the first conversion starts a worker
-        hop, first = [], []
+        async def in_process(call: Callable[[], object]) -> None:
+            call()
+
         for i in range(rounds):
-            hop.append(await read(f"txt://t{i}.txt"))
-            first.append(await read(f"doc://p{i}.pdf"))  # a file not read before: a conversion each
-        figures["first_read"] = statistics.median(first)
-        figures["hop"] = statistics.median(hop)
+            await taken.time("direct", me, lambda: in_process(lambda: direct(pdf)))
+            await taken.time("ours", me, lambda: in_process(lambda: pdf_to_markdown(pdf, ConvertSettings())))
+            await taken.time("first_read", served, lambda: client.read_resource(f"doc://p{i}.pdf"))  # new: converted
+            await taken.time("hop", served, lambda: client.read_resource(f"txt://m{i}.txt"))
         figures["worker_rss"] = _worker_rss(str(folder / "manifest.yaml"))
-    return figures
+    return taken, figures
 
 
 def _worker_rss(manifest: str) -> float:
@@ -98,9 +143,33 @@ def _worker_rss(manifest: str) -> float:
     return total / 1e6
 
 
+def report(taken: Rounds, figures: dict[str, float], pages: int, pdf: bytes, markdown: int, rounds: int) -> str:
+    load = os.getloadavg()[0]
+    rows = [("pypdfium2 called directly, in process", "direct"),
+            ("aggregator's PDF converter, in process", "ours"),
+            ("first read through the server (stdio, modern wire)", "first_read"),
+            (f"a {markdown // 1024} KB text file read through the server (the hop)", "hop")]
+    lines = [f"{pages}-page PDF ({len(pdf) // 1024} KB, 200 words a page, {markdown // 1024} KB of Markdown), "
+             f"{rounds} interleaved rounds, medians; load average {load:.1f} on {os.cpu_count()} cores while it ran "
+             "(other work shared the machine: compare rows, not runs). CPU: every process of the path (client, "
+             "server, worker).", "",
+             "| Path | Wall | Pages/s | CPU |", "| --- | --- | --- | --- |"]
+    lines += [f"| {name} | {taken.median(key) * 1000:.1f} ms | {pages / taken.median(key):,.0f} | "
+              f"{taken.median(key, cpu=True) * 1000:.1f} ms |" for name, key in rows]
+    lines += ["",
+              f"First read / direct call, median of the rounds' ratios: wall {taken.ratio('first_read', 'direct'):.2f}x "
+              f"(minus the hop {taken.ratio('first_read', 'direct', less='hop'):.2f}x), CPU "
+              f"{taken.ratio('first_read', 'direct', cpu=True):.2f}x (minus the hop "
+              f"{taken.ratio('first_read', 'direct', cpu=True, less='hop'):.2f}x); target: within 1.2x plus the hop. "
+              f"The very first conversion, which starts a worker: {figures['cold'] * 1000:.0f} ms. "
+              f"Worker pool at rest (after the reads): {figures['worker_rss']:.0f} MB resident.",
+              "", "Run: `.venv/bin/python -m benchmarks.documents --write`."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--pages", type=int, default=100)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
@@ -108,41 +177,17 @@ def main() -> None:
     from aggregator.documents.pdf import pdf_to_markdown
     from aggregator.manifest.model import ConvertSettings
 
-    direct(pdf), pdf_to_markdown(pdf, ConvertSettings())  # imported and warmed
-    own, ours = [], []
-    for _ in range(args.rounds):  # interleaved: the machine's load falls on both alike
-        own.append(timed(direct, pdf))
-        ours.append(timed(pdf_to_markdown, pdf, ConvertSettings()))
+    markdown = pdf_to_markdown(pdf, ConvertSettings())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "files").mkdir()
         (folder / "manifest.yaml").write_text(MANIFEST)
         for name in ["warmup"] + [f"p{i}" for i in range(args.rounds)]:
             (folder / "files" / f"{name}.pdf").write_bytes(pdf)
-        for i in range(args.rounds):
-            (folder / "files" / f"t{i}.txt").write_text("x" * 4096)
-        served = anyio.run(through_server, folder, args.rounds)
-    load = os.getloadavg()[0]
-    direct_s, ours_s = statistics.median(own), statistics.median(ours)
-    rows = [
-        ("pypdfium2 called directly, in process", direct_s),
-        ("aggregator's PDF converter, in process", ours_s),
-        ("first read through the server (stdio, modern wire)", served["first_read"]),
-    ]
-    lines = [f"{args.pages}-page PDF ({len(pdf) // 1024} KB, 200 words a page), {args.rounds} rounds, medians; "
-             f"load average {load:.1f} on {os.cpu_count()} cores while it ran (other work shared the machine: "
-             "compare rows, not runs).", "",
-             "| Path | Median | Pages/s |", "| --- | --- | --- |"]
-    lines += [f"| {name} | {seconds * 1000:.1f} ms | {args.pages / seconds:,.0f} |" for name, seconds in rows]
-    lines += ["",
-              f"A 4 KB text file read through the same server (the process hop, no conversion): "
-              f"{served['hop'] * 1000:.1f} ms. First read through the server / direct call: "
-              f"{served['first_read'] / direct_s:.2f}x; minus the hop: "
-              f"{(served['first_read'] - served['hop']) / direct_s:.2f}x (target: within 1.2x plus the hop). "
-              f"The very first conversion, which starts a worker: {served['cold'] * 1000:.0f} ms. "
-              f"Worker pool at rest (after the reads): {served['worker_rss']:.0f} MB resident.",
-              "", "Run: `.venv/bin/python -m benchmarks.documents --write`."]
-    section = "\n".join(lines)
+        for name in ["warmup"] + [f"m{i}" for i in range(args.rounds)]:
+            (folder / "files" / f"{name}.txt").write_text(markdown)
+        taken, figures = anyio.run(measure, folder, pdf, args.rounds)
+    section = report(taken, figures, args.pages, pdf, len(markdown.encode()), args.rounds)
     print(section)
     if args.write:
         doc = ROOT / "docs" / "documents.md"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import zipfile
 from pathlib import Path
@@ -35,6 +36,7 @@ def pdf_pages(pages: int, words: int = 40) -> bytes:
     return bytes(out)
 
 
+@functools.cache  # 100,000 rows take seconds of CPU to write: once per test process
 def xlsx_rows(rows: int) -> bytes:
     """An XLSX with one sheet: a header row, then `rows` rows of (n, "row n", n * 1.5)."""
     import openpyxl
@@ -73,4 +75,33 @@ def docx_bomb(uncompressed: int) -> bytes:
                     part.write(chunk[:left])
                     left -= len(chunk)
                 part.write(tail)
+    return out.getvalue()
+
+
+def xlsx_broken_sheet(rows: int) -> bytes:
+    """xlsx_rows(rows) with its sheet's XML cut short: openpyxl opens it (reading its `rows` shared strings) and
+    fails on the sheet's first row, a corrupt file that takes some memory before it fails."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(xlsx_rows(rows))) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as broken:
+        for info in source.infolist():
+            part = source.read(info)
+            if info.filename.startswith("xl/worksheets/"):
+                part = part[: part.index(b"<sheetData>") + len(b"<sheetData>")] + b"<row r=\"1\"><c r=\"A1\" t=\"s\"><v>"
+            broken.writestr(info, part)
+    return out.getvalue()
+
+
+def padded(name: str, size: int) -> bytes:
+    """The fixture `name` (an Office file) with one more part: `size` zero bytes (a few hundred KB compressed)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO((DATA / name).read_bytes())) as source, \
+            zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bigger:
+        for info in source.infolist():
+            bigger.writestr(info, source.read(info))
+        entry = zipfile.ZipInfo("filler.bin")
+        entry.compress_type = zipfile.ZIP_DEFLATED
+        with bigger.open(entry, "w", force_zip64=True) as part:
+            chunk = bytes(1024 * 1024)
+            for start in range(0, size, len(chunk)):
+                part.write(chunk[: size - start])
     return out.getvalue()

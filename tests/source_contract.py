@@ -295,6 +295,33 @@ class SourceContract:
 
         self.run(make_source, body)
 
+    def test_stat_many_agrees_with_stat(self, make_source: Opener) -> None:
+        """A batch stat finds what `stat` finds, one by one; with `folders`, a watched kind (a folder on this
+        machine) also finds every file under a named folder as `list` does, and no kind finds anything else."""
+        folders = ["docs"] if self.nested else []
+        asked = [*self.files, "nope.md", "nope/a.md", *folders, *ESCAPES[:2]]
+
+        async def body(source: Source) -> None:
+            want = {}
+            for path in asked:
+                try:
+                    want[path] = await source.stat(path)
+                except SourceError:
+                    pass
+            found, missing = await source.stat_many(asked)
+            assert {info.path: info for info in found} == want and missing == set(asked) - want.keys()
+            found, missing = await source.stat_many(asked, folders=True)
+            assert missing == set(asked) - want.keys()
+            listed = {info.path: info for info in await source.list("**", hidden=True)} if self.listing else {}
+            under = {path: info for path, info in listed.items() if any(path.startswith(f + "/") for f in folders)}
+            got = {info.path: info for info in found}
+            assert all(got[path] == info for path, info in want.items())
+            assert all(under.get(path) == info for path, info in got.items() if path not in want)
+            if source.watch_root() is not None:
+                assert got == want | under
+
+        self.run(make_source, body)
+
     def test_read_gives_the_bytes_intact(self, make_source: Opener) -> None:
         async def body(source: Source) -> None:
             for path, data in self.files.items():

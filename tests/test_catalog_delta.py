@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from aggregator import chunked
 from aggregator.catalog import Catalog
-from aggregator.catalog_delta import Delta, NeedsRelist, apply_files, stat_paths
+from aggregator.catalog_delta import Delta, NeedsRelist, apply_files, changed_files, entries_of_files
 from aggregator.compiler import compile_catalog
 from aggregator.manifest.model import (Annotations, CollectionSpec, Defaults, Display, Location, Manifest,
                                        ManifestError, ResourceSpec, ServerSettings, SourceSpec)
@@ -27,6 +28,14 @@ NAMES = ["a.md", "b.md", "sub/a.md", "sub/deep/c.md", "drafts/d.md", ".hid.md", 
          "r.dat", "caf\u00e9.md", "t/one.md"]
 """Paths the changes pick from: collisions with a resource (x.md), across collections (other/a.md vs a.md), within
 one (n/a.txt vs n/sub/a.txt), hidden and unservable names, an excluded folder, a resource's own file (r.dat)."""
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Successors keep entries in chunks of 2 (and merge past one added to a chunk): a handful of files splits,
+    merges and empties chunks as a big folder does."""
+    monkeypatch.setattr(chunked, "LOAD", 2)
+    monkeypatch.setattr(chunked, "_FEW", 1)
 
 
 def _where(line: int) -> Location:
@@ -61,9 +70,10 @@ def _compile(m: Manifest, src: LocalSource) -> Catalog:
 
 
 def _apply(catalog: Catalog, m: Manifest, src: LocalSource, paths: set[str]) -> Delta:
+    """What the live path does with paths a watcher named (folders included)."""
     async def run() -> Delta:
-        found, missing = await stat_paths(src, paths)
-        return apply_files(catalog, m, "docs", found, missing)
+        found, gone = await changed_files(catalog, m, "docs", src, paths)
+        return apply_files(catalog, m, "docs", found, gone)
     return anyio.run(run)
 
 
@@ -85,12 +95,12 @@ def _walk(catalog: Catalog, scopes: frozenset[str] | None, limit: int) -> list[s
 def assert_same(got: Catalog, want: Catalog) -> None:
     """Everything a client or the server sees of the two catalogs is equal."""
     assert list(got.entries) == list(want.entries)
-    assert got._uris == want._uris
+    assert list(got._uris) == list(want._uris)
     assert got.listing_signature == want.listing_signature
     assert got.restricted == want.restricted and got.access_count == want.access_count
     for scopes in SCOPES:
         (entries, uris), (wanted, wanted_uris) = got.visible(scopes), want.visible(scopes)
-        assert list(entries) == list(wanted) and uris == wanted_uris
+        assert list(entries) == list(wanted) and list(uris) == list(wanted_uris)
         assert _walk(got, scopes, 3) == _walk(want, scopes, 3)
         assert list(got.under("docs://sub/", scopes)) == list(want.under("docs://sub/", scopes))
     for uri in [*want._uris, "docs://nope.md"]:
@@ -102,20 +112,55 @@ def assert_same(got: Catalog, want: Catalog) -> None:
     assert got.targets() == want.targets()
 
 
+FOLDERS = ["sub", "sub/deep", "drafts", "other", "n", "n/sub", "s", "t", "new", "new/in"]
+"""Folders the moves pick from: under collections' globs, excluded, hidden-only, and new ones."""
+MOVED_IN = ["a.md", ".h.md", "deep/c.md", "deep/a.txt", "one.md", "x.md", "a.txt"]
+"""What a folder made outside and moved in holds (its names collide as those of the folder it lands in may)."""
+
+def assert_found_by_path(catalog: Catalog, m: Manifest, paths: set[str]) -> None:
+    """The entries reading these files, found through the path indexes, are those a scan of the catalog finds."""
+    scanned = {e.uri for e in catalog.entries if e.source == "docs" and e.path in paths}
+    assert {e.uri for e in entries_of_files(catalog, m, "docs", paths)} == scanned
+
+
 Step = list[tuple[str, str, int]]
-_steps = st.lists(st.lists(st.tuples(st.sampled_from(["write", "remove"]), st.sampled_from(NAMES),
-                                     st.integers(0, 3)), min_size=1, max_size=4), min_size=1, max_size=8)
+_steps = st.lists(st.lists(st.one_of(
+    st.tuples(st.sampled_from(["write", "remove"]), st.sampled_from(NAMES), st.integers(0, 3)),
+    st.tuples(st.sampled_from(["move in", "move out"]), st.sampled_from(FOLDERS), st.integers(0, 3)),
+), min_size=1, max_size=4), min_size=1, max_size=8)
 
 
 def _change(root: Path, step: Step) -> set[str]:
+    """Make the step's changes under `root`; the paths a watcher names for them (a moved folder alone)."""
+    stash = root.parent / "stash"  # folders moved out, and made, beside the root (one file system: a rename)
     for op, name, size in step:
         path = root / name
         if op == "write":
+            if path.parent.is_file():
+                continue  # no folder where a file is
             path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir():
+                continue
             path.write_text("x" * size)
             os.utime(path, (1_700_000_000 + size, 1_700_000_000 + size))
-        elif path.exists():
-            path.unlink()
+        elif op == "remove":
+            if path.is_file():
+                path.unlink()
+        elif op == "move out":
+            if path.is_dir():
+                stash.mkdir(exist_ok=True)
+                path.rename(stash / f"{len(list(stash.iterdir()))}")
+        elif not path.exists() and not path.parent.is_file():
+            stashed = sorted(stash.iterdir()) if stash.exists() else []
+            made = stash / f"made-{size}"
+            if size or not stashed:  # a folder made outside, else the last one moved out
+                shutil.rmtree(made, ignore_errors=True)
+                for inner in MOVED_IN[: 3 + size]:
+                    (made / inner).parent.mkdir(parents=True, exist_ok=True)
+                    (made / inner).write_text("y" * size)
+                stashed = [made]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            stashed[-1].rename(path)
     return {name for _, name, _ in step}
 
 
@@ -124,6 +169,7 @@ def _change(root: Path, step: Step) -> set[str]:
 def test_changes_applied_one_by_one_equal_a_fresh_walk(tmp_path: Path, initial: set[str], steps: list[Step]) -> None:
     root = tmp_path / "f"
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(tmp_path / "stash", ignore_errors=True)
     root.mkdir()
     _change(root, [("write", name, 1) for name in initial])
     m = _manifest(root)
@@ -153,6 +199,7 @@ def test_changes_applied_one_by_one_equal_a_fresh_walk(tmp_path: Path, initial: 
             event("a collision")
             catalog = None
             continue
+        assert_found_by_path(before, m, paths)
         delta = _apply(before, m, src, paths)
         assert_same(delta.catalog, want)
         assert delta.catalog.generation == before.generation + 1

@@ -15,7 +15,7 @@ from aggregator.documents.failures import ConversionFailed, OverLimit  # noqa: E
 from aggregator.documents.pool import DocumentPool  # noqa: E402
 from aggregator.manifest.model import ConvertSettings  # noqa: E402
 
-from documents_gen import DATA, docx_bomb, pdf_pages, xlsx_rows  # noqa: E402
+from documents_gen import DATA, docx_bomb, padded, pdf_pages, xlsx_broken_sheet, xlsx_rows  # noqa: E402
 
 LIMITS = ConvertSettings()
 
@@ -106,6 +106,35 @@ async def test_out_of_memory_fails_that_document_only(pool: DocumentPool) -> Non
 
 
 @pytest.mark.anyio
+async def test_a_corrupt_file_near_the_memory_limit_is_told_from_one_over_it(pool: DocumentPool) -> None:
+    """A parser that gives up says "corrupt" whether the file is broken or an allocation failed under maxMemory (the
+    parsers turn a MemoryError into errors of their own): the pool converts it once more in a fresh worker with
+    twice the memory, whose peak tells which. A broken sheet that fits within the limit, even closely, is corrupt;
+    within a limit it cannot even be opened in, it is over the limit."""
+    broken = xlsx_broken_sheet(20_000)
+    with pytest.raises(ConversionFailed, match="^it is a corrupt or unreadable XLSX file$"):
+        await pool.convert(broken, "xlsx", LIMITS)
+    assert (pool.rechecked, pool.started) == (1, 2)  # the second attempt in a fresh worker, which is kept
+    near = pool.peak + 6 * 1024 * 1024  # the most it took in either worker, and a little more
+    with pytest.raises(ConversionFailed, match="^it is a corrupt or unreadable XLSX file$"):
+        await pool.convert(broken, "xlsx", replace(LIMITS, max_memory=near))
+    with pytest.raises(OverLimit, match=r"more than 50331648 bytes of memory to convert \(limit convert.maxMemory\)"):
+        await pool.convert(broken, "xlsx", replace(LIMITS, max_memory=48 * 1024 * 1024))
+    assert "The Crazy Ones" in await pool.convert(fixture("crazyones.pdf"), "pdf", LIMITS)
+
+
+@pytest.mark.anyio
+async def test_a_pptx_read_whole_past_the_memory_limit_is_refused_unparsed(pool: DocumentPool) -> None:
+    """python-pptx reads every part of a PPTX into memory first: parts declaring more than maxMemory are refused from
+    the zip's directory, before any parsing, and the worker goes on (the same file converts within a larger limit)."""
+    bigger = padded("txt-text-frame.pptx", 128 * 1024 * 1024)
+    with pytest.raises(OverLimit, match=r"read whole: more than 104857600 \(limit convert.maxMemory\)$"):
+        await pool.convert(bigger, "pptx", replace(LIMITS, max_memory=100 * 1024 * 1024))  # the worker takes 79
+    assert "## Slide 1" in await pool.convert(bigger, "pptx", LIMITS)
+    assert (pool.started, pool.killed, pool.rechecked) == (1, 0, 0)
+
+
+@pytest.mark.anyio
 async def test_conversions_at_once_are_capped(pool: DocumentPool) -> None:
     document = pdf_pages(50)
     async with anyio.create_task_group() as tg:
@@ -135,6 +164,35 @@ async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool
         tg.start_soon(convert, "read", short, False)
     assert done.index("read") <= 2, done
     assert pool.converted == 11 and pool.started == 2
+
+
+@pytest.mark.anyio
+async def test_background_work_a_read_waits_for_goes_ahead(pool: DocumentPool) -> None:
+    """The search indexer's conversion of a document a client's read now waits for (the read gets it from the content
+    cache) stops waiting for a background turn once `wanted`: behind four long documents queued for the index (one
+    background turn at a time in a pool of two), it ends first or second, not last."""
+    long, short, done = pdf_pages(500), fixture("crazyones.pdf"), []
+
+    async def convert(name: str, document: bytes, key: str | None = None) -> None:
+        if key is None:
+            await pool.convert(document, "pdf", LIMITS, background=True)
+        else:
+            with pool.queued(key) as turn:
+                await pool.convert(document, "pdf", LIMITS, background=True, wanted=turn)
+        done.append(name)
+
+    async with anyio.create_task_group() as tg:  # both workers started first
+        for i in range(2):
+            tg.start_soon(pool.convert, short, "pdf", LIMITS)
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(convert, f"index {i}", long)
+        tg.start_soon(convert, "wanted", short, "doc://short.pdf")
+        await anyio.wait_all_tasks_blocked()
+        pool.wanted("doc://short.pdf")
+        pool.wanted("doc://nothing-queued.pdf")  # nothing waits for it: nothing happens
+    assert done.index("wanted") <= 1, done
+    assert pool.converted == 7 and pool.started == 2
 
 
 @pytest.mark.anyio

@@ -62,10 +62,14 @@ class Served:
 
     def conversions(self) -> int:
         """Documents this server converted (aggregator_document_conversions_total{outcome="ok"})."""
+        return int(self.metric('aggregator_document_conversions_total{outcome="ok"}'))
+
+    def metric(self, name: str) -> float:
+        """A figure of this server's /metrics (`name` with its labels, as written there)."""
         text = httpx.get(self.base + "/metrics", timeout=5).text
-        found = re.search(r'^aggregator_document_conversions_total\{outcome="ok"\} (\S+)$', text, re.M)
-        assert found, "no conversion counter in /metrics"
-        return int(float(found.group(1)))
+        found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        assert found, f"no {name} in /metrics"
+        return float(found.group(1))
 
     def stop(self) -> None:
         self.process.terminate()
@@ -205,3 +209,42 @@ def test_cache_dir_keeps_converted_text_across_restarts(tmp_path: Path) -> None:
     again, converted = served_once("doc://report.pdf", "doc://other.pdf")
     assert converted == 2 and "<!-- page 5 -->" in again[0] and again[1] == first[1]
     assert "Page X" not in damaged.read_text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_indexing_and_reading_a_document_convert_it_once(tmp_path: Path, mode: str) -> None:
+    """`index: true` with `convert:`: the search indexer and reads share the content cache's conversion, so each
+    version of a document is converted once, whichever asks first (a read racing the indexer at start, the indexer
+    after a change); the server's /metrics counts the conversions."""
+    files = tmp_path / "files"
+    files.mkdir()
+    shutil.copy(DATA / "crazyones.pdf", files / "crazyones.pdf")
+    (files / "report.pdf").write_bytes(pdf_pages(1, words=3))
+    write_manifest(tmp_path, SEARCHED)
+    server = Served(tmp_path)
+
+    async def main() -> None:
+        async with Client(server.base + "/mcp", mode=mode, cache=None) as client:  # type: ignore[arg-type]
+            async def text(uri: str) -> str:
+                return str((await client.read_resource(uri)).contents[0].text)
+
+            assert "The Crazy Ones" in await text("doc://crazyones.pdf")  # as early as can be: racing the indexer
+            await until_found(client, "misfits", "doc://crazyones.pdf")
+            await until_found(client, "word2", "doc://report.pdf")
+            assert "The Crazy Ones" in await text("doc://crazyones.pdf")
+            assert "Page 1 word0 word1 word2" in await text("doc://report.pdf")
+            assert server.conversions() == 2
+
+            fresh = files / "report.pdf.tmp~"
+            fresh.write_bytes(pdf_pages(2, words=40))
+            os.replace(fresh, files / "report.pdf")
+            await until_found(client, "word39", "doc://report.pdf")  # the indexer converted the new version
+            assert "<!-- page 2 -->\n\nPage 2 word0" in await text("doc://report.pdf")
+            assert server.conversions() == 3
+            assert server.metric("aggregator_document_rechecks_total") == 0  # nothing failed to parse
+            assert 20e6 < server.metric("aggregator_document_worker_peak_bytes") < 1024**3  # the default maxMemory
+
+    try:
+        anyio.run(main)
+    finally:
+        server.stop()

@@ -12,7 +12,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from conftest import MODES, connect, list_all, write_manifest
-from documents_gen import DATA, docx_bomb, pdf_pages
+from documents_gen import DATA, docx_bomb, pdf_pages, xlsx_rows
 
 pytest.importorskip("pypdfium2", reason="the documents extra is not installed: pip install -e '.[documents]'")
 
@@ -135,3 +135,43 @@ def test_validate_names_the_missing_extra(manifest: Path, monkeypatch: pytest.Mo
                                                     "templates[0].convert"]
     assert findings[1].endswith(": collections[0].convert: converting documents needs the documents extra "
                                 "(missing: pypdfium2): pip install 'mcp-aggregator[documents]'")
+
+
+SHEETS = """
+    version: 1
+    server: {name: sheets}
+    sources:
+      files: {url: ./files}
+    collections:
+      - {source: files, glob: "*.xlsx", uri: "sheet://{path}", name: "{path}",
+         convert: {to: markdown, maxChars: 1000000, maxMemory: 160MiB}}
+      - {source: files, glob: "*.xlsx", uri: "short://{path}", name: "short {path}", convert: markdown}
+    """
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_hundred_thousand_row_sheet_is_read_to_its_row_cap(tmp_path: Path, mode: str) -> None:
+    """A 100,000-row XLSX (2 MB) read as Markdown by a worker held to 160 MiB of address space: the sheet is streamed
+    (about 95 MiB at its peak, the worker's 79 included; loading it whole takes 208), the first convert.maxRows rows
+    (the header counts) then a note saying where and why it stops; with the default maxChars the characters run out
+    first, and the note says that instead."""
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "rows.xlsx").write_bytes(xlsx_rows(100_000))
+    manifest = write_manifest(tmp_path, SHEETS)
+
+    async def main() -> None:
+        async with connect(manifest, mode) as client:
+            listed = {r.uri: r for r in (await list_all(client))[0]}
+            assert listed["sheet://rows.xlsx"].mime_type == "text/markdown"
+            sheet = (await client.read_resource("sheet://rows.xlsx")).contents[0]
+            assert sheet.mime_type == "text/markdown"
+            assert sheet.text.startswith("## Sheet: Data\n\n| id | label | value |\n| --- | --- | --- |\n"
+                                         "| 1 | row 1 | 1.5 |\n")
+            assert "\n| 9999 | row 9999 | 14998.5 |\n\n" in sheet.text and "| 10000 |" not in sheet.text
+            assert sheet.text.endswith("\n\n[... cut after 10000 rows, in sheet 'Data': limit convert.maxRows]\n")
+            short = (await client.read_resource("short://rows.xlsx")).contents[0].text
+            assert short.endswith("\n\n[... cut at 200000 characters: limit convert.maxChars]\n")
+            assert short[:200_000] == sheet.text[:200_000]
+
+    anyio.run(main)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,42 @@ def test_legacy_added_removed_modified_file_without_full_relist(folder: Path) ->
             assert listed["docs://a.md"] == len("# A, longer now\n")
             assert FULL_RELIST not in log.read_text()
 
-            # A folder that comes is still listed in full (and said): the log line above is what this test reads.
+            # A folder that comes is walked alone: no full relist either.
             (docs / "sub").mkdir()
             (docs / "sub" / "d.md").write_text("# D\n")
             await _listed(client, "docs://sub/d.md", True)
-            assert FULL_RELIST in log.read_text()
+            assert FULL_RELIST not in log.read_text()
 
     anyio.run(main)
+
+
+Step = tuple[Callable[[], object], int, Callable[[], Awaitable[None]] | None]
+"""An action, how many events the stream has heard once it is through, and a check to run then (or None)."""
+
+
+async def _listened(client: Client, steps: list[Step], subscriptions: tuple[str, ...] = ()) -> list[Any]:
+    """What a listen stream (list_changed, and `subscriptions`) hears while the steps run one after the other, and
+    for QUIET after them."""
+    events: list[Any] = []
+    async with client.listen(resources_list_changed=True, resource_subscriptions=list(subscriptions)) as sub:
+
+        async def collect() -> None:
+            async for event in sub:
+                events.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            await anyio.sleep(0.3)  # let the watcher start
+            for action, count, check in steps:
+                action()
+                with anyio.fail_after(SOON):
+                    while len(events) < count:
+                        await anyio.sleep(0.02)
+                if check is not None:
+                    await check()
+            await anyio.sleep(QUIET)
+            tg.cancel_scope.cancel()
+    return events
 
 
 def test_modern_listen_hears_added_and_removed_files_without_full_relist(folder: Path) -> None:
@@ -96,25 +126,10 @@ def test_modern_listen_hears_added_and_removed_files_without_full_relist(folder:
 
     async def main() -> None:
         async with Client(logged_server(folder / "manifest.yaml", log), mode="auto", cache=None) as client:
-            events: list[Any] = []
-            async with client.listen(resources_list_changed=True, resource_subscriptions=["docs://a.md"]) as sub:
-
-                async def collect() -> None:
-                    async for event in sub:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    await anyio.sleep(0.3)  # let the watcher start
-                    for action, count in [(lambda: (docs / "c.md").write_text("# C\n"), 1),
-                                          (lambda: (docs / "b.md").unlink(), 2),
-                                          (lambda: (docs / "a.md").write_text("# A, longer\n"), 3)]:
-                        action()
-                        with anyio.fail_after(SOON):
-                            while len(events) < count:
-                                await anyio.sleep(0.02)
-                    await anyio.sleep(QUIET)
-                    tg.cancel_scope.cancel()
+            events = await _listened(client, [(lambda: (docs / "c.md").write_text("# C\n"), 1, None),
+                                              (lambda: (docs / "b.md").unlink(), 2, None),
+                                              (lambda: (docs / "a.md").write_text("# A, longer\n"), 3, None)],
+                                     ("docs://a.md",))
             assert events == [ResourcesListChanged(), ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
             assert await uris(client) == ["docs://a.md", "docs://c.md"]
             assert FULL_RELIST not in log.read_text()
@@ -122,20 +137,56 @@ def test_modern_listen_hears_added_and_removed_files_without_full_relist(folder:
     anyio.run(main)
 
 
-def test_folder_removed_is_relisted(folder: Path) -> None:
-    """A folder moved out of the watched tree (the watcher names only the folder) drops the files under it."""
+def _moved_folder(root: Path) -> Path:
+    """A folder of three files (one hidden, one nested) beside the watched one, to be moved in."""
+    outside = root / "outside"
+    (outside / "deep").mkdir(parents=True)
+    for name in ("e.md", ".hidden.md", "deep/f.md"):
+        (outside / name).write_text(f"# {name}\n")
+    return outside
+
+
+MOVED_IN = ["docs://a.md", "docs://b.md", "docs://in/deep/f.md", "docs://in/e.md"]
+
+
+def test_legacy_folder_moved_in_and_out_without_full_relist(folder: Path) -> None:
+    """A folder moved into the watched tree (the watcher names only the folder) is walked alone, and one moved out
+    drops the files listed under it: one list_changed each, the listing that of a fresh walk, no full relist."""
     inbox = Inbox()
     log = folder / "server.log"
-    (folder / "docs" / "sub").mkdir()
-    (folder / "docs" / "sub" / "d.md").write_text("# D\n")
+    outside = _moved_folder(folder)
 
     async def main() -> None:
         async with Client(logged_server(folder / "manifest.yaml", log), mode="legacy", cache=None,
                           message_handler=inbox) as client:
-            assert "docs://sub/d.md" in await uris(client)
-            await anyio.sleep(0.3)
-            os.rename(folder / "docs" / "sub", folder / "elsewhere")
+            await anyio.sleep(0.3)  # let the watcher start
+            os.rename(outside, folder / "docs" / "in")
+            assert await inbox.next() == ("list_changed", None)
+            assert await uris(client) == MOVED_IN
+            assert (await client.read_resource("docs://in/deep/f.md")).contents[0].text == "# deep/f.md\n"
+            os.rename(folder / "docs" / "in", outside)
             assert await inbox.next() == ("list_changed", None)
             assert await uris(client) == ["docs://a.md", "docs://b.md"]
+            assert await inbox.next(QUIET) is None
+            assert FULL_RELIST not in log.read_text()
+
+    anyio.run(main)
+
+
+def test_modern_folder_moved_in_and_out_without_full_relist(folder: Path) -> None:
+    log = folder / "server.log"
+    outside = _moved_folder(folder)
+
+    async def main() -> None:
+        async with Client(logged_server(folder / "manifest.yaml", log), mode="auto", cache=None) as client:
+
+            async def moved_in() -> None:
+                assert await uris(client) == MOVED_IN
+
+            events = await _listened(client, [(lambda: os.rename(outside, folder / "docs" / "in"), 1, moved_in),
+                                              (lambda: os.rename(folder / "docs" / "in", outside), 2, None)])
+            assert events == [ResourcesListChanged(), ResourcesListChanged()]
+            assert await uris(client) == ["docs://a.md", "docs://b.md"]
+            assert FULL_RELIST not in log.read_text()
 
     anyio.run(main)

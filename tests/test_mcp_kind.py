@@ -773,3 +773,4 @@ def test_a_collection_over_whole_uris_says_to_set_a_prefix(tmp_path: Path) -> No
     assert checked.returncode == 0, checked.stderr
     assert "control characters" not in checked.stderr
     assert "are whole URIs" in checked.stderr and 'prefix: "test://"' in checked.stderr, checked.stderr
+    assert "matches no file" not in checked.stderr, checked.stderr  # it matched: the whole-URIs warning says why

@@ -4,15 +4,20 @@ The settle window and the swap are tested through the supervisor (test_live_mani
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import anyio
 import pytest
 
+from aggregator.catalog import Catalog
+from aggregator.manifest.model import ManifestError
 from aggregator.reload import Reloaded, SuspiciousReload, next_snapshot
 from aggregator.service import ResourceService
 from aggregator.snapshot import Snapshot, close_sources
+from aggregator.sources.progress import LISTINGS
 from tests.conftest import write_manifest
+from tests.http_server import serve
 
 
 def _manifest(tmp_path: Path, b_url: str = "./b", b_glob: str = "*.md") -> Path:
@@ -75,6 +80,188 @@ def test_a_guarded_reload_refuses_to_empty_a_declared_source(folders: Path) -> N
             assert held.value.sources == ("b",)
             reloaded = await _next(service)  # unguarded: a deliberate edit goes through
             assert reloaded.replaced == set() and len(reloaded.snapshot.catalog) == 1
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def _listed(catalog: Catalog) -> tuple[object, ...]:
+    """Everything a catalog serves and a reload builds on: entries, templates, collections and which were listed."""
+    return (list(catalog.entries), [(t.uri_template, t.spec) for t in catalog.templates],
+            {key: sorted(entries, key=lambda e: e.uri) for key, entries in catalog.collections.items()},
+            set(catalog.listed_at), {sid: p for sid, p in catalog.published.items()})
+
+
+async def _fresh(manifest: Path) -> tuple[object, ...]:
+    """What a fresh load of `manifest` serves (see _listed)."""
+    service = await ResourceService.open(manifest)
+    try:
+        return _listed(service.catalog)
+    finally:
+        await service.aclose()
+
+
+def test_a_save_lists_again_only_the_source_whose_settings_changed(folders: Path) -> None:
+    """Folder walks and HTTP requests are counted where they happen (the folder's walks, the server's log): a save
+    that moves source b lists b alone, the unchanged folder a and the HTTP resource are not asked again, and the
+    collections of a keep their entries as they are."""
+    with serve() as upstream:
+        text = f"""
+            version: 1
+            server: {{name: reloads}}
+            sources:
+              a: {{url: ./a}}
+              b: {{url: %s}}
+              api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true}}
+            collections:
+              - {{source: a, glob: "*.md", uri: "a://{{path}}"}}
+              - {{source: b, glob: "*.md", uri: "b://{{path}}"}}
+            resources:
+              - {{uri: "api://a", name: a, source: api, path: docs/a.md}}
+            """
+
+        async def main() -> None:
+            manifest = write_manifest(folders, text % "./b")
+            service = await ResourceService.open(manifest)
+            try:
+                before, hits = service.catalog, sum(upstream.hits.values())
+                walks = {sid: LISTINGS[sid] for sid in ("a", "b")}
+                write_manifest(folders, text % "./b2")
+                changed, _ = await service.reload(watched={"a", "b"})
+                assert changed  # b://x.md now reads b2/x.md, whose size differs
+                assert {sid: LISTINGS[sid] - n for sid, n in walks.items()} == {"a": 0, "b": 1}
+                assert sum(upstream.hits.values()) == hits  # the HTTP resource was not asked again
+                a_md = next(k for k in before.collections if k.source == "a")
+                assert service.catalog.collections[a_md] is before.collections[a_md]
+                assert _listed(service.catalog) == await _fresh(manifest)
+            finally:
+                await service.aclose()
+
+        anyio.run(main)
+
+
+def test_a_changed_glob_lists_that_collection_alone(folders: Path) -> None:
+    (folders / "a" / "y.txt").write_text("y\n")
+    (folders / "a" / "z.json").write_text("{}\n")
+    text = """
+        version: 1
+        server: {name: reloads}
+        sources:
+          a: {url: ./a}
+        collections:
+          - {source: a, glob: "*.md", uri: "md://{path}"}
+          - {source: a, glob: "%s", uri: "other://{path}"}
+        """
+
+    async def main() -> None:
+        manifest = write_manifest(folders, text % "*.txt")
+        service = await ResourceService.open(manifest)
+        try:
+            before, walks = service.catalog, LISTINGS["a"]
+            write_manifest(folders, text % "*.json")
+            assert (await service.reload(watched={"a"}))[0]
+            assert LISTINGS["a"] - walks == 1
+            md = next(k for k in before.collections if k.glob == "*.md")
+            assert service.catalog.collections[md] is before.collections[md]
+            assert [e.uri for e in service.catalog.entries] == ["md://x.md", "other://z.json"]
+            assert _listed(service.catalog) == await _fresh(manifest)
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+_PARTS = {
+    "b_url": ["./b", "./b2"],
+    "collections": [
+        '  - {source: a, glob: "*.md", uri: "a://{path}"}\n',
+        '  - {source: a, glob: "**/*", uri: "all://{path}", access: {scopes: [staff]}}\n',
+        '  - {source: b, glob: "*.md", uri: "b://{path}", name: "{stem}"}\n',
+        '  - {source: b, glob: "*.md", uri: "a://{path}"}\n',  # collides with the first when both are there
+        '  - {source: c, glob: "*.md", uri: "c://{path}"}\n',
+    ],
+    "resources": [
+        '  - {uri: "note://one", name: one, text: "one"}\n',
+        '  - {uri: "file://x", name: x, source: a, path: x.md}\n',
+        '  - {uri: "file://y", name: y, source: b, path: x.md, access: {scopes: [staff]}}\n',
+        '  - {uri: "a://x.md", name: clash, text: "clash"}\n',  # collides with the a collection
+    ],
+    "templates": [
+        '  - {uriTemplate: "raw://{+path}", name: raw, source: a, path: "{path}"}\n',
+        '  - {uriTemplate: "b-raw://{+path}", name: b-raw, source: b, path: "{path}"}\n',
+    ],
+    "c_url": ["./missing", "./a"],
+}
+
+
+def _random_manifest(folders: Path, rng: random.Random) -> Path:
+    def some(key: str) -> str:
+        return "".join(part for part in _PARTS[key] if rng.random() < 0.5)
+
+    return write_manifest(folders, (
+        "version: 1\nserver: {name: random-saves}\nsources:\n  a: {url: ./a}\n"
+        f"  b: {{url: {rng.choice(_PARTS['b_url'])}}}\n  c: {{url: {rng.choice(_PARTS['c_url'])}, optional: true}}\n"
+        f"collections:\n{some('collections') or '  []'}\nresources:\n{some('resources') or '  []'}\n"
+        f"templates:\n{some('templates') or '  []'}\n").replace(":\n  []\n", ": []\n"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sequence_of_random_saves_serves_what_a_fresh_load_serves(folders: Path, seed: int) -> None:
+    """After each save the reloaded catalog equals a fresh load of the same manifest, and a save a fresh load
+    refuses (a URI collision) is refused with the same located issues while the last good catalog serves on."""
+    (folders / "a" / "sub").mkdir()
+    (folders / "a" / "sub" / "deep.md").write_text("deep\n")
+    (folders / "b2" / "y.md").write_text("y\n")
+    rng = random.Random(seed)
+
+    async def main() -> None:
+        manifest = write_manifest(folders, _manifest(folders).read_text())
+        service = await ResourceService.open(manifest)
+        try:
+            for _ in range(12):
+                manifest = _random_manifest(folders, rng)
+                try:
+                    expected: object = await _fresh(manifest)
+                except ManifestError as exc:
+                    expected = str(exc)
+                serving = service.catalog
+                try:
+                    await service.reload(watched=rng.choice([(), ("a", "b")]))
+                    got: object = _listed(service.catalog)
+                except ManifestError as exc:
+                    got = str(exc)
+                    assert service.catalog is serving
+                assert got == expected, manifest.read_text()
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def test_an_unchanged_upstream_keeps_its_published_list_across_a_save(tmp_path: Path) -> None:
+    """An MCP upstream (it publishes its own resources and tells of its changes) that a save leaves alone is not
+    asked for its list again: its entries and templates stay as they are, and the listing equals a fresh load."""
+    from tests.test_mcp_kind import ENV, UPSTREAM
+
+    text = f"""
+        version: 1
+        server: {{name: outer}}
+        sources:
+          up: {{url: "mcp+stdio:", namespace: up, command: {UPSTREAM!r}, env: {ENV!r}}}
+        resources:
+          - {{uri: "note://%s", name: note, text: note}}
+        """
+
+    async def main() -> None:
+        manifest = write_manifest(tmp_path, text % "one")
+        service = await ResourceService.open(manifest)
+        try:
+            before = service.catalog
+            write_manifest(tmp_path, text % "two")
+            assert (await service.reload())[0]
+            assert service.catalog.published["up"] is before.published["up"]
+            assert _listed(service.catalog) == await _fresh(manifest)
         finally:
             await service.aclose()
 

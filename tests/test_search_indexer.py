@@ -8,9 +8,13 @@ from pathlib import Path
 
 import anyio
 
+from aggregator.live.updates import CatalogUpdates
+from aggregator.notify import Notifier
 from aggregator.search import Discovery
 from aggregator.search_index import FullTextIndex
+from aggregator.search_indexer import Indexer
 from aggregator.service import ResourceService
+from aggregator.watch import Change
 from tests.conftest import connect, write_manifest
 from tests.test_search import MANIFEST, make_tree, search_tool, until_found
 
@@ -34,6 +38,52 @@ def test_index_follows_file_changes_and_reloads(tmp_path: Path) -> None:
             finder.write_text(finder.read_text().replace("index: true,", ""))
             await until_found(client, "warp", None)
             assert [h["uri"] for h in await search_tool(client, "install")] == ["docs://install.md"]
+
+    anyio.run(main)
+
+
+def test_passes_after_incremental_changes_look_at_what_changed(tmp_path: Path) -> None:
+    """After catalogs swapped in by catalog_delta (files and a folder came, changed, went), a pass looks at the URIs
+    they changed, not the catalog, and the index ends up holding what a full pass over the final catalog holds; a
+    file passed over for the byte budget gets in once bytes are freed."""
+    make_tree(tmp_path)
+    manifest = write_manifest(tmp_path, MANIFEST.replace("pageSize: 4}", "pageSize: 4, search: {indexBytes: 400}}"))
+    docs = tmp_path / "docs"
+
+    async def main() -> None:
+        agg = await ResourceService.open(manifest)
+        indexer = Indexer(agg, agg.manifest.server.search)
+        updates = CatalogUpdates(agg, Notifier())
+
+        async def change(*changes: tuple[Change, str]) -> int:
+            await updates.files_changed("docs", set(changes))
+            await indexer.index_once()
+            return indexer.looked_at
+
+        try:
+            await indexer.index_once()
+            assert indexer.looked_at == 5 and indexer.not_indexed == 0
+            (docs / "new.md").write_text("a zebra\n")
+            assert await change((Change.added, "new.md")) == 1
+            (docs / "big.md").write_text("yak " * 80)  # 320 bytes: past the budget with the others
+            assert await change((Change.added, "big.md")) == 1
+            assert indexer.not_indexed == 1
+            (docs / "install.md").write_text("# Installing\n\nNow with a warp drive.\n")
+            assert await change((Change.modified, "install.md")) == 1  # still no room for big.md: not looked at
+            (docs / "guides").rename(tmp_path / "guides")
+            assert await change((Change.deleted, "guides")) == 3 + 1  # bytes freed: big.md tried again
+            assert indexer.not_indexed == 0
+            (tmp_path / "guides").rename(docs / "moved")
+            (docs / "new.md").unlink()
+            assert await change((Change.added, "moved"), (Change.deleted, "new.md")) == 3 + 1
+            assert updates.full_relists == 0
+            fresh = Indexer(agg, agg.manifest.server.search)
+            await fresh.index_once()
+            assert indexer._known == fresh._known and indexer.not_indexed == fresh.not_indexed
+            assert "docs://big.md" in indexer._known and "docs://moved/data.json" in indexer._known
+        finally:
+            await indexer.aclose()
+            await agg.aclose()
 
     anyio.run(main)
 

@@ -392,6 +392,20 @@ def test_metrics_count_file_changes_applied_without_a_full_relist(http_server: t
     assert samples == {'{how="incremental"}': 1.0, '{how="relist"}': 0.0}
 
 
+def test_metrics_count_listings_and_a_save_lists_no_unchanged_source_again(http_server: tuple[str, Path]) -> None:
+    """The folder is walked once at start; a save that only adds a resource reloads without walking it again."""
+    import httpx2 as httpx
+
+    url, folder = http_server
+    base = url.removesuffix("/mcp")
+    _wait_health(base)
+    listings = _samples(httpx.get(base + "/metrics").text, "aggregator_source_listings_total")
+    assert listings == {'{source="docs"}': 1.0}
+    save(folder / "manifest.yaml", BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n')
+    _wait_health(base, lambda h: h.get("reloads", 0) >= 1)
+    assert _samples(httpx.get(base + "/metrics").text, "aggregator_source_listings_total") == listings
+
+
 def _samples(text: str, name: str) -> dict[str, float]:
     """The samples of one metric in a Prometheus text scrape, by their label text ('' without labels)."""
     found = {}

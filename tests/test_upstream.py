@@ -459,4 +459,35 @@ def test_unreachable_stdio_upstreams() -> None:
     anyio.run(main)
 
 
+
+def test_a_connection_task_that_dies_says_so(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An unexpected exception that ends the connection's (detached) task is logged, naming the source, and calls
+    fail at once instead of waiting for a task that is gone."""
+    from aggregator.upstream.backoff import Backoff
+
+    async def broken(self: Backoff) -> None:
+        raise RuntimeError("a bug between two attempts")
+
+    monkeypatch.setattr(Backoff, "wait", broken)  # the one fault injected: our own code failing outside a session
+    caplog.set_level(logging.INFO, "aggregator.upstream")
+
+    async def main() -> None:
+        up = Upstream("dying", StdioTarget(["/nonexistent/upstream"]), **FAST)
+        try:
+            with pytest.raises(SourceError, match="unavailable"):
+                await up.connect()
+            await anyio.sleep(0.2)  # the task's end is seen by its done callback, on the loop
+            with anyio.fail_after(2):
+                with pytest.raises(SourceError):
+                    await up.read("x://a", 10)
+            assert up.status.state == "failed"
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+    died = [r for r in caplog.records if r.levelno >= logging.ERROR and "dying" in r.getMessage()]
+    assert died and "RuntimeError: a bug between two attempts" in died[0].getMessage(), \
+        [r.getMessage() for r in caplog.records]
+
+
 # The McpSource behind the read path and aggregator serving aggregator: tests/test_mcp_kind.py (the `mcp` kind).

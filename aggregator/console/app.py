@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from aggregator.auth import caller_name, caller_scopes
+from aggregator.callers import caller_name, caller_scopes
 from aggregator.catalog import Page
 from aggregator.completion import Completer
 from aggregator.console.events import EventHub, TooManyStreams

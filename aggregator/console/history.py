@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import anyio.to_thread
 
 from aggregator.catalog import Catalog
-from aggregator.diff import diff_catalogs, diff_sources
 from aggregator.manifest.model import Manifest, ManifestIssue
 
 __all__ = ["ChangeLine", "ReloadHistory", "ReloadRecord"]
@@ -99,6 +98,8 @@ class ReloadHistory:
 def _change_lines(old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest) -> list[ChangeLine]:
     """The lines of `aggregator diff` for this reload, each with the scopes of what it names (both sides': a line
     about an entry that gained or lost a scope is shown only to callers who could see it before and after)."""
+    from aggregator.diff import diff_catalogs, diff_sources  # only with a console: a reload without one diffs nothing
+
     diff = diff_catalogs(old, new)
     diff.sources = diff_sources(old_manifest, new_manifest)
     lines: list[ChangeLine] = []

@@ -48,7 +48,7 @@ def folder_of(uri: str, prefix: str) -> str | None:
     return None if slash < 0 else prefix + rest[: slash + 1]
 
 
-def tree_page(entries: Sequence[Entry], uris: list[str], prefix: str, cursor: str | None, limit: int) -> TreePage:
+def tree_page(entries: Sequence[Entry], uris: Sequence[str], prefix: str, cursor: str | None, limit: int) -> TreePage:
     """Up to `limit` children of `prefix` after `cursor`, over the caller's visible `entries` and their sorted
     `uris`; InvalidCursor for a cursor no catalog made."""
     start, end = prefix_range(uris, prefix)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConversionFailed", "OverLimit"]
+__all__ = ["ConversionFailed", "OverLimit", "Unreadable"]
 
 
 class ConversionFailed(Exception):
@@ -20,3 +20,9 @@ class OverLimit(ConversionFailed):
     def __init__(self, why: str, key: str) -> None:
         super().__init__(f"{why} (limit convert.{key})")
         self.key = key
+
+
+class Unreadable(ConversionFailed):
+    """A parser gave up on the document: it is corrupt, or an allocation failed under convert.maxMemory and the
+    parser reported it as a broken file (zipfile, lxml and openpyxl turn a MemoryError into errors of their own).
+    The pool tells the two apart by converting it once more in a fresh worker with more memory (pool.py)."""

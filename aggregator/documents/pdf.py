@@ -5,7 +5,7 @@ near-identical text. Scanned pages have no text layer: they are said to be empty
 
 from __future__ import annotations
 
-from aggregator.documents.failures import ConversionFailed
+from aggregator.documents.failures import ConversionFailed, Unreadable
 from aggregator.documents.markdown import Budget
 from aggregator.manifest.model import ConvertSettings
 
@@ -25,7 +25,7 @@ def pdf_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     except pdfium.PdfiumError as exc:
         if getattr(exc, "err_code", None) == _PASSWORD:
             raise ConversionFailed("it is an encrypted PDF (it needs a password)") from None
-        raise ConversionFailed("it is a corrupt or unreadable PDF") from None
+        raise Unreadable("it is a corrupt or unreadable PDF") from None
     try:
         pages = len(document)
         out = Budget(limits.max_chars)

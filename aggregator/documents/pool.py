@@ -1,7 +1,9 @@
 """The conversion workers: separate processes (worker.py), so a parser that hangs or balloons costs its own
 process, never the server's event loop or memory. At most `size` conversions run at once (the others wait their
 turn); a worker that overruns its time is killed and replaced by a fresh one on the next conversion, and one that
-died (out of memory, a crash in C) is replaced the same way. Idle workers are kept for the next conversion."""
+died (out of memory, a crash in C) is replaced the same way. Idle workers are kept for the next conversion. A
+document a parser gave up on is converted once more in a fresh worker with twice the memory: a parser may report a
+failed allocation as a broken file, and only the second attempt's peak tells a corrupt file from a big one."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import os
 import struct
 import subprocess
 import sys
-from dataclasses import asdict
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, replace
 
 import anyio
 from anyio.abc import Process
@@ -61,11 +65,18 @@ class _Worker:
         return worker
 
     async def ask(self, header: bytes, document: bytes) -> dict[str, object]:
-        await self.requests.send(_LENGTH.pack(len(header)) + header)
-        await self.requests.send(_LENGTH.pack(len(document)) + document)
-        (length,) = _LENGTH.unpack(await self.replies.receive_exactly(_LENGTH.size))
-        reply: dict[str, object] = json.loads(await self.replies.receive_exactly(length))
+        """The worker's reply on `document`, its Markdown (if converted) under `text`."""
+        await self.requests.send(_LENGTH.pack(len(header)) + header + _LENGTH.pack(len(document)))
+        await self.requests.send(document)
+        reply: dict[str, object] = json.loads(await self._message())
+        text = await self._message()
+        if reply.get("converted"):
+            reply["text"] = text.decode("utf-8", "surrogatepass")
         return reply
+
+    async def _message(self) -> bytes:
+        (length,) = _LENGTH.unpack(await self.replies.receive_exactly(_LENGTH.size))
+        return await self.replies.receive_exactly(length)
 
     async def kill(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -94,20 +105,34 @@ class DocumentPool:
         """Documents sent to a worker that did not (a limit, a corrupt file, a killed worker)."""
         self.busy = 0
         """Conversions running now."""
+        self.rechecked = 0
+        """Documents a parser gave up on, converted again in a fresh worker with more memory to tell a corrupt file
+        from one past convert.maxMemory."""
+        self.peak = 0
+        """The most address space a worker has reported (bytes, its libraries included): how near maxMemory
+        conversions come."""
         self.stored: StoredConversions | None = None
         """Converted text kept on disk across restarts (server.documents.cacheDir); None: off."""
+        self._queued: dict[Hashable, anyio.Event] = {}
 
     @property
     def workers(self) -> int:
         """Worker processes alive now: idle ones and those converting."""
         return len(self._idle) + self.busy
 
-    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings, background: bool = False) -> str:
+    async def convert(self, document: bytes, fmt: str, limits: ConvertSettings, background: bool = False,
+                      wanted: anyio.Event | None = None) -> str:
         """The Markdown of `document`; ConversionFailed (OverLimit for a limit, with the limit's key) otherwise.
-        `background` work (indexing) runs at most size // 2 (at least 1) at once, leaving the rest to reads."""
+        `background` work (indexing) runs at most size // 2 (at least 1) at once, leaving the rest to reads; once
+        `wanted` is set (a client's read waits for this conversion) it stops waiting for a background turn."""
         if background:
-            async with self._background:
-                return await self.convert(document, fmt, limits)
+            turn = object()
+            if await self._background_turn(turn, wanted):
+                try:
+                    return await self.convert(document, fmt, limits)
+                finally:
+                    self._background.release_on_behalf_of(turn)
+            return await self.convert(document, fmt, limits)
         if self.stored is None:
             return await self._convert(document, fmt, limits)
         name = self.stored.name(document, fmt, limits)
@@ -118,31 +143,58 @@ class DocumentPool:
         await self.stored.put(name, text)
         return text
 
+    @contextmanager
+    def queued(self, key: Hashable) -> Iterator[anyio.Event]:
+        """While background work converts what `key` names (the caller's name for it): the event `wanted(key)`
+        sets, to pass to `convert`."""
+        event = self._queued[key] = anyio.Event()
+        try:
+            yield event
+        finally:
+            if self._queued.get(key) is event:
+                del self._queued[key]
+
+    def wanted(self, key: Hashable) -> None:
+        """A client's read of what `key` names waits for any background work on it: that work goes ahead now."""
+        event = self._queued.get(key)
+        if event is not None:
+            event.set()
+
+    async def _background_turn(self, turn: object, wanted: anyio.Event | None) -> bool:
+        """Wait for a background slot (True: held for `turn`, to be released) or, sooner, for `wanted` (False)."""
+        if wanted is None:
+            await self._background.acquire_on_behalf_of(turn)
+            return True
+        held = False
+        async with anyio.create_task_group() as race:
+            async def slot() -> None:
+                nonlocal held
+                await self._background.acquire_on_behalf_of(turn)  # cancelled while waiting: nothing is held
+                held = True
+                race.cancel_scope.cancel()
+
+            async def asked() -> None:
+                await wanted.wait()
+                race.cancel_scope.cancel()
+
+            race.start_soon(slot)
+            race.start_soon(asked)
+        return held
+
     async def _convert(self, document: bytes, fmt: str, limits: ConvertSettings) -> str:
-        header = json.dumps({"format": fmt, "limits": asdict(limits)}).encode("utf-8")
         async with self._limiter:
-            worker = self._idle.pop() if self._idle else await self._start()
-            keep = False
-            self.busy += 1
             try:
-                with anyio.fail_after(limits.timeout):
-                    reply = await worker.ask(header, document)
-                keep = "limit" not in reply or reply["limit"] != "maxMemory"
-            except TimeoutError:
-                self.killed += 1
+                reply = await self._ask(document, fmt, limits)
+                if reply.get("recheck"):
+                    # A parser gave up: the file is corrupt, or an allocation failed under the limit and came out as
+                    # a broken file. A fresh worker (its address space its own libraries alone) with twice the memory
+                    # tells which: the same verdict within the first limit is the file's, past it the limit's.
+                    self.rechecked += 1
+                    reply = await self._ask(document, fmt, replace(limits, max_memory=2 * limits.max_memory),
+                                            within=limits.max_memory)
+            except ConversionFailed:
                 self.failed += 1
-                raise OverLimit(f"converting it took longer than {limits.timeout:g}s", "timeout") from None
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
-                self.killed += 1
-                self.failed += 1
-                raise ConversionFailed(f"the converter stopped on it (out of memory? limit convert.maxMemory is "
-                                       f"{limits.max_memory} bytes)") from None
-            finally:
-                self.busy -= 1
-                if keep:
-                    self._idle.append(worker)
-                else:
-                    await worker.kill()
+                raise
         if "text" in reply:
             self.converted += 1
             return str(reply["text"])
@@ -153,6 +205,36 @@ class DocumentPool:
             raise OverLimit(str(reply["error"]).removesuffix(f" (limit convert.{reply['limit']})"),
                             str(reply["limit"]))
         raise ConversionFailed(str(reply["error"]))
+
+    async def _ask(self, document: bytes, fmt: str, limits: ConvertSettings, within: int | None = None
+                   ) -> dict[str, object]:
+        """One worker's reply on `document` (a fresh worker's when `within`, the limit a first attempt was held to,
+        is given); OverLimit or ConversionFailed when the worker overran its time or died."""
+        header = json.dumps({"format": fmt, "limits": asdict(limits), "within": within}).encode("utf-8")
+        worker = self._idle.pop() if self._idle and within is None else await self._start()
+        keep = False
+        self.busy += 1
+        try:
+            with anyio.fail_after(limits.timeout):
+                reply = await worker.ask(header, document)
+            keep = not reply.get("leave")
+        except TimeoutError:
+            self.killed += 1
+            raise OverLimit(f"converting it took longer than {limits.timeout:g}s", "timeout") from None
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
+            self.killed += 1
+            raise ConversionFailed(f"the converter stopped on it (out of memory? limit convert.maxMemory is "
+                                   f"{within or limits.max_memory} bytes)") from None
+        finally:
+            self.busy -= 1
+            if keep:
+                self._idle.append(worker)
+            else:
+                await worker.kill()
+        peak = reply.get("peak")
+        if isinstance(peak, int):
+            self.peak = max(self.peak, peak)
+        return reply
 
     async def _start(self) -> _Worker:
         worker = await _Worker.start()

@@ -8,7 +8,7 @@ import csv
 import io
 from collections.abc import Iterable, Iterator, Sequence
 
-from aggregator.documents.failures import ConversionFailed
+from aggregator.documents.failures import ConversionFailed, Unreadable
 from aggregator.documents.markdown import Budget, table
 from aggregator.documents.zipped import check_zip
 from aggregator.manifest.model import ConvertSettings
@@ -28,7 +28,7 @@ def xlsx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     except MemoryError:  # an Exception too: the worker reports the limit convert.maxMemory
         raise
     except Exception:  # openpyxl raises KeyError, ValueError, XML errors... for a broken package
-        raise ConversionFailed("it is a corrupt or unreadable XLSX file") from None
+        raise Unreadable("it is a corrupt or unreadable XLSX file") from None
     try:
         out = Budget(limits.max_chars)
         sheets = workbook.worksheets
@@ -48,7 +48,7 @@ def xlsx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     except (ConversionFailed, MemoryError):
         raise
     except Exception:
-        raise ConversionFailed("it is a corrupt or unreadable XLSX file") from None
+        raise Unreadable("it is a corrupt or unreadable XLSX file") from None
     finally:
         workbook.close()
 

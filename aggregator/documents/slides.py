@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from aggregator.documents.failures import ConversionFailed
+from aggregator.documents.failures import OverLimit, Unreadable
 from aggregator.documents.markdown import Budget, table
 from aggregator.documents.zipped import check_zip
 from aggregator.manifest.model import ConvertSettings
@@ -17,14 +17,18 @@ __all__ = ["pptx_to_markdown"]
 def pptx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     import pptx
 
-    check_zip(data, "PPTX", limits.max_unzipped_bytes).close()
+    with check_zip(data, "PPTX", limits.max_unzipped_bytes) as archive:
+        held = sum(part.file_size for part in archive.infolist())
+    if held > limits.max_memory:  # python-pptx reads every part into memory before anything else
+        raise OverLimit(f"its parts hold {held} bytes uncompressed, which are read whole: more than "
+                        f"{limits.max_memory}", "maxMemory")
     try:
         presentation = pptx.Presentation(io.BytesIO(data))
         slides = list(presentation.slides)
     except MemoryError:  # an Exception too: the worker reports the limit convert.maxMemory
         raise
     except Exception:  # python-pptx raises KeyError, ValueError, lxml errors... for a broken package
-        raise ConversionFailed("it is a corrupt or unreadable PPTX file") from None
+        raise Unreadable("it is a corrupt or unreadable PPTX file") from None
     out = Budget(limits.max_chars)
     for number, slide in enumerate(slides[: limits.max_pages], 1):
         if not out.add(_slide(number, slide)):

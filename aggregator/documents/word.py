@@ -7,7 +7,7 @@ import io
 
 from typing import Any
 
-from aggregator.documents.failures import ConversionFailed
+from aggregator.documents.failures import Unreadable
 from aggregator.documents.markdown import Budget, table
 from aggregator.documents.zipped import check_zip
 from aggregator.manifest.model import ConvertSettings
@@ -25,7 +25,7 @@ def docx_to_markdown(data: bytes, limits: ConvertSettings) -> str:
     except MemoryError:  # an Exception too: the worker reports the limit convert.maxMemory
         raise
     except Exception:  # python-docx raises KeyError, ValueError, lxml errors... for a broken package
-        raise ConversionFailed("it is a corrupt or unreadable DOCX file") from None
+        raise Unreadable("it is a corrupt or unreadable DOCX file") from None
     out = Budget(limits.max_chars)
     for block in document.iter_inner_content():
         text = _table(block) if isinstance(block, Table) else _paragraph(block)

@@ -1,10 +1,15 @@
 """A conversion worker process (`python -m aggregator.documents.worker`): converts one document at a time for the
 pool (pool.py), over its stdin and stdout. Messages are a 4-byte big-endian length and that many bytes: a request
-is a JSON header (format, limits) then the document, a reply one JSON object (`text`, or `error` and `limit`).
+is a JSON header (format, limits, and `within` on a second attempt) then the document; a reply a JSON header
+(`converted`, or `error` with `limit` or `recheck`; `peak`, its address space's peak; `leave` when it exits after
+it) then the Markdown in UTF-8 (empty when not converted).
 
 It loads every converter's library before saying it is ready (one byte), so a conversion's time limit counts the
 conversion only. Each conversion runs under the request's address-space limit (RLIMIT_AS); a worker that ran out of
-memory says so and exits (its heap may be left half-used). End of input (the server went away) ends it."""
+memory says so and exits (its heap may be left half-used). A parser's "unreadable" verdict is not final: the worker
+asks for a `recheck` and exits, and the pool converts the document again in a fresh worker with more memory, whose
+verdict is the limit's if its peak went past the first attempt's limit (`within`), else its own. End of input (the
+server went away) ends it."""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from aggregator.manifest.model import ConvertSettings
 __all__ = ["READY", "limits_from", "main", "read_message", "write_message"]
 
 READY = b"R"
+PIPE_MAX = 1024 * 1024
+"""Bytes each pipe to and from a worker holds (the default pipe-max-size of unprivileged processes)."""
 _LENGTH = struct.Struct(">I")
 
 
@@ -39,9 +46,24 @@ def read_message(stream: BinaryIO) -> bytes | None:
     return body if len(body) == length else None
 
 
-def write_message(stream: BinaryIO, body: bytes) -> None:
-    stream.write(_LENGTH.pack(len(body)) + body)
+def write_message(stream: BinaryIO, *bodies: bytes) -> None:
+    """Each body as one length-prefixed message, flushed together."""
+    for body in bodies:
+        stream.write(_LENGTH.pack(len(body)))
+        stream.write(body)
     stream.flush()
+
+
+def _wide_pipes(*streams: BinaryIO) -> None:
+    """Pipes of PIPE_MAX bytes (Linux; best effort): a document and its Markdown cross in one or two writes, not
+    a wake-up of the other process every 64 KiB."""
+    import fcntl
+
+    for stream in streams:
+        try:
+            fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_MAX)
+        except OSError:  # not a pipe, or past /proc/sys/fs/pipe-max-size: the default size works, a little slower
+            pass
 
 
 def _preload() -> None:
@@ -54,31 +76,60 @@ def _preload() -> None:
 
 def _reply(request: bytes, document: bytes) -> tuple[dict[str, Any], bool]:
     """The reply to one request, and whether this worker must exit after sending it."""
-    from aggregator.documents.convert import convert
-    from aggregator.documents.failures import ConversionFailed, OverLimit
-
     header = json.loads(request)
     limits = limits_from(header)
+    within: int | None = header.get("within")
+    """Set on a second attempt (a fresh worker, more memory): the limit the first attempt was held to."""
+    outcome = _attempt(document, header["format"], limits)
+    peak = _peak_address_space()
+    over = within is not None and peak is not None and peak > within
+    held_to = limits.max_memory if within is None else within
+    reply, leave = _verdict(outcome, header["format"], held_to, within is None, over)
+    return {**reply, "peak": peak}, leave
+
+
+def _attempt(document: bytes, fmt: str, limits: ConvertSettings) -> str | Exception:
+    """The Markdown, or what stopped it; the conversion alone runs under the memory limit (what follows must not
+    fail for want of memory)."""
+    from aggregator.documents.convert import convert
+
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (limits.max_memory if hard == resource.RLIM_INFINITY
                                             else min(limits.max_memory, hard), hard))
     try:
-        return {"text": convert(document, header["format"], limits)}, False
-    except OverLimit as exc:
-        return {"error": exc.why, "limit": exc.key}, False
-    except ConversionFailed as exc:
-        if not _ran_out_of_memory(exc) and not _came_near(limits.max_memory):
-            return {"error": exc.why}, False
-        return _over_memory(limits.max_memory), True
-    except MemoryError:
-        return _over_memory(limits.max_memory), True
-    except ImportError as exc:
-        return {"error": f"the converter for {header['format']} files is not installed ({exc.name})",
-                "missing": exc.name}, False
-    except RecursionError:
-        return {"error": "it is nested too deeply to convert"}, False
+        return convert(document, fmt, limits)
+    except Exception as exc:  # MemoryError and RecursionError included: judged with the limit lifted
+        return exc
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+
+def _verdict(outcome: str | Exception, fmt: str, held_to: int, first: bool, over: bool) -> tuple[dict[str, Any], bool]:
+    """The reply for a conversion's outcome. `first`: the first attempt, whose "unreadable" verdict is not final;
+    `over`: a second attempt went past the limit the first was `held_to` (its verdict is then that limit)."""
+    from aggregator.documents.failures import ConversionFailed, OverLimit, Unreadable
+
+    if isinstance(outcome, str):
+        return (_over_memory(held_to), True) if over else ({"text": outcome}, False)
+    if isinstance(outcome, OverLimit):
+        return {"error": outcome.why, "limit": outcome.key}, False
+    if isinstance(outcome, MemoryError) or _ran_out_of_memory(outcome):
+        return _over_memory(held_to), True
+    if isinstance(outcome, ImportError):
+        return {"error": f"the converter for {fmt} files is not installed ({outcome.name})",
+                "missing": outcome.name}, False
+    if isinstance(outcome, RecursionError):
+        return {"error": "it is nested too deeply to convert"}, False
+    if isinstance(outcome, ConversionFailed) and not isinstance(outcome, Unreadable):
+        return {"error": outcome.why}, False  # decided before parsing (a header, the zip's directory): no memory
+    # A parser gave up (Unreadable), or a converter failed in a way it did not expect: a corrupt file, or an
+    # allocation that failed and came out as something else. A fresh worker with more memory tells which.
+    why = outcome.why if isinstance(outcome, ConversionFailed) else "the converter failed on it (see the server log)"
+    if not isinstance(outcome, ConversionFailed):
+        print(f"conversion failed unexpectedly: {type(outcome).__name__}: {outcome}", file=sys.stderr)
+    if first:
+        return {"error": why, "recheck": True}, True
+    return (_over_memory(held_to), True) if over else ({"error": why}, False)
 
 
 def _over_memory(max_memory: int) -> dict[str, Any]:
@@ -86,8 +137,9 @@ def _over_memory(max_memory: int) -> dict[str, Any]:
             "limit": "maxMemory"}
 
 
-# What zlib (Z_MEM_ERROR), libxml2 and the C allocator say when an allocation fails under RLIMIT_AS.
-_OUT_OF_MEMORY = ("memory allocation failed", "insufficient memory", "cannot allocate memory", "out of memory")
+# What zlib, libxml2 and the C allocator say when an allocation fails under RLIMIT_AS ("Error -4": Z_MEM_ERROR).
+_OUT_OF_MEMORY = ("memory allocation failed", "insufficient memory", "cannot allocate memory", "out of memory",
+                  "error -4 while")
 
 
 def _peak_address_space() -> int | None:
@@ -102,18 +154,9 @@ def _peak_address_space() -> int | None:
     return None
 
 
-def _came_near(limit: int) -> bool:
-    """Whether the address space reached within 1/8 of `limit` (since this worker started: one that fails for
-    memory is replaced): an allocation past it then failed somewhere a parser reports as a broken file (the error
-    it raises names no memory at all)."""
-    peak = _peak_address_space()
-    return peak is not None and peak >= limit - limit // 8
-
-
 def _ran_out_of_memory(exc: BaseException) -> bool:
-    """Whether a converter's "corrupt file" verdict hides an allocation that failed under the memory limit: the
-    parsers turn a MemoryError met deep inside (zipfile, lxml, openpyxl's readers) into errors of their own, which
-    the converters then call corrupt (seen under load: a 20,000-row XLSX at 64 MiB said "corrupt XLSX")."""
+    """Whether an error says, somewhere in its chain, that an allocation failed: a MemoryError, or the message zlib,
+    libxml2 or the allocator give one (what a parser then raised names no memory at all)."""
     seen: BaseException | None = exc
     for _ in range(16):  # a bounded walk: contexts can be long but never need to be followed far
         if seen is None:
@@ -129,6 +172,7 @@ def main() -> int:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     source = sys.stdin.buffer
+    _wide_pipes(source, out)
     _preload()
     out.write(READY)
     out.flush()
@@ -137,12 +181,10 @@ def main() -> int:
         document = read_message(source) if request is not None else None
         if request is None or document is None:
             return 0
-        try:
-            reply, leave = _reply(request, document)
-        except Exception as exc:  # a converter's own bug: the document fails, the worker goes on
-            print(f"conversion failed unexpectedly: {type(exc).__name__}: {exc}", file=sys.stderr)
-            reply, leave = {"error": "the converter failed on it (see the server log)"}, False
-        write_message(out, json.dumps(reply).encode("utf-8"))
+        reply, leave = _reply(request, document)
+        text = reply.pop("text", None)  # sent as it is: JSON would escape every non-ASCII character (6 bytes each)
+        head = json.dumps({**reply, "converted": text is not None, "leave": leave}).encode("utf-8")
+        write_message(out, head, b"" if text is None else text.encode("utf-8", "surrogatepass"))
         if leave:
             return 3
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import mcp.types as types
-from mcp.server import ServerRequestContext
+from mcp.server.context import ServerRequestContext
 
 from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.completion import Completer

@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import mcp.types as types
-from mcp.server import ServerRequestContext
+from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from aggregator.auth import caller_name, caller_scopes
+from aggregator.callers import caller_name, caller_scopes
 from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.metrics import Metrics, timer
 from aggregator.search_query import InvalidSearch

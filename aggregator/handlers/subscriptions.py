@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import mcp.types as types
-from mcp.server import Server, ServerRequestContext
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
 from aggregator.errors import ResourceNotFound

@@ -4,16 +4,17 @@ poll; in a cluster whose Redis is up, leave it to the poll lease holder (replica
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import anyio
 
-from aggregator.cluster.leases import RETRY_FRACTION
-from aggregator.cluster.link import source_fingerprint
 from aggregator.live.plan import Plan
-from aggregator.live.replicas import ClusterReplica
 from aggregator.live.updates import CatalogUpdates
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
+
+if TYPE_CHECKING:  # the cluster's modules are imported only with `server.cluster`
+    from aggregator.live.replicas import ClusterReplica
 
 __all__ = ["Pollers"]
 
@@ -58,6 +59,9 @@ class Pollers:
             try:
                 if self.replica is not None and self.replica.cluster.connected and \
                         await self.replica.poll_for_cluster(source, interval, seen_paths):
+                    from aggregator.cluster.leases import RETRY_FRACTION
+                    from aggregator.cluster.link import source_fingerprint
+
                     if not self.replica.leases.holds(source_fingerprint(self.service.manifest.sources[source])):
                         wait = interval * RETRY_FRACTION  # another replica polls: be ready to take over soon
                     seen.clear()
@@ -68,12 +72,14 @@ class Pollers:
                 logger.exception("polling source %r failed; trying again in %gs", source, interval)
 
     async def poll_once(self, source: str, seen: dict[str, str | None]) -> None:
-        """Compare versions of the subscribed URIs of `source` with the last poll; relist its collections."""
+        """Compare versions of the subscribed URIs of `source` with the last poll; list its collections again."""
         subscribed = self.notifier.subscribed_uris()
         # What subscribed renders read is polled too: their `updated` follows from it.
         versions = await self.service.versions(source, subscribed | self.service.render_inputs(subscribed))
         changed = [uri for uri, version in versions.items() if uri in seen and seen[uri] != version]
         if self.replica is not None:  # Redis is out: what the lease holder publishes when it is back is not news
+            from aggregator.cluster.link import source_fingerprint
+
             reads = self.service.reads_of(source, versions)
             news = self.replica.told.alone(source_fingerprint(self.service.manifest.sources[source]),
                                            {reads[uri]: v for uri, v in versions.items() if uri in reads},
@@ -83,5 +89,5 @@ class Pollers:
         seen.update(versions)
         if changed:
             await self.updates.uris_changed(changed, subscribed)
-        if self.updates.has_collection(source):
-            await self.updates.relist()
+        if self.updates.has_collection(source):  # this source's listing only, applied in proportion to the change
+            await self.updates.source_polled(source, told=changed)

@@ -89,10 +89,12 @@ class ClusterReplica:
             await self.cluster.publish(self._event(fingerprint, files, data, "updated",
                                                    {path: versions[path] for path in changed}))
         if self.updates.has_collection(source):
-            before = self.service.catalog.listing_of(source)
-            # Only this source's entries are told: a relist also picks up other sources' changes, which their own
-            # replicas see for themselves (local folders) or publish themselves.
-            if await self.updates.relist() and self.service.catalog.listing_of(source) != before:
+            # Subscribers hear of changed objects from the versions polled above, on every replica; the listing
+            # event makes the others list this source again.
+            delta = await self.updates.source_polled(source, tell=False)
+            if delta is not None:
+                await self.service.forget_shared(source, {e.path for e in map(delta.catalog.get, delta.updated)
+                                                          if e is not None and e.path is not None})
                 await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
         return True
 
@@ -124,7 +126,7 @@ class ClusterReplica:
                 for sid in sids:
                     if event.kind == "listing":
                         if self.updates.has_collection(sid):
-                            await self.updates.relist()
+                            await self.updates.source_polled(sid, tell=False)
                     else:
                         await self.updates.apply_change(sid, set(event.paths), event.data, news)
             except Exception:

@@ -8,14 +8,21 @@ subscribers and sessions it concerns, on both wires with their scope filters.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
-from aggregator.cluster.told import SourcePath
+from aggregator.catalog_delta import Delta
 from aggregator.live.delta import FullRelist, apply_changed_files
+from aggregator.live.relisted import relist_source
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
+from aggregator.sources import SourceError
 from aggregator.watch import Change
+
+if TYPE_CHECKING:
+    from aggregator.cluster.told import SourcePath
 
 __all__ = ["CatalogUpdates", "SaidOnce"]
 
@@ -52,6 +59,7 @@ class CatalogUpdates:
         self.full_relists = 0
         """Changes of files that needed the whole catalog listed again."""
         self._stale = False  # a relisting failed (or was cut short): the catalog may not follow the folders
+        self._unlisted: set[str] = set()  # polled sources whose last listing failed
 
     def has_collection(self, source: str) -> bool:
         """Whether what `source` lists shows in the catalog: a collection over it, or its own published entries."""
@@ -96,6 +104,47 @@ class CatalogUpdates:
         self.incremental_relists += 1
         if delta.added or delta.removed:
             await self._tell_listing_changed()
+
+    async def source_polled(self, source: str, told: Collection[str] = (), tell: bool = True) -> Delta | None:
+        """List the collections of `source` again (a poll) and apply what came, changed or went in place: the files
+        that changed are forgotten and, with `tell`, their subscribers (but those in `told`) get `updated`;
+        list_changed when entries came or went. A full relist when that cannot be done; the Delta applied, if any.
+        A source that cannot be listed now keeps its listing (said once)."""
+        backend = self.service.sources.get(source)
+        if backend is not None and backend.publishes:  # its own list of resources: compiled whole, as ever
+            await self.relist()
+            return None
+        try:
+            if self._stale:  # the last relist failed: the catalog does not follow the sources, only a relist can
+                raise FullRelist("the last relisting failed")
+            delta = await relist_source(self.service, source)
+        except SourceError as exc:
+            if source not in self._unlisted:  # said once per outage
+                self._unlisted.add(source)
+                logger.warning("polling source %r: it cannot be listed (%s); its last listing is served", source, exc)
+            return None
+        except (FullRelist, ManifestError) as exc:
+            if not isinstance(exc, ManifestError):
+                logger.info("full relist after polling source %r: %s", source, exc)
+            self.full_relists += 1
+            await self.relist()
+            return None
+        if source in self._unlisted:
+            self._unlisted.discard(source)
+            logger.warning("polling source %r: it can be listed again", source)
+        if delta is None:
+            return None
+        self.incremental_relists += 1
+        if delta.updated:
+            paths = {e.path for e in map(delta.catalog.get, delta.updated) if e is not None and e.path is not None}
+            self.service.invalidate(source, paths)
+            subscribed = self.notifier.subscribed_uris() if tell else set()
+            uris = (delta.updated | self.service.rendered_dependents(delta.updated)) & subscribed - set(told)
+            if uris:
+                await self.notifier.updated(sorted(uris))
+        if delta.added or delta.removed:
+            await self._tell_listing_changed()
+        return delta
 
     async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
         """These URIs read differently now (a poll saw new versions): invalidate them and tell those `subscribed`

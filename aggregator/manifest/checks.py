@@ -6,7 +6,6 @@ The checks read the raw tree defensively, so they run (and report) even where th
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -92,6 +91,8 @@ class _Checker:
         sid = entry.get("source")
         if isinstance(sid, str) and sid not in self.sources:
             known = ", ".join(sorted(self.sources)) or "none are declared under sources:"
+            import difflib  # a mistake's suggestion: a valid manifest never needs it
+
             close = difflib.get_close_matches(sid, list(self.sources), n=1, cutoff=0.6)
             guess = f" (did you mean {close[0]!r}?)" if close else ""
             yield self.issue(path + ("source",), f"unknown source {self.marked.quote(path + ('source',), sid)}"

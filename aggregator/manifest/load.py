@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from aggregator.manifest.checks import check_references
 from aggregator.manifest.convert import convert_limits, entry_convert
+from aggregator.manifest.conforms import conforms
 from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, include_manifests, read_file_at_most
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
@@ -43,8 +44,8 @@ from aggregator.manifest.model import (
     is_url,
 )
 from aggregator.manifest.source_urls import url_scheme
+from aggregator.manifest.schema import validation_schema
 from aggregator.manifest.units import parse_duration, parse_size
-from aggregator.manifest.validate import validate
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 from aggregator.sources.kind import SourceKind
 from aggregator.sources.registry import kind_for_url, source_kinds
@@ -83,6 +84,16 @@ def load_manifest(path: str | Path, env: Mapping[str, str] | None = None,
                           max_bytes=max_bytes, reads=Reads(data))
 
 
+def _schema_issues(marked: Marked) -> list[ManifestIssue]:
+    """What the schema refuses in `marked.data`, located; jsonschema is imported only when conforms.py does not
+    say it conforms (the common case costs no jsonschema at all)."""
+    if conforms(validation_schema(), marked.data):
+        return []
+    from aggregator.manifest.validate import validate
+
+    return validate(marked)
+
+
 def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | None = None,
                    chain: tuple[str, ...] = (), options: Mapping[str, Any] | None = None,
                    max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES, reads: Reads | None = None) -> Manifest:
@@ -111,7 +122,7 @@ def parse_manifest(text: str, file: str, base: Path, env: Mapping[str, str] | No
     # A refused value (bad tag, unset variable) would only echo as schema errors, and a value the schema
     # refused as a cross-reference error; an error about a whole entry says nothing about its parts.
     refused = {format_path(p) for p in marked.refused}
-    issues += [i for i in validate(marked) if not _within(i.key, refused)]
+    issues += [i for i in _schema_issues(marked) if not _within(i.key, refused)]
     reported = {i.key for i in issues}
     issues += [i for i in check_references(marked) if i.key not in reported and not _within(i.key, refused)]
     if issues:

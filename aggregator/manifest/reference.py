@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aggregator.manifest.validate import load_schema
+from aggregator.manifest.schema import load_schema
 
 __all__ = ["render_reference"]
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from aggregator.sources.kind import SourceKind
 
-__all__ = ["COMMON_SOURCE_KEYS", "PUBLISHED", "build_schema", "dump_schema", "published_schema", "source_key_owners"]
+__all__ = ["COMMON_SOURCE_KEYS", "PUBLISHED", "build_schema", "dump_schema", "published_schema", "published_text",
+           "source_key_owners"]
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,17 @@ def dump_schema(schema: dict[str, Any]) -> str:
 def published_schema() -> dict[str, Any]:
     """The manifest JSON Schema as shipped in the package (or, in a source checkout, from `schemas/`): the built-in
     source kinds' keys only."""
-    try:
-        text = resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    except OSError:
-        text = PUBLISHED.read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    schema: dict[str, Any] = json.loads(published_text())
     return schema
+
+
+def published_text() -> str:
+    """The text of `published_schema()`: `dump_schema(build_schema(published_schema(), builtin_kinds()))` (a test
+    checks it), so with only the built-in kinds registered it is the schema in force."""
+    try:
+        return resources.files("aggregator").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return PUBLISHED.read_text(encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

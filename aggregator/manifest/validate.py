@@ -1,88 +1,35 @@
-"""JSON Schema validation (draft 2020-12, formats checked) turned into located, readable issues."""
+"""JSON Schema validation (draft 2020-12, formats checked) turned into located, readable issues.
+
+jsonschema (with referencing, attrs, rpds: about 40 ms of CPU to import) is needed only for a manifest that does not
+conform: aggregator.manifest.load asks conforms.py first, and imports this module when the answer is not yes."""
 
 from __future__ import annotations
 
-import difflib
-import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError, best_match
 
+from aggregator.manifest.formats import FORMATS
 from aggregator.manifest.model import ManifestIssue
+from aggregator.manifest.schema import load_schema, schema_text, validation_schema
 from aggregator.manifest.yaml_marks import KeyPath, Marked
-from aggregator.sources.registry import registry_version, source_kinds
+from aggregator.sources.registry import registry_version
 
 __all__ = ["FORMAT_CHECKER", "load_schema", "schema_text", "validate"]
 
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 _TYPE_NAMES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
                type(None): "null"}
 _SCHEMA_TYPE_NAMES = {"object": "mapping", "array": "list"}
 _BOUNDS = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most", "exclusiveMaximum": "less than"}
 
 FORMAT_CHECKER = FormatChecker(formats=())
-"""Only our own checkers: jsonschema's optional ones depend on which extra packages happen to be installed."""
-
-
-@FORMAT_CHECKER.checks("date-time", raises=ValueError)
-def _is_date_time(value: object) -> bool:
-    if isinstance(value, str):
-        try:
-            if not _DATE_TIME.match(value):
-                raise ValueError
-            datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
-        except ValueError:
-            raise ValueError("expected an ISO 8601 date and time such as 2026-01-15T09:00:00Z") from None
-    return True
-
-
-@FORMAT_CHECKER.checks("uri", raises=ValueError)
-def _is_uri(value: object) -> bool:
-    if isinstance(value, str):
-        if not _SCHEME.match(value):
-            raise ValueError("a URI starts with a scheme, such as docs: or https:")
-        if any(c in value for c in " \t\r\n\"<>\\^`{|}"):
-            raise ValueError("a URI cannot hold spaces, quotes, braces or backslashes (percent-encode them)")
-    return True
-
-
-@FORMAT_CHECKER.checks("uri-template", raises=ValueError)
-def _is_uri_template(value: object) -> bool:
-    # Imported here: the manifest layer must not need the template engine just to be imported.
-    from aggregator.templates import UriTemplate
-
-    if isinstance(value, str):
-        UriTemplate.parse(value)
-        if not _SCHEME.match(value):
-            raise ValueError("a URI template starts with a scheme, such as docs:")
-    return True
-
-
-def schema_text() -> str:
-    """The manifest JSON Schema: the published one with the keys of every registered source kind (the same text
-    when only the built-in kinds are)."""
-    return _schema_text(registry_version())
-
-
-@lru_cache(maxsize=1)
-def _schema_text(version: int) -> str:
-    # Imported here: `python -m aggregator.manifest.schema_build` must find it not yet imported (this package's
-    # __init__ imports this module).
-    from aggregator.manifest.schema_build import build_schema, dump_schema, published_schema
-
-    return dump_schema(build_schema(published_schema(), source_kinds().values()))
-
-
-def load_schema() -> dict[str, Any]:
-    """The manifest JSON Schema as a fresh dict (callers may change it)."""
-    return json.loads(schema_text())
+"""Only our own checkers (aggregator.manifest.formats)."""
+for _name, _check in FORMATS.items():
+    FORMAT_CHECKER.checks(_name, raises=ValueError)(_check)
 
 
 def validate(marked: Marked) -> list[ManifestIssue]:
@@ -97,9 +44,7 @@ def _validator() -> Draft202012Validator:
 
 @lru_cache(maxsize=1)
 def _validator_for(version: int) -> Draft202012Validator:
-    schema = load_schema()  # checked against the 2020-12 meta-schema by the tests, not at every start-up
-    # Resolving a $ref costs more than checking most keywords; the schema has no cycles, so inline them all.
-    return Draft202012Validator(_inline_refs(schema, schema.get("$defs", {})), format_checker=FORMAT_CHECKER)
+    return Draft202012Validator(validation_schema(), format_checker=FORMAT_CHECKER)
 
 
 def _pattern_hints() -> dict[str, str]:
@@ -111,19 +56,6 @@ def _pattern_hints_for(version: int) -> dict[str, str]:
     """pattern -> the description of the schema node that declares it, to explain a mismatch in words."""
     return {node["pattern"]: node["description"] for node in _walk(load_schema())
             if isinstance(node.get("pattern"), str) and isinstance(node.get("description"), str)}
-
-
-def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
-    if isinstance(node, dict):
-        out = {k: _inline_refs(v, defs) for k, v in node.items() if k not in ("$ref", "$defs")}
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            # The referring node's own keywords (its description) win over the definition's.
-            return {**_inline_refs(defs[ref.removeprefix("#/$defs/")], defs), **out}
-        return out
-    if isinstance(node, list):
-        return [_inline_refs(v, defs) for v in node]
-    return node
 
 
 def _walk(node: Any) -> Iterator[dict[str, Any]]:
@@ -246,6 +178,8 @@ def _schema(error: ValidationError) -> Mapping[str, Any]:
 
 def _unknown_key(key: str, schema: Mapping[str, Any]) -> str:
     allowed = list(schema.get("properties", {}))
+    import difflib  # a mistake's suggestion: a valid manifest never needs it
+
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     guess = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown key {key!r}{guess}; expected one of: {', '.join(allowed)}" if allowed else \

@@ -5,18 +5,21 @@ stale only while the source is unavailable."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aggregator.cache import ContentCache, Revalidate
 from aggregator.cache_keys import CacheKey
-from aggregator.cluster.shared_cache import Load, SharedContent, SharedItem, shareable
 from aggregator.content import Content
 from aggregator.errors import ResourceUnavailable
 from aggregator.manifest.model import SourceSpec
 from aggregator.snapshot import Snapshot
 
+if TYPE_CHECKING:  # the cluster's modules are imported only with `server.cluster`
+    from aggregator.cluster.shared_cache import Load, SharedContent, SharedItem
+
 __all__ = ["Caches", "SharedName"]
 
-SharedName = Callable[[SourceSpec, SharedContent], SharedItem]
+SharedName = Callable[["SourceSpec", "SharedContent"], "SharedItem"]
 """Where the cluster keeps this read's body, from the source's spec (its fingerprint names the Redis keys)."""
 
 
@@ -39,6 +42,10 @@ class Caches:
 
     def _through_shared(self, snapshot: Snapshot, source_id: str, load: Load, shared_name: SharedName) -> Load:
         cluster = self.shared
-        if cluster is None or not shareable(snapshot.sources[source_id]):
+        if cluster is None:
+            return load
+        from aggregator.cluster.shared_cache import shareable
+
+        if not shareable(snapshot.sources[source_id]):
             return load
         return lambda: cluster.load(shared_name(snapshot.manifest.sources[source_id], cluster), load)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import anyio
+
 from aggregator.catalog import FileTarget
 from aggregator.content import Content, served_name
 from aggregator.documents.failures import ConversionFailed
@@ -13,18 +15,20 @@ from aggregator.documents.pool import ConverterMissing, DocumentPool
 from aggregator.errors import ResourceNotConverted, ResourceUnavailable
 from aggregator.manifest.model import ConvertSettings
 
-__all__ = ["convert_file", "indexed_text"]
+__all__ = ["convert_file"]
 
 logger = logging.getLogger("aggregator")
 
 
-async def convert_file(target: FileTarget, convert: ConvertSettings, data: bytes, pool: DocumentPool) -> Content:
-    """`data` (the file `target` names) as Markdown; ResourceNotConverted saying why not."""
+async def convert_file(target: FileTarget, convert: ConvertSettings, data: bytes, pool: DocumentPool,
+                       background: anyio.Event | None = None) -> Content:
+    """`data` (the file `target` names) as Markdown; ResourceNotConverted saying why not. With `background` (the
+    search indexer's read) it waits for a background turn in the pool until that event is set."""
     fmt = document_format(served_name(target.path, target.decompress))
     if fmt is None:  # the catalog converts only files of a known format
         raise ResourceNotConverted(target.uri, "its format is not one convert reads")
     try:
-        text = await pool.convert(data, fmt, convert)
+        text = await pool.convert(data, fmt, convert, background is not None, background)
     except ConverterMissing as exc:
         logger.error("read %s: %s: install it with %s", target.uri, exc.why, install_hint())
         raise ResourceUnavailable(target.uri, f"{exc.why}; {install_hint()}") from None
@@ -32,19 +36,3 @@ async def convert_file(target: FileTarget, convert: ConvertSettings, data: bytes
         logger.warning("read %s: not converted: %s", target.uri, exc.why)
         raise ResourceNotConverted(target.uri, exc.why) from None
     return Content(CONVERTED_MIME_TYPES[convert.to], text=text)
-
-
-async def indexed_text(target: FileTarget, convert: ConvertSettings, data: bytes, pool: DocumentPool) -> str | None:
-    """The Markdown the search index holds for `target`: converted as a read would be, as background work (it
-    never holds more than half the pool); "" when it does not convert (indexed empty until it changes), None when
-    the converter is not installed (tried again on the next change)."""
-    fmt = document_format(served_name(target.path, target.decompress))
-    if fmt is None:
-        return ""
-    try:
-        return await pool.convert(data, fmt, convert, background=True)
-    except ConverterMissing:
-        return None
-    except ConversionFailed as exc:
-        logger.debug("search index: %s not converted: %s", target.uri, exc.why)
-        return ""

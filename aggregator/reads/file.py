@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+import anyio
+
 from aggregator.cache_keys import FileKey
 from aggregator.catalog import FileTarget
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
@@ -23,8 +25,10 @@ logger = logging.getLogger("aggregator")
 
 
 async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, calls: SourceCalls,
-                    documents: DocumentPool) -> Content:
-    """The content of the file `target` names, from `snapshot`'s source and limits (converted when it says so)."""
+                    documents: DocumentPool, background: bool = False) -> Content:
+    """The content of the file `target` names, from `snapshot`'s source and limits (converted when it says so).
+    `background`: the search indexer's read, whose conversion yields to clients' (and is the one they get from
+    the cache: a client's read that waits for it moves it ahead of the indexer's queue)."""
     source, limits, path, convert = (snapshot.sources[target.source], snapshot.limits[target.source], target.path,
                                      target.convert)
     # A document is read up to its conversion's input limit: the Markdown, not the file, is what is served.
@@ -37,7 +41,7 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
         undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
         data = _gunzip(target, blob.data, max_bytes) if target.decompress and not undone else blob.data
         if convert is not None:
-            return await convert_file(target, convert, data, documents), blob.version
+            return await convert_file(target, convert, data, documents, turn), blob.version
         # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
         upstream = None if target.decompress else blob.mime_type
         declared = target.mime_type if target.mime_declared or not upstream else upstream
@@ -51,8 +55,19 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
                                 lambda: source.version(path)) == version
 
     key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress, convert)
-    return await caches.get_or_load(snapshot, key, load, lambda spec, cluster: cluster.file_item(
-        spec, path, target.mime_type, target.decompress, max_bytes, limits.ttl, convert), revalidate)
+
+    async def cached() -> Content:
+        return await caches.get_or_load(snapshot, key, load, lambda spec, cluster: cluster.file_item(
+            spec, path, target.mime_type, target.decompress, max_bytes, limits.ttl, convert), revalidate)
+
+    turn: anyio.Event | None = None
+    if convert is None:
+        return await cached()
+    if not background:
+        documents.wanted(key)
+        return await cached()
+    with documents.queued(key) as turn:
+        return await cached()
 
 
 def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:

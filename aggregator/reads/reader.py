@@ -62,3 +62,8 @@ class Reader:
                 content = await read_file(snapshot, target, self.caches, self.calls, self.documents)
         ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
         return Served(content, ttl, content.private or snapshot.private(target, scopes))
+
+    async def indexed(self, snapshot: Snapshot, target: FileTarget) -> Content:
+        """The content of a `convert:` file for the search index: the read's own, through the content cache (one
+        conversion serves both), converted as background work."""
+        return await read_file(snapshot, target, self.caches, self.calls, self.documents, background=True)

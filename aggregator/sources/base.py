@@ -6,8 +6,9 @@ callers pass them through `aggregator.paths.safe_relpath` first.
 
 from __future__ import annotations
 
+import builtins  # `builtins.list` in annotations below the class's own `list` method
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -140,6 +141,20 @@ class Source(ABC):
     @abstractmethod
     def describe(self) -> str:
         """A short label for logs (no credentials)."""
+
+    async def stat_many(self, paths: Iterable[str], folders: bool = False) -> tuple[builtins.list[FileInfo], set[str]]:
+        """The stat of each of `paths` that is a file now, and the others (gone, not a regular file, or a name the
+        source refuses). With `folders`, every file under each of them that is a folder now is found too (a
+        watcher names a folder moved in, not its files). One `stat` after another by default, and no folders (only
+        a kind with folders on this machine is watched); a kind whose calls hop to a thread does one hop."""
+        found: builtins.list[FileInfo] = []
+        missing: set[str] = set()
+        for path in paths:
+            try:
+                found.append(await self.stat(path))
+            except SourceError:
+                missing.add(path)
+        return found, missing
 
     async def aclose(self) -> None:
         """Release what the source holds open (connection pools); called once, after its last read."""

@@ -20,8 +20,8 @@ import errno
 import logging
 import os
 import stat as stat_mode
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
-from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from aggregator.globs import glob_prefix, path_filter
@@ -115,6 +115,34 @@ class LocalSource(Source):
     def _stat_file(self, path: str) -> FileInfo:
         st = _regular_file(self.resolve(path))
         return FileInfo(path, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size))
+
+    async def stat_many(self, paths: Iterable[str], folders: bool = False
+                        ) -> tuple[builtins.list[FileInfo], set[str]]:
+        return await self._call(self._stat_files, builtins.list(paths), folders)
+
+    def _stat_files(self, paths: builtins.list[str], folders: bool) -> tuple[builtins.list[FileInfo], set[str]]:
+        found: builtins.list[FileInfo] = []
+        missing: set[str] = set()
+        outside: builtins.list[str] = []
+        for path in paths:
+            try:
+                found.append(self._stat_file(path))
+            except SourceError:
+                missing.add(path)
+                if folders:
+                    found += self._files_under(path, outside)
+        self._note_outside_links(outside)
+        return found, missing
+
+    def _files_under(self, path: str, outside: builtins.list[str]) -> builtins.list[FileInfo]:
+        """Every file under `path` if it is a folder now (as a full walk reaching it lists them), else none."""
+        try:
+            if not os.path.isdir(self.resolve(path)):
+                return []
+        except SourceError:
+            return []  # gone, or a name refused
+        return [FileInfo(rel, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size))
+                for rel, st in self._walk(path, outside)]
 
     async def read(self, path: str, max_bytes: int) -> Blob:
         return await self._call(self._read_file, path, max_bytes)

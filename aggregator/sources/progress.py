@@ -2,7 +2,8 @@
 
 A listing that ends within `AFTER` seconds (2) says nothing, so small starts stay quiet; a longer one logs its
 count every `EVERY` seconds (5) and one line when it ends. `AGGREGATOR_PROGRESS_AFTER` and
-`AGGREGATOR_PROGRESS_EVERY` (seconds) override both, read when a listing starts.
+`AGGREGATOR_PROGRESS_EVERY` (seconds) override both, read when a listing starts. Every listing is counted by
+source id in `LISTINGS` (the metric `aggregator_source_listings_total`).
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 
-__all__ = ["AFTER", "EVERY", "ListingProgress"]
+__all__ = ["AFTER", "EVERY", "LISTINGS", "ListingProgress"]
 
 logger = logging.getLogger("aggregator.sources")
 AFTER = 2.0
 EVERY = 5.0
+LISTINGS: Counter[str] = Counter()
+"""Listings (folder walks, object-store listings) started in this process, by source id."""
 _CHECK_EVERY = 128  # files counted between two looks at the clock: a tick costs an addition, not a syscall
 
 
@@ -31,6 +35,7 @@ class ListingProgress:
 
     def __init__(self, source_id: str, unit: str = "files") -> None:
         self.source_id = source_id
+        LISTINGS[source_id] += 1
         self.unit = unit
         self.count = 0
         self.started = time.monotonic()

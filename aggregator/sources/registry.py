@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from aggregator.manifest.model import SourceSpec
     from aggregator.sources.base import Source
 
-__all__ = ["ENTRY_POINT_GROUP", "FALLBACK", "builtin_kinds", "kind_for_url", "open_source", "register_source_kind",
-           "registry_version", "source_kind", "source_kinds", "source_protocol", "unregister_source_kind"]
+__all__ = ["ENTRY_POINT_GROUP", "FALLBACK", "builtin_kinds", "kind_for_url", "only_builtin_kinds", "open_source",
+           "register_source_kind", "registry_version", "source_kind", "source_kinds", "source_protocol",
+           "unregister_source_kind"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ _BUILTIN: dict[str, str] = {
 
 _registered: dict[str, str | type[SourceKind]] = {}
 _kinds: dict[str, SourceKind] | None = None
+_only_builtins = False
 _version = 0
 
 
@@ -66,7 +68,7 @@ def registry_version() -> int:
 
 def source_kinds() -> dict[str, SourceKind]:
     """Every kind, by name, in registration order: built-ins, then entry points, then `register_source_kind`'s."""
-    global _kinds
+    global _kinds, _only_builtins
     if _kinds is None:
         declared: dict[str, str | type[SourceKind]] = dict(_BUILTIN)
         for point in entry_points(group=ENTRY_POINT_GROUP):
@@ -80,7 +82,14 @@ def source_kinds() -> dict[str, SourceKind]:
             kind = _instantiate(name, declaration)
             if kind is not None:
                 _kinds[name] = kind
+        _only_builtins = declared == _BUILTIN and list(_kinds) == list(_BUILTIN)
     return _kinds
+
+
+def only_builtin_kinds() -> bool:
+    """Whether the kinds are exactly the built-in ones, each loaded (then the schema is the published one)."""
+    source_kinds()
+    return _only_builtins
 
 
 def _instantiate(name: str, declaration: str | type[SourceKind]) -> SourceKind | None:

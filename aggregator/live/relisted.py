@@ -1,0 +1,77 @@
+"""One source listed again (a poll of a remote source) and applied to the catalog in proportion to what changed.
+
+The listing is compared with what the catalog lists of the source: files that came, changed (size, modification time)
+or went are applied with catalog_delta.apply_files, and the rest of the catalog is not listed or built again. What it
+cannot apply so (a collision, a manifest changed meanwhile, a source that publishes its own list) it says with
+FullRelist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from aggregator.catalog import Catalog, Entry
+from aggregator.catalog_delta import Delta
+from aggregator.compiler import collection_key
+from aggregator.live.delta import FullRelist, swap_applied
+from aggregator.manifest.model import CollectionSpec
+from aggregator.service import ResourceService
+from aggregator.sources import FileInfo
+from aggregator.tracing import span
+
+__all__ = ["listing_changes", "relist_source"]
+
+
+async def relist_source(service: ResourceService, source: str) -> Delta | None:
+    """List the collections of `source` again and swap in the catalog with what came, changed or went; the Delta,
+    or None if nothing listed changed (no swap). SourceError if it cannot be listed now (the catalog keeps its
+    listing); FullRelist, or ManifestError when a new URI collides, if the whole catalog must be listed again."""
+    snapshot = service.snapshot
+    src = snapshot.sources.get(source)
+    if src is None:
+        raise FullRelist(f"source {source!r} is not in the current manifest")
+    if src.publishes:
+        raise FullRelist(f"source {source!r} publishes its own resources")
+    specs = {collection_key(c): c for c in snapshot.manifest.collections if c.source == source}
+    listed: dict[CollectionSpec, list[FileInfo]] = {}
+    for key, spec in specs.items():  # outside the swap lock: a big listing must not hold up other changes
+        with span("aggregator.source.list", source_id=source, source_kind=snapshot.manifest.sources[source].kind,
+                  glob=spec.glob) as traced:
+            listed[key] = await src.list(spec.glob, spec.exclude, hidden=spec.hidden)
+            traced.set(files=len(listed[key]))
+    async with service.swapping():
+        now = service.snapshot
+        if now.sources.get(source) is not src or {collection_key(c) for c in now.manifest.collections
+                                                  if c.source == source} != specs.keys():
+            raise FullRelist(f"the collections of source {source!r} changed while it was listed")
+        upserted, removed = listing_changes(now.catalog, listed)
+        return swap_applied(service, source, upserted, removed) if upserted or removed else None
+
+
+def listing_changes(catalog: Catalog, listed: Mapping[CollectionSpec, Sequence[FileInfo]]
+                    ) -> tuple[list[FileInfo], set[str]]:
+    """What `apply_files` takes for collections (by `collection_key`) listed again: the files that are new or whose
+    entry would differ (size, modification time, the type the backend gives), and the paths no longer listed."""
+    upserted: dict[str, FileInfo] = {}
+    removed: set[str] = set()
+    for key, files in listed.items():
+        before, found = catalog.paths_of(key), 0
+        for info in files:
+            old = before.get(info.path)
+            if old is None:
+                upserted[info.path] = info
+            else:
+                found += 1
+                if _differs(old, info):
+                    upserted[info.path] = info
+        if found < len(before):  # every listed entry was found again: none went
+            removed |= before.keys() - {info.path for info in files}
+    return list(upserted.values()), removed - upserted.keys()
+
+
+def _differs(entry: Entry, info: FileInfo) -> bool:
+    """Whether the entry listed for a file would be built otherwise from `info` (what a listing can tell)."""
+    if entry.mtime != info.mtime or (entry.convert is None and entry.size != info.size):
+        return True
+    return (info.mime_type is not None and entry.convert is None and entry.display.mime_type is None
+            and entry.mime_type != info.mime_type)

@@ -1,0 +1,86 @@
+"""What an upstream's listings and reads become: `Listing` and `UpstreamRead`, with the caching hints the upstream
+gave (modern wire only), a read's contents decoded and bounded."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp import Client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
+
+__all__ = ["Listing", "UpstreamContent", "UpstreamRead", "hints", "read_result"]
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Every entry of a paginated listing, with the caching hints of its pages (modern wire only)."""
+
+    items: list[Any]
+    ttl_ms: int | None = None
+    """The smallest ttlMs any page gave."""
+    cache_scope: str | None = None
+    """`private` if any page said so, else `public` if one did."""
+    truncated: bool = False
+    """The listing went past the page or entry cap (or its cursors looped): `items` is a prefix."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamContent:
+    uri: str
+    mime_type: str | None
+    data: bytes
+    is_text: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRead:
+    """A read's contents (the one for the URI asked first), with the upstream's caching hints when it gave them."""
+
+    contents: list[UpstreamContent]
+    ttl_ms: int | None = None
+    cache_scope: str | None = None
+
+    @property
+    def first(self) -> UpstreamContent:
+        return self.contents[0]
+
+
+def hints(client: Client, result: Any) -> tuple[int | None, str | None]:
+    """The ttlMs and cacheScope the upstream sent, or None: the SDK fills in 0 and private when it sent none (always on
+    the 2025-11-25 wire, where they are no hints at all), and those defaults are not the upstream's word."""
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return None, None
+    sent = result.model_fields_set
+    return (result.ttl_ms if "ttl_ms" in sent else None, result.cache_scope if "cache_scope" in sent else None)
+
+
+def read_result(label: str, uri: str, result: types.ReadResourceResult, max_bytes: int, ttl_ms: int | None = None,
+                cache_scope: str | None = None) -> UpstreamRead:
+    """A read's contents as bytes, the one for `uri` first; SourceNotFound if none, SourceTooLarge past `max_bytes`."""
+    if not result.contents:
+        raise SourceNotFound(f"{label}: resources/read {uri}: no contents")
+    contents: list[UpstreamContent] = []
+    for item in result.contents:
+        if isinstance(item, types.TextResourceContents):
+            if len(item.text) > max_bytes:  # a character is at least one byte
+                raise SourceTooLarge(len(item.text), max_bytes)
+            data, is_text = item.text.encode("utf-8", "surrogatepass"), True
+        else:
+            if len(item.blob) // 4 * 3 > max_bytes + 3:
+                raise SourceTooLarge(len(item.blob) // 4 * 3, max_bytes)
+            try:
+                data, is_text = base64.b64decode(item.blob, validate=True), False
+            except (binascii.Error, ValueError):
+                raise SourceError(f"{label}: resources/read {uri}: a blob that is not base64") from None
+        if len(data) > max_bytes:
+            raise SourceTooLarge(len(data), max_bytes)
+        contents.append(UpstreamContent(str(item.uri), item.mime_type, data, is_text))
+    # The content for the URI asked comes first; a read may return sub-resources beside it.
+    contents.sort(key=lambda c: c.uri != uri)
+    return UpstreamRead(contents, ttl_ms, cache_scope)

@@ -1,0 +1,249 @@
+"""A remote source's poll costs the change, not the catalog (issue 26): S3 (moto's threaded server on loopback) and
+HTTP (tests/http_server.py) sources polled beside a local folder, the official client in process on both wires. An
+object that changed sends `updated` to its subscribers only; one that came or went updates the listing in place and
+sends list_changed; no poll lists the catalog again (the folder's walks and the full relists are counted)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
+
+from aggregator.live.updates import CatalogUpdates
+from aggregator.notify import Notifier
+from aggregator.service import ResourceService
+from aggregator.sources.progress import LISTINGS
+from tests.conftest import MODES, write_manifest
+from tests.http_server import serve
+from tests.test_live import QUIET, SOON, Inbox, uris
+from tests.test_live_inprocess import running
+
+pytest.importorskip("moto.server", reason="moto[server] is not installed")
+from tests.test_sources_s3 import Store, start_store  # noqa: E402
+
+OBJECTS = 300
+POLL = "200ms"
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    store = start_store()
+    yield store
+    store.stop()
+
+
+@asynccontextmanager
+async def heard(server: Any, mode: str, subscribed: str) -> AsyncIterator[tuple[Client, Inbox]]:
+    """A client and what it hears: list_changed and `updated` of `subscribed`, on the legacy or the modern wire."""
+    inbox = Inbox()
+    if mode == "legacy":
+        async with Client(server, mode="legacy", cache=None, message_handler=inbox) as client:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await client.subscribe_resource(subscribed)
+            yield client, inbox
+        return
+    async with Client(server, mode="auto", cache=None) as client, client.listen(
+            resources_list_changed=True, resource_subscriptions=[subscribed]) as sub:
+
+        async def collect() -> None:
+            async for event in sub:
+                if isinstance(event, ResourcesListChanged):
+                    inbox.events.append(("list_changed", None))
+                elif isinstance(event, ResourceUpdated):
+                    inbox.events.append(("updated", event.uri))
+                inbox.arrived.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            yield client, inbox
+            tg.cancel_scope.cancel()
+
+
+def _folder(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_s3_poll_updates_the_entries_that_changed_and_lists_nothing_else(tmp_path: Path, store: Store,
+                                                                            mode: str) -> None:
+    s3, bucket = store.client, f"polled-{mode}"  # moto's buckets are shared by the whole process
+    s3.create_bucket(Bucket=bucket)
+    for i in range(OBJECTS):
+        s3.put_object(Bucket=bucket, Key=f"d/obj-{i:04}.md", Body=b"# v1\n")
+    _folder(tmp_path)
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: s3-poll}}
+        sources:
+          store:
+            url: "s3://{bucket}/d"
+            options: {{key: test-key, secret: test-secret-value, endpoint_url: "{store.endpoint}"}}
+            poll: {POLL}
+          docs: {{url: ./docs}}
+        collections:
+          - {{source: store, glob: "**/*.md", uri: "s3://{{path}}"}}
+          - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+        """)
+
+    async def main() -> None:
+        async with running(manifest) as (server, live):
+            async with heard(server, mode, "s3://obj-0001.md") as (client, inbox):
+                assert len(await uris(client)) == OBJECTS + 1
+                await anyio.sleep(0.6)  # polls ran: nothing changed, nothing said
+                assert await inbox.next(0.1) is None
+                walks, relists = LISTINGS["docs"], live.file_changes["relist"]
+                polls = LISTINGS["store"]
+
+                s3.put_object(Bucket=bucket, Key="d/obj-0001.md", Body=b"# v2, longer\n")
+                assert await inbox.next() == ("updated", "s3://obj-0001.md")
+                assert await inbox.next(QUIET) is None  # a changed object is no listing change
+                sizes = {r.uri: r.size for r in (await client.list_resources()).resources}
+                assert sizes["s3://obj-0001.md"] == len(b"# v2, longer\n")
+                assert (await client.read_resource("s3://obj-0001.md")).contents[0].text == "# v2, longer\n"
+
+                s3.put_object(Bucket=bucket, Key="d/new.md", Body=b"# new\n")
+                assert await inbox.next() == ("list_changed", None)
+                s3.delete_object(Bucket=bucket, Key="d/obj-0002.md")
+                assert await inbox.next() == ("list_changed", None)
+                listed = await uris(client)
+                assert "s3://new.md" in listed and "s3://obj-0002.md" not in listed
+                assert len(listed) == OBJECTS + 1
+
+                assert LISTINGS["store"] > polls  # the store was polled by listing it ...
+                assert LISTINGS["docs"] == walks  # ... and the folder beside it was never walked again
+                assert live.file_changes["relist"] == relists == 0
+                assert live.file_changes["incremental"] >= 3
+            fresh = await ResourceService.open(manifest)
+            try:
+                assert list(fresh.catalog.entries) == list(live.service.catalog.entries)
+            finally:
+                await fresh.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_http_poll_sends_updated_for_the_changed_object_only(tmp_path: Path, mode: str) -> None:
+    _folder(tmp_path)
+    with serve() as upstream:
+        upstream.files = {f"r/{i}.md": b"# v1\n" for i in range(50)}
+        resources = "".join(f'  - {{uri: "api://{i}", name: r{i}, source: api, path: r/{i}.md, mimeType: text/markdown}}\n'
+                            for i in range(50))
+        manifest = write_manifest(tmp_path, f"""
+version: 1
+server: {{name: http-poll}}
+sources:
+  api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, poll: {POLL}}}
+  docs: {{url: ./docs}}
+collections:
+  - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+resources:
+{resources}""")
+
+        async def main() -> None:
+            async with running(manifest) as (server, live):
+                async with heard(server, mode, "api://7") as (client, inbox):
+                    assert (await client.read_resource("api://7")).contents[0].text == "# v1\n"
+                    await anyio.sleep(0.6)
+                    walks = LISTINGS["docs"]
+                    upstream.files["r/7.md"] = b"# v2\n"
+                    upstream.files["r/8.md"] = b"# v2\n"  # not subscribed: nobody is told
+                    assert await inbox.next(SOON) == ("updated", "api://7")
+                    assert await inbox.next(QUIET) is None
+                    assert (await client.read_resource("api://7")).contents[0].text == "# v2\n"
+                    assert LISTINGS["docs"] == walks and live.file_changes["relist"] == 0
+
+        anyio.run(main)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_changes_applied_by_polls_equal_a_fresh_listing(tmp_path: Path, seed: int) -> None:
+    """Objects added, rewritten and deleted at random between polls (an fsspec memory store, two overlapping
+    collections and a resource over it): after every poll the catalog equals a fresh load, with no full relist."""
+    import random
+
+    import fsspec
+
+    rng, root = random.Random(seed), f"/poll-random-{seed}"
+    fs = fsspec.filesystem("memory")
+    names = [f"{folder}/{i}.{ext}" for folder in ("a", "a/b", "c") for i in range(6) for ext in ("md", "txt")]
+    fs.pipe({f"{root}/{name}": b"x" * rng.randrange(1, 9) for name in rng.sample(names, 12)})
+    fs.pipe_file(f"{root}/a/0.md", b"kept")
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: random-polls}}
+        sources:
+          mem: {{url: "memory://{root}"}}
+        collections:
+          - {{source: mem, glob: "**/*.md", uri: "md://{{path}}", annotations: {{lastModified: file}}}}
+          - {{source: mem, glob: "a/**", uri: "a://{{path}}", access: {{scopes: [staff]}}}}
+        resources:
+          - {{uri: "one://a0", name: a0, source: mem, path: a/0.md}}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        updates = CatalogUpdates(service, Notifier())
+        try:
+            for _ in range(15):
+                for name in rng.sample(names, 4):
+                    if rng.random() < 0.4 and fs.exists(f"{root}/{name}"):
+                        fs.rm_file(f"{root}/{name}")
+                    else:
+                        fs.pipe_file(f"{root}/{name}", b"y" * rng.randrange(1, 9))
+                await updates.source_polled("mem")
+                fresh = await ResourceService.open(manifest)
+                try:
+                    assert list(service.catalog.entries) == list(fresh.catalog.entries)
+                finally:
+                    await fresh.aclose()
+            assert updates.full_relists == 0 and updates.incremental_relists > 0
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def test_a_store_that_cannot_be_listed_keeps_its_last_listing(tmp_path: Path, store: Store,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Polls during an outage change nothing and say so once: an optional source too keeps its last listing (a
+    reload, not a poll, would list it empty)."""
+    store.client.create_bucket(Bucket="outage")
+    store.client.put_object(Bucket="outage", Key="d/a.md", Body=b"# a\n")
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: s3-outage}}
+        sources:
+          store:
+            url: "s3://outage/d"
+            options: {{key: test-key, secret: test-secret-value, endpoint_url: "{store.endpoint}",
+                       config_kwargs: {{retries: {{max_attempts: 1}}}}}}
+            timeout: 1s
+            optional: true
+        collections:
+          - {{source: store, glob: "**/*.md", uri: "s3://{{path}}"}}
+        """)
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        updates = CatalogUpdates(service, Notifier())
+        try:
+            listed = service.catalog
+            store.stop()
+            for _ in range(2):
+                assert await updates.source_polled("store") is None
+            assert service.catalog is listed and [e.uri for e in listed.entries] == ["s3://a.md"]
+            assert caplog.text.count("cannot be listed") == 1
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
