@@ -13,71 +13,29 @@ import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from operator import attrgetter, countOf
 from typing import Any, Generic, TypeVar
-import time
 
+from aggregator.catalog_rows import PathIndex, Rows
 from aggregator.chunked import find_left, find_right
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
+from aggregator.entry import FILE_MTIME, Entry, iso_time, listed_fields
 from aggregator.errors import InvalidCursor, ResourceNotFound
-from aggregator.manifest.model import CollectionSpec, ConvertSettings, Display, Render, ResourceSpec, TemplateSpec
+from aggregator.manifest.model import CollectionSpec, ConvertSettings, Render, ResourceSpec, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
 
-__all__ = ["Catalog", "Entry", "listed_fields", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
-           "TextTarget"]
+__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
+           "TextTarget", "iso_time", "listed_fields"]
 
 logger = logging.getLogger("aggregator.catalog")
 
 _CURSOR_PREFIX = b"c1:"
 Param = str | tuple[str, ...] | None
 """A URI variable's value as a Target holds it: absent (None), one string, or an exploded list as a tuple."""
-FILE_MTIME = "file"  # `annotations: {lastModified: file}`: list each file's modification time
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
-_URI, _PATH, _ACCESS = attrgetter("uri"), attrgetter("path"), attrgetter("access")
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One listed resource. `display` is shared by every entry of a collection; per-file facts sit beside it."""
-
-    uri: str
-    name: str
-    display: Display
-    title: str | None = None
-    mime_type: str | None = None
-    size: int | None = None
-    mtime: float | None = None
-    source: str | None = None
-    path: str | None = None
-    text: str | None = None
-    access: frozenset[str] = frozenset()
-    """Scopes a caller needs to see or read this entry."""
-    render: Render | None = None
-    """A Jinja2 template (from the manifest) that produces the content."""
-    decompress: bool = False
-    """Served decompressed when the file's name ends in `.gz` (the manifest's `decompress: true`)."""
-    convert: ConvertSettings | None = None
-    """Served converted (to Markdown) within these limits: the entry says `convert:` and the file is a document."""
-
-    @property
-    def last_modified(self) -> str | None:
-        """The manifest's `lastModified`, else the file's modification time (ISO 8601, UTC): what renders see."""
-        annotations = self.display.annotations
-        if annotations is not None and annotations.last_modified not in (None, FILE_MTIME):
-            return annotations.last_modified
-        return iso_time(self.mtime)
-
-    @property
-    def listed_last_modified(self) -> str | None:
-        """The `lastModified` resources/list shows: only what the manifest asks for (a time, or `file`)."""
-        annotations = self.display.annotations
-        if annotations is None or annotations.last_modified is None:
-            return None
-        return iso_time(self.mtime) if annotations.last_modified == FILE_MTIME else annotations.last_modified
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +113,6 @@ class Page(Generic[_Item]):
     next_cursor: str | None
 
 
-def listed_fields(entry: Entry) -> tuple[object, ...]:
-    """What resources/list shows of an entry."""
-    return (entry.uri, entry.name, entry.title, entry.display, entry.mime_type, entry.size,
-            entry.listed_last_modified)
-
-
 class Catalog:
     """Listed entries in URI order, templates in match order, and lookup of both."""
 
@@ -185,14 +137,14 @@ class Catalog:
         # When the files of manifest resources were last stat'ed (by `resource_key`): a reload reuses an entry
         # younger than its source's ttl.
         self.stated_at: dict[ResourceSpec, float] = {}
-        # Built by C-level iteration (attrgetter): no Python bytecode runs per entry. URIs are found by bisection
-        # rather than a dict: O(log n) string compares per read, and a change (catalog_delta) keeps them in chunks
-        # (chunked.py) and copies only those it touches, not the list.
-        self.entries: Sequence[Entry] = tuple(sorted(entries, key=_URI))
-        self._uris: Sequence[str] = list(map(_URI, self.entries))
-        self._views: dict[frozenset[str], tuple[Sequence[Entry], Sequence[str]]] = {}
+        # Columns (catalog_rows): a listed file costs its URI and a few bytes, and its Entry is built when asked.
+        # URIs are found by bisection rather than a dict: O(log n) string compares per read, and a change copies
+        # one list, not a hash table.
+        self.entries: Rows = entries if isinstance(entries, Rows) else Rows.of(entries)
+        self._uris = self.entries.uris
+        self._views: dict[frozenset[str], tuple[Rows, list[str]]] = {}
         self._access_count: int | None = None
-        self._by_path: dict[CollectionSpec, Mapping[str, Entry]] = {}
+        self._by_path: dict[CollectionSpec, PathIndex] = {}
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
@@ -211,7 +163,7 @@ class Catalog:
 
     def targets(self) -> set[tuple[str, str]]:
         """(source, path) of every listed file."""
-        return {(e.source, e.path) for e in self.entries if e.source is not None and e.path is not None}
+        return self.entries.files()
 
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
@@ -220,9 +172,7 @@ class Catalog:
                 tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
 
     def get(self, uri: str) -> Entry | None:
-        uris = self._uris
-        i = find_left(uris, uri)
-        return self.entries[i] if i < len(uris) and uris[i] == uri else None
+        return self.entries.get(uri)
 
     @cached_property
     def restricted(self) -> bool:
@@ -233,19 +183,19 @@ class Catalog:
     def access_count(self) -> int:
         """How many entries need scopes: counted once (C-level), then kept by incremental successors."""
         if self._access_count is None:
-            self._access_count = len(self.entries) - countOf(map(_ACCESS, self.entries), frozenset())
+            self._access_count = self.entries.count_needing_scopes()
         return self._access_count
 
-    def paths_of(self, key: CollectionSpec) -> Mapping[str, Entry]:
-        """A collection's entries (by `collection_key`) by file path; built once (C-level), then kept by
-        incremental successors. Callers must not change it."""
+    def paths_of(self, key: CollectionSpec) -> PathIndex:
+        """A collection's entries (by `collection_key`) by file path: a view of its rows (`PathIndex`, O(log n) a
+        lookup), kept by incremental successors."""
         found = self._by_path.get(key)
         if found is None:
             listed = self.collections.get(key, ())
-            found = self._by_path[key] = dict(zip(map(_PATH, listed), listed))
+            found = self._by_path[key] = PathIndex(listed if isinstance(listed, Rows) else Rows.of(listed))
         return found
 
-    def successor(self, entries: Sequence[Entry], uris: Sequence[str], generation: int, access_count: int) -> Catalog:
+    def successor(self, entries: Rows, uris: list[str], generation: int, access_count: int) -> Catalog:
         """This catalog with other entries (sorted by URI, with their URIs, made by the caller) and
         the same templates and sources: O(collections) here. Derived views start empty; the caller may carry
         them (`_views`) and fill `collections`, `listed_at` and `paths_of` for what it changed."""
@@ -286,7 +236,7 @@ class Catalog:
         start, end = prefix_range(uris, prefix)
         return entries[start:end]
 
-    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Sequence[Entry], Sequence[str]]:
+    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Rows, list[str]]:
         """The entries a caller holding `scopes` may see, in URI order, and their URIs (for bisecting); filtered
         once per catalog and scope set, so pages stay O(page)."""
         if scopes is None or not self.restricted:
@@ -295,8 +245,8 @@ class Catalog:
         if view is None:
             if len(self._views) >= _MAX_VIEWS:
                 self._views.pop(next(iter(self._views)))
-            visible = tuple(e for e in self.entries if e.access <= scopes)
-            view = self._views[scopes] = (visible, [e.uri for e in visible])
+            visible = self.entries.visible_to(scopes)
+            view = self._views[scopes] = (visible, visible.uris)
         return view
 
     def resolve_each(self, uris: Iterable[str]) -> Iterator[tuple[str, Target]]:
@@ -452,9 +402,3 @@ def _paginate(items: Sequence[_Item], keys: Sequence[str], cursor: str | None, l
     chunk = items[start : start + limit]
     more = start + limit < len(items)
     return Page(chunk, encode_cursor(keys[start + limit - 1]) if more else None)
-
-
-def iso_time(mtime: float | None) -> str | None:
-    if mtime is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from aggregator.catalog import Catalog, Entry, listed_fields
-from aggregator.chunked import Layered, chunked, edited
+from aggregator.catalog_rows import PathIndex, Rows
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
 from aggregator.globs import path_filter
 from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
@@ -71,7 +71,7 @@ def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Ite
     changed = files.keys() | gone_paths
     out: dict[str, Entry] = {}  # old entries leaving the listing or replaced, by URI
     incoming: list[tuple[CollectionSpec | None, Entry]] = []  # new entries, with the collection making them
-    paths: dict[CollectionSpec, Mapping[str, Entry]] = {}  # collections' new path indexes
+    paths: dict[CollectionSpec, PathIndex] = {}  # collections' new path indexes
     for spec in manifest.collections:
         key = collection_key(spec)
         if spec.source != source or key in paths:
@@ -127,7 +127,7 @@ def listed_under(catalog: Catalog, manifest: Manifest, source: str, folders: Col
             for folder in unlisted:
                 inside = folder + "/"
                 found.update(path for e in catalog.under(literal + uri_path(inside))
-                             if (path := e.path) is not None and path.startswith(inside) and listed.get(path) is e)
+                             if (path := e.path) is not None and path.startswith(inside) and listed.get(path) == e)
         else:
             prefixes = tuple(folder + "/" for folder in unlisted)
             found.update(path for path in listed if path.startswith(prefixes))
@@ -166,9 +166,9 @@ def _uri_start(pattern: str) -> tuple[str, bool]:
     return pattern[: first.start()], first.group(0) == "{path}"
 
 
-def _change_collection(spec: CollectionSpec, before: Mapping[str, Entry], files: dict[str, FileInfo],
+def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str, FileInfo],
                        gone: set[str], out: dict[str, Entry], incoming: list[tuple[CollectionSpec | None, Entry]]
-                       ) -> Mapping[str, Entry]:
+                       ) -> PathIndex:
     """One collection's path index after the change (`before` itself if nothing changed in it; else a copy sharing
     what did not change); records the entries it drops in `out` and the ones it makes in `incoming`."""
     wanted = path_filter(spec.glob, spec.exclude, spec.hidden)  # the test sources apply when they list
@@ -192,7 +192,7 @@ def _change_collection(spec: CollectionSpec, before: Mapping[str, Entry], files:
         if entry is not None:
             added[path] = entry
             incoming.append((spec, entry))
-    return Layered.of(before).edited(dropped, added) if dropped or added else before
+    return before.edited(dropped, added) if dropped or added else before
 
 
 def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
@@ -226,7 +226,7 @@ def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
 def _owner(catalog: Catalog, manifest: Manifest, entry: Entry) -> CollectionSpec | None:
     """The (first) collection that listed `entry`; None for a resource's or an upstream's."""
     for spec in manifest.collections:
-        if spec.source == entry.source and catalog.paths_of(collection_key(spec)).get(entry.path or "") is entry:
+        if spec.source == entry.source and catalog.paths_of(collection_key(spec)).get(entry.path or "") == entry:
             return spec
     return None
 
@@ -247,7 +247,7 @@ def _named(spec: CollectionSpec, position: int, entry: Entry) -> tuple[int, int,
     return 1, position, f"{spec.key} (file {entry.path!r})", spec.where
 
 
-def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict[CollectionSpec, Mapping[str, Entry]],
+def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict[CollectionSpec, PathIndex],
           now: float | None) -> Delta:
     """The successor catalog holding `new` instead of `out`, and what that changed."""
     new.sort(key=_URI)
@@ -263,7 +263,7 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     for key, after in paths.items():
         successor._by_path[key] = after
         if after is not catalog.paths_of(key):
-            successor.collections[key] = after.values()  # a view of the path index: no copy
+            successor.collections[key] = after.rows  # the path index's rows: no copy
         successor.listed_at[key] = at
     added, removed = frozenset(new_uris - out.keys()), frozenset(out.keys() - new_uris)
     updated = frozenset(e.uri for e in new if e.uri in out)
@@ -275,9 +275,9 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
     return Delta(successor, added, removed, updated, frozenset(gone), shown_changed)
 
 
-def edit_sorted(entries: Sequence[Entry], uris: Sequence[str], drop: Collection[str], add: list[Entry]
-                ) -> tuple[Sequence[Entry], Sequence[str]]:
+def edit_sorted(entries: Rows, uris: Sequence[str], drop: Collection[str], add: Sequence[Entry]
+                ) -> tuple[Rows, list[str]]:
     """Copies of sorted `entries` and their `uris` without the URIs in `drop` (those present) and with `add`
-    (sorted, URIs not otherwise present) merged in, sharing every chunk of them the edit does not touch."""
-    keys, items = edited(chunked(uris), chunked(entries), drop, [(e.uri, e) for e in add])
-    return items, keys
+    (sorted, URIs not otherwise present) merged in (`Rows.edited`)."""
+    rows = entries.edited(drop, add)
+    return rows, rows.uris

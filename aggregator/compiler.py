@@ -7,7 +7,6 @@ knows to be current (`reuse`), so a watched folder that did not change is not li
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
@@ -16,12 +15,13 @@ from typing import Any
 import anyio
 
 from aggregator.catalog import RENDERED_TYPE, Catalog, Entry, TemplateEntry
-from aggregator.content import file_mime_type, served_name
+from aggregator.catalog_rows import NO_SIZE, NO_TIME, Rows, RowsBuilder, duplicates
+from aggregator.entry_builder import EntryBuilder
+from aggregator.content import file_mime_type
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.manifest.model import (CollectionSpec, Display, Location, Manifest, ManifestError, ManifestIssue,
                                        ResourceSpec, SourceSpec, TemplateSpec)
-from aggregator.manifest.placeholders import FILE_PLACEHOLDERS, PLACEHOLDER
-from aggregator.paths import display_text, has_raw_bytes, is_servable, uri_path, url_start
+from aggregator.paths import url_start
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
 from aggregator.sources.base import Published
 from aggregator.sources.unopened import SKIPPED, Unopened
@@ -68,96 +68,35 @@ def resource_entry(spec: ResourceSpec, info: FileInfo | None) -> Entry:
                  decompress=spec.decompress, convert=convert)
 
 
-_URI_SAFE = re.compile(r"[A-Za-z0-9._~/-]*")
-
-
-def _uri_quote(value: str, safe: str) -> str:
-    return value if _URI_SAFE.fullmatch(value) and (safe or "/" not in value) else uri_path(value, safe)
-
-
-class _Pattern:
-    """A collection pattern over {path}, {name}, {stem} and {ext}, compiled once for all of its files."""
-
-    __slots__ = ("template", "keys")
-
-    def __init__(self, text: str) -> None:
-        keys = [k for k in PLACEHOLDER.findall(text) if k in FILE_PLACEHOLDERS]
-        # Any brace that is not a known placeholder is literal text: double it for str.format.
-        escaped = re.sub(r"\{(?:path|name|stem|ext)\}|[{}]", lambda m: m.group(0) if len(m.group(0)) > 1 else m.group(0) * 2, text)
-        self.template = escaped
-        self.keys = frozenset(keys)
-
-    def fill(self, values: Mapping[str, str]) -> str:
-        return self.template.format_map(values)
-
-
-
-
-def _file_values(path: str, keys: frozenset[str], encode: bool) -> dict[str, str]:
-    """The placeholder values of one file, percent-encoded for URIs when `encode` (only the keys needed)."""
-    name = path.rsplit("/", 1)[-1]
-    values = {"path": path, "name": name}
-    if "stem" in keys or "ext" in keys:
-        stem, dot, ext = name.rpartition(".")
-        values["stem"], values["ext"] = (stem, ext) if dot and stem else (name, "")
-    if encode:
-        return {k: _uri_quote(v, "/" if k == "path" else "") for k, v in values.items() if k in keys}
-    return values
-
-
-class EntryBuilder:
-    """Builds a collection's entry for one file; its patterns are compiled once for all of the collection's files."""
-
-    __slots__ = ("spec", "_uri", "_name", "_title", "_raw_keys", "_mime_by_ext")
-
-    def __init__(self, spec: CollectionSpec) -> None:
-        self.spec = spec
-        self._uri, self._name = _Pattern(spec.uri), _Pattern(spec.name)
-        self._title = _Pattern(spec.display.title) if spec.display.title else None
-        self._raw_keys = self._name.keys | (self._title.keys if self._title else frozenset())
-        self._mime_by_ext: dict[str, str | None] = {}
-
-    def entry(self, info: FileInfo) -> Entry | None:
-        """The entry `info` lists; None when its name could never be read back (listing it would promise what
-        reads refuse)."""
-        path, spec = info.path, self.spec
-        if not is_servable(path):
-            return None
-        raw = _file_values(path, self._raw_keys, encode=False)
-        if has_raw_bytes(path):
-            raw = {k: display_text(v) for k, v in raw.items()}
-        decompress = spec.decompress
-        mime = spec.display.mime_type or info.mime_type
-        if mime is None:
-            # file_mime_type is the one decision; its answer depends only on the last suffix of the served name.
-            named = served_name(path, decompress)
-            ext = named[named.rfind("."):] if "." in named.rsplit("/", 1)[-1] else ""
-            if ext in self._mime_by_ext:
-                mime = self._mime_by_ext[ext]
-            else:
-                mime = self._mime_by_ext[ext] = file_mime_type(path, None, decompress)
-        convert = converted(path, decompress, spec.convert)
-        if convert is not None:  # served as Markdown; its size is known only once converted
-            mime = CONVERTED_MIME_TYPES[convert.to]
-        return Entry(self._uri.fill(_file_values(path, self._uri.keys, encode=True)), self._name.fill(raw),
-                     spec.display, self._title.fill(raw) if self._title else None, mime,
-                     None if convert else info.size, info.mtime, spec.source, path, access=spec.access,
-                     decompress=decompress, convert=convert)
-
-
-def _collection_entries(spec: CollectionSpec, files: Sequence[FileInfo]) -> list[Entry]:
-    entries: list[Entry] = []
-    build, append = EntryBuilder(spec).entry, entries.append
+async def _list_collection(spec: CollectionSpec, source: Source) -> tuple[RowsBuilder, int]:
+    """A collection's rows in the order the source lists its files, and how many files the source listed."""
+    builder = EntryBuilder(spec)
+    rows = RowsBuilder(builder)
     refused: list[str] = []
-    for info in files:
-        entry = build(info)
+    compact_uri, file_entry, explicit_row = builder.compact_uri, builder.file_entry, rows.explicit_row
+    add_uri, add_which, add_size, add_mtime = rows.uris.append, rows.which.append, rows.sizes.append, rows.mtimes.append
+    declared = spec.display.mime_type is not None
+
+    def accept(path: str, size: int | None, mtime: float | None, mime: str | None = None) -> None:
+        # Called for every file, in the source's thread: the compact case is a regex match and four appends.
+        if mime is None or declared:
+            uri = compact_uri(path)
+            if uri is not None:
+                add_uri(uri)
+                add_which(1)
+                add_size(NO_SIZE if size is None else size)
+                add_mtime(NO_TIME if mtime is None else mtime)
+                return
+        entry = file_entry(path, size, mtime, mime)
         if entry is None:
-            refused.append(info.path)
+            refused.append(path)
         else:
-            append(entry)
+            explicit_row(entry)
+
+    await source.scan(spec.glob, spec.exclude, spec.hidden, accept)
     if refused and _first_warning((spec.where, spec.key, spec.source, tuple(refused))):
         _say_refused(spec, refused)
-    return entries
+    return rows, len(rows) + len(refused)
 
 
 def _say_refused(spec: CollectionSpec, refused: Sequence[str]) -> None:
@@ -214,7 +153,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     """
     issues: list[ManifestIssue] = []
     resource_entries: list[Entry | None] = [None] * len(manifest.resources)
-    built: list[Collection[Entry]] = [()] * len(manifest.collections)
+    built: list[Rows] = [_NO_ROWS] * len(manifest.collections)
+    listings: dict[int, RowsBuilder] = {}  # collections listed now, in the order their source gave the files
     reuse = reuse or {}
     started = time.monotonic()
     stale_at: dict[CollectionSpec | str, float] = {}  # what was kept from `previous`, and when it was listed
@@ -239,19 +179,19 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     async def list_collection(i: int, spec: CollectionSpec) -> None:
         known = reuse.get(collection_key(spec))
         if known is not None:
-            built[i] = known
+            built[i] = _as_rows(known)
             return
         try:
             with span("aggregator.source.list", source_id=spec.source, source_kind=manifest.sources[spec.source].kind,
                       glob=spec.glob) as traced:
-                files = await sources[spec.source].list(spec.glob, spec.exclude, hidden=spec.hidden)
-                traced.set(files=len(files))
+                listing, count = await _list_collection(spec, sources[spec.source])
+                traced.set(files=count)
         except SourceError as exc:
             if sources[spec.source].pushes_changes:
                 key = collection_key(spec)
                 old = previous.collections.get(key) if previous is not None else None
                 if down(spec.source, key, previous.listed_at if previous else None, "listing", exc) and old:
-                    built[i] = old
+                    built[i] = _as_rows(old)
                 return
             if manifest.sources[spec.source].optional:
                 skipped.add(collection_key(spec))  # never listed: a reload lists it again
@@ -261,7 +201,8 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
                 return
             issues.append(_issue(spec.where, spec.key, f"cannot list source {spec.source!r}: {exc}"))
             return
-        built[i] = _collection_entries(spec, files)
+        listings[i] = listing
+        built[i] = listing.rows()
 
     published: dict[str, Published] = {}
 
@@ -286,40 +227,26 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             if sspec.id in sources and sources[sspec.id].publishes:
                 tg.start_soon(publish, sspec)
 
-    owners: dict[str, tuple[str, Location]] = {}
-    entries: list[Entry] = []
-
-    def claim(uri: str, key: str, where: Location) -> bool:
-        previous = owners.get(uri)
-        if previous is not None:
-            issues.append(uri_collision(uri, (key, where), previous))
-            return False
-        owners[uri] = (key, where)
-        return True
-
-    for rspec, built_entry in zip(manifest.resources, resource_entries, strict=True):
-        assert built_entry is not None  # the task group built every resource or raised
-        if claim(built_entry.uri, rspec.key, rspec.where):
-            entries.append(built_entry)
-    for cspec, collection_entries in zip(manifest.collections, built, strict=True):
-        for entry in collection_entries:
-            if claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where):
-                entries.append(entry)
-
+    upstream: list[Entry] = []
     for sid, offered in published.items():
         sspec = manifest.sources[sid]
-        for res in offered.resources:
-            if claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where):
-                entries.append(Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
-                                     res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime,
-                                     sid, res.path, access=sspec.access))
+        upstream += [Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
+                           res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime, sid, res.path,
+                           access=sspec.access) for res in offered.resources]
+    resources = [e for e in resource_entries if e is not None]  # the task group built every resource or raised
+    parts = [part for part in (Rows.of(resources), *built, Rows.of(upstream)) if len(part)]
+    rows = Rows.merged(parts) if parts else _NO_ROWS
+    twice = duplicates(rows.uris)
+    if twice:  # a URI produced twice: named in the order compile_catalog claims URIs (rare: worth a second pass)
+        issues += _collisions(manifest, twice, resources, [listings.get(i, b) for i, b in enumerate(built)],
+                              published)
 
     templates = build_templates(manifest, published, issues)
     if issues:
         raise ManifestError(issues)
-    catalog = catalog_of(entries, templates, generation, sources)
+    catalog = catalog_of(rows, templates, generation, sources)
     now = time.monotonic()
-    catalog.collections = {collection_key(c): list(b) for c, b in zip(manifest.collections, built, strict=True)}
+    catalog.collections = {collection_key(c): b for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: stale_at[key] if key in stale_at else (reused_at or {}).get(key, now)
                          if key in reuse else now for key in catalog.collections if key not in skipped}
     catalog.published = published
@@ -330,10 +257,12 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
 def catalog_of(entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int,
                sources: Mapping[str, Source]) -> Catalog:
-    """The Catalog of `entries` and `templates`, resolving paths as `sources` name them (URL paths, bytes, URIs)."""
+    """The Catalog of `entries` (Rows, or entries made into rows) and `templates`, resolving paths as `sources`
+    name them (URL paths, bytes, URIs)."""
     return Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
                    frozenset(sid for sid, src in sources.items() if src.byte_names),
                    frozenset(sid for sid, src in sources.items() if src.uri_paths))
+
 
 def build_templates(manifest: Manifest, published: Mapping[str, Published], issues: list[ManifestIssue]
                     ) -> list[TemplateEntry]:
@@ -365,6 +294,42 @@ def build_templates(manifest: Manifest, published: Mapping[str, Published], issu
         seen_templates[tspec.uri_template] = tspec
         templates.append(TemplateEntry(UriTemplate.parse(tspec.uri_template), tspec))
     return templates
+
+
+def _as_rows(entries: Collection[Entry]) -> Rows:
+    """A collection's entries as rows (a catalog built before keeps them as rows already)."""
+    return entries if isinstance(entries, Rows) else Rows.of(entries)
+
+
+_NO_ROWS = Rows.of(())
+
+
+def _collisions(manifest: Manifest, twice: set[str], resources: list[Entry], listed: list[Rows | RowsBuilder],
+                published: Mapping[str, Published]) -> list[ManifestIssue]:
+    """The issues of the URIs in `twice`: the first producer of each claims it (resources, then collections in
+    manifest order, each in the order its source listed the files, then upstreams) and every later one is told."""
+    issues: list[ManifestIssue] = []
+    owners: dict[str, tuple[str, Location]] = {}
+
+    def claim(uri: str, key: str, where: Location) -> None:
+        first = owners.get(uri)
+        if first is None:
+            owners[uri] = (key, where)
+        else:
+            issues.append(uri_collision(uri, (key, where), first))
+
+    for rspec, entry in zip(manifest.resources, resources, strict=True):
+        if entry.uri in twice:
+            claim(entry.uri, rspec.key, rspec.where)
+    for cspec, part in zip(manifest.collections, listed, strict=True):
+        for entry in part.entries_of(twice):
+            claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where)
+    for sid, offered in published.items():
+        sspec = manifest.sources[sid]
+        for res in offered.resources:
+            if res.uri in twice:
+                claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where)
+    return issues
 
 
 def uri_collision(uri: str, later: tuple[str, Location], first: tuple[str, Location]) -> ManifestIssue:

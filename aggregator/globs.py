@@ -24,6 +24,8 @@ def compile_glob(pattern: str, hidden: bool = False) -> re.Pattern[str]:
 def path_filter(pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> Callable[[str], bool]:
     """A test for relative paths: matched by `pattern` and by none of `exclude` (a collection's glob and exclude:)."""
     match = compile_glob(pattern, hidden).fullmatch
+    if not exclude:  # a listing asks this of every file: no generator to make when nothing is excluded
+        return lambda path: match(path) is not None
     excluded = [compile_glob(e, hidden).fullmatch for e in exclude]
     return lambda path: match(path) is not None and not any(x(path) for x in excluded)
 

@@ -149,7 +149,8 @@ def _assemble(previous: Catalog, manifest: Manifest, sources: Mapping[str, Sourc
     incoming = list(listed.entries)
     access = (previous.access_count - sum(1 for e in plan.out.values() if e.access)
               + sum(1 for e in incoming if e.access))
-    entries, uris = edit_sorted(previous.entries, previous._uris, plan.out.keys(), incoming)  # noqa: SLF001
+    # The listing's rows as they are (compact rows stay compact), not the entries built from them.
+    entries, uris = edit_sorted(previous.entries, previous._uris, plan.out.keys(), listed.entries)  # noqa: SLF001
     catalog = catalog_of((), templates, generation, sources).successor(entries, uris, generation, access)
     for scopes, (visible, visible_uris) in list(previous._views.items())[-_CARRIED_VIEWS:]:  # noqa: SLF001
         catalog._views[scopes] = edit_sorted(visible, visible_uris, plan.out.keys(),  # noqa: SLF001

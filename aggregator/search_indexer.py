@@ -307,7 +307,7 @@ def _indexed_entry(catalog: Catalog, keys: list[CollectionSpec], uri: str) -> En
     entry = catalog.get(uri)
     if entry is None or entry.path is None:
         return None
-    found = any(k.source == entry.source and catalog.paths_of(k).get(entry.path) is entry for k in keys)
+    found = any(k.source == entry.source and catalog.paths_of(k).get(entry.path) == entry for k in keys)
     return entry if found else None
 
 

@@ -355,3 +355,40 @@ def test_a_file_longer_than_its_stat_said_is_read_to_its_end_or_one_byte_past_th
             assert read_at_most(fd, expected, max_bytes) == path.read_bytes()[:wanted]
     finally:
         os.close(fd)
+
+
+class SlowMount(LocalSource):
+    """A folder on a slow mount: each file takes `delay` to come, so a listing takes longer than `timeout`; after
+    `stall_after` files (if set) it hangs until `release` is set, as a mount that stopped answering."""
+
+    def __init__(self, root: str, delay: float, stall_after: int | None = None, **limits: float) -> None:
+        super().__init__("slow", root, **limits)
+        self.delay, self.stall_after = delay, stall_after
+        self.release = threading.Event()
+
+    def _walk(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        for i, found in enumerate(super()._walk(*args, **kwargs)):
+            if i == self.stall_after:
+                self.release.wait(30)
+            time.sleep(self.delay)
+            yield found
+
+
+def test_a_listing_that_goes_on_is_not_cut_by_the_timeout_and_a_stuck_one_is(tmp_path: Path) -> None:
+    """`timeout` bounds a listing's silence, not its length: a million files take longer than 30 s on a loaded
+    machine and must not fail the start. A listing that stops making progress still fails after `timeout`."""
+    for i in range(12):
+        (tmp_path / f"d{i:02}").mkdir()
+        (tmp_path / f"d{i:02}" / "a.md").write_text("a")
+    slow = SlowMount(str(tmp_path), delay=0.1, timeout=0.5)  # 1.2 s in all, a folder every 0.1 s
+    assert len(anyio.run(slow.list, "**/*.md")) == 12
+    got: list[tuple[str, int | None, float | None, str | None]] = []
+    anyio.run(slow.scan, "**/*.md", (), False, lambda *row: got.append(row))
+    assert [row[0] for row in got] == [f"d{i:02}/a.md" for i in range(12)]
+
+    stuck = SlowMount(str(tmp_path), delay=0.01, stall_after=3, timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match="no answer within 0.5s"):
+        anyio.run(stuck.list, "**/*.md")
+    assert time.monotonic() - started < 10
+    stuck.release.set()

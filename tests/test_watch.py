@@ -117,3 +117,64 @@ def test_only_the_folder_holding_the_bad_name_is_polled(tmp_path: Path, caplog: 
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sorted(w.split("'")[1] for w in warnings) == ["inner", "outer"], warnings
     assert all("polling" in w for w in warnings)
+
+
+def test_folders_are_watched_one_by_one_off_the_event_loop_following_the_tree(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recursive watch starts with a walk that stats every file holding the GIL (10 s for 1,000,000 files, the
+    server's first answer held back): folders are watched one by one instead, from worker threads, and the set
+    follows the tree: a folder created, renamed or moved in is watched at its new path, one that goes is not."""
+    import threading
+
+    import aggregator.folder_watch as folder_watch
+    from aggregator.watch import Change, watch_folders
+
+    calls: list[tuple[threading.Thread, bool]] = []
+    real = folder_watch.watch
+
+    def seen(*args: Any, **kwargs: Any) -> Any:  # the real watcher, noting how and where it is made
+        calls.append((threading.current_thread(), kwargs.get("recursive", True)))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(folder_watch, "watch", seen)
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a").mkdir(parents=True)
+    (outside / "d" / "e").mkdir(parents=True)
+    (outside / "d" / "e" / "in.md").write_text("in")
+    heard: list[tuple[Change, str]] = []
+
+    async def on_change(source: str, changes: set[tuple[Change, str]]) -> None:
+        heard.extend(changes)
+
+    async def until_heard(path: str, write: Path | None = None) -> None:
+        """Wait until `path` is heard of, writing `write` again meanwhile (a new folder's watch may not be up yet
+        at the first write: the folder's own event is what tells a listing to look inside it)."""
+        with anyio.fail_after(10):
+            while not any(p == path for _, p in heard):
+                if write is not None:
+                    write.write_text(str(len(heard)))
+                await anyio.sleep(0.1)
+
+    async def main() -> None:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_folders, {"docs": str(root)}, on_change, stop)
+            await until_heard("a/x.md", root / "a" / "x.md")
+            (root / "b").mkdir()
+            await until_heard("b/y.md", root / "b" / "y.md")  # a new folder is watched
+            (root / "b").rename(root / "c")
+            await until_heard("c")
+            heard.clear()
+            await until_heard("c/z.md", root / "c" / "z.md")  # at its new name
+            assert not any(p.startswith("b/") for _, p in heard), heard
+            (outside / "d").rename(root / "d")  # moved in: said as the folder, then its folders are watched
+            await until_heard("d")
+            await until_heard("d/e/w.md", root / "d" / "e" / "w.md")
+            (root / "a" / "x.md").unlink()
+            (root / "a").rmdir()
+            await until_heard("a")
+            stop.set()
+
+    anyio.run(main)
+    assert calls and all(thread is not threading.main_thread() and not recursive for thread, recursive in calls)
+    assert len(calls) >= 4  # made again as folders came and went

@@ -97,6 +97,8 @@ class SourceUnsupported(SourceError):
     """The source cannot do what was asked (a query on a source that runs none)."""
 
 
+FileSink = Callable[[str, int | None, float | None, str | None], None]
+"""What `Source.scan` tells of each file: its path, size, mtime and the type the backend knows it to have."""
 ChangeCallback = Callable[[frozenset[str] | None], Awaitable[None]]
 """Told of a backend's own change events: the paths that may have changed, or None when the listing may have."""
 
@@ -121,6 +123,12 @@ class Source(ABC):
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         """Every file whose relative path matches the glob `pattern` and none of `exclude` (wildcards match
         hidden names only when `hidden`)."""
+
+    async def scan(self, pattern: str, exclude: Sequence[str], hidden: bool, sink: FileSink) -> None:
+        """`sink(path, size, mtime, mime_type)` for each file `list` gives, maybe in the source's own thread as it
+        lists (a local folder: no list of a million FileInfo first). By default `list`, then each."""
+        for info in await self.list(pattern, exclude, hidden=hidden):
+            sink(info.path, info.size, info.mtime, info.mime_type)
 
     @abstractmethod
     async def stat(self, path: str) -> FileInfo:

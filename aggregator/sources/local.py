@@ -7,7 +7,8 @@ through links, so a cycle ends), links that point outside the root are skipped, 
 A FIFO, socket or device is refused before it is opened (and opened with O_NONBLOCK, so one swapped in meanwhile
 cannot block the open). Every call (resolve, stat, open, read, walk) runs in the source's own threads under its
 `timeout` and `maxConcurrency` (see `threads.ThreadSlots`): a hung mount fails its reads after `timeout` and holds at
-most `maxConcurrency` threads, while other sources keep serving.
+most `maxConcurrency` threads, while other sources keep serving. A listing fails once it read no folder for
+`timeout` (it may take longer in all: a million files do).
 
 Names are `os.fsdecode` strings (`byte_names`): a name that is not UTF-8 keeps its bytes as surrogate escapes.
 """
@@ -20,11 +21,12 @@ import logging
 import os
 import stat as stat_mode
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from aggregator.globs import glob_prefix, path_filter
 from aggregator.paths import UnsafePath, is_servable, is_within, safe_relpath
-from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import Blob, FileInfo, FileSink, Source, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
 from aggregator.sources.threads import ThreadSlots
 
@@ -38,6 +40,8 @@ _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOL
 # Further reads of a file that turned out larger than fstat said.
 _GROWTH_CHUNK = 256 * 1024
 # Errors that mean "there is no such file to serve" rather than "the folder failed".
+_NAME = attrgetter("name")
+_IS_DIR = os.DirEntry.is_dir
 _ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
 
@@ -67,9 +71,9 @@ class LocalSource(Source):
         """Threads running a call of this source now (stuck ones included)."""
         return self._threads.busy
 
-    async def _call(self, func: Callable[..., T], *args: Any) -> T:
+    async def _call(self, func: Callable[..., T], *args: Any, alive: Callable[[], object] | None = None) -> T:
         try:
-            return await self._threads.run(self.timeout, func, *args)
+            return await self._threads.run(self.timeout, func, *args, alive=alive)
         except TimeoutError:
             raise SourceError(f"{self.describe()}: no answer within {self.timeout:g}s") from None
 
@@ -171,23 +175,44 @@ class LocalSource(Source):
         return Blob(data, version=_version(st.st_mtime, st.st_size))
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
-        return await self._call(self._list, pattern, tuple(exclude), hidden)
+        progress = ListingProgress(self.id, "files")
+        # `timeout` bounds a listing's silence (no folder read), not its length: a million files take minutes.
+        return await self._call(self._list, pattern, tuple(exclude), hidden, progress, alive=progress.alive)
 
-    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool) -> builtins.list[FileInfo]:
+    def _list(self, pattern: str, exclude: tuple[str, ...], hidden: bool, progress: ListingProgress
+              ) -> builtins.list[FileInfo]:
+        files: list[FileInfo] = []
+
+        def add(path: str, size: int | None, mtime: float | None, mime: str | None) -> None:
+            assert size is not None and mtime is not None
+            files.append(FileInfo(path, size, mtime, _version(mtime, size)))
+
+        self._scan(pattern, exclude, hidden, add, progress)
+        return files
+
+    async def scan(self, pattern: str, exclude: Sequence[str], hidden: bool, sink: FileSink) -> None:
+        progress = ListingProgress(self.id, "files")
+        await self._call(self._scan, pattern, tuple(exclude), hidden, sink, progress, alive=progress.alive)
+
+    def _scan(self, pattern: str, exclude: tuple[str, ...], hidden: bool, sink: FileSink,
+              progress: ListingProgress) -> None:
+        """`_list` telling `sink` of each file as the walk finds it (in path order), without a FileInfo each."""
         wanted = path_filter(pattern, exclude, hidden)
         prefix = glob_prefix(pattern)
         if prefix and not is_servable(prefix):
-            return []  # `docs/../*` would list `docs/../a.md`: a name no read accepts, and none to walk for
-        files: list[FileInfo] = []
+            return  # `docs/../*` would list `docs/../a.md`: a name no read accepts, and none to walk for
         outside: list[str] = []
-        progress = ListingProgress(self.id, "files")
-        for rel, st in self._walk(prefix, outside):
-            progress.add()
+        seen = found = 0
+        for rel, st in self._walk(prefix, outside, progress):
+            seen += 1
+            if not seen & 1023:  # told in steps: a call a file is a tenth of the walk's own work
+                progress.add(1024)
             if wanted(rel):
-                files.append(FileInfo(rel, st.st_size, st.st_mtime, _version(st.st_mtime, st.st_size)))
-        progress.done(len(files))
+                sink(rel, st.st_size, st.st_mtime, None)
+                found += 1
+        progress.add(seen & 1023)
+        progress.done(found)
         self._note_outside_links(outside)
-        return files
 
     def _note_outside_links(self, outside: builtins.list[str]) -> None:
         """Log the links a walk skipped for leading outside the root: once per source and set of links."""
@@ -198,22 +223,22 @@ class LocalSource(Source):
         logger.info("source %r: %d link(s) lead outside the folder and are not listed, e.g. %s", self.id, len(key),
                     ", ".join(repr(p) for p in key[:3]))
 
-    def _walk(self, prefix: str, outside: builtins.list[str]) -> Iterator[tuple[str, os.stat_result]]:
-        """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks;
-        links leading outside the root are added to `outside`."""
+    def _walk(self, prefix: str, outside: builtins.list[str], progress: ListingProgress | None = None
+              ) -> Iterator[tuple[str, os.stat_result]]:
+        """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks, in
+        path order (each folder's names sorted, a folder's files where its name plus '/' sorts), so listings come
+        sorted; links leading outside the root are added to `outside`; `progress` hears of each folder read."""
         start = os.path.realpath(os.path.join(self.root, *prefix.split("/"))) if prefix else self.root
         if not is_within(self.root, start) or not os.path.isdir(start):
             return
-        stack = [(start, prefix + "/" if prefix else "")]
         visited = {start}
+        # One iterator of sorted names per folder being walked: a folder is walked where it sorts, then its parent
+        # goes on after it.
+        stack = [_sorted_folder(start, prefix + "/" if prefix else "")]
         while stack:
-            folder, rel_prefix = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            for entry in entries:
-                rel = rel_prefix + entry.name
+            if progress is not None:
+                progress.step()
+            for rel, entry in stack[-1]:
                 try:
                     if entry.is_symlink():
                         real = os.path.realpath(entry.path)
@@ -225,15 +250,46 @@ class LocalSource(Source):
                         if stat_mode.S_ISDIR(st.st_mode):
                             if real not in visited:
                                 visited.add(real)
-                                stack.append((real, rel + "/"))
+                                stack.append(_sorted_folder(real, rel + "/"))
+                                break
                         elif stat_mode.S_ISREG(st.st_mode):
                             yield rel, st
                     elif entry.is_dir(follow_symlinks=False):
-                        stack.append((entry.path, rel + "/"))
+                        stack.append(_sorted_folder(entry.path, rel + "/"))
+                        break
                     elif entry.is_file(follow_symlinks=False):
                         yield rel, entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+            else:
+                stack.pop()
+
+
+def _sorted_folder(folder: str, rel_prefix: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(relative path, entry) of each name in `folder`, in the order of the paths under it: a subfolder's name
+    sorts with a '/' after it (`a.md` < `a/...` < `a0.md`), as its files' paths do. Nothing when it cannot be read."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = builtins.list(listing)
+    except OSError:
+        return iter(())
+    try:
+        nested = any(map(_IS_DIR, entries))  # C-level: most folders hold only files
+    except OSError:
+        nested = True
+    if nested:
+        entries.sort(key=lambda e: e.name + "/" if _is_folder(e) else e.name)
+    else:
+        entries.sort(key=_NAME)
+    return ((rel_prefix + e.name, e) for e in entries)
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether `entry` is a folder or a link to one (a dangling or unreadable one is not)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def read_at_most(fd: int, expected: int, max_bytes: int) -> bytes:

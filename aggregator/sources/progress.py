@@ -43,6 +43,9 @@ class ListingProgress:
         self._next = self.started + _seconds("AGGREGATOR_PROGRESS_AFTER", AFTER)
         self._unchecked = 0
         self.reported = False
+        self.steps = 0
+        """Units of work done (a folder read), counted by the listing's thread: what tells a long listing from a
+        stuck one (`alive`)."""
 
     def add(self, n: int = 1) -> None:
         """Count `n` more; log the total when the listing has run long enough and the interval has passed."""
@@ -51,6 +54,13 @@ class ListingProgress:
         if self._unchecked >= _CHECK_EVERY:
             self._unchecked = 0
             self.check()
+
+    def step(self) -> None:
+        self.steps += 1
+
+    def alive(self) -> int:
+        """What changes while the listing goes on (read from the event loop's thread)."""
+        return self.steps
 
     def check(self) -> None:
         """Log the count now if it is due (for listings that count in big steps, e.g. a page of objects)."""

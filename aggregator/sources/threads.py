@@ -46,8 +46,11 @@ class ThreadSlots:
         """Threads running now, those whose caller gave up included."""
         return self._busy
 
-    async def run(self, timeout: float, func: Callable[..., T], *args: Any) -> T:
-        """`func(*args)` in a thread; TimeoutError if waiting for a slot and the call together take over `timeout`."""
+    async def run(self, timeout: float, func: Callable[..., T], *args: Any,
+                  alive: Callable[[], object] | None = None) -> T:
+        """`func(*args)` in a thread; TimeoutError if waiting for a slot and the call together take over `timeout`.
+        With `alive` (a figure the call keeps changing as it goes, e.g. folders listed), the call fails only once
+        `alive()` stayed the same for `timeout`: a long listing that goes on is not a hung one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if self._busy < self.size and not self._waiting:
@@ -63,11 +66,15 @@ class ThreadSlots:
             raise
         # The deadline fails the future itself: a timer handle costs a fraction of a cancel scope, and the caller
         # gives up the same way (the thread keeps its slot until it returns, see `_finish`).
-        timer = loop.call_at(deadline, _expire, done)
+        timer: list[asyncio.TimerHandle] = []  # the one pending timer (a live call re-arms it)
+        if alive is None:
+            timer.append(loop.call_at(deadline, _expire, done))
+        else:
+            timer.append(loop.call_at(deadline, _expire_unless_alive, loop, done, timeout, alive, alive(), timer))
         try:
             return await done
         finally:
-            timer.cancel()
+            timer[0].cancel()
 
     def _dispatch(self, job: _Job) -> None:
         """Hand `job` to an idle thread, or start one (the caller holds a slot, so threads never exceed `size`)."""
@@ -133,6 +140,16 @@ class ThreadSlots:
 def _expire(done: asyncio.Future[Any]) -> None:
     if not done.done():
         done.set_exception(TimeoutError())
+
+
+def _expire_unless_alive(loop: asyncio.AbstractEventLoop, done: asyncio.Future[Any], timeout: float,
+                         alive: Callable[[], object], before: object, timer: list[asyncio.TimerHandle]) -> None:
+    """Fail `done` unless `alive()` moved since `before`; else look again in `timeout`."""
+    now = alive()
+    if now == before:
+        _expire(done)
+    elif not done.done():
+        timer[0] = loop.call_later(timeout, _expire_unless_alive, loop, done, timeout, alive, now, timer)
 
 
 def _finish(slots: ThreadSlots, done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

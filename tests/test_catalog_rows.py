@@ -1,0 +1,125 @@
+"""Catalog entries kept as columns (catalog_rows): what compact rows build again is exactly what the entry builder
+makes of each file, whatever the names and patterns; edits, filters and merges of rows equal the same done to a
+list of entries."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aggregator.catalog import Catalog
+from aggregator.catalog_rows import Rows
+from aggregator.compiler import EntryBuilder, collection_key, compile_catalog
+from aggregator.entry import Entry
+from aggregator.manifest.model import (Annotations, CollectionSpec, ConvertSettings, Defaults, Display, Location,
+                                       Manifest, ServerSettings, SourceSpec)
+from aggregator.sources import FileInfo, LocalSource
+
+NAMES = ["a.md", "b.MD", "sub/c.md", "sub/deep/e.txt", "sp ace.md", "caf\u00e9.md", "pct%41.md", "q?x.md",
+         "x.tar.gz", "r.md.gz", "doc.pdf", "noext", "dot.", "sub.md", "sub-x.md", "sub0.md", "~t.md", "-d.md",
+         "a..b.md", "bytes-\udce9.md", "#frag.md", "UP/Z.md"]
+"""Names a compact row can hold and names it cannot (spaces, non-ASCII, raw bytes, '%', '?', '#'), extensions
+that decide the type (or decompress, or convert), and folders that sort next to files (`sub.md` < `sub/` <
+`sub0.md`)."""
+
+WHERE = Location("m.yaml", 5, 3)
+
+
+def _collections() -> list[CollectionSpec]:
+    def spec(i: int, uri: str, name: str = "{path}", glob: str = "**", **kw: object) -> CollectionSpec:
+        display = kw.pop("display", Display())
+        return CollectionSpec("docs", glob, uri, name, display, Location("m.yaml", 10 + i, 3),  # type: ignore[arg-type]
+                              f"collections[{i}]", **kw)  # type: ignore[arg-type]
+
+    return [
+        spec(0, "a://{path}"),  # compact: the URI is a prefix and the path
+        spec(1, "b://x/{path}/raw", "{stem}"),  # compact, with a suffix (its URIs do not sort as its paths do)
+        spec(2, "c://{name}", "{name}", glob="sub/**"),  # not compact: {name} is no path
+        spec(3, "d://{path}", "{path}", display=Display(title="{stem} ({ext})", mime_type="text/plain",
+                                                         annotations=Annotations(last_modified="file"))),
+        spec(4, "e://{path}", decompress=True, access=frozenset({"s"})),
+        spec(5, "f://{path}", convert=ConvertSettings()),
+        spec(6, "g://{{literal}}/{path}?v=1"),  # literal braces and a query around the path
+    ]
+
+
+def _write(root: Path) -> None:
+    for i, name in enumerate(NAMES):
+        path = os.path.join(os.fsencode(root), os.fsencode(name))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(b"x" * i)
+        os.utime(path, (1_700_000_000 + i / 8, 1_700_000_000 + i / 8))
+
+
+def test_compact_rows_build_what_the_entry_builder_makes(tmp_path: Path) -> None:
+    _write(tmp_path)
+    collections = _collections()
+    source = SourceSpec("docs", str(tmp_path), "file", Location("m.yaml", 1, 1), "sources.docs")
+    manifest = Manifest(Path("m.yaml"), ServerSettings("t"), Defaults(), {"docs": source}, (), tuple(collections), ())
+    local = LocalSource("docs", str(tmp_path))
+    catalog = anyio.run(compile_catalog, manifest, {"docs": local})
+    files = anyio.run(local.list, "**")
+    expected: list[Entry] = []
+    compact = 0
+    for spec in collections:
+        rows = catalog.collections[collection_key(spec)]
+        assert isinstance(rows, Rows)
+        builder = EntryBuilder(spec)
+        made = [e for info in files if (e := builder.entry(info)) is not None
+                and (spec.glob == "**" or info.path.startswith("sub/"))]
+        assert list(rows) == sorted(made, key=lambda e: e.uri), spec.key
+        compact += len(rows) - len(rows.explicit)
+        for entry in made:  # by path as catalog_delta asks, by URI as reads do
+            assert catalog.paths_of(collection_key(spec)).get(entry.path or "") == entry
+            assert catalog.get(entry.uri) == entry
+        expected += made
+    assert compact >= 5 * 15  # most of these names fit a compact row in the five compact patterns
+    assert list(catalog.entries) == sorted(expected, key=lambda e: e.uri)
+    everything = list(catalog.entries)
+    for size in (1, 3, 7, 500):  # pages built a page at a time equal the entries one by one
+        pages = [entry for start in range(0, len(everything), size) for entry in catalog.entries[start:start + size]]
+        assert pages == everything
+    assert catalog.targets() == {(e.source, e.path) for e in everything}
+    assert catalog.access_count == sum(1 for e in everything if e.access)
+    for scopes in (frozenset(), frozenset({"s"})):
+        visible, uris = catalog.visible(scopes)
+        assert list(visible) == [e for e in everything if e.access <= scopes] and uris == [e.uri for e in visible]
+
+
+def _entry(uri: str, size: int) -> Entry:
+    return Entry(uri, uri, Display(), size=size, source="docs", path=uri)
+
+
+_uris = st.sets(st.text("abc/é", min_size=1, max_size=4), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=_uris, drop=_uris, add=_uris)
+def test_edited_rows_equal_the_edited_list(before: set[str], drop: set[str], add: set[str]) -> None:
+    rows = Rows.of(_entry(u, 1) for u in before)
+    new = sorted((_entry(u, 2) for u in add - (before - drop)), key=lambda e: e.uri)
+    edited = rows.edited(drop, new)
+    want = sorted([e for e in rows if e.uri not in drop] + new, key=lambda e: e.uri)
+    assert list(edited) == want and edited.uris == [e.uri for e in want]
+    assert list(rows) == sorted((_entry(u, 1) for u in before), key=lambda e: e.uri)  # the original is unchanged
+    merged = Rows.merged([rows, Rows.of(_entry(u, 3) for u in add - before)])
+    assert merged.uris == sorted(before | (add - before)) and Catalog(merged, ()).get("nope") is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(paths=st.lists(st.sampled_from(["noext", "a.md", "b", "c.TXT", "d.md", "dot.", "e.", "x.tar.gz", "y.gz",
+                                       "sub.d/f", "sub.d/f.md", ".md", "md", "q/.md", "r.markdown"]), max_size=12))
+def test_a_page_built_in_one_loop_equals_its_entries_one_by_one(paths: list[str]) -> None:
+    """`row_entries` (a page's compact rows) remembers the last extension: whatever the order of names, it gives
+    what the builder makes of each file."""
+    for spec in _collections():
+        builder = EntryBuilder(spec)
+        uris = [uri for path in paths if (uri := builder.compact_uri(path)) is not None]
+        sizes, mtimes = list(range(len(uris))), [1_700_000_000.5] * len(uris)
+        want = [builder.entry(FileInfo(builder.path_of(u), s, t)) for u, s, t in zip(uris, sizes, mtimes)]
+        assert builder.row_entries(uris, sizes, mtimes) == want, spec.key
