@@ -1,0 +1,138 @@
+"""A server as a test's subprocess (`aggregator serve --http`, an upstream, a balancer): its stderr in a file, waited
+for within START_TIMEOUT, stopped on the way out. A server that exits, or does not answer in time, fails the test
+with the tail of its stderr: a failed start says why instead of timing out later somewhere else.
+
+    with serve_http(manifest, tmp_path, env={"TOKEN": "..."}) as server:
+        async with Client(server.url, mode="auto") as client: ...
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.isolation import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 60.0
+"""Seconds a server may take to answer: generous for a loaded machine (a start takes 1-2 s on an idle one)."""
+STOP_TIMEOUT = 15.0
+POLL = 0.05
+
+__all__ = ["START_TIMEOUT", "STOP_TIMEOUT", "Server", "accepts", "answers", "serve_http", "start", "stop",
+           "wait_until"]
+
+
+def tail(log: Path | None, chars: int = 4000) -> str:
+    """The last `chars` of `log` (a server's stderr), or "" when there is none."""
+    return log.read_text(errors="replace")[-chars:] if log is not None and log.exists() else ""
+
+
+def wait_until(ready: Callable[[], bool], what: str, *, process: subprocess.Popen[bytes] | None = None,
+               log: Path | None = None, timeout: float = START_TIMEOUT) -> None:
+    """Return once `ready()` holds (checked every 50 ms); fail with `log`'s tail if `process` exits first or
+    `timeout` passes (the process is left to the caller's clean-up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready():
+            return
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"{what}: the process exited with {process.returncode}\n{tail(log)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not ready within {timeout:g}s\n{tail(log)}")
+        time.sleep(POLL)
+
+
+def accepts(port: int) -> Callable[[], bool]:
+    """Whether something accepts TCP connections on 127.0.0.1:`port`."""
+    def check() -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+    return check
+
+
+def answers(url: str, status: int | None = 200) -> Callable[[], bool]:
+    """Whether GET `url` answers (with `status`, unless None: any answer)."""
+    def check() -> bool:
+        import httpx2 as httpx
+
+        try:
+            code = httpx.get(url, timeout=2).status_code
+        except httpx.HTTPError:
+            return False
+        return status is None or code == status
+    return check
+
+
+def start(argv: Sequence[str], log: Path, *, env: Mapping[str, str] | None = None,
+          stdout: int | None = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """Start `argv` with its stderr appended to `log` (os.environ, PYTHONPATH at the checkout, plus `env`)."""
+    with log.open("ab") as sink:
+        return subprocess.Popen(list(argv), env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                                stdin=subprocess.DEVNULL, stdout=stdout, stderr=sink)
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int | None:
+    """Send `sig` and wait; SIGKILL past `timeout`. The exit code (None if even SIGKILL did not end it)."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+    return process.returncode
+
+
+@dataclass
+class Server:
+    """A running `serve --http`: `base` (http://127.0.0.1:PORT), `url` (its /mcp), `log` (its stderr)."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base}/mcp"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def serve_http(manifest: Path, logs: Path, *args: str, env: Mapping[str, str] | None = None,
+               port: int | None = None, bind: str = "", ready: str = "/healthz",
+               exit_code: int | None = 0, log_name: str = "server.log", global_args: Sequence[str] = ()
+               ) -> Iterator[Server]:
+    """`aggregator [global_args] serve manifest --http [bind]PORT args` once GET `ready` answers 200 ("" waits only
+    for the port to accept); SIGTERM on the way out, and then its exit code must be `exit_code` (None: any)."""
+    port = port or free_port()
+    log = logs / log_name
+    argv = [sys.executable, "-m", "aggregator", *global_args, "serve", str(manifest), "--http",
+            f"{bind}{port}", *args]
+    process = start(argv, log, env=env)
+    server = Server(port, process, log)
+    try:
+        check = answers(server.base + ready) if ready else accepts(port)
+        wait_until(check, f"aggregator serve --http {port}", process=process, log=log)
+        yield server
+    finally:
+        code = stop(process)
+    if exit_code is not None:
+        assert code == exit_code, f"exit {code}\n{tail(log)}"
