@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 POLL = 0.05
 
-__all__ = ["START_TIMEOUT", "STOP_TIMEOUT", "Server", "accepts", "answers", "serve_http", "start", "stop",
+__all__ = ["START_TIMEOUT", "STOP_TIMEOUT", "Server", "accepts", "answers", "serve_http", "start", "start_listening", "stop",
            "wait_until"]
 
 
@@ -93,6 +94,24 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: f
             except subprocess.TimeoutExpired:
                 return None
     return process.returncode
+
+
+def start_listening(argv: Sequence[str], port: int, *, log: Path | None = None,
+                    env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`argv` started (see `start`) once it accepts connections on `port`; stopped, failing with its stderr, if it
+    does not within START_TIMEOUT. Without `log` its stderr goes to a temporary file."""
+    if log is None:
+        handle, name = tempfile.mkstemp(prefix="server-", suffix=".log")
+        os.close(handle)
+        log = Path(name)
+    process = start(argv, log, env=env)
+    try:
+        wait_until(accepts(port), f"{Path(argv[1] if len(argv) > 1 else argv[0]).name} on port {port}",
+                   process=process, log=log)
+    except BaseException:
+        stop(process, signal.SIGKILL)
+        raise
+    return process
 
 
 @dataclass
