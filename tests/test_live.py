@@ -30,14 +30,19 @@ collections:
 """
 
 
-@pytest.fixture
-def live_dir(tmp_path: Path) -> Path:
-    docs = tmp_path / "docs"
+def live_folder(folder: Path, manifest: str = BASE) -> Path:
+    """`folder` with docs/a.md, docs/b.md and manifest.yaml holding `manifest` (a folder source `docs` in it)."""
+    docs = folder / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n")
     (docs / "b.md").write_text("# B\n")
-    write_manifest(tmp_path, BASE)
-    return tmp_path
+    write_manifest(folder, manifest)
+    return folder
+
+
+@pytest.fixture
+def live_dir(tmp_path: Path) -> Path:
+    return live_folder(tmp_path)
 
 
 def save(path: Path, text: str) -> None:

@@ -13,29 +13,19 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
-from tests.conftest import server_params, write_manifest
-from tests.test_live import QUIET, SOON, Inbox, uris
+from tests.conftest import server_params
+from tests.test_live import BASE as LIVE_BASE
+from tests.test_live import QUIET, SOON, Inbox, live_folder, uris
 
-BASE = """
-version: 1
-server: {name: live}
-sources:
-  docs: {url: ./docs}
-collections:
-  - {source: docs, glob: "**/*.md", uri: "docs://{path}"}
-"""
+BASE = LIVE_BASE.replace('glob: "*.md"', 'glob: "**/*.md"')
+"""test_live's manifest over the whole tree: folders that come and go are what these tests change."""
 
 FULL_RELIST = "full relist after changes"
 
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# A\n")
-    (docs / "b.md").write_text("# B\n")
-    write_manifest(tmp_path, BASE)
-    return tmp_path
+    return live_folder(tmp_path, BASE)
 
 
 def logged_server(manifest: Path, log: Path) -> StdioServerParameters:

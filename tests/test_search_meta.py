@@ -20,6 +20,7 @@ from aggregator.search_query import query_terms
 from aggregator.search_meta import MetadataSearch
 from tests.conftest import write_manifest
 from tests.test_search import structured
+from tests.test_tools import tools_manifest
 from tests.served import serve_http, wait_until
 
 FILES = 30_000
@@ -27,14 +28,8 @@ SEARCHES = 8
 QUERY = "product guide docs md"
 """Every entry holds every word (in its name, description or URI), and the best of them is listed last."""
 
-MANIFEST = """
-    version: 1
-    server: {name: big, tools: true}
-    sources:
-      docs: {url: ./docs}
-    collections:
-      - {source: docs, glob: "**/*.md", uri: "docs://{path}", name: "{stem}", description: Product guide.}
-    """
+MANIFEST = tools_manifest('{source: docs, glob: "**/*.md", uri: "docs://{path}", name: "{stem}", '
+                          'description: Product guide.}')
 
 
 @pytest.fixture(scope="module")
