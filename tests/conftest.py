@@ -168,7 +168,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     if workers > 1 and not _random_order(config):
-        durations = config.cache.get(schedule.CACHE_KEY, {}) if config.cache is not None else {}
+        cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+        durations = cache.get(schedule.CACHE_KEY, {}) if cache is not None else {}
         items[:] = schedule.order(items, workers, durations)
 
 
@@ -195,9 +196,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from tests import schedule
 
     config = session.config
-    if hasattr(config, "workerinput") or config.cache is None or not _TIMES:
+    cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+    if hasattr(config, "workerinput") or cache is None or not _TIMES:
         return
-    durations = dict(config.cache.get(schedule.CACHE_KEY, {}))
+    durations = dict(cache.get(schedule.CACHE_KEY, {}))
     durations.update({nodeid: round(seconds, 2) for nodeid, seconds in _TIMES.items()})
-    config.cache.set(schedule.CACHE_KEY, durations)
+    cache.set(schedule.CACHE_KEY, durations)
 
