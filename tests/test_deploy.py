@@ -25,6 +25,7 @@ from tests.conftest import MODES, server_params
 from tests.replicas import (DEPLOY, HAPROXY_CFG, NGINX_CONF, ROOT, cluster, find_binary, free_port, haproxy_env,
                             legacy_failures, nginx_config, replicas)
 from tests.test_live import Inbox, listened
+from tests.command import aggregator
 
 KUBERNETES = DEPLOY / "kubernetes"
 KUBERNETES_VERSION = "1.34.0"
@@ -197,9 +198,7 @@ def test_configmap_manifest_is_valid_and_takes_redis_from_the_environment(tmp_pa
     configmap = _kubernetes_objects()["ConfigMap/aggregator-manifest"]
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(configmap["data"]["manifest.yaml"])
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": "redis://:s3cret@redis:6379/0"}
-    checked = subprocess.run([sys.executable, "-m", "aggregator", "validate", "--offline", str(manifest)], env=env,
-                             capture_output=True, text=True, timeout=60)
+    checked = aggregator("validate", "--offline", str(manifest), env={"REDIS_URL": "redis://:s3cret@redis:6379/0"})
     assert checked.returncode == 0, checked.stderr
     assert "s3cret" not in checked.stdout + checked.stderr
     assert "${REDIS_URL}" in manifest.read_text()
