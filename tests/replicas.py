@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.isolation import free_port
-from tests.served import START_TIMEOUT, answers, start, stop, wait_until
+from tests.served import START_TIMEOUT, Server, answers, start, stop, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -155,24 +155,8 @@ def replicas(manifest: Path, count: int, logs: Path, *, env: Mapping[str, str] |
             replica.stop()
 
 
-@dataclass
-class Balancer:
-    """A running balancer: clients use `url`; `log` holds its output (HAProxy's request log)."""
-
-    port: int
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.base}/mcp"
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+Balancer = Server
+"""A running balancer: clients use `url`; `log` holds its output (HAProxy's request log)."""
 
 
 def haproxy_env(backends: Sequence[str], port: int) -> dict[str, str]:

@@ -116,7 +116,8 @@ def start_listening(argv: Sequence[str], port: int, *, log: Path | None = None,
 
 @dataclass
 class Server:
-    """A running `serve --http`: `base` (http://127.0.0.1:PORT), `url` (its /mcp), `log` (its stderr)."""
+    """A running server process on a loopback port: `base` (http://127.0.0.1:PORT), `url` (its /mcp), `log` (its
+    stderr)."""
 
     port: int
     process: subprocess.Popen[bytes]

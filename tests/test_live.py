@@ -220,9 +220,10 @@ async def _until_listed(client: Client, uri: str, timeout: float = SOON) -> None
 
 
 async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], settle: float = 0.3,
-                   **listen: Any) -> list[Any]:
+                   quiet: float = 0.0, **listen: Any) -> list[Any]:
     """The events a modern-wire `client.listen(**listen)` stream hears while `steps` run: each is an action and the
-    number of events that must have arrived (within 5 s) before the next one; the stream is opened `settle` s first."""
+    number of events that must have arrived (within 5 s) before the next one; the stream is opened `settle` s first,
+    and kept `quiet` s after the last step (for events that must not come)."""
     events: list[Any] = []
     async with client.listen(**listen) as sub:
         async def collect() -> None:
@@ -237,6 +238,7 @@ async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], s
                 with anyio.fail_after(5):
                     while len(events) < count:
                         await anyio.sleep(0.02)
+            await anyio.sleep(quiet)
             tg.cancel_scope.cancel()
     return events
 

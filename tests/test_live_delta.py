@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -15,7 +14,7 @@ from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from tests.conftest import server_params
 from tests.test_live import BASE as LIVE_BASE
-from tests.test_live import QUIET, SOON, Inbox, live_folder, uris
+from tests.test_live import QUIET, SOON, Inbox, listened, live_folder, uris
 
 BASE = LIVE_BASE.replace('glob: "*.md"', 'glob: "**/*.md"')
 """test_live's manifest over the whole tree: folders that come and go are what these tests change."""
@@ -86,25 +85,10 @@ def test_modern_listen_hears_added_and_removed_files_without_full_relist(folder:
 
     async def main() -> None:
         async with Client(logged_server(folder / "manifest.yaml", log), mode="auto", cache=None) as client:
-            events: list[Any] = []
-            async with client.listen(resources_list_changed=True, resource_subscriptions=["docs://a.md"]) as sub:
-
-                async def collect() -> None:
-                    async for event in sub:
-                        events.append(event)
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    await anyio.sleep(0.3)  # let the watcher start
-                    for action, count in [(lambda: (docs / "c.md").write_text("# C\n"), 1),
-                                          (lambda: (docs / "b.md").unlink(), 2),
-                                          (lambda: (docs / "a.md").write_text("# A, longer\n"), 3)]:
-                        action()
-                        with anyio.fail_after(SOON):
-                            while len(events) < count:
-                                await anyio.sleep(0.02)
-                    await anyio.sleep(QUIET)
-                    tg.cancel_scope.cancel()
+            steps = [(lambda: (docs / "c.md").write_text("# C\n"), 1), (lambda: (docs / "b.md").unlink(), 2),
+                     (lambda: (docs / "a.md").write_text("# A, longer\n"), 3)]
+            events = await listened(client, steps, quiet=QUIET, resources_list_changed=True,
+                                    resource_subscriptions=["docs://a.md"])
             assert events == [ResourcesListChanged(), ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
             assert await uris(client) == ["docs://a.md", "docs://c.md"]
             assert FULL_RELIST not in log.read_text()
