@@ -9,6 +9,7 @@ with the tail of its stderr: a failed start says why instead of timing out later
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -28,8 +29,8 @@ START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 POLL = 0.05
 
-__all__ = ["START_TIMEOUT", "STOP_TIMEOUT", "Server", "accepts", "answers", "serve_http", "start", "start_listening", "stop",
-           "wait_until"]
+__all__ = ["START_TIMEOUT", "STOP_TIMEOUT", "Server", "accepts", "answers", "serve_http", "start", "start_listening",
+           "stop", "wait_until", "wait_watched", "watched", "watchers_up"]
 
 
 def tail(log: Path | None, chars: int = 4000) -> str:
@@ -112,6 +113,61 @@ def start_listening(argv: Sequence[str], port: int, *, log: Path | None = None,
         stop(process, signal.SIGKILL)
         raise
     return process
+
+
+def _inotify_inodes(pid: int) -> set[tuple[int, int]]:
+    """The (device, inode) pairs process `pid` has inotify watches on (/proc/PID/fdinfo: Linux)."""
+    found: set[tuple[int, int]] = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{name}", encoding="ascii", errors="replace") as info:
+                text = info.read()
+        except OSError:  # closed meanwhile
+            continue
+        for match in _INOTIFY.finditer(text):
+            found.add((int(match["dev"], 16), int(match["ino"], 16)))
+    return found
+
+
+_INOTIFY = re.compile(r"^inotify wd:\S+ ino:(?P<ino>[0-9a-f]+) sdev:(?P<dev>[0-9a-f]+)", re.M)
+
+
+def watched(*folders: Path) -> bool:
+    """Whether this process or one of its descendants (a server it started, that server's workers) watches each of
+    `folders` (inotify): from then on a change there reaches the server. A test's folders are its own, so whoever
+    watches them is its server."""
+    import psutil
+
+    wanted = set()
+    for folder in folders:
+        st = folder.stat()
+        # /proc shows the device as the kernel's dev_t (major << 20 | minor), st_dev is glibc's encoding.
+        wanted.add(((os.major(st.st_dev) << 20) | os.minor(st.st_dev), st.st_ino))
+    me = psutil.Process()
+    seen: set[tuple[int, int]] = set()
+    for process in [me, *me.children(recursive=True)]:
+        seen |= _inotify_inodes(process.pid)
+        if wanted <= seen:
+            return True
+    return False
+
+
+def wait_watched(*folders: Path, timeout: float = START_TIMEOUT) -> None:
+    """Return once `watched(*folders)`: a server's folder watchers are up (what tests waited a fixed 0.3 s for)."""
+    wait_until(lambda: watched(*folders), f"a watcher on {', '.join(map(str, folders))}", timeout=timeout)
+
+
+async def watchers_up(*folders: Path, timeout: float = START_TIMEOUT) -> None:
+    """`wait_watched` for async tests: the event loop keeps running meanwhile."""
+    import anyio
+
+    with anyio.fail_after(timeout):
+        while not await anyio.to_thread.run_sync(watched, *folders):
+            await anyio.sleep(POLL)
 
 
 @dataclass

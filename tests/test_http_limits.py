@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.shared.subscriptions import ResourceUpdated
 
 from tests.test_live import BASE, Inbox, listened
-from tests.served import serve_http
+from tests.served import serve_http, wait_watched
 
 MARGIN = 4.0  # seconds past a timeout a connection may take to be closed: generous, the machine is shared
 
@@ -45,7 +45,7 @@ def serving(folder: Path, http: str, *extra: str) -> Iterator[Served]:
     manifest = folder / "manifest.yaml"
     manifest.write_text(BASE.replace("server: {name: live}", f"server:\n  name: live\n  http: {http}"))
     with serve_http(manifest, folder, *extra, log_name="stderr.log") as server:
-        time.sleep(0.3)  # watchers up
+        wait_watched(folder, folder / "docs")
         yield Served(server.port, folder, server.log)
     log = server.log
     text = log.read_text()

@@ -15,6 +15,7 @@ from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 from tests.conftest import server_params
 from tests.test_live import BASE as LIVE_BASE
 from tests.test_live import QUIET, SOON, Inbox, listened, live_folder, uris
+from tests.served import watchers_up
 
 BASE = LIVE_BASE.replace('glob: "*.md"', 'glob: "**/*.md"')
 """test_live's manifest over the whole tree: folders that come and go are what these tests change."""
@@ -49,7 +50,7 @@ def test_legacy_added_removed_modified_file_without_full_relist(folder: Path) ->
         async with Client(logged_server(folder / "manifest.yaml", log), mode="legacy", cache=None,
                           message_handler=inbox) as client:
             assert await uris(client) == ["docs://a.md", "docs://b.md"]
-            await anyio.sleep(0.3)  # let the watcher start
+            await watchers_up(docs)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 await client.subscribe_resource("docs://a.md")
@@ -87,7 +88,7 @@ def test_modern_listen_hears_added_and_removed_files_without_full_relist(folder:
         async with Client(logged_server(folder / "manifest.yaml", log), mode="auto", cache=None) as client:
             steps = [(lambda: (docs / "c.md").write_text("# C\n"), 1), (lambda: (docs / "b.md").unlink(), 2),
                      (lambda: (docs / "a.md").write_text("# A, longer\n"), 3)]
-            events = await listened(client, steps, quiet=QUIET, resources_list_changed=True,
+            events = await listened(client, steps, quiet=QUIET, watched=[docs], resources_list_changed=True,
                                     resource_subscriptions=["docs://a.md"])
             assert events == [ResourcesListChanged(), ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
             assert await uris(client) == ["docs://a.md", "docs://c.md"]

@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from tests.isolation import free_port
-from tests.served import accepts, answers, serve_http, start, stop, tail, wait_until
+from tests.served import accepts, answers, serve_http, start, stop, tail, wait_until, wait_watched
 from tests.test_live import BASE, Inbox, listened, save
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def _start(folder: Path, port: int, extra: tuple[str, ...] = ()) -> subprocess.P
 def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     process = _start(tmp_path, port)
-    time.sleep(0.3)  # watchers up
+    wait_watched(tmp_path, tmp_path / "docs")
     try:
         yield f"http://127.0.0.1:{port}/mcp", tmp_path
     finally:
@@ -85,7 +85,7 @@ def test_http_modern_capabilities_and_listen(http_server: tuple[str, Path]) -> N
                 (lambda: save(folder / "manifest.yaml", BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n'),
                  1),
                 (lambda: (folder / "docs" / "a.md").write_text("# A2\n"), 2),
-            ], resources_list_changed=True, resource_subscriptions=["docs://a.md"])
+            ], watched=[folder, folder / "docs"], resources_list_changed=True, resource_subscriptions=["docs://a.md"])
             assert events == [ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
             assert (await client.read_resource("docs://a.md")).contents[0].text == "# A2\n"
 
@@ -266,7 +266,7 @@ def test_sigterm_with_a_listen_stream_open_stops_cleanly(tmp_path: Path, extra: 
 def stateless_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     process = _start(tmp_path, port, ("--stateless",))
-    time.sleep(0.3)  # watchers up
+    wait_watched(tmp_path, tmp_path / "docs")
     try:
         yield f"http://127.0.0.1:{port}/mcp", tmp_path
     finally:
@@ -306,7 +306,7 @@ def test_stateless_modern_wire_keeps_listen(stateless_server: tuple[str, Path]) 
             caps = client.server_capabilities.resources
             assert caps.subscribe and caps.list_changed
             events = await listened(client, [(lambda: (folder / "docs" / "a.md").write_text("# A stateless\n"), 1)],
-                                    resource_subscriptions=["docs://a.md"])
+                                    watched=[folder / "docs"], resource_subscriptions=["docs://a.md"])
             assert events == [ResourceUpdated(uri="docs://a.md")]
 
     anyio.run(main)
