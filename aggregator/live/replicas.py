@@ -140,12 +140,16 @@ class ClusterReplica:
                 if src.watch_root() is None and not src.pushes_changes and sid in self.service.manifest.sources}
 
     async def _rejoined(self) -> None:
-        """Back on the bus after events may have been lost: drop remote sources' cached content, end listen streams
-        (clients listen again: the SDK's handler takes new streams after close), and tell legacy sessions."""
+        """Back on the bus after events may have been lost: drop remote sources' cached content (and in Redis what
+        this replica told changed meanwhile), tell legacy sessions list_changed, and end listen streams (clients
+        listen again: the SDK's handler takes new streams after close; what is told after the end opens their new
+        streams, but not this list_changed, which is no news to them)."""
         remote = set(self._remote_sources())
         self.service.cache.invalidate_where(Forget.of(sources=remote))
-        self.notifier.end_streams()
+        if self.service.shared is not None:  # what changed while Redis was out, told by this replica's polls alone
+            await self.service.shared.settle()
         await self.notifier.list_changed()
+        self.notifier.end_streams()
 
     def health(self) -> dict[str, object]:
         """For /healthz: whether the bus is up, this replica's id and the poll leases it holds (no Redis URL)."""
