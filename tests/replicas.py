@@ -36,7 +36,9 @@ HAPROXY_CFG = DEPLOY / "haproxy.cfg"
 NGINX_CONF = DEPLOY / "nginx.conf"
 MAX_STATIC_REPLICAS = 8
 """deploy/haproxy.cfg has AGGREGATOR_REPLICA_1 .. _8 for fixed addresses."""
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0
+"""Seconds a started process gets to answer: 30 s was too little for a replica's start-up with two test workers
+on 2 cores at load average 18-28 (it had logged nothing yet)."""
 STOP_TIMEOUT = 10.0
 
 __all__ = ["Balancer", "Cluster", "RedisServer", "Replica", "cluster", "find_binary", "free_port", "haproxy",
