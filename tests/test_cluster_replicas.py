@@ -19,7 +19,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
 from tests.conftest import write_manifest
 from tests.http_server import Upstream, serve
-from tests.replicas import Replica, metric_sum, redis_server, replicas
+from tests.replicas import RedisServer, Replica, metric_sum, redis_server, replicas
 from tests.test_live import Inbox
 
 INTERVAL = 0.3  # the source's poll interval, seconds
@@ -61,6 +61,14 @@ def polled_fleet(folder: Path, count: int) -> Iterator[Fleet]:
                 yield Fleet(upstream, manifest, group, url, prefix)
         finally:
             delete_prefix(url, prefix)
+
+
+@contextmanager
+def on_private_redis(tmp_path: Path, count: int) -> Iterator[tuple[Upstream, RedisServer, list[Replica]]]:
+    """An upstream, a redis-server of the test's own (to pause, hang or restart) and `count` replicas on them."""
+    with serve() as upstream, redis_server(tmp_path) as redis:
+        with replicas(_manifest(tmp_path, upstream, redis.url, unique_prefix()), count, tmp_path) as group:
+            yield upstream, redis, group
 
 
 class Listeners:
@@ -176,47 +184,45 @@ def test_a_polled_change_reaches_every_replica_once_and_one_replica_polls(tmp_pa
 def test_redis_paused_or_killed_keeps_serving_then_streams_close_and_recover(tmp_path: Path) -> None:
     """A private redis-server: CLIENT PAUSE, then kill: reads keep working, /healthz says disconnected; when it is
     back the replica reconnects, closes its listen streams (clients re-listen) and tells legacy sessions."""
-    with serve() as upstream, redis_server(tmp_path) as redis:
-        manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix())
-        with replicas(manifest, 1, tmp_path) as (replica,):
-            async def main() -> None:
-                async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
-                    heard = await stack.enter_async_context(listening(replica, tg))
+    with on_private_redis(tmp_path, 1) as (upstream, redis, (replica,)):
+        async def main() -> None:
+            async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+                heard = await stack.enter_async_context(listening(replica, tg))
+                await _until(lambda: replica.health()["cluster"]["connected"])
+                async with Client(replica.url, mode="auto", cache=None) as client:
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+
+                    await anyio.to_thread.run_sync(redis.pause, 4000)
+                    await _until(lambda: not replica.health()["cluster"]["connected"])
+                    # Alone, the replica polls for its own subscribers: a change still arrives.
+                    upstream.etag, upstream.body = '"v2"', "# A\n\nwhile paused\n"
+                    await _until(lambda: heard.updated() == (1, 1))
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+
+                    await _until(lambda: replica.health()["cluster"]["connected"])  # the pause ends
+                    await _until(lambda: heard.modern_ended.is_set())  # its stream was closed
+                    await _until(lambda: ("list_changed", None) in heard.legacy.events)
+
+                    redis.stop()
+                    await _until(lambda: not replica.health()["cluster"]["connected"])
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                    assert "aggregator_cluster_connected 0.0" in replica.metrics()
+                    redis.start()
                     await _until(lambda: replica.health()["cluster"]["connected"])
-                    async with Client(replica.url, mode="auto", cache=None) as client:
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                    # Clients listen again and hear the next change (through the lease holder's poll).
+                    async with listening(replica, tg) as again:
+                        await anyio.sleep(INTERVAL * 4)
+                        upstream.etag, upstream.body = '"v3"', "# A\n\nafter the restart\n"
+                        await _until(lambda: again.updated() == (1, 1))
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                    restarts = [line for line in replica.metrics().splitlines()
+                                if line.startswith("aggregator_cluster_subscriber_restarts_total")]
+                    assert restarts and float(restarts[0].split()[-1]) >= 1
+                tg.cancel_scope.cancel()
 
-                        await anyio.to_thread.run_sync(redis.pause, 4000)
-                        await _until(lambda: not replica.health()["cluster"]["connected"])
-                        # Alone, the replica polls for its own subscribers: a change still arrives.
-                        upstream.etag, upstream.body = '"v2"', "# A\n\nwhile paused\n"
-                        await _until(lambda: heard.updated() == (1, 1))
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
-
-                        await _until(lambda: replica.health()["cluster"]["connected"])  # the pause ends
-                        await _until(lambda: heard.modern_ended.is_set())  # its stream was closed
-                        await _until(lambda: ("list_changed", None) in heard.legacy.events)
-
-                        redis.stop()
-                        await _until(lambda: not replica.health()["cluster"]["connected"])
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
-                        assert "aggregator_cluster_connected 0.0" in replica.metrics()
-                        redis.start()
-                        await _until(lambda: replica.health()["cluster"]["connected"])
-                        # Clients listen again and hear the next change (through the lease holder's poll).
-                        async with listening(replica, tg) as again:
-                            await anyio.sleep(INTERVAL * 4)
-                            upstream.etag, upstream.body = '"v3"', "# A\n\nafter the restart\n"
-                            await _until(lambda: again.updated() == (1, 1))
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
-                        restarts = [line for line in replica.metrics().splitlines()
-                                    if line.startswith("aggregator_cluster_subscriber_restarts_total")]
-                        assert restarts and float(restarts[0].split()[-1]) >= 1
-                    tg.cancel_scope.cancel()
-
-            anyio.run(main)
-        log = (tmp_path / "replica0.log").read_text(errors="replace")
-        assert log.count("unavailable") <= 4 and "is back" in log
+        anyio.run(main)
+    log = (tmp_path / "replica0.log").read_text(errors="replace")
+    assert log.count("unavailable") <= 4 and "is back" in log
 
 
 def test_events_from_another_replica_reach_only_listeners_whose_token_sees_the_uri(tmp_path: Path) -> None:
