@@ -54,15 +54,28 @@ class _Slot(Generic[V]):
 
 
 class _Flight(Generic[V]):
-    """One load in progress; followers wait on `done` and read `value` or `error`."""
+    """One load in progress; followers `wait` for it to end, then read `value` or `error`. The event exists only
+    once a follower waits: most loads have none, and an event per load is a good part of a cold read's cost."""
 
-    __slots__ = ("done", "loaded", "value", "error")
+    __slots__ = ("_done", "ended", "loaded", "value", "error")
 
     def __init__(self) -> None:
-        self.done = anyio.Event()
+        self._done: anyio.Event | None = None
+        self.ended = False
         self.loaded = False
         self.value: V | None = None
         self.error: BaseException | None = None
+
+    async def wait(self) -> None:
+        if not self.ended:
+            if self._done is None:
+                self._done = anyio.Event()
+            await self._done.wait()
+
+    def end(self) -> None:
+        self.ended = True
+        if self._done is not None:
+            self._done.set()
 
 
 Load = Callable[[], Awaitable[tuple[V, str | None]]]
@@ -123,7 +136,7 @@ class ContentCache(Generic[K, V]):
             flight = self._flights.get(key)
             if flight is None:
                 return await self._lead(key, policy, load, revalidate, stale_on)
-            await flight.done.wait()
+            await flight.wait()
             if flight.loaded and getattr(flight.value, "private", False):
                 continue  # it depended on who asked: this caller loads its own
             if flight.loaded:
@@ -136,7 +149,8 @@ class ContentCache(Generic[K, V]):
 
     async def _lead(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
                     stale_on: tuple[type[BaseException], ...]) -> V:
-        flight = self._flights[key] = _Flight[V]()
+        flight: _Flight[V] = _Flight()  # not `_Flight[V]()`: calling a subscripted generic costs microseconds
+        self._flights[key] = flight
         try:
             with span("aggregator.cache.load", **_traced(key)):
                 value = await self._refresh(key, policy, load, revalidate, stale_on)
@@ -148,7 +162,7 @@ class ContentCache(Generic[K, V]):
             return value
         finally:
             del self._flights[key]
-            flight.done.set()
+            flight.end()
 
     async def _refresh(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
                        stale_on: tuple[type[BaseException], ...]) -> V:

@@ -31,6 +31,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from aggregator.sdk_compat import claim_stdin, claim_stdout  # the SDK's own claim of fd 0 and 1 (private in 2.3)
+from aggregator.stdio_fast import FastReads, fast_reads_for
 
 __all__ = ["DRAIN_TIMEOUT", "serve_stdio"]
 
@@ -92,8 +93,13 @@ async def serve_stdio(server: Any, options: InitializationOptions, *, drain_time
         try:
             async with _line_reader(stdin) as lines, _byte_writer(stdout) as out:
                 unanswered = _Unanswered()
-                to_wire = _WireOut(out, unanswered)
-                await server.run(_WireIn(lines, to_wire, unanswered, drain_timeout), to_wire, options)
+                fast = fast_reads_for(server)
+                to_wire = _WireOut(out, unanswered, fast)
+                try:
+                    await server.run(_WireIn(lines, to_wire, unanswered, drain_timeout, fast), to_wire, options)
+                finally:
+                    for task in list(fast.tasks.values()) if fast is not None else ():
+                        task.cancel()  # reads still going when the server stops: nobody is left to answer
         finally:
             if release_stdout is not None:
                 release_stdout()
@@ -106,8 +112,10 @@ class _WireIn:
     """The server's read stream: the next decodable message on stdin; undecodable lines are answered here. At end
     of input it returns only when what was asked is answered (or the drain timeout passes)."""
 
-    def __init__(self, lines: _Lines, out: _WireOut, unanswered: _Unanswered, drain_timeout: float) -> None:
+    def __init__(self, lines: _Lines, out: _WireOut, unanswered: _Unanswered, drain_timeout: float,
+                 fast: FastReads | None = None) -> None:
         self._lines, self._out, self._unanswered, self._drain_timeout = lines, out, unanswered, drain_timeout
+        self._fast = fast
         self._ended = False
 
     async def receive(self) -> SessionMessage:
@@ -122,6 +130,11 @@ class _WireIn:
                 self._ended = True
                 await self._drain()
                 break
+            if self._fast is not None:
+                taken = self._fast.take(line, self._out.answer)
+                if taken is not None:
+                    self._unanswered.add(taken)
+                    continue
             text = line.decode("utf-8", errors="replace")
             try:
                 message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
@@ -135,6 +148,8 @@ class _WireIn:
             elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
                 # A cancelled request is never answered.
                 self._unanswered.discard((message.params or {}).get("requestId"))
+            if self._fast is not None:
+                self._fast.saw(message)
             return SessionMessage(message)
         raise anyio.EndOfStream
 
@@ -174,21 +189,42 @@ class _WireIn:
 class _WireOut:
     """The server's write stream: each message one JSON line on stdout, written by the task that sends it."""
 
-    def __init__(self, out: _Bytes, unanswered: _Unanswered) -> None:
-        self._out, self._unanswered = out, unanswered
+    def __init__(self, out: _Bytes, unanswered: _Unanswered, fast: FastReads | None = None) -> None:
+        self._out, self._unanswered, self._fast = out, unanswered, fast
         self._closed = False
 
     async def send(self, item: SessionMessage) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
         data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+        await self._write(data)
+        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+            if self._fast is not None:
+                self._fast.answered(item.message)
+            self._unanswered.discard(item.message.id)
+
+    async def answer(self, request_id: types.RequestId, data: bytes | None, error: types.ErrorData | None) -> None:
+        """A fast-path answer: the encoded response line, or the error response for `error`; dropped, as the
+        SDK drops it, when the client no longer reads."""
+        if data is None:
+            data = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error or types.ErrorData(
+                code=types.INTERNAL_ERROR, message="Internal error")).model_dump_json(
+                by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+        try:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            await self._write(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            logger.debug("dropped the answer to %r: stdout closed", request_id)
+            return
+        self._unanswered.discard(request_id)
+
+    async def _write(self, data: bytes) -> None:
         try:
             await self._out.write(data)
         except OSError as exc:  # the client closed its end
             self._unanswered.abandon()
             raise anyio.BrokenResourceError from exc
-        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
-            self._unanswered.discard(item.message.id)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -116,6 +116,7 @@ class HungSource(LocalSource):
     def __init__(self, root: str, fifo: Path, **limits: float) -> None:
         super().__init__("hung", root, **limits)
         self.fifo = fifo
+        self.inline = False  # a mount that can hang is a network one: no read on the event loop (cached_read)
 
     def _read_file(self, path: str, max_bytes: int):  # type: ignore[override]
         with open(self.fifo, "rb"):  # blocks until a writer opens the FIFO: a hung syscall, not a sleep

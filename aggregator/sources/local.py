@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from aggregator.globs import glob_prefix, path_filter
 from aggregator.paths import UnsafePath, is_servable, is_within, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, FileSink, Source, SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.cached_read import inline_possible, read_if_cached
 from aggregator.sources.progress import ListingProgress
 from aggregator.sources.threads import ThreadSlots
 
@@ -60,6 +61,8 @@ class LocalSource(Source):
         self._outside_logged: set[tuple[str, ...]] = set()
         if not os.path.isdir(self.root):
             raise SourceError(f"folder {root!r} does not exist or is not a folder")
+        self.inline = inline_possible(self.root)
+        """Whether small files already in the page cache are read on the event loop (a local file system)."""
 
     def describe(self) -> str:
         return f"local folder {self.root}"
@@ -145,7 +148,26 @@ class LocalSource(Source):
                 for rel, st in self._walk(path, outside)]
 
     async def read(self, path: str, max_bytes: int) -> Blob:
+        if self.inline:
+            blob = self._read_cached(path, max_bytes)
+            if blob is not None:
+                return blob
         return await self._call(self._read_file, path, max_bytes)
+
+    def _read_cached(self, path: str, max_bytes: int) -> Blob | None:
+        """The file at `path` read on the event loop when that cannot block (`cached_read`); None: take a thread.
+        Only the plain case: no link on the way, a regular file within `max_bytes`; errors are the thread's."""
+        try:
+            real, st = self._resolve_stat(path)
+        except SourceError:
+            return None
+        if st is None or st.st_size > max_bytes:
+            return None
+        got = read_if_cached(real, st)
+        if got is None:
+            return None
+        data, st = got
+        return Blob(data, version=_version(st.st_mtime, st.st_size))
 
     def _read_file(self, path: str, max_bytes: int) -> Blob:
         real, st = self._resolve_stat(path)

@@ -1,0 +1,95 @@
+"""stdio reads against the stdlib floor (issue 29): reads/s and server CPU microseconds per read, cold and warm.
+
+`python -m benchmarks.stdio_floor [--size 10k] [--rounds 3] [--reads 2000] [--in-flight 16]`
+
+Per round one fresh aggregator and one fresh `floor-stdlib` (taking turns, the order alternating) over the scale
+corpus, through the raw client of `stdio_rpc` on the legacy wire: cold reads (distinct random files, each the
+server's first read of it; the files are in the page cache, as the floor's are) then warm reads (the same files
+again), `--in-flight` at once. Prints per round and the medians, with the ratio aggregator / floor of each round
+(compare ratios within a run: the machine may be loaded) and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.peers import PEERS
+from benchmarks.rss import cpu_seconds
+from benchmarks.scale import FLOOR, PAGE_SIZE, SUBJECT, checker, parse_size, picks
+from benchmarks.scale_corpus import CACHE, corpus
+from benchmarks.stdio_rpc import RawClient, pipelined
+from benchmarks.workload import uri_of
+
+
+@dataclass(frozen=True)
+class Round:
+    """One fresh server's reads: reads/s and server CPU microseconds per read, cold then warm."""
+
+    cold_rps: float
+    cold_us: float
+    warm_rps: float
+    warm_us: float
+
+
+async def one_round(peer: str, root: Path, cold: list[int], warm: list[int], in_flight: int) -> Round:
+    client = await RawClient.spawn(PEERS[peer].launch(root, PAGE_SIZE, None), sys.stderr)
+    try:
+        await client.initialize()
+        await client.request("resources/list")
+        cpu = cpu_seconds([client.pid])
+        cold_phase = await pipelined(client, [uri_of(i) for i in cold], in_flight, checker(cold))
+        mid = cpu_seconds([client.pid])
+        warm_phase = await pipelined(client, [uri_of(i) for i in warm], in_flight, checker(warm))
+        end = cpu_seconds([client.pid])
+        return Round(cold_phase.reads_per_s, (mid - cpu) / len(cold) * 1e6, warm_phase.reads_per_s,
+                     (end - mid) / len(warm) * 1e6)
+    finally:
+        await client.close()
+
+
+async def run(options: argparse.Namespace) -> None:
+    root = corpus(options.size, options.data)
+    runs: dict[str, list[Round]] = {SUBJECT: [], FLOOR: []}
+    ratios: list[tuple[float, float]] = []
+    for r in range(options.rounds):
+        cold, warm = picks(options.size, options.reads, r)
+        got = {}
+        for peer in (SUBJECT, FLOOR) if r % 2 == 0 else (FLOOR, SUBJECT):
+            got[peer] = await one_round(peer, root, cold, warm, options.in_flight)
+            runs[peer].append(got[peer])
+        a, f = got[SUBJECT], got[FLOOR]
+        ratios.append((a.cold_rps / f.cold_rps, a.warm_rps / f.warm_rps))
+        print(f"round {r + 1} load {os.getloadavg()[0]:.1f}: aggregator cold {a.cold_rps:,.0f}/s {a.cold_us:.0f} us, "
+              f"warm {a.warm_rps:,.0f}/s {a.warm_us:.0f} us | floor cold {f.cold_rps:,.0f}/s {f.cold_us:.0f} us, "
+              f"warm {f.warm_rps:,.0f}/s {f.warm_us:.0f} us | ratio cold {ratios[-1][0]:.2f}x warm "
+              f"{ratios[-1][1]:.2f}x", flush=True)
+    med = statistics.median
+    print(f"\n{options.size:,} files, {options.reads} reads, {options.in_flight} in flight, {options.rounds} rounds, "
+          f"load {os.getloadavg()[0]:.1f}")
+    print("| peer | cold reads/s | cold CPU us/read | warm reads/s | warm CPU us/read |")
+    print("|---|---|---|---|---|")
+    for peer, rounds in runs.items():
+        print(f"| {peer} | {med(x.cold_rps for x in rounds):,.0f} | {med(x.cold_us for x in rounds):.0f} | "
+              f"{med(x.warm_rps for x in rounds):,.0f} | {med(x.warm_us for x in rounds):.0f} |")
+    print(f"| ratio (median of rounds) | {med(c for c, _ in ratios):.2f}x | | {med(w for _, w in ratios):.2f}x | |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stdio_floor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=parse_size, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reads", type=int, default=2000)
+    parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--data", type=Path, default=CACHE)
+    asyncio.run(run(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The stdio fast path for `resources/read` answers exactly as the SDK does, on both wires, errors included, and
+takes only the requests it can answer so."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from aggregator.stdio_fast import FastReads
+from tests.conftest import server_params
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def _read(request_id: object, uri: object, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri, **params}}
+
+
+def _script(wire: str) -> list[dict[str, Any]]:
+    """Requests as a client would pipe them: reads of each kind of target, missing and malformed ones."""
+    meta: dict[str, Any] = {} if wire == "legacy" else {"_meta": MODERN_META}
+    if wire == "legacy":
+        opening: list[dict[str, Any]] = [
+            _read(1, "docs://README.md"),  # before the handshake: the SDK's gate answers it
+            {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    else:
+        opening = [{"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": MODERN_META}}]
+    reads = [_read(10, "docs://README.md", **meta), _read("s", "docs://ref/page00.md", **meta),
+             _read(11, "img://logo", **meta), _read(12, "note://inline", **meta), _read(13, "docs://readme", **meta),
+             _read(14, "docs://missing.md", **meta), _read(15, "nothing://here", **meta),
+             _read(16, "docs://README.md", extra=1, **meta), _read(17, 42, **meta), _read(18, "docs://README.md"),
+             _read(19, "docs://README.md", _meta={**MODERN_META, "io.modelcontextprotocol/protocolVersion": "1999"}),
+             _read(20, "docs://README.md", _meta={"progressToken": 5}),
+             _read(0, "docs://guides/page01.md", **meta)]
+    return [*opening, *reads]
+
+
+def _answers(manifest: Path, wire: str, fast: bool) -> dict[Any, Any]:
+    params = server_params(manifest, "--no-reload")
+    env = {**os.environ, **(params.env or {}), "AGGREGATOR_STDIO_FAST": "1" if fast else "0"}
+    lines = "".join(json.dumps(m) + "\n" for m in _script(wire))
+    done = subprocess.run([params.command, *params.args], input=lines, capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    by_id = {a.get("id"): a for a in answers}
+    assert len(by_id) == len(answers)
+    return by_id
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_fast_answers_are_the_sdks(docs_manifest: Path, wire: str) -> None:
+    slow, fast = _answers(docs_manifest, wire, False), _answers(docs_manifest, wire, True)
+    assert set(slow) == {2, 10, "s", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 0} | ({1} if wire == "legacy" else set())
+    for request_id, answer in slow.items():
+        assert fast[request_id] == answer, (request_id, fast[request_id], answer)
+    assert "blob" in fast[11]["result"]["contents"][0] and "error" in fast[14]
+
+
+class _Server:
+    def __init__(self, middleware: list[Any]) -> None:
+        self.middleware = middleware
+
+
+async def _never(ctx: Any, params: Any) -> dict[str, Any]:
+    raise AssertionError("not called")
+
+
+def _taken(fast: FastReads, message: dict[str, Any]) -> object:
+    return fast.take(json.dumps(message).encode() + b"\n", lambda *_: _never(None, None))
+
+
+@pytest.mark.anyio
+async def test_takes_only_well_formed_reads_after_the_handshake() -> None:
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    fast = FastReads(_Server([OpenTelemetryMiddleware()]), _never)
+    init = types.JSONRPCRequest(jsonrpc="2.0", id=1, method="initialize", params={})
+    fast.saw(init)
+    assert _taken(fast, _read(2, "a://b")) is None  # the handshake is not answered yet
+    fast.answered(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"protocolVersion": "2025-11-25"}))
+    for message in (_read(3, 5), _read(True, "a://b"), _read(3, "a://b", x=1), {**_read(3, "a://b"), "extra": 1},
+                    _read(3, "a://b", _meta={"progressToken": 1}), {**_read(3, "a://b"), "method": "resources/list"}):
+        assert _taken(fast, message) is None, message
+    assert _taken(fast, _read(4, "a://b")) == 4
+    assert _taken(fast, _read(4, "a://b")) is None  # an id still in flight is the SDK's to judge
+    for task in list(fast.tasks.values()):
+        task.cancel()
+    other = FastReads(_Server([OpenTelemetryMiddleware(), object()]), _never)  # any other middleware sees every request
+    other.saw(init)
+    other.answered(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"protocolVersion": "2025-11-25"}))
+    assert _taken(other, _read(5, "a://b")) is None
