@@ -2,12 +2,14 @@
 
 The SDK builds a session object per message, so a legacy connection is remembered by its `Connection` with
 the session of its `notifications/initialized` (not tied to any request), and forgotten through the
-connection's exit stack when it closes: nothing piles up.
+connection's exit stack when it closes: nothing piles up. Listen streams the server ends (`end_streams()`) are
+listened to again by their clients; what is told in between is replayed to the new streams (`_Replay`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,12 @@ __all__ = ["Notifier", "TooManySubscriptions"]
 logger = logging.getLogger("aggregator.notify")
 
 DEFAULT_MAX_SUBSCRIPTIONS = 1000
+REPLAY_SECONDS = 10.0
+"""After `end_streams()`, how long what is told is kept for the listen streams that open next (clients listening
+again): longer than a client takes to listen again, short enough that a new client hears little of the past."""
+REPLAY_EVENTS = 256
+"""Events kept for them at most (fewer than a stream buffers); past it none are kept, and a client listening again
+after that learns of the gap only from its stream's end (it reads again, as after any dropped stream)."""
 
 
 class TooManySubscriptions(Exception):
@@ -39,6 +47,8 @@ class Notifier:
 
     def __init__(self, bus: SubscriptionBus | None = None, max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
         self.bus: SubscriptionBus = bus or InMemorySubscriptionBus()
+        self._replay = _Replay(self.bus)
+        """The bus as listen streams see it: what is told after `end_streams()` reaches the next streams too."""
         self.max_subscriptions = max_subscriptions
         self._sessions: dict[Connection, ServerSession] = {}
         self._subscriptions: dict[Connection, set[str]] = {}
@@ -46,7 +56,7 @@ class Notifier:
         self._listens: dict[object, frozenset[str]] = {}
         self.sent_list_changed = 0
         self.sent_updated = 0
-        self._listen = ListenHandler(self.bus, max_subscriptions=max_subscriptions)
+        self._listen = ListenHandler(self._replay, max_subscriptions=max_subscriptions)
         self._scoped: set[ListenHandler] = set()  # one per open stream of a caller who sees only part of the catalog
         self.subscription_listeners: list[Callable[[], None]] = []
         """Told when the set of subscribed URIs may have changed (sources that push changes ask for exactly those)."""
@@ -108,7 +118,7 @@ class Notifier:
         if visible is not None:
             if len(self._scoped) >= self.max_subscriptions:
                 raise TooManySubscriptions(self.max_subscriptions)
-            handler = ListenHandler(_VisibleEvents(self.bus, visible), max_subscriptions=self.max_subscriptions)
+            handler = ListenHandler(_VisibleEvents(self._replay, visible), max_subscriptions=self.max_subscriptions)
             self._scoped.add(handler)
         token = object()
         self._listens[token] = frozenset(uris)
@@ -124,10 +134,12 @@ class Notifier:
 
     def end_streams(self) -> None:
         """End every open listen stream gracefully (each sends its final result). Not final: the SDK's handler
-        takes new streams afterwards, which is how clients re-listen after a cluster reconnect."""
+        takes new streams afterwards, which is how clients re-listen after a cluster reconnect; what is told until
+        they do is replayed to their new streams (for REPLAY_SECONDS)."""
         self._listen.close()
         for handler in list(self._scoped):
             handler.close()
+        self._replay.ended()
 
     def close(self) -> None:
         """Serving stops: end the listen streams, and tell `close_listeners` (their own streams end too)."""
@@ -159,7 +171,7 @@ class Notifier:
         self.sent_list_changed += 1
         for session in list(self._sessions.values()):
             await _send(session.send_resource_list_changed())
-        await self.bus.publish(ResourcesListChanged())
+        await self._replay.publish(ResourcesListChanged())
 
     async def updated(self, uris: Iterable[str]) -> None:
         for uri in uris:
@@ -169,7 +181,46 @@ class Notifier:
                 visible = self._visible.get(connection)
                 if session is not None and uri in subscribed and (visible is None or visible(uri)):
                     await _send(session.send_resource_updated(uri))
-            await self.bus.publish(ResourceUpdated(uri=uri))
+            await self._replay.publish(ResourceUpdated(uri=uri))
+
+
+class _Replay:
+    """A bus that keeps what is published for a while after the listen streams were ended, and gives it to each
+    stream that subscribes meanwhile before the live events: a client that listens again hears every event of
+    the gap once (the SDK replays nothing, and the ended stream took none of them: its buffer was closed)."""
+
+    def __init__(self, bus: SubscriptionBus) -> None:
+        self._bus = bus
+        self._until = 0.0  # monotonic time until which events are kept
+        self._kept: list[ServerEvent] = []
+
+    def ended(self) -> None:
+        """The listen streams were ended now: keep what is published from now on."""
+        self._until = time.monotonic() + REPLAY_SECONDS
+        self._kept = []
+
+    def _keeping(self) -> bool:
+        if time.monotonic() < self._until:
+            return True
+        self._kept = []
+        return False
+
+    async def publish(self, event: ServerEvent) -> None:
+        if self._keeping():
+            if len(self._kept) < REPLAY_EVENTS:
+                self._kept.append(event)
+            else:  # a partial replay would pass for a whole one: keep none
+                self._until, self._kept = 0.0, []
+                logger.info("more than %d events since the listen streams were ended: clients listening again "
+                            "hear none of them (their streams' end tells them to read again)", REPLAY_EVENTS)
+        await self._bus.publish(event)
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        # The SDK subscribes a stream before its ack and sends what it buffered after it, in order.
+        if self._keeping():
+            for event in list(self._kept):
+                listener(event)
+        return self._bus.subscribe(listener)
 
 
 class _VisibleEvents:

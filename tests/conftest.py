@@ -154,12 +154,52 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "leaves these out")
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Contract tests a source kind has no capability for are deselected (not skipped: CI fails on skips); the
-    tests of SLOW_MODULES are marked slow."""
+    tests of SLOW_MODULES are marked slow; under xdist each worker's share of the tests starts with its slowest
+    (tests/schedule.py), unless the order is random on purpose (`make test-random`)."""
+    from tests import schedule
     from tests.source_contract import deselect_unsupported
 
     deselect_unsupported(config, items)
     for item in items:
         if item.path.stem in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    if workers > 1 and not _random_order(config):
+        cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+        durations = cache.get(schedule.CACHE_KEY, {}) if cache is not None else {}
+        items[:] = schedule.order(items, workers, durations)
+
+
+def _random_order(config: pytest.Config) -> bool:
+    """Whether pytest-random-order shuffles this run (its own test: an option given, or --random-order)."""
+    if config.getoption("random_order_enabled", False):
+        return True
+    return any(not str(config.getoption(name, "default:")).startswith("default:")
+               for name in ("random_order_bucket", "random_order_seed"))
+
+
+_TIMES: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's seconds (setup, call and teardown), gathered where reports arrive: the controller of an xdist
+    run, or a serial run."""
+    _TIMES[report.nodeid] = _TIMES.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The seconds each test took this time, for tests/schedule.py's next order (workers leave it to the
+    controller, which saw every report)."""
+    from tests import schedule
+
+    config = session.config
+    cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+    if hasattr(config, "workerinput") or cache is None or not _TIMES:
+        return
+    durations = dict(cache.get(schedule.CACHE_KEY, {}))
+    durations.update({nodeid: round(seconds, 2) for nodeid, seconds in _TIMES.items()})
+    cache.set(schedule.CACHE_KEY, durations)
+

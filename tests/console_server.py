@@ -4,9 +4,6 @@ tokens for an admin (every scope), a reader (docs) and a nobody (no scope)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,9 +12,9 @@ from pathlib import Path
 import httpx2 as httpx
 
 from tests.conftest import PNG_BYTES
-from tests.replicas import free_port, wait_http
+from tests.replicas import free_port
+from tests.served import serve_http
 
-ROOT = Path(__file__).resolve().parents[1]
 ADMIN = "admin-token-0123456789abcdef"
 READER = "reader-token-0123456789abcdef"
 NOBODY = "nobody-token-0123456789abcdef"
@@ -89,20 +86,5 @@ class Served:
 def serve(folder: Path, manifest: Path | None = None, extra_env: dict[str, str] | None = None) -> Iterator[Served]:
     """`aggregator serve --http` on a free loopback port until the block ends (then SIGTERM, exit 0 expected)."""
     manifest = manifest or make_folder(folder)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = folder / "server.log"
-    with open(log, "wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
-                                   env={**os.environ, "PYTHONPATH": str(ROOT), **TOKENS, **(extra_env or {})},
-                                   stderr=sink)
-        try:
-            wait_http(base + "/healthz", 60, process, log)
-            yield Served(base, folder, manifest, log)
-        finally:
-            process.terminate()
-            try:
-                assert process.wait(15) == 0, log.read_text()
-            finally:
-                if process.poll() is None:
-                    process.kill()
+    with serve_http(manifest, folder, env={**TOKENS, **(extra_env or {})}) as server:
+        yield Served(server.base, folder, manifest, server.log)

@@ -35,6 +35,8 @@ class Upstream:
         """Cleared, requests under /base/ wait until it is set again (counted as they arrive): an upstream that
         holds every poll for as long as a test needs, so what follows a poll happens after what the test awaits."""
         self.answering.set()
+        self.holding: set[str] = set()
+        """The requests ("HEAD docs/a.md") that `answering` holds; empty: every one."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -50,7 +52,7 @@ class Upstream:
         tail = request.match_info["tail"]
         self.hits[f"{request.method} {tail}"] += 1
         self.seen_headers.append(dict(request.headers))
-        if not self.answering.is_set():
+        if not self.answering.is_set() and (not self.holding or f"{request.method} {tail}" in self.holding):
             await asyncio.get_running_loop().run_in_executor(None, self.answering.wait, 30)
         if self.failing:
             return web.Response(status=500, text="SECRET-UPSTREAM-BODY")

@@ -19,16 +19,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from tests.isolation import free_port
+from tests.served import START_TIMEOUT, Server, answers, start, stop, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -36,7 +36,6 @@ HAPROXY_CFG = DEPLOY / "haproxy.cfg"
 NGINX_CONF = DEPLOY / "nginx.conf"
 MAX_STATIC_REPLICAS = 8
 """deploy/haproxy.cfg has AGGREGATOR_REPLICA_1 .. _8 for fixed addresses."""
-START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 
 __all__ = ["Balancer", "Cluster", "RedisServer", "Replica", "cluster", "find_binary", "free_port", "haproxy",
@@ -56,37 +55,12 @@ def find_binary(name: str, *candidates: str) -> str:
 def wait_http(url: str, timeout: float = START_TIMEOUT, process: subprocess.Popen[bytes] | None = None,
               log: Path | None = None) -> None:
     """Wait until GET `url` answers 200; fail with the process's log if it exits or the time runs out."""
-    import httpx2 as httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            break
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    state = "exited with %s" % process.returncode if process is not None and process.poll() is not None \
-        else f"gave no 200 within {timeout:g}s"
-    tail = log.read_text(errors="replace")[-4000:] if log is not None and log.exists() else ""
-    raise AssertionError(f"{url}: {state}\n{tail}")
+    wait_until(answers(url), url, process=process, log=log, timeout=timeout)
 
 
 def _stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int | None:
     """Send `sig`, wait; SIGKILL past STOP_TIMEOUT. The exit code (None if even SIGKILL did not end it)."""
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            try:
-                process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                return None
-    return process.returncode
+    return stop(process, sig, STOP_TIMEOUT)
 
 
 @dataclass
@@ -97,7 +71,6 @@ class Replica:
     port: int
     process: subprocess.Popen[bytes]
     log: Path
-    _log_file: IO[bytes] = field(repr=False)
 
     @property
     def address(self) -> str:
@@ -134,15 +107,11 @@ class Replica:
 
     def stop(self) -> int | None:
         """SIGTERM (graceful), then SIGKILL if it lingers; the exit code."""
-        try:
-            return _stop(self.process)
-        finally:
-            self._log_file.close()
+        return _stop(self.process)
 
     def kill(self) -> None:
         """SIGKILL: a crash, no goodbye to Redis or clients."""
         _stop(self.process, signal.SIGKILL)
-        self._log_file.close()
 
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
@@ -162,12 +131,9 @@ def start_replica(manifest: Path, index: int, logs: Path, *, env: Mapping[str, s
     """Start replica `index` of `manifest` (not waiting for it: see `wait_http`). `env` adds to os.environ."""
     port = port or free_port()
     log = logs / f"replica{index}.log"
-    log_file = log.open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", f"127.0.0.1:{port}", *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=log_file)
-    return Replica(index, port, process, log, log_file)
+    process = start([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", f"127.0.0.1:{port}",
+                     *args], log, env=env)
+    return Replica(index, port, process, log)
 
 
 @contextmanager
@@ -189,24 +155,8 @@ def replicas(manifest: Path, count: int, logs: Path, *, env: Mapping[str, str] |
             replica.stop()
 
 
-@dataclass
-class Balancer:
-    """A running balancer: clients use `url`; `log` holds its output (HAProxy's request log)."""
-
-    port: int
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.base}/mcp"
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+Balancer = Server
+"""A running balancer: clients use `url`; `log` holds its output (HAProxy's request log)."""
 
 
 def haproxy_env(backends: Sequence[str], port: int) -> dict[str, str]:
@@ -351,12 +301,7 @@ class RedisServer:
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", str(self.log.parent), "--dbfilename", f"redis-{self.port}.rdb"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline and self.process.poll() is None:
-            if self.ping():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"redis-server on port {self.port} did not start\n{self.log.read_text()[-2000:]}")
+        wait_until(self.ping, f"redis-server on port {self.port}", process=self.process, log=self.log)
 
     def ping(self) -> bool:
         try:

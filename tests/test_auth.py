@@ -4,9 +4,6 @@ entries, private cache scope, /metrics and the JSON access log. A real server pr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,9 +23,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests import http_server
-from tests.test_server_http import free_port
+from tests.isolation import free_port
+from tests.served import serve_http
 
-ROOT = Path(__file__).resolve().parents[1]
 ALICE = "alice-token-0123456789abcdef"  # scopes docs + secret
 BOB = "bob-token-0123456789abcdef"  # scope docs
 CAROL = "carol-token-0123456789abcdef"  # no scopes: fails requiredScopes? no, none required in the main manifest
@@ -127,25 +124,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         manifest = folder / "manifest.yaml"
         manifest.write_text(MANIFEST.format(resource=base + "/mcp", issuer=ISSUER, jwks=jwks, upstream=upstream.port,
                                             bob_digest=hashlib.sha256(BOB.encode()).hexdigest()))
-        log = folder / "server.log"
-        with open(log, "wb") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "aggregator", "--log-format", "json", "serve", str(manifest), "--http",
-                 str(port)], env={**os.environ, "PYTHONPATH": str(ROOT), "ALICE": ALICE}, stderr=sink)
-            try:
-                deadline = time.monotonic() + 20
-                while True:
-                    try:
-                        httpx.get(base + "/healthz", timeout=1)
-                        break
-                    except httpx.HTTPError:
-                        if time.monotonic() > deadline or process.poll() is not None:
-                            raise RuntimeError(log.read_text()) from None
-                        time.sleep(0.1)
-                yield Served(base, folder, keys, upstream, log)
-            finally:
-                process.terminate()
-                assert process.wait(15) == 0
+        with serve_http(manifest, folder, port=port, env={"ALICE": ALICE}, global_args=["--log-format", "json"]
+                        ) as server:
+            yield Served(base, folder, keys, upstream, server.log)
 
 
 def _client(url: str, token: str | None, mode: str) -> Client:
@@ -299,27 +280,12 @@ def test_required_scopes_answer_403(tmp_path: Path) -> None:
     manifest.write_text('version: 1\nserver:\n  name: s\n  auth:\n    requiredScopes: [mcp]\n    tokens:\n'
                         '      - {name: a, token: "${A}", scopes: [mcp]}\n      - {name: b, token: "${B}"}\n'
                         'sources: {docs: {url: ./docs}}\ncollections: [{source: docs, glob: "*", uri: "d://{path}"}]\n')
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
-                               env={**os.environ, "PYTHONPATH": str(ROOT), "A": ALICE, "B": BOB},
-                               stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}/mcp"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+    with serve_http(manifest, tmp_path, env={"A": ALICE, "B": BOB}) as server:
         headers = {**HEADERS, "Authorization": f"Bearer {BOB}"}
-        response = httpx.post(url, json=INIT, headers=headers)
+        response = httpx.post(server.url, json=INIT, headers=headers)
         assert response.status_code == 403 and 'error="insufficient_scope"' in _challenge(response)
-        assert httpx.post(url, json=INIT, headers={**HEADERS, "Authorization": f"Bearer {ALICE}"}).status_code == 200
-    finally:
-        process.terminate()
-        assert process.wait(15) == 0
+        assert httpx.post(server.url, json=INIT,
+                          headers={**HEADERS, "Authorization": f"Bearer {ALICE}"}).status_code == 200
 
 
 def test_jwks_outage_keeps_the_keys_fetched_before() -> None:

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from aggregator.manifest.reference import render_reference
+from tests.command import aggregator
 from tests.conftest import write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def aggregator(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "aggregator", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
 
 
 def test_init_writes_a_valid_commented_manifest(tmp_path: Path) -> None:

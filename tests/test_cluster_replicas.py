@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
 from tests.conftest import write_manifest
 from tests.http_server import Upstream, serve
-from tests.replicas import Replica, metric_sum, redis_server, replicas
+from tests.replicas import RedisServer, Replica, metric_sum, redis_server, replicas
 from tests.test_live import Inbox
 
 INTERVAL = 0.3  # the source's poll interval, seconds
@@ -36,6 +37,38 @@ def _manifest(folder: Path, upstream: Upstream, redis: str, prefix: str) -> Path
         resources:
           - {{uri: "{URI}", name: a, source: api, path: docs/a.md}}
         """)
+
+
+@dataclass
+class Fleet:
+    upstream: Upstream
+    manifest: Path
+    replicas: list[Replica]
+    redis: str
+    prefix: str
+
+
+@contextmanager
+def polled_fleet(folder: Path, count: int) -> Iterator[Fleet]:
+    """`count` replicas of `_manifest` on the shared Redis, under a key prefix of their own (deleted afterwards),
+    polling a counting upstream."""
+    url = require_shared()
+    prefix = unique_prefix()
+    with serve() as upstream:
+        manifest = _manifest(folder, upstream, url, prefix)
+        try:
+            with replicas(manifest, count, folder) as group:
+                yield Fleet(upstream, manifest, group, url, prefix)
+        finally:
+            delete_prefix(url, prefix)
+
+
+@contextmanager
+def on_private_redis(tmp_path: Path, count: int) -> Iterator[tuple[Upstream, RedisServer, list[Replica]]]:
+    """An upstream, a redis-server of the test's own (to pause, hang or restart) and `count` replicas on them."""
+    with serve() as upstream, redis_server(tmp_path) as redis:
+        with replicas(_manifest(tmp_path, upstream, redis.url, unique_prefix()), count, tmp_path) as group:
+            yield upstream, redis, group
 
 
 class Listeners:
@@ -102,101 +135,94 @@ def _holder(group: list[Replica]) -> Replica:
 
 
 def test_a_polled_change_reaches_every_replica_once_and_one_replica_polls(tmp_path: Path) -> None:
-    url = require_shared()
-    prefix = unique_prefix()
-    with serve() as upstream:
-        manifest = _manifest(tmp_path, upstream, url, prefix)
-        try:
-            with replicas(manifest, 3, tmp_path) as group:
-                async def main() -> None:
-                    async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
-                        heard = [await stack.enter_async_context(listening(r, tg)) for r in group]
-                        await _until(lambda: all(r.health()["cluster"]["connected"] for r in group))
-                        await anyio.sleep(INTERVAL * 4)  # interests written, the holder's first poll recorded
-                        # Upstream calls for the poll: one replica polls, whatever the replica count.
-                        before = upstream.hits["HEAD docs/a.md"]
-                        await anyio.sleep(INTERVAL * 10)
-                        polls = upstream.hits["HEAD docs/a.md"] - before
-                        assert 5 <= polls <= 13, polls  # 10 intervals: ~10, never ~30
-                        holder = _holder(group)
+    with polled_fleet(tmp_path, 3) as fleet:
+        upstream, group = fleet.upstream, fleet.replicas
 
-                        upstream.etag, upstream.body = '"v2"', "# A\n\nchanged upstream\n"
-                        await _until(lambda: all(h.updated() == (1, 1) for h in heard))
-                        await anyio.sleep(INTERVAL * 5)  # no second copy arrives
-                        assert [h.updated() for h in heard] == [(1, 1)] * 3
-                        for r in group:
-                            async with Client(r.url, mode="auto", cache=None) as client:
-                                assert (await client.read_resource(URI)).contents[0].text == upstream.body
-                        figures = holder.metrics()
-                        assert 'aggregator_cluster_events_total{direction="published"} 1.0' in figures
-                        assert "aggregator_cluster_connected 1.0" in figures
-                        assert "aggregator_cluster_leases_held 1.0" in figures
-                        other = next(r for r in group if r is not holder)
-                        assert 'aggregator_cluster_events_total{direction="received"} 1.0' in other.metrics()
+        async def main() -> None:
+            async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+                heard = [await stack.enter_async_context(listening(r, tg)) for r in group]
+                await _until(lambda: all(r.health()["cluster"]["connected"] for r in group))
+                await anyio.sleep(INTERVAL * 4)  # interests written, the holder's first poll recorded
+                # Upstream calls for the poll: one replica polls, whatever the replica count.
+                before = upstream.hits["HEAD docs/a.md"]
+                await anyio.sleep(INTERVAL * 10)
+                polls = upstream.hits["HEAD docs/a.md"] - before
+                assert 5 <= polls <= 13, polls  # 10 intervals: ~10, never ~30
+                holder = _holder(group)
 
-                        # The lease holder dies: another takes the lease and the next change still arrives, once.
-                        holder.kill()
-                        killed = time.monotonic()
-                        survivors = [(r, h) for r, h in zip(group, heard) if r is not holder]
-                        # Takes over within 2 intervals (slack for process start-up noise on a busy machine).
-                        await _until(lambda: any(r.health()["cluster"]["leases"] for r, _ in survivors))
-                        assert time.monotonic() - killed < 2 * INTERVAL + 1.0
-                        upstream.etag, upstream.body = '"v3"', "# A\n\nchanged again\n"
-                        await _until(lambda: all(h.updated() == (2, 2) for _, h in survivors))
-                        await anyio.sleep(INTERVAL * 5)
-                        assert [h.updated() for _, h in survivors] == [(2, 2)] * 2
-                        assert _holder([r for r, _ in survivors]) is not holder
-                        tg.cancel_scope.cancel()
+                upstream.etag, upstream.body = '"v2"', "# A\n\nchanged upstream\n"
+                await _until(lambda: all(h.updated() == (1, 1) for h in heard))
+                await anyio.sleep(INTERVAL * 5)  # no second copy arrives
+                assert [h.updated() for h in heard] == [(1, 1)] * 3
+                for r in group:
+                    async with Client(r.url, mode="auto", cache=None) as client:
+                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                figures = holder.metrics()
+                assert 'aggregator_cluster_events_total{direction="published"} 1.0' in figures
+                assert "aggregator_cluster_connected 1.0" in figures
+                assert "aggregator_cluster_leases_held 1.0" in figures
+                other = next(r for r in group if r is not holder)
+                assert 'aggregator_cluster_events_total{direction="received"} 1.0' in other.metrics()
 
-                anyio.run(main)
-        finally:
-            delete_prefix(url, prefix)
+                # The lease holder dies: another takes the lease and the next change still arrives, once.
+                holder.kill()
+                killed = time.monotonic()
+                survivors = [(r, h) for r, h in zip(group, heard) if r is not holder]
+                # Takes over within 2 intervals (slack for process start-up noise on a busy machine).
+                await _until(lambda: any(r.health()["cluster"]["leases"] for r, _ in survivors))
+                assert time.monotonic() - killed < 2 * INTERVAL + 1.0
+                upstream.etag, upstream.body = '"v3"', "# A\n\nchanged again\n"
+                await _until(lambda: all(h.updated() == (2, 2) for _, h in survivors))
+                await anyio.sleep(INTERVAL * 5)
+                assert [h.updated() for _, h in survivors] == [(2, 2)] * 2
+                assert _holder([r for r, _ in survivors]) is not holder
+                tg.cancel_scope.cancel()
+
+        anyio.run(main)
 
 
 def test_redis_paused_or_killed_keeps_serving_then_streams_close_and_recover(tmp_path: Path) -> None:
     """A private redis-server: CLIENT PAUSE, then kill: reads keep working, /healthz says disconnected; when it is
     back the replica reconnects, closes its listen streams (clients re-listen) and tells legacy sessions."""
-    with serve() as upstream, redis_server(tmp_path) as redis:
-        manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix())
-        with replicas(manifest, 1, tmp_path) as (replica,):
-            async def main() -> None:
-                async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
-                    heard = await stack.enter_async_context(listening(replica, tg))
+    with on_private_redis(tmp_path, 1) as (upstream, redis, (replica,)):
+        async def main() -> None:
+            async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+                heard = await stack.enter_async_context(listening(replica, tg))
+                await _until(lambda: replica.health()["cluster"]["connected"])
+                async with Client(replica.url, mode="auto", cache=None) as client:
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+
+                    await anyio.to_thread.run_sync(redis.pause, 4000)
+                    await _until(lambda: not replica.health()["cluster"]["connected"])
+                    # Alone, the replica polls for its own subscribers: a change still arrives.
+                    upstream.etag, upstream.body = '"v2"', "# A\n\nwhile paused\n"
+                    await _until(lambda: heard.updated() == (1, 1))
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+
+                    await _until(lambda: replica.health()["cluster"]["connected"])  # the pause ends
+                    await _until(lambda: heard.modern_ended.is_set())  # its stream was closed
+                    await _until(lambda: ("list_changed", None) in heard.legacy.events)
+
+                    redis.stop()
+                    await _until(lambda: not replica.health()["cluster"]["connected"])
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                    assert "aggregator_cluster_connected 0.0" in replica.metrics()
+                    redis.start()
                     await _until(lambda: replica.health()["cluster"]["connected"])
-                    async with Client(replica.url, mode="auto", cache=None) as client:
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                    # Clients listen again and hear the next change (through the lease holder's poll).
+                    async with listening(replica, tg) as again:
+                        await anyio.sleep(INTERVAL * 4)
+                        upstream.etag, upstream.body = '"v3"', "# A\n\nafter the restart\n"
+                        await _until(lambda: again.updated() == (1, 1))
+                    assert (await client.read_resource(URI)).contents[0].text == upstream.body
+                    restarts = [line for line in replica.metrics().splitlines()
+                                if line.startswith("aggregator_cluster_subscriber_restarts_total")]
+                    assert restarts and float(restarts[0].split()[-1]) >= 1
+                tg.cancel_scope.cancel()
 
-                        await anyio.to_thread.run_sync(redis.pause, 4000)
-                        await _until(lambda: not replica.health()["cluster"]["connected"])
-                        # Alone, the replica polls for its own subscribers: a change still arrives.
-                        upstream.etag, upstream.body = '"v2"', "# A\n\nwhile paused\n"
-                        await _until(lambda: heard.updated() == (1, 1))
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
-
-                        await _until(lambda: replica.health()["cluster"]["connected"])  # the pause ends
-                        await _until(lambda: heard.modern_ended.is_set())  # its stream was closed
-                        await _until(lambda: ("list_changed", None) in heard.legacy.events)
-
-                        redis.stop()
-                        await _until(lambda: not replica.health()["cluster"]["connected"])
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
-                        assert "aggregator_cluster_connected 0.0" in replica.metrics()
-                        redis.start()
-                        await _until(lambda: replica.health()["cluster"]["connected"])
-                        # Clients listen again and hear the next change (through the lease holder's poll).
-                        async with listening(replica, tg) as again:
-                            await anyio.sleep(INTERVAL * 4)
-                            upstream.etag, upstream.body = '"v3"', "# A\n\nafter the restart\n"
-                            await _until(lambda: again.updated() == (1, 1))
-                        assert (await client.read_resource(URI)).contents[0].text == upstream.body
-                        restarts = [line for line in replica.metrics().splitlines()
-                                    if line.startswith("aggregator_cluster_subscriber_restarts_total")]
-                        assert restarts and float(restarts[0].split()[-1]) >= 1
-                    tg.cancel_scope.cancel()
-
-            anyio.run(main)
-        log = (tmp_path / "replica0.log").read_text(errors="replace")
-        assert log.count("unavailable") <= 4 and "is back" in log
+        anyio.run(main)
+    log = (tmp_path / "replica0.log").read_text(errors="replace")
+    assert log.count("unavailable") <= 4 and "is back" in log
 
 
 def test_events_from_another_replica_reach_only_listeners_whose_token_sees_the_uri(tmp_path: Path) -> None:
@@ -280,30 +306,25 @@ def test_a_reload_that_changes_a_polled_sources_settings_moves_its_lease(tmp_pat
     """Issue 24 item 10: a reload changes the polled source's settings (its fingerprint) but not its `poll:`. The
     lease of the old fingerprint is given back, not kept counted: across the replicas /healthz and
     aggregator_cluster_leases_held add up to the 1 lease Redis holds, and one replica polls."""
-    url = require_shared()
-    prefix = unique_prefix()
-    with serve() as upstream:
-        manifest = _manifest(tmp_path, upstream, url, prefix)
-        try:
-            with replicas(manifest, 2, tmp_path) as group:
-                async def main() -> None:
-                    await _until(lambda: all(r.health()["cluster"]["connected"] for r in group))
-                    await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
-                    assert len(_lease_keys(url, prefix)) == 1
-                    text = manifest.read_text().replace("allowPrivateNetwork: true,",
-                                                        "allowPrivateNetwork: true, maxBytes: 2MiB,")
-                    assert "maxBytes: 2MiB" in text
-                    manifest.write_text(text)
-                    await _until(lambda: all(r.health()["reloads"] == 1 for r in group))
-                    old = _lease_keys(url, prefix)
-                    # The old lease expires in 1.5 intervals anyway; counts must agree with Redis after that.
-                    await _until(lambda: _lease_keys(url, prefix) != old)
-                    await anyio.sleep(INTERVAL * 4)
-                    leases = [r.health()["cluster"]["leases"] for r in group]
-                    held = [metric_sum(r.metrics(), "aggregator_cluster_leases_held") for r in group]
-                    assert sorted(leases) == [0, 1] and sorted(held) == [0.0, 1.0], (leases, held)
-                    assert len(_lease_keys(url, prefix)) == 1
+    with polled_fleet(tmp_path, 2) as fleet:
+        manifest, group, url, prefix = fleet.manifest, fleet.replicas, fleet.redis, fleet.prefix
 
-                anyio.run(main)
-        finally:
-            delete_prefix(url, prefix)
+        async def main() -> None:
+            await _until(lambda: all(r.health()["cluster"]["connected"] for r in group))
+            await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
+            assert len(_lease_keys(url, prefix)) == 1
+            text = manifest.read_text().replace("allowPrivateNetwork: true,",
+                                                "allowPrivateNetwork: true, maxBytes: 2MiB,")
+            assert "maxBytes: 2MiB" in text
+            manifest.write_text(text)
+            await _until(lambda: all(r.health()["reloads"] == 1 for r in group))
+            old = _lease_keys(url, prefix)
+            # The old lease expires in 1.5 intervals anyway; counts must agree with Redis after that.
+            await _until(lambda: _lease_keys(url, prefix) != old)
+            await anyio.sleep(INTERVAL * 4)
+            leases = [r.health()["cluster"]["leases"] for r in group]
+            held = [metric_sum(r.metrics(), "aggregator_cluster_leases_held") for r in group]
+            assert sorted(leases) == [0, 1] and sorted(held) == [0.0, 1.0], (leases, held)
+            assert len(_lease_keys(url, prefix)) == 1
+
+        anyio.run(main)

@@ -27,6 +27,7 @@ from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ConsoleSettings, Display, ManifestError
 from tests.console_server import ADMIN, NOBODY, READER, Served, serve
 from tests.test_live import save
+from tests.served import watchers_up
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +347,7 @@ def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Pa
                         warnings.simplefilter("ignore")
                         await client.subscribe_resource("secret://plan.md")
                         await client.subscribe_resource("docs://api.json")
-                    await anyio.sleep(0.3)  # the watchers are up
+                    await watchers_up(running.folder / "secret", running.folder / "docs")
                     (running.folder / "secret" / "plan.md").write_text("# a new plan\n")
                     await anyio.to_thread.run_sync(lambda: admin.wait_for("updated", uri="secret://plan.md"))
                     (running.folder / "docs" / "api.json").write_text('{"version": 3}')

@@ -62,16 +62,17 @@ async def test_encrypted_scanned_and_corrupt(pool: DocumentPool) -> None:
 
 @pytest.mark.anyio
 async def test_pages_rows_and_characters_are_cut_with_a_note(pool: DocumentPool) -> None:
-    five_hundred = pdf_pages(500)
+    five_hundred = pdf_pages(500)  # the default maxPages: read whole
     whole = await pool.convert(five_hundred, "pdf", LIMITS)
     assert "<!-- page 500 -->\n\nPage 500 word0" in whole and "cut" not in whole
-    first = await pool.convert(five_hundred, "pdf", replace(LIMITS, max_pages=100))
+    more = pdf_pages(150)  # past the lower limits below: a third of the pages to convert
+    first = await pool.convert(more, "pdf", replace(LIMITS, max_pages=100))
     assert "<!-- page 100 -->" in first and "<!-- page 101 -->" not in first
-    assert first.endswith("[... cut after page 100 of 500: limit convert.maxPages]\n")
-    short = await pool.convert(five_hundred, "pdf", replace(LIMITS, max_chars=1000))
+    assert first.endswith("[... cut after page 100 of 150: limit convert.maxPages]\n")
+    short = await pool.convert(more, "pdf", replace(LIMITS, max_chars=1000))
     assert short.endswith("\n\n[... cut at 1000 characters: limit convert.maxChars]\n")
     assert len(short) < 1100
-    rows = await pool.convert(xlsx_rows(100_000), "xlsx", replace(LIMITS, max_chars=10**7))
+    rows = await pool.convert(xlsx_rows(25_000), "xlsx", replace(LIMITS, max_chars=10**7))  # 2.5 x maxRows
     assert "| 9999 | row 9999 | 14998.5 |" in rows and "| 10000 |" not in rows  # the header is a row too
     assert rows.endswith("[... cut after 10000 rows, in sheet 'Data': limit convert.maxRows]\n")
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +25,10 @@ from test_live import Inbox, listened
 from test_search import search_tool, until_found
 
 from tests.isolation import free_port  # the package's copy: one port sequence per worker
+from tests.served import answers, start, stop, tail, wait_until
 
 pytest.importorskip("pypdfium2", reason="the documents extra is not installed: pip install -e '.[documents]'")
 
-ROOT = Path(__file__).resolve().parents[1]
 
 MANIFEST = """
     version: 1
@@ -48,17 +46,14 @@ class Served:
     def __init__(self, folder: Path) -> None:
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "aggregator", "serve", str(folder / "manifest.yaml"), "--http", str(port)],
-            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(self.base + "/healthz", timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise AssertionError("the server did not start")
+        self.log = folder / "server.log"
+        self.process = start([sys.executable, "-m", "aggregator", "serve", str(folder / "manifest.yaml"), "--http",
+                              str(port)], self.log)
+        try:
+            wait_until(answers(self.base + "/healthz"), self.base, process=self.process, log=self.log)
+        except BaseException:
+            stop(self.process)
+            raise
 
     def conversions(self) -> int:
         """Documents this server converted (aggregator_document_conversions_total{outcome="ok"})."""
@@ -72,8 +67,7 @@ class Served:
         return float(found.group(1))
 
     def stop(self) -> None:
-        self.process.terminate()
-        assert self.process.wait(15) == 0
+        assert stop(self.process) == 0, tail(self.log)
 
 
 @pytest.fixture

@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import os
 import select
 import socket
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -22,7 +19,7 @@ from mcp import Client
 from mcp.shared.subscriptions import ResourceUpdated
 
 from tests.test_live import BASE, Inbox, listened
-from tests.test_server_http import ROOT, free_port
+from tests.served import serve_http, wait_watched
 
 MARGIN = 4.0  # seconds past a timeout a connection may take to be closed: generous, the machine is shared
 
@@ -43,32 +40,14 @@ class Served:
 @contextmanager
 def serving(folder: Path, http: str, *extra: str) -> Iterator[Served]:
     """`aggregator serve --http` over folder/docs/a.md with `server.http` set to `http`."""
-    import httpx2 as httpx
-
     (folder / "docs").mkdir(exist_ok=True)
     (folder / "docs" / "a.md").write_text("# A\n")
     manifest = folder / "manifest.yaml"
     manifest.write_text(BASE.replace("server: {name: live}", f"server:\n  name: live\n  http: {http}"))
-    port, log = free_port(), folder / "stderr.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port),
-                                    *extra], env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=sink)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
-        time.sleep(0.3)  # watchers up
-        yield Served(port, folder, log)
-    finally:
-        process.terminate()
-        code = process.wait(20)
-    assert code == 0
+    with serve_http(manifest, folder, *extra, log_name="stderr.log") as server:
+        wait_watched(folder, folder / "docs")
+        yield Served(server.port, folder, server.log)
+    log = server.log
     text = log.read_text()
     assert "Traceback" not in text and "Exception in ASGI application" not in text, text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from tests.conftest import server_params, write_manifest
-from tests.isolation import free_port
+from tests.served import serve_http, wait_until, wait_watched, watchers_up
 
 QUIET = 0.8  # seconds to wait for a notification that must not come
 SOON = 5.0   # seconds a notification that must come may take
@@ -30,14 +30,19 @@ collections:
 """
 
 
-@pytest.fixture
-def live_dir(tmp_path: Path) -> Path:
-    docs = tmp_path / "docs"
+def live_folder(folder: Path, manifest: str = BASE) -> Path:
+    """`folder` with docs/a.md, docs/b.md and manifest.yaml holding `manifest` (a folder source `docs` in it)."""
+    docs = folder / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n")
     (docs / "b.md").write_text("# B\n")
-    write_manifest(tmp_path, BASE)
-    return tmp_path
+    write_manifest(folder, manifest)
+    return folder
+
+
+@pytest.fixture
+def live_dir(tmp_path: Path) -> Path:
+    return live_folder(tmp_path)
 
 
 def save(path: Path, text: str) -> None:
@@ -130,7 +135,7 @@ def test_modern_listen_gets_list_changed_and_updated(live_dir: Path) -> None:
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(collect)
-                    await anyio.sleep(0.3)  # let the watchers start
+                    await watchers_up(manifest.parent)
                     save(manifest, BASE + 'resources:\n  - {uri: "note://m", name: m, text: hi}\n')
                     await _until(lambda: events)
                     (live_dir / "docs" / "a.md").write_text("# A2\n")
@@ -214,10 +219,13 @@ async def _until_listed(client: Client, uri: str, timeout: float = SOON) -> None
             await anyio.sleep(0.05)
 
 
-async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], settle: float = 0.3,
-                   **listen: Any) -> list[Any]:
-    """The events a modern-wire `client.listen(**listen)` stream hears while `steps` run: each is an action and the
-    number of events that must have arrived (within 5 s) before the next one; the stream is opened `settle` s first."""
+async def listened(client: Any, steps: Sequence[tuple[Any, ...]], settle: float = 0.3,
+                   quiet: float = 0.0, watched: Sequence[Path] = (), **listen: Any) -> list[Any]:
+    """The events a modern-wire `client.listen(**listen)` stream hears while `steps` run: each is an action, the
+    number of events that must have arrived (within 5 s) before the next one and, optionally, an async check to run
+    then. The first step runs once the server
+    watches the folders `watched` (tests/served.py), or else `settle` s after the stream opened; the stream is kept
+    `quiet` s after the last step (for events that must not come)."""
     events: list[Any] = []
     async with client.listen(**listen) as sub:
         async def collect() -> None:
@@ -226,12 +234,18 @@ async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], s
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(collect)
-            await anyio.sleep(settle)
-            for action, count in steps:
+            if watched:
+                await watchers_up(*watched)
+            else:
+                await anyio.sleep(settle)
+            for action, count, *check in steps:
                 action()
                 with anyio.fail_after(5):
                     while len(events) < count:
                         await anyio.sleep(0.02)
+                if check and check[0] is not None:
+                    await check[0]()
+            await anyio.sleep(quiet)
             tg.cancel_scope.cancel()
     return events
 
@@ -239,10 +253,6 @@ async def listened(client: Any, steps: list[tuple[Callable[[], object], int]], s
 def test_writing_back_the_last_good_manifest_clears_the_reload_error(tmp_path: Path) -> None:
     """After a broken save, saving exactly the content that last loaded reloads it (its mtime changed), clears
     /healthz's lastReloadError and says in the log that the manifest recovered."""
-    import subprocess
-    import sys
-    import time
-
     import httpx2 as httpx
 
     (tmp_path / "docs").mkdir()
@@ -250,36 +260,26 @@ def test_writing_back_the_last_good_manifest_clears_the_reload_error(tmp_path: P
     good = BASE.replace("server: {name: live}", "server: {name: live, reloadSettle: 0s}")
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(good)
-    port = free_port()
-    log = (tmp_path / "server.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)], stderr=log,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
 
-    def health_until(done: Any, seconds: float = 20.0) -> dict[str, Any]:
-        deadline, health = time.monotonic() + seconds, {}
-        while time.monotonic() < deadline:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()
-                if done(health):
-                    return health
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"/healthz never got there: {health}")
+    with serve_http(manifest, tmp_path) as server:
+        def health_until(done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+            found: dict[str, Any] = {}
 
-    try:
+            def check() -> bool:
+                found.update(httpx.get(server.base + "/healthz", timeout=5).json())
+                return done(found)
+
+            wait_until(check, "/healthz", process=server.process, log=server.log, timeout=20)
+            return found
+
         before = health_until(lambda h: h["resources"] == 1)
+        wait_watched(tmp_path, tmp_path / "docs")
         save(manifest, good + "resources:\n  - {uri: 'note://x', name: x, source: nope, path: x}\n")
         failed = health_until(lambda h: h["lastReloadError"] is not None)
         assert failed["generation"] == before["generation"]  # still serving the last good catalog
         save(manifest, good)
         recovered = health_until(lambda h: h["lastReloadError"] is None)
         assert recovered["resources"] == 1
-    finally:
-        process.terminate()
-        assert process.wait(15) == 0
-        log.close()
     text = (tmp_path / "server.log").read_text()
     assert f"{manifest} recovered: the last reload failed" in text, text
     assert text.count("manifest reload failed;") == 1, text  # retries of the same broken files say it once

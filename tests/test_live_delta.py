@@ -5,38 +5,27 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
-from tests.conftest import server_params, write_manifest
-from tests.test_live import QUIET, SOON, Inbox, uris
+from tests.conftest import server_params
+from tests.test_live import BASE as LIVE_BASE
+from tests.test_live import QUIET, SOON, Inbox, listened, live_folder, uris
+from tests.served import watchers_up
 
-BASE = """
-version: 1
-server: {name: live}
-sources:
-  docs: {url: ./docs}
-collections:
-  - {source: docs, glob: "**/*.md", uri: "docs://{path}"}
-"""
+BASE = LIVE_BASE.replace('glob: "*.md"', 'glob: "**/*.md"')
+"""test_live's manifest over the whole tree: folders that come and go are what these tests change."""
 
 FULL_RELIST = "full relist after changes"
 
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# A\n")
-    (docs / "b.md").write_text("# B\n")
-    write_manifest(tmp_path, BASE)
-    return tmp_path
+    return live_folder(tmp_path, BASE)
 
 
 def logged_server(manifest: Path, log: Path) -> StdioServerParameters:
@@ -61,7 +50,7 @@ def test_legacy_added_removed_modified_file_without_full_relist(folder: Path) ->
         async with Client(logged_server(folder / "manifest.yaml", log), mode="legacy", cache=None,
                           message_handler=inbox) as client:
             assert await uris(client) == ["docs://a.md", "docs://b.md"]
-            await anyio.sleep(0.3)  # let the watcher start
+            await watchers_up(docs)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 await client.subscribe_resource("docs://a.md")
@@ -91,45 +80,16 @@ def test_legacy_added_removed_modified_file_without_full_relist(folder: Path) ->
     anyio.run(main)
 
 
-Step = tuple[Callable[[], object], int, Callable[[], Awaitable[None]] | None]
-"""An action, how many events the stream has heard once it is through, and a check to run then (or None)."""
-
-
-async def _listened(client: Client, steps: list[Step], subscriptions: tuple[str, ...] = ()) -> list[Any]:
-    """What a listen stream (list_changed, and `subscriptions`) hears while the steps run one after the other, and
-    for QUIET after them."""
-    events: list[Any] = []
-    async with client.listen(resources_list_changed=True, resource_subscriptions=list(subscriptions)) as sub:
-
-        async def collect() -> None:
-            async for event in sub:
-                events.append(event)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            await anyio.sleep(0.3)  # let the watcher start
-            for action, count, check in steps:
-                action()
-                with anyio.fail_after(SOON):
-                    while len(events) < count:
-                        await anyio.sleep(0.02)
-                if check is not None:
-                    await check()
-            await anyio.sleep(QUIET)
-            tg.cancel_scope.cancel()
-    return events
-
-
 def test_modern_listen_hears_added_and_removed_files_without_full_relist(folder: Path) -> None:
     log = folder / "server.log"
     docs = folder / "docs"
 
     async def main() -> None:
         async with Client(logged_server(folder / "manifest.yaml", log), mode="auto", cache=None) as client:
-            events = await _listened(client, [(lambda: (docs / "c.md").write_text("# C\n"), 1, None),
-                                              (lambda: (docs / "b.md").unlink(), 2, None),
-                                              (lambda: (docs / "a.md").write_text("# A, longer\n"), 3, None)],
-                                     ("docs://a.md",))
+            steps = [(lambda: (docs / "c.md").write_text("# C\n"), 1), (lambda: (docs / "b.md").unlink(), 2),
+                     (lambda: (docs / "a.md").write_text("# A, longer\n"), 3)]
+            events = await listened(client, steps, quiet=QUIET, watched=[docs], resources_list_changed=True,
+                                    resource_subscriptions=["docs://a.md"])
             assert events == [ResourcesListChanged(), ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
             assert await uris(client) == ["docs://a.md", "docs://c.md"]
             assert FULL_RELIST not in log.read_text()
@@ -159,7 +119,7 @@ def test_legacy_folder_moved_in_and_out_without_full_relist(folder: Path) -> Non
     async def main() -> None:
         async with Client(logged_server(folder / "manifest.yaml", log), mode="legacy", cache=None,
                           message_handler=inbox) as client:
-            await anyio.sleep(0.3)  # let the watcher start
+            await watchers_up(folder / "docs")
             os.rename(outside, folder / "docs" / "in")
             assert await inbox.next() == ("list_changed", None)
             assert await uris(client) == MOVED_IN
@@ -183,8 +143,9 @@ def test_modern_folder_moved_in_and_out_without_full_relist(folder: Path) -> Non
             async def moved_in() -> None:
                 assert await uris(client) == MOVED_IN
 
-            events = await _listened(client, [(lambda: os.rename(outside, folder / "docs" / "in"), 1, moved_in),
-                                              (lambda: os.rename(folder / "docs" / "in", outside), 2, None)])
+            steps = [(lambda: os.rename(outside, folder / "docs" / "in"), 1, moved_in),
+                     (lambda: os.rename(folder / "docs" / "in", outside), 2)]
+            events = await listened(client, steps, quiet=QUIET, watched=[folder / "docs"], resources_list_changed=True)
             assert events == [ResourcesListChanged(), ResourcesListChanged()]
             assert await uris(client) == ["docs://a.md", "docs://b.md"]
             assert FULL_RELIST not in log.read_text()

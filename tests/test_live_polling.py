@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +106,10 @@ def test_an_s3_poll_updates_the_entries_that_changed_and_lists_nothing_else(tmp_
                 s3.put_object(Bucket=bucket, Key="d/obj-0001.md", Body=b"# v2, longer\n")
                 assert await inbox.next() == ("updated", "s3://obj-0001.md")
                 assert await inbox.next(QUIET) is None  # a changed object is no listing change
-                sizes = {r.uri: r.size for r in (await client.list_resources()).resources}
-                assert sizes["s3://obj-0001.md"] == len(b"# v2, longer\n")
+                with anyio.fail_after(SOON):  # the entry follows once the poll's listing is in
+                    while {r.uri: r.size for r in (await client.list_resources()).resources}[
+                            "s3://obj-0001.md"] != len(b"# v2, longer\n"):
+                        await anyio.sleep(0.05)
                 assert (await client.read_resource("s3://obj-0001.md")).contents[0].text == "# v2, longer\n"
 
                 s3.put_object(Bucket=bucket, Key="d/new.md", Body=b"# new\n")
@@ -247,3 +249,61 @@ def test_a_store_that_cannot_be_listed_keeps_its_last_listing(tmp_path: Path, st
             await service.aclose()
 
     anyio.run(main)
+
+
+def test_replicas_follow_a_polled_listing_by_listing_that_source_alone(tmp_path: Path, store: Store) -> None:
+    """Two replicas on one Redis: the lease holder's poll sees an object come and go and publishes a listing event;
+    the other lists that source itself. Both tell their sessions list_changed and list what the store holds, and
+    neither compiles its catalog again (the folder beside the store is walked once, at start)."""
+    from tests.cluster_redis import delete_prefix, require_shared, unique_prefix
+    from tests.replicas import metric_sum, replicas
+
+    url, prefix = require_shared(), unique_prefix()
+    store.client.create_bucket(Bucket="replicated")
+    store.client.put_object(Bucket="replicated", Key="d/a.md", Body=b"# a\n")
+    _folder(tmp_path)
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server:
+          name: replicas
+          cluster: {{redis: "{url}", prefix: {prefix}, timeout: 500ms}}
+        sources:
+          store:
+            url: "s3://replicated/d"
+            options: {{key: test-key, secret: test-secret-value, endpoint_url: "{store.endpoint}"}}
+            poll: 300ms
+          docs: {{url: ./docs}}
+        collections:
+          - {{source: store, glob: "**/*.md", uri: "s3://{{path}}"}}
+          - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+        """)
+    try:
+        with replicas(manifest, 2, tmp_path) as group:
+            async def main() -> None:
+                inboxes = [Inbox() for _ in group]
+                async with AsyncExitStack() as stack:
+                    clients = [await stack.enter_async_context(Client(r.url, mode="legacy", cache=None,
+                                                                       message_handler=inbox))
+                               for r, inbox in zip(group, inboxes, strict=True)]
+                    with anyio.fail_after(15):
+                        while not all(r.health()["cluster"]["connected"] for r in group):
+                            await anyio.sleep(0.1)
+                    await anyio.sleep(1.5)  # the lease taken, the first polls in
+                    for change, listed in [(lambda: store.client.put_object(Bucket="replicated", Key="d/b.md",
+                                                                            Body=b"# b\n"), ["s3://a.md", "s3://b.md"]),
+                                           (lambda: store.client.delete_object(Bucket="replicated", Key="d/a.md"),
+                                            ["s3://b.md"])]:
+                        change()
+                        for client, inbox in zip(clients, inboxes, strict=True):
+                            assert await inbox.next(SOON) == ("list_changed", None)
+                            assert [u for u in await uris(client) if u.startswith("s3://")] == listed
+                    for replica in group:
+                        figures = replica.metrics()
+                        assert metric_sum(figures, "aggregator_file_changes_total", how="relist") == 0
+                        assert metric_sum(figures, "aggregator_source_listings_total", source="docs") == 1
+                    assert sum(metric_sum(r.metrics(), "aggregator_cluster_events_total", direction="published")
+                               for r in group) >= 2
+
+            anyio.run(main)
+    finally:
+        delete_prefix(url, prefix)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import anyio
 import pytest
@@ -18,6 +19,7 @@ from tests.conftest import MODES, write_manifest
 from tests.test_live import BASE
 from tests.test_manifest_compose import _errors, web  # noqa: F401 - a fixture
 from tests.test_upstream import ENV, HERE, free_port, start_http, stop
+from tests.command import aggregator
 
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
 
@@ -673,12 +675,9 @@ def test_oauth_client_credentials(tmp_path: Path) -> None:
     assert granted  # the token came from the authorization server
 
 
-def _validate(manifest: Path, *flags: str) -> "subprocess.CompletedProcess[str]":
-    import os
-    import subprocess
-
-    return subprocess.run([sys.executable, "-m", "aggregator", "validate", *flags, str(manifest)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **ENV})
+def _validate(manifest: Path, *flags: str) -> CompletedProcess[str]:
+    """`aggregator validate` in this process (tests/command.py); the upstreams it opens are processes."""
+    return aggregator("validate", *flags, str(manifest), env=ENV)
 
 
 def test_a_namespaced_source_is_used(tmp_path: Path) -> None:

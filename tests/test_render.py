@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,8 +16,8 @@ from aggregator.service import ResourceService
 from aggregator.errors import (ResourceNotFound, ResourceOverBudget, ResourceRenderFailed, ResourceTooLarge,
                                ResourceUnavailable)
 from tests.conftest import MODES, connect, write_manifest
+from tests.command import aggregator
 
-ROOT = Path(__file__).resolve().parents[1]
 
 MANIFEST = """
     version: 1
@@ -162,8 +160,7 @@ def test_validate_reports_template_syntax_errors(tmp_path: Path) -> None:
               {% for r in resources() %}
               {{ r.name }
         """)
-    result = subprocess.run([sys.executable, "-m", "aggregator", "validate", "--offline", str(manifest)],
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = aggregator("validate", "--offline", str(manifest))
     assert result.returncode == 1
     assert f"{manifest}:6:13: resources[0].render: template syntax error on line 3 of the template" in result.stderr
 

@@ -3,9 +3,6 @@ server keeps answering everyone else at its usual latency."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,9 +15,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import write_manifest
-from tests.isolation import free_port
+from tests.served import serve_http
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # No `render:` section: the default budget (2 s, 1,000,000 loop iterations) is what is tested.
 MANIFEST = """
@@ -53,27 +49,9 @@ def served(tmp_path: Path) -> Iterator[Served]:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")
     manifest = write_manifest(tmp_path, MANIFEST)
-    port, log = free_port(), tmp_path / "server.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr)
-        try:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)
-            yield Served(f"http://127.0.0.1:{port}", log)
-        finally:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:  # a server stuck in a render does not get to its signal handler
-                process.kill()
-                process.wait(15)
+    # A server stuck in a render does not get to its signal handler: SIGKILL then, whatever its exit code.
+    with serve_http(manifest, tmp_path, exit_code=None) as server:
+        yield Served(server.base, server.log)
 
 
 async def _probe(http: httpx.AsyncClient, client: Client, base: str) -> tuple[float, float]:

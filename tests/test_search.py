@@ -5,16 +5,12 @@ whose scopes hide entries; hostile queries fuzzed in process. The indexer's own 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2 as httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,9 +22,8 @@ from aggregator.errors import InvalidCursor
 from aggregator.search import SEARCH_TEMPLATE, Discovery, InvalidSearch
 from tests.conftest import MODES, PNG_BYTES, connect, write_manifest
 from tests.test_auth import _client
-from tests.test_server_http import free_port
+from tests.served import serve_http
 
-ROOT = Path(__file__).resolve().parents[1]
 SOON = 10.0
 
 MANIFEST = """
@@ -300,27 +295,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (folder / "secret" / "plan.md").write_text("# Secret\n\nThe launch code is swordfish, hidden rockets.\n")
     (folder / "secret" / "rockets-only.md").write_text("nothing to see\n")
     manifest = write_manifest(folder, HTTP_MANIFEST)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = folder / "server.log"
-    with open(log, "wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
-                                   env={**os.environ, "PYTHONPATH": str(ROOT), "ALICE": ALICE, "BOB": BOB},
-                                   stderr=sink)
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    httpx.get(base + "/healthz", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise RuntimeError(log.read_text()) from None
-                    time.sleep(0.1)
-            yield base + "/mcp"
-        finally:
-            process.terminate()
-            assert process.wait(15) == 0
+    with serve_http(manifest, folder, env={"ALICE": ALICE, "BOB": BOB}) as server:
+        yield server.url
 
 
 @pytest.mark.parametrize("mode", MODES)

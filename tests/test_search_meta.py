@@ -4,12 +4,7 @@ keeps answering while broad searches are in flight, and it ranks exactly as a pl
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import anyio
@@ -25,22 +20,16 @@ from aggregator.search_query import query_terms
 from aggregator.search_meta import MetadataSearch
 from tests.conftest import write_manifest
 from tests.test_search import structured
-from tests.test_server_http import free_port
+from tests.test_tools import tools_manifest
+from tests.served import serve_http, wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
 FILES = 30_000
 SEARCHES = 8
 QUERY = "product guide docs md"
 """Every entry holds every word (in its name, description or URI), and the best of them is listed last."""
 
-MANIFEST = """
-    version: 1
-    server: {name: big, tools: true}
-    sources:
-      docs: {url: ./docs}
-    collections:
-      - {source: docs, glob: "**/*.md", uri: "docs://{path}", name: "{stem}", description: Product guide.}
-    """
+MANIFEST = tools_manifest('{source: docs, glob: "**/*.md", uri: "docs://{path}", name: "{stem}", '
+                          'description: Product guide.}')
 
 
 @pytest.fixture(scope="module")
@@ -55,27 +44,12 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         (folder / "docs" / f"part{i % 30:02}" / f"guide-{i:05}.md").touch()
     (folder / "docs" / "product-guide.md").touch()  # docs://product-guide.md sorts after docs://partNN/
     manifest = write_manifest(folder, MANIFEST)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = folder / "server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port)],
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=sink)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(base + "/healthz", timeout=1).json()["resources"] == FILES + 1:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(log.read_text())
-                time.sleep(0.1)
-            yield base
-        finally:
-            process.terminate()
-            assert process.wait(15) == 0, log.read_text()
+    with serve_http(manifest, folder) as server:
+        def complete() -> bool:
+            return bool(httpx.get(server.base + "/healthz", timeout=5).json()["resources"] == FILES + 1)
+
+        wait_until(complete, "the catalog of 30,001 entries", process=server.process, log=server.log)
+        yield server.base
 
 
 def test_healthz_answers_while_broad_searches_are_in_flight(big: str) -> None:

@@ -18,26 +18,26 @@ from mcp import Client
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from tests.isolation import free_port
+from tests.served import accepts, answers, serve_http, start, stop, tail, wait_until, wait_watched
 from tests.test_live import BASE, Inbox, listened, save
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _start(folder: Path, port: int, extra: tuple[str, ...] = (), stderr: Any = subprocess.PIPE
-           ) -> subprocess.Popen[bytes]:
-    """`aggregator serve --http` on BASE over `folder` (docs/a.md), once it accepts connections."""
+def _start(folder: Path, port: int, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    """`aggregator serve --http` on BASE over `folder` (docs/a.md), once it accepts connections; its stderr in
+    folder/stderr.log."""
     (folder / "docs").mkdir()
     (folder / "docs" / "a.md").write_text("# A\n")
     manifest = folder / "manifest.yaml"
     manifest.write_text(BASE)
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port),
-                                *extra], env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
+    log = folder / "stderr.log"
+    process = start([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port), *extra], log)
+    try:
+        wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
+    except BaseException:
+        stop(process)
+        raise
     return process
 
 
@@ -45,13 +45,11 @@ def _start(folder: Path, port: int, extra: tuple[str, ...] = (), stderr: Any = s
 def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     process = _start(tmp_path, port)
-    time.sleep(0.3)  # watchers up
+    wait_watched(tmp_path, tmp_path / "docs")
     try:
         yield f"http://127.0.0.1:{port}/mcp", tmp_path
     finally:
-        process.terminate()  # SIGTERM: graceful shutdown
-        assert process.wait(15) == 0
-        process.stderr.close()  # type: ignore[union-attr]
+        assert stop(process) == 0, tail(tmp_path / "stderr.log")  # SIGTERM: graceful shutdown
 
 
 def test_http_legacy_capabilities_reads_and_notifications(http_server: tuple[str, Path]) -> None:
@@ -87,7 +85,7 @@ def test_http_modern_capabilities_and_listen(http_server: tuple[str, Path]) -> N
                 (lambda: save(folder / "manifest.yaml", BASE + 'resources:\n  - {uri: "note://h", name: h, text: hi}\n'),
                  1),
                 (lambda: (folder / "docs" / "a.md").write_text("# A2\n"), 2),
-            ], resources_list_changed=True, resource_subscriptions=["docs://a.md"])
+            ], watched=[folder, folder / "docs"], resources_list_changed=True, resource_subscriptions=["docs://a.md"])
             assert events == [ResourcesListChanged(), ResourceUpdated(uri="docs://a.md")]
             assert (await client.read_resource("docs://a.md")).contents[0].text == "# A2\n"
 
@@ -102,18 +100,8 @@ def test_transport_security_body_limit_and_health(tmp_path: Path) -> None:
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(BASE.replace("server: {name: live}", "server:\n  name: live\n  http: {allowedHosts: "
                                      "[docs.example.com], allowedOrigins: [https://app.example.com], maxBodyBytes: 2KiB}"))
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", f"0.0.0.0:{port}"],
-                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(base + "/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+    with serve_http(manifest, tmp_path, bind="0.0.0.0:") as server:
+        base = server.base
         health = httpx.get(base + "/healthz").json()
         assert health["status"] == "ok" and health["generation"] == 1 and health["lastReloadError"] is None
         body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -131,21 +119,16 @@ def test_transport_security_body_limit_and_health(tmp_path: Path) -> None:
         assert httpx.get(base + "/metrics", headers={"Host": "docs.example.com"}).status_code == 200
         assert httpx.get(base + "/healthz", headers={"Host": "10.1.2.3:8080"}).status_code == 200
         for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"POST /mcp HTTP/1.1\r\nContent-Length: nope\r\n\r\n"):
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
                 raw.sendall(garbage)
                 assert raw.recv(64).startswith(b"HTTP/1.1 400"), garbage  # a malformed request, not a hang
         ok = httpx.post(base + "/mcp", json=body, headers={**headers, "Host": "docs.example.com",
                                                            "Origin": "https://app.example.com"})
         assert ok.status_code == 200  # still serving after the bad requests
         save(manifest, manifest.read_text() + "resources:\n  - {uri: 'note://x', name: x, source: nope, path: x}\n")
-        while time.monotonic() < deadline + 15 and health["lastReloadError"] is None:
-            time.sleep(0.1)
-            health = httpx.get(base + "/healthz").json()
+        health = _wait_health(base, lambda h: h["lastReloadError"] is not None)
         assert "1 problem" in health["lastReloadError"] and str(tmp_path) not in health["lastReloadError"]
         assert health["generation"] == 1  # still serving the last good catalog
-    finally:
-        process.terminate()
-        assert process.wait(15) == 0
 
 
 def _modern_post(url: str, method: str, params: dict[str, Any], *, header_version: str = "2026-07-28",
@@ -199,16 +182,10 @@ def test_workers_share_the_port_serve_both_wires_and_stop_together(tmp_path: Pat
                                     "--http", str(port), "--stateless", "--workers", "2"],
                                    env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len(psutil.Process(process.pid).children()) < 2:
-            time.sleep(0.05)
+        wait_until(lambda: len(psutil.Process(process.pid).children()) >= 2, "2 workers", process=process, log=log)
         workers = {child.pid for child in psutil.Process(process.pid).children()}
         assert len(workers) == 2
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+        wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
         time.sleep(0.5)  # both workers listening
 
         async def client(mode: str) -> None:
@@ -256,8 +233,7 @@ def test_sigterm_with_a_listen_stream_open_stops_cleanly(tmp_path: Path, extra: 
     port = free_port()
     log = tmp_path / "stderr.log"
     url = f"http://127.0.0.1:{port}/mcp"
-    with open(log, "wb") as sink:
-        process = _start(tmp_path, port, extra, sink)
+    process = _start(tmp_path, port, extra)
     try:
         stopped: list[float] = []
 
@@ -289,13 +265,12 @@ def test_sigterm_with_a_listen_stream_open_stops_cleanly(tmp_path: Path, extra: 
 @pytest.fixture
 def stateless_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
-    process = _start(tmp_path, port, ("--stateless",), subprocess.DEVNULL)
-    time.sleep(0.3)  # watchers up
+    process = _start(tmp_path, port, ("--stateless",))
+    wait_watched(tmp_path, tmp_path / "docs")
     try:
         yield f"http://127.0.0.1:{port}/mcp", tmp_path
     finally:
-        process.terminate()
-        assert process.wait(15) == 0
+        assert stop(process) == 0, tail(tmp_path / "stderr.log")
 
 
 def test_stateless_legacy_wire_promises_no_notifications_and_refuses_subscribe(
@@ -331,7 +306,7 @@ def test_stateless_modern_wire_keeps_listen(stateless_server: tuple[str, Path]) 
             caps = client.server_capabilities.resources
             assert caps.subscribe and caps.list_changed
             events = await listened(client, [(lambda: (folder / "docs" / "a.md").write_text("# A stateless\n"), 1)],
-                                    resource_subscriptions=["docs://a.md"])
+                                    watched=[folder / "docs"], resource_subscriptions=["docs://a.md"])
             assert events == [ResourceUpdated(uri="docs://a.md")]
 
     anyio.run(main)
@@ -443,13 +418,11 @@ def test_workers_metrics_one_scrape_covers_every_worker(tmp_path: Path) -> None:
                                         "PROMETHEUS_MULTIPROC_DIR": stale}, stderr=stderr)
     reads = 0
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len(psutil.Process(process.pid).children()) < 3:
-            time.sleep(0.05)
+        wait_until(lambda: len(psutil.Process(process.pid).children()) >= 3, "3 workers", process=process, log=log)
         workers = {child.pid for child in psutil.Process(process.pid).children()}
         assert len(workers) == 3
         base = f"http://127.0.0.1:{port}"
-        assert _wait_health(base), log.read_text()[-2000:]
+        wait_until(answers(base + "/healthz"), base, process=process, log=log)
         folders = [p for p in scratch.iterdir() if str(p) != stale]
         assert len(folders) == 1, folders  # the server's own folder
 

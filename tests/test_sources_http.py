@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +17,8 @@ from aggregator.manifest import ManifestError
 from tests.conftest import MODES, connect, reads_are_unavailable, write_manifest
 from tests.http_server import BINARY, Upstream, serve
 from tests.isolation import free_port
+from tests.command import aggregator
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -151,8 +148,7 @@ def test_a_refused_ip_literal_is_a_located_error(tmp_path: Path, upstream: Upstr
         resources:
           - {{uri: "api://a", name: a, source: api, path: docs/a.md}}
         """)
-    result = subprocess.run([sys.executable, "-m", "aggregator", "validate", str(path)], capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = aggregator("validate", str(path))
     assert result.returncode == 1, result
     output = result.stdout + result.stderr
     assert f"{path}:4:3: sources.api.url: refused: " in output and LITERALS[host] in output, output

@@ -11,18 +11,24 @@ from mcp.shared.exceptions import MCPError
 
 from tests.conftest import MODES, PNG_BYTES, connect, write_manifest
 
-MANIFEST = """
+def tools_manifest(collection: str, more: str = "") -> str:
+    """A manifest with the tool fallback on (`server.tools: true`) over the folder ./docs: `collection` is its one
+    collection's mapping, `more` YAML after it (at the top level, indented like the rest)."""
+    return f"""
     version: 1
-    server: {name: tooled, tools: true}
+    server: {{name: tooled, tools: true}}
     sources:
-      docs: {url: ./docs}
+      docs: {{url: ./docs}}
     collections:
-      - {source: docs, glob: "**/*", uri: "docs://{path}"}
-    templates:
+      - {collection}
+    {more}"""
+
+
+MANIFEST = tools_manifest('{source: docs, glob: "**/*", uri: "docs://{path}"}', """templates:
       - {uriTemplate: "team://{team}/{doc}", name: team doc, description: One team's document., source: docs,
          path: "{team}/{doc}.md", values: {team: [eng, ops]}}
       - {uriTemplate: "search://docs{?q,lang}", name: search, render: "q={{ args.q }} lang={{ args.lang | default('-') }}"}
-    """
+    """)
 
 
 @pytest.fixture

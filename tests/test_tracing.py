@@ -5,11 +5,9 @@ nothing at all while the OTEL_* variables do not ask for it."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,7 +28,8 @@ from aggregator.server import build_server
 from aggregator.service import ResourceService
 from tests.conftest import MODES, write_manifest
 from tests.http_server import serve
-from tests.test_server_http import free_port
+from tests.isolation import free_port
+from tests.served import accepts, wait_until
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is not installed")
 pytest.importorskip("opentelemetry.proto", reason="the otel extra (opentelemetry-exporter-otlp-proto-http) is not "
@@ -404,12 +403,8 @@ def serving(folder: Path, *extra: str, **environ: str) -> Iterator[tuple[str, su
     process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(port),
                                 *extra], env={**clean, "PYTHONPATH": str(ROOT), **environ}, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and process.poll() is None:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+        # Its stderr is the caller's to read (a pipe): a failed start says only how the process ended.
+        wait_until(accepts(port), f"serve --http {port}", process=process)
         yield f"http://127.0.0.1:{port}/mcp", process
     finally:
         if process.poll() is None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,16 @@ from aggregator.sources.mcp import McpBlob, McpSource
 from aggregator.upstream import HttpTarget, ListChanged, StdioTarget, Updated, Upstream, UpstreamEvent
 from tests.conftest import MODES, PNG_BYTES, write_manifest
 from tests.isolation import free_port
+from tests.served import start_listening
 from tests.test_live import BASE, save
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ENV = {"PYTHONPATH": str(ROOT)}
 PNG = bytes.fromhex("89504e470d0a1a0a") + bytes(range(256))
-FAST = {"timeout": 5.0, "connect_timeout": 20.0, "backoff": (0.05, 0.3)}
+FAST = {"timeout": 30.0, "connect_timeout": 30.0, "backoff": (0.05, 0.3)}
+"""Short backoff; generous timeouts, none of which these tests wait out: the legacy wire's initialize is bounded by
+the read timeout (not connect_timeout), and a stdio child still importing on a loaded machine took more than 5 s."""
 
 
 def mcpserver(**env: str) -> StdioTarget:
@@ -40,16 +42,8 @@ def aggregator(manifest: Path) -> StdioTarget:
 
 
 def start_http(argv: list[str], port: int) -> subprocess.Popen[bytes]:
-    """A server process, once it accepts connections on `port`."""
-    process = subprocess.Popen(argv, env={**os.environ, **ENV}, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return process
-        time.sleep(0.05)
-    process.kill()
-    raise AssertionError("the server did not start")
+    """A server process, once it accepts connections on `port` (failing with its stderr if it does not)."""
+    return start_listening(argv, port, env=ENV)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

@@ -6,7 +6,6 @@ its other sources: what is wrong is left out and said once per source and kind o
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from mcp_types import ResourceTemplateReference
 from tests.conftest import MODES, write_manifest
 from tests.test_live import save, uris
 from tests.test_upstream import ENV, HERE
+from tests.command import aggregator
 
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -39,8 +39,8 @@ def logged(manifest: Path, log: Path) -> StdioServerParameters:
 
 
 def validate(manifest: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "aggregator", "validate", str(manifest)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **ENV})
+    """`aggregator validate` in this process (tests/command.py); the upstreams it opens are processes."""
+    return aggregator("validate", str(manifest), env=ENV)
 
 
 def docs_folder(tmp_path: Path) -> None:

@@ -10,19 +10,18 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
-import httpx2
 import pytest
 from mcp import Client
 
 from tests.conftest import MODES, write_manifest
 from tests.test_live import uris
 from tests.test_mcp_kind import serve
+from tests.served import answers, wait_until
 from tests.test_upstream import ENV, HERE, _kill_listener, free_port, start_http, stop
 
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py")]
@@ -53,22 +52,11 @@ def http_upstream(argv: list[str], port: int, **env: str) -> Iterator[list[subpr
         os.environ.update(saved)
 
 
-def _answers(port: int) -> bool:
-    try:
-        httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=2)
-        return True
-    except httpx2.HTTPError:
-        return False
-
-
 def restart(processes: list[subprocess.Popen[bytes]], argv: list[str], port: int) -> None:
     """Kill the upstream listening on `port`, start it again, and return once it answers HTTP."""
     _kill_listener(port)
     processes.append(start_http(argv, port))
-    deadline = time.monotonic() + 15
-    while not _answers(port):
-        assert time.monotonic() < deadline, "the upstream did not come back"
-        time.sleep(0.02)
+    wait_until(answers(f"http://127.0.0.1:{port}/mcp", None), "the upstream back", process=processes[-1])
 
 
 def gateway(tmp_path: Path, sources: str, more: str = "") -> Path:

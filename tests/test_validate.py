@@ -4,22 +4,20 @@ sources, files an explicit resource names that are not there, unused sources and
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.command import aggregator
 from tests.conftest import write_manifest
 from tests.isolation import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "tok-5e3c7a91"
 PASSWORD = "hunter2-9d1f"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "aggregator", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    """`aggregator ARGS` in this process (tests/command.py; test_cli runs `validate` as a process)."""
+    return aggregator(*args)
 
 
 def closed_port() -> int:

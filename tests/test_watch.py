@@ -14,6 +14,7 @@ from mcp.client.stdio import stdio_client
 
 from tests.conftest import MODES, server_params, write_manifest
 from tests.test_live import BASE, save
+from tests.served import watchers_up
 
 NOTICED = 15.0  # seconds a change may take to show once watching fell back to polling (it polls every 2 s)
 
@@ -47,7 +48,7 @@ def test_non_utf8_names_while_serving_degrade_watching_to_polling(tmp_path: Path
         with errlog_path.open("w") as errlog:
             async with Client(stdio_client(server_params(manifest), errlog=errlog), mode=mode, cache=None) as client:
                 assert await uris(client) == ["docs://notes/a.md"]
-                await anyio.sleep(0.5)  # the watchers are up
+                await watchers_up(tmp_path, tmp_path / "docs")
                 create_bytes_name(tmp_path / "docs", b"caf\xe9.md")  # in a watched source folder
                 create_bytes_name(tmp_path, b"caf\xe9.yaml")  # beside the manifest (its folder is watched)
                 await anyio.sleep(1.0)

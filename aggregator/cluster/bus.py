@@ -112,6 +112,9 @@ class ChangeBus:
         self.rejected = 0
         self.restarts = 0
         """Times the subscriber started again after its connection failed."""
+        self.losses = 0
+        """Times the bus went from connected to not: a publisher compares it before and after, since an event sent
+        across a loss may have reached no other replica (theirs were cut off too, and back after it)."""
         self.listeners: list[Callable[[ChangeEvent], None]] = []
         """Called with each accepted event, in the subscriber's task: they only take note (queue the work)."""
         self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
@@ -207,12 +210,17 @@ class ChangeBus:
 
     # --- state -----------------------------------------------------------------------------------------
 
+    def uninterrupted(self, losses: int) -> bool:
+        """Connected, and not lost since `losses` was read from `self.losses`."""
+        return self.connected and self.losses == losses
+
     def _mark_down(self, why: str) -> None:
         if self.connected or not self._lost:
             logger.warning("cluster Redis at %s unavailable: %s; serving from this replica's cache with local "
                            "change detection until it is back", self.link.describe(), why)
         if self.connected:
             self.connected = False
+            self.losses += 1
         self._lost = True
 
     async def _mark_up(self) -> None:

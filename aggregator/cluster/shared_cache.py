@@ -111,6 +111,9 @@ class SharedContent:
         self._store_script = link.client.register_script(_STORE)
         self._down = False
         self._retry_at = 0.0
+        self._owed: dict[str, set[str]] = {}
+        """Forgets Redis has not taken yet, by the forget counter of their source: the keys to drop. Each is done
+        before this replica reads that source from Redis again (at most the source's polled paths)."""
         self.hits = self.misses = self.stores = self.skipped = self.rejected = self.errors = 0
 
     def counts(self) -> dict[str, int]:
@@ -182,6 +185,9 @@ class SharedContent:
         """The stored content (None: absent, expired, unreadable or Redis unusable) and the source's forget
         counter now (None when Redis could not be asked: nothing will be stored)."""
         if not self._usable():
+            return None, None
+        # A body this replica was told changed while Redis could not be told to forget it is still there.
+        if item.gen in self._owed and not await self._settle(item.gen):
             return None, None
         try:
             async with self.link.client.pipeline(transaction=False) as pipe:
@@ -267,7 +273,8 @@ class SharedContent:
 
     async def forget(self, fingerprint: str, paths: Collection[str], data: bool) -> None:
         """Drop what is kept of these files of the source `fingerprint` (and, with `data`, its query results), and
-        keep loads already under way from storing what they read. Redis failing is logged and counted, not raised."""
+        keep loads already under way from storing what they read. Redis failing is logged and counted, not raised:
+        the forget is owed, and done before this replica reads that source from Redis again."""
         tag = "{" + fingerprint + "}"
         keys = [self.link.key("content", tag, "f", _path_digest(fingerprint, path)) for path in paths]
         if data:
@@ -275,16 +282,35 @@ class SharedContent:
         if not keys:
             return
         gen = self.link.key("content", tag, "gen")
+        self._owed.setdefault(gen, set()).update(keys)
+        await self._settle(gen)
+
+    async def settle(self) -> None:
+        """Do every owed forget Redis takes now (when it is back after an outage)."""
+        for gen in list(self._owed):
+            if not await self._settle(gen):
+                return
+
+    async def _settle(self, gen: str) -> bool:
+        """Do the forgets owed for the source whose forget counter is `gen`; False if Redis failed (still owed)."""
+        keys = self._owed.get(gen)
+        if not keys:
+            return True
+        doing = sorted(keys)
         try:
             async with self.link.client.pipeline(transaction=True) as pipe:
                 pipe.incr(gen)
                 pipe.pexpire(gen, GEN_KEPT_MS)
-                pipe.delete(*keys)
+                pipe.delete(*doing)
                 await pipe.execute()
         except self._failures as exc:
             self._failed(exc)
-            return
+            return False
         self._recovered()
+        keys.difference_update(doing)  # owed meanwhile: still owed
+        if not keys and self._owed.get(gen) is keys:
+            del self._owed[gen]
+        return True
 
     # --- outages -------------------------------------------------------------------------------------------------
 

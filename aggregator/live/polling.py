@@ -85,9 +85,11 @@ class Pollers:
                                            {reads[uri]: v for uri, v in versions.items() if uri in reads},
                                            {reads[uri]: v for uri, v in seen.items() if uri in reads})
             changed = [uri for uri in versions if uri in reads and reads[uri] in news]
+            # The shared cache holds their old bodies: once Redis is back this replica must not read them there.
+            await self.service.forget_shared(source, {path for path in news if path is not None}, None in news)
         seen.clear()
         seen.update(versions)
         if changed:
             await self.updates.uris_changed(changed, subscribed)
         if self.updates.has_collection(source):  # this source's listing only, applied in proportion to the change
-            await self.updates.source_polled(source, told=changed)
+            await self.updates.source_polled(source)

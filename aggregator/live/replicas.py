@@ -53,9 +53,11 @@ class ClusterReplica:
 
     async def poll_for_cluster(self, source: str, interval: float, seen: dict[str | None, str | None]) -> bool:
         """Record what this replica's subscribers want of `source`; if this replica holds its poll lease, poll
-        what every replica wants, and apply and publish what changed. False if Redis failed (poll alone then)."""
+        what every replica wants, apply and publish what changed, and keep the versions sent in Redis. False if
+        Redis failed (poll alone then)."""
         spec = self.service.manifest.sources[source]
         fingerprint = source_fingerprint(spec)
+        losses = self.cluster.losses
         subscribed = self.notifier.subscribed_uris()
         mine = set(self.service.reads_of(source, subscribed | self.service.render_inputs(subscribed)).values())
         try:
@@ -74,24 +76,31 @@ class ClusterReplica:
             backend = snapshot.sources.get(source)
             versions = dict(await backend.poll(paths)) if backend is not None and paths else {}
         changed, news = self.told.polled(fingerprint, versions, seen)
-        if versions != seen:
-            seen.clear()
-            seen.update(versions)
-            try:
-                await self.leases.record(fingerprint, versions)
-            except Exception as exc:
-                logger.debug("cluster: keeping the versions of source %r failed: %r", source, exc)
+        sent = True
         if changed:
             files = {path for path in changed if path is not None}
             data = None in changed
             await self.service.forget_shared(source, files, data)
             await self.updates.apply_change(source, files, data, news)
-            await self.cluster.publish(self._event(fingerprint, files, data, "updated",
-                                                   {path: versions[path] for path in changed}))
+            sent = await self.cluster.publish(self._event(fingerprint, files, data, "updated",
+                                                          {path: versions[path] for path in changed}))
+        # Redis keeps (and `seen` mirrors) the versions every replica was sent. A change whose event failed, or went
+        # out across a loss of the bus (Redis was away, and the other replicas may not have been back to hear it),
+        # is not kept: the next poll for the cluster, this replica's or a new holder's, sends it again, and each
+        # replica tells its listeners a version once. (Kept before the event, a write that timed out on a hung
+        # Redis still ran once it was back, and the replicas that missed the event never heard of the change.)
+        if versions != seen and sent and self.cluster.uninterrupted(losses):
+            try:
+                await self.leases.record(fingerprint, versions)
+            except Exception as exc:  # not kept: sent again next time
+                logger.debug("cluster: keeping the versions of source %r failed: %r", source, exc)
+            else:
+                seen.clear()
+                seen.update(versions)
         if self.updates.has_collection(source):
             # Subscribers hear of changed objects from the versions polled above, on every replica; the listing
             # event makes the others list this source again.
-            delta = await self.updates.source_polled(source, tell=False)
+            delta = await self.updates.source_polled(source)
             if delta is not None:
                 await self.service.forget_shared(source, {e.path for e in map(delta.catalog.get, delta.updated)
                                                           if e is not None and e.path is not None})
@@ -126,7 +135,7 @@ class ClusterReplica:
                 for sid in sids:
                     if event.kind == "listing":
                         if self.updates.has_collection(sid):
-                            await self.updates.source_polled(sid, tell=False)
+                            await self.updates.source_polled(sid)
                     else:
                         await self.updates.apply_change(sid, set(event.paths), event.data, news)
             except Exception:
@@ -142,12 +151,16 @@ class ClusterReplica:
                 if src.watch_root() is None and not src.pushes_changes and sid in self.service.manifest.sources}
 
     async def _rejoined(self) -> None:
-        """Back on the bus after events may have been lost: drop remote sources' cached content, end listen streams
-        (clients listen again: the SDK's handler takes new streams after close), and tell legacy sessions."""
+        """Back on the bus after events may have been lost: drop remote sources' cached content (and in Redis what
+        this replica told changed meanwhile), tell legacy sessions list_changed, and end listen streams (clients
+        listen again: the SDK's handler takes new streams after close; what is told after the end opens their new
+        streams, but not this list_changed, which is no news to them)."""
         remote = set(self._remote_sources())
         self.service.cache.invalidate_where(Forget.of(sources=remote))
-        self.notifier.end_streams()
+        if self.service.shared is not None:  # what changed while Redis was out, told by this replica's polls alone
+            await self.service.shared.settle()
         await self.notifier.list_changed()
+        self.notifier.end_streams()
 
     def health(self) -> dict[str, object]:
         """For /healthz: whether the bus is up, this replica's id and the poll leases it holds (no Redis URL)."""

@@ -8,7 +8,6 @@ subscribers and sessions it concerns, on both wires with their scope filters.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
@@ -105,11 +104,11 @@ class CatalogUpdates:
         if delta.added or delta.removed:
             await self._tell_listing_changed()
 
-    async def source_polled(self, source: str, told: Collection[str] = (), tell: bool = True) -> Delta | None:
+    async def source_polled(self, source: str) -> Delta | None:
         """List the collections of `source` again (a poll) and apply what came, changed or went in place: the files
-        that changed are forgotten and, with `tell`, their subscribers (but those in `told`) get `updated`;
-        list_changed when entries came or went. A full relist when that cannot be done; the Delta applied, if any.
-        A source that cannot be listed now keeps its listing (said once)."""
+        that changed are forgotten (their subscribers hear of them from the versions polled, which cover every
+        subscribed URI of the source), list_changed when entries came or went. A full relist when that cannot be
+        done; the Delta applied, if any. A source that cannot be listed now keeps its listing (said once)."""
         backend = self.service.sources.get(source)
         if backend is not None and backend.publishes:  # its own list of resources: compiled whole, as ever
             await self.relist()
@@ -136,12 +135,8 @@ class CatalogUpdates:
             return None
         self.incremental_relists += 1
         if delta.updated:
-            paths = {e.path for e in map(delta.catalog.get, delta.updated) if e is not None and e.path is not None}
-            self.service.invalidate(source, paths)
-            subscribed = self.notifier.subscribed_uris() if tell else set()
-            uris = (delta.updated | self.service.rendered_dependents(delta.updated)) & subscribed - set(told)
-            if uris:
-                await self.notifier.updated(sorted(uris))
+            self.service.invalidate(source, {e.path for e in map(delta.catalog.get, delta.updated)
+                                             if e is not None and e.path is not None})
         if delta.added or delta.removed:
             await self._tell_listing_changed()
         return delta
