@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-from aggregator.catalog_rows import PathIndex, Rows
+from aggregator.catalog_rows import Rows
+from aggregator.path_index import PathIndex
 from aggregator.chunked import find_left, find_right
 from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
@@ -141,8 +142,8 @@ class Catalog:
         # URIs are found by bisection rather than a dict: O(log n) string compares per read, and a change copies
         # one list, not a hash table.
         self.entries: Rows = entries if isinstance(entries, Rows) else Rows.of(entries)
-        self._uris = self.entries.uris
-        self._views: dict[frozenset[str], tuple[Rows, list[str]]] = {}
+        self._uris: Sequence[str] = self.entries.uris
+        self._views: dict[frozenset[str], tuple[Rows, Sequence[str]]] = {}
         self._access_count: int | None = None
         self._by_path: dict[CollectionSpec, PathIndex] = {}
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
@@ -195,7 +196,7 @@ class Catalog:
             found = self._by_path[key] = PathIndex(listed if isinstance(listed, Rows) else Rows.of(listed))
         return found
 
-    def successor(self, entries: Rows, uris: list[str], generation: int, access_count: int) -> Catalog:
+    def successor(self, entries: Rows, uris: Sequence[str], generation: int, access_count: int) -> Catalog:
         """This catalog with other entries (sorted by URI, with their URIs, made by the caller) and
         the same templates and sources: O(collections) here. Derived views start empty; the caller may carry
         them (`_views`) and fill `collections`, `listed_at` and `paths_of` for what it changed."""
@@ -236,7 +237,7 @@ class Catalog:
         start, end = prefix_range(uris, prefix)
         return entries[start:end]
 
-    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Rows, list[str]]:
+    def visible(self, scopes: frozenset[str] | None = None) -> tuple[Rows, Sequence[str]]:
         """The entries a caller holding `scopes` may see, in URI order, and their URIs (for bisecting); filtered
         once per catalog and scope set, so pages stay O(page)."""
         if scopes is None or not self.restricted:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
 from aggregator.catalog import Catalog, Entry, listed_fields
-from aggregator.catalog_rows import PathIndex, Rows
+from aggregator.catalog_rows import Rows
+from aggregator.path_index import PathIndex
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
 from aggregator.globs import path_filter
 from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
@@ -276,7 +277,7 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
 
 
 def edit_sorted(entries: Rows, uris: Sequence[str], drop: Collection[str], add: Sequence[Entry]
-                ) -> tuple[Rows, list[str]]:
+                ) -> tuple[Rows, Sequence[str]]:
     """Copies of sorted `entries` and their `uris` without the URIs in `drop` (those present) and with `add`
     (sorted, URIs not otherwise present) merged in (`Rows.edited`)."""
     rows = entries.edited(drop, add)

@@ -6,21 +6,26 @@ it (the collection's entry builder) builds its `Entry` again whenever a page or 
 would have built it when listing. Every other row (a manifest resource, an upstream's resource, a file whose URI
 needed percent-encoding) is *explicit*: its Entry is kept. `Rows` is an immutable `Sequence[Entry]` over both; equal
 rows give equal entries, whichever way they are kept.
+
+Rows are stored in blocks of columns (a list of URIs, arrays of makers, sizes and mtimes). A compile makes one block;
+the first edit cuts it into blocks of about `LOAD` rows, and every edit after copies only the blocks it touches and
+the list of blocks (as `chunked.Chunked` does for lists): a change to a million rows costs the change.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, islice
-from operator import attrgetter, eq, le
+from operator import attrgetter, eq, itemgetter, le
 from typing import Protocol, overload
 
+from aggregator.chunked import LOAD, Chunked, Layered
 from aggregator.entry import Entry
 
-__all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "PathIndex", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
+__all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
 
 EXPLICIT = 0
 """`which` of a row whose Entry is kept; a compact row's `which` is its maker's index plus one."""
@@ -29,8 +34,9 @@ NO_SIZE = -1
 NO_TIME = math.nan
 """An mtime column's value for an entry without an mtime."""
 _URI = attrgetter("uri")
-_SMALL_EDIT = 64
-"""Up to this many rows in or out, each is a bisect and a memmove; past it, one C-level filter and sort."""
+_FIRST, _LAST = itemgetter(0), itemgetter(-1)
+Block = tuple[list[str], "array[int]", "array[int]", "array[float]"]
+"""One block of rows: URIs (sorted), which, sizes, mtimes."""
 
 
 class RowMaker(Protocol):
@@ -53,17 +59,40 @@ class RowMaker(Protocol):
         """`row_entry` of each row of these columns (sizes NO_SIZE and mtimes NO_TIME where there are none)."""
 
 
+def _size(size: int) -> int | None:
+    return None if size == NO_SIZE else size
+
+
+def _time(mtime: float) -> float | None:
+    return None if mtime != mtime else mtime  # NaN: no mtime
+
+
 class Rows(Sequence[Entry]):
     """Entries in URI order (`uris`), immutable. Indexing builds a compact row's Entry; a slice is a list."""
 
-    __slots__ = ("uris", "_which", "_sizes", "_mtimes", "_makers", "_explicit")
+    __slots__ = ("_blocks", "_starts", "_makers", "_explicit", "uris", "_small")
 
     def __init__(self, uris: list[str], which: array[int], sizes: array[int], mtimes: array[float],
                  makers: tuple[RowMaker, ...] = (), explicit: Mapping[str, Entry] | None = None) -> None:
-        self.uris = uris
-        self._which, self._sizes, self._mtimes = which, sizes, mtimes
+        """One block of sorted columns (shared, not copied)."""
+        self._set([(uris, which, sizes, mtimes)] if uris else [], makers, explicit if explicit is not None else {})
+
+    def _set(self, blocks: list[Block], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> None:
+        # Per block, C-level only (map, accumulate): an edit of a million rows makes a thousand blocks again.
+        self._blocks = blocks
+        self.uris: Chunked[str] = Chunked(list(map(_FIRST, blocks)))
+        """The URIs in order: a sequence over the blocks' lists (bisected block-wise by `chunked.find_left`)."""
+        self._starts = self.uris._starts
         self._makers = makers
-        self._explicit: Mapping[str, Entry] = explicit if explicit is not None else {}
+        self._explicit = explicit
+        self._small = False  # whether every block is at most twice LOAD rows (an edit's result is)
+
+    @classmethod
+    def _of(cls, blocks: list[Block], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> Rows:
+        """Rows over `blocks` (none empty)."""
+        rows = cls.__new__(cls)
+        rows._set(blocks, makers, explicit)
+        return rows
 
     @classmethod
     def of(cls, entries: Iterable[Entry], makers: tuple[RowMaker, ...] = ()) -> Rows:
@@ -75,7 +104,7 @@ class Rows(Sequence[Entry]):
                    array("d", [NO_TIME]) * n, makers, {e.uri: e for e in ordered})
 
     def __len__(self) -> int:
-        return len(self.uris)
+        return self._starts[-1]
 
     @overload
     def __getitem__(self, index: int) -> Entry: ...
@@ -85,49 +114,76 @@ class Rows(Sequence[Entry]):
 
     def __getitem__(self, index: int | slice) -> Entry | list[Entry]:
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self.uris))
-            if step == 1 and len(self._makers) == 1 and stop > start and EXPLICIT not in self._which[start:stop]:
-                return self._makers[0].row_entries(self.uris[start:stop], self._sizes[start:stop],
-                                                   self._mtimes[start:stop])  # a page of one collection's rows
-            return [self._row(i) for i in range(start, stop, step)]
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return self._between(start, stop)
         if index < 0:
-            index += len(self.uris)
-        if not 0 <= index < len(self.uris):
+            index += len(self)
+        if not 0 <= index < len(self):
             raise IndexError(index)
-        return self._row(index)
+        c = bisect_right(self._starts, index) - 1
+        return self._row(self._blocks[c], index - self._starts[c])
 
-    def _row(self, i: int) -> Entry:
-        which, uri = self._which[i], self.uris[i]
-        if which == EXPLICIT:
+    def _row(self, block: Block, j: int) -> Entry:
+        uris, which, sizes, mtimes = block
+        kind, uri = which[j], uris[j]
+        if kind == EXPLICIT:
             return self._explicit[uri]
-        size, mtime = self._sizes[i], self._mtimes[i]
-        return self._makers[which - 1].row_entry(uri, None if size == NO_SIZE else size,
-                                                 None if mtime != mtime else mtime)  # NaN: no mtime
+        return self._makers[kind - 1].row_entry(uri, _size(sizes[j]), _time(mtimes[j]))
+
+    def _between(self, start: int, stop: int) -> list[Entry]:
+        """The entries of rows [start, stop): a page of one collection's compact rows built in one loop a block."""
+        out: list[Entry] = []
+        if start >= stop:
+            return out
+        c = bisect_right(self._starts, start) - 1
+        while start < stop:
+            block, base = self._blocks[c], self._starts[c]
+            a, b = start - base, min(stop, self._starts[c + 1]) - base
+            uris, which, sizes, mtimes = block
+            part = which[a:b]
+            first = part[0]
+            if first != EXPLICIT and part.count(first) == len(part):
+                out += self._makers[first - 1].row_entries(uris[a:b], sizes[a:b], mtimes[a:b])
+            else:
+                out += [self._row(block, j) for j in range(a, b)]
+            start, c = base + b, c + 1
+        return out
 
     def __iter__(self) -> Iterator[Entry]:
         explicit, makers = self._explicit, self._makers
-        for uri, which, size, mtime in zip(self.uris, self._which, self._sizes, self._mtimes):
-            if which == EXPLICIT:
-                yield explicit[uri]
-            else:
-                yield makers[which - 1].row_entry(uri, None if size == NO_SIZE else size,
-                                                  None if mtime != mtime else mtime)
+        for uris, which, sizes, mtimes in self._blocks:
+            for uri, kind, size, mtime in zip(uris, which, sizes, mtimes):
+                if kind == EXPLICIT:
+                    yield explicit[uri]
+                else:
+                    yield makers[kind - 1].row_entry(uri, _size(size), _time(mtime))
 
     def __contains__(self, entry: object) -> bool:
         return isinstance(entry, Entry) and self.get(entry.uri) == entry
 
-    def entries_of(self, uris: Collection[str]) -> Iterator[Entry]:
-        """The entries of the rows whose URI is one of `uris`, in URI order."""
-        return (self._row(i) for i, uri in enumerate(self.uris) if uri in uris)
-
-    def index_of(self, uri: str) -> int | None:
-        """The row of `uri`; None if no row has it. O(log n)."""
-        i = bisect.bisect_left(self.uris, uri)
-        return i if i < len(self.uris) and self.uris[i] == uri else None
+    def _find(self, uri: str) -> tuple[int, int] | None:
+        """(block, row in it) of `uri`; None if no row has it. O(log n)."""
+        c = bisect_left(self.uris.lasts(), uri)
+        if c == len(self._blocks):
+            return None
+        uris = self._blocks[c][0]
+        j = bisect_left(uris, uri)
+        return (c, j) if j < len(uris) and uris[j] == uri else None
 
     def get(self, uri: str) -> Entry | None:
-        i = self.index_of(uri)
-        return None if i is None else self._row(i)
+        found = self._find(uri)
+        return None if found is None else self._row(self._blocks[found[0]], found[1])
+
+    def is_compact(self, uri: str) -> bool:
+        """Whether `uri` has a compact row."""
+        found = self._find(uri)
+        return found is not None and self._blocks[found[0]][1][found[1]] != EXPLICIT
+
+    def entries_of(self, uris: Collection[str]) -> Iterator[Entry]:
+        """The entries of the rows whose URI is one of `uris`, in URI order."""
+        return (entry for uri in sorted(set(uris)) if (entry := self.get(uri)) is not None)
 
     @property
     def explicit(self) -> Mapping[str, Entry]:
@@ -138,81 +194,106 @@ class Rows(Sequence[Entry]):
     def makers(self) -> tuple[RowMaker, ...]:
         return self._makers
 
+    def kinds(self) -> Iterator[tuple[str, int]]:
+        """(URI, which) of every row, in order."""
+        return chain.from_iterable(zip(uris, which) for uris, which, _, _ in self._blocks)
+
     def maker_counts(self) -> list[int]:
         """How many rows each `which` has (index 0: explicit rows)."""
         counts = [0] * (len(self._makers) + 1)
-        for which in set(self._which):
-            counts[which] = self._which.count(which)
+        for _, which, _, _ in self._blocks:
+            for kind in set(which):
+                counts[kind] += which.count(kind)
         return counts
 
     def files(self) -> set[tuple[str, str]]:
         """(source, path) of every row that has both."""
         found = {(e.source, e.path) for e in self._explicit.values() if e.source is not None and e.path is not None}
         makers = self._makers
-        for which, uri in zip(self._which, self.uris):
-            if which != EXPLICIT:
-                maker = makers[which - 1]
-                found.add((maker.source, maker.path_of(uri)))
+        for uris, which, _, _ in self._blocks:
+            for kind, uri in zip(which, uris):
+                if kind != EXPLICIT:
+                    maker = makers[kind - 1]
+                    found.add((maker.source, maker.path_of(uri)))
         return found
 
     def count_needing_scopes(self) -> int:
         """How many rows need scopes to be seen."""
         counts = self.maker_counts()
         return (sum(counts[k + 1] for k, maker in enumerate(self._makers) if maker.access)
-                + sum(1 for uri, which in zip(self.uris, self._which) if which == EXPLICIT and self._explicit[uri].access))
+                + sum(1 for e in self._explicit.values() if e.access))
 
     def visible_to(self, scopes: frozenset[str]) -> Rows:
         """The rows a caller holding `scopes` may see."""
         seen = [EXPLICIT] + [k + 1 for k, maker in enumerate(self._makers) if maker.access <= scopes]
-        if len(seen) == len(self._makers) + 1 and all(e.access <= scopes for e in self._explicit.values()):
-            return self
-        allowed, explicit = frozenset(seen), self._explicit
-        return self.where([which in allowed and (which != EXPLICIT or explicit[uri].access <= scopes)
-                           for uri, which in zip(self.uris, self._which)])
-
-    def where(self, keep: Sequence[bool]) -> Rows:
-        """The rows whose `keep` is true (one flag a row)."""
-        uris = list(compress(self.uris, keep))
         explicit = self._explicit
-        if len(uris) < len(self.uris) and explicit:
-            explicit = {uri: explicit[uri] for uri in compress(self.uris, keep) if uri in explicit}
-        return Rows(uris, array("H", compress(self._which, keep)), array("q", compress(self._sizes, keep)),
-                    array("d", compress(self._mtimes, keep)), self._makers, explicit)
+        if len(seen) == len(self._makers) + 1 and all(e.access <= scopes for e in explicit.values()):
+            return self
+        allowed = frozenset(seen)
+        blocks: list[Block] = []
+        for block in self._blocks:
+            uris, which = block[0], block[1]
+            blocks.append(_compressed(block, [kind in allowed and (kind != EXPLICIT or explicit[uri].access <= scopes)
+                                              for uri, kind in zip(uris, which)]))
+        return Rows._of(blocks, self._makers, {u: e for u, e in explicit.items() if e.access <= scopes})
 
     def edited(self, drop: Collection[str], add: Sequence[Entry]) -> Rows:
         """A copy without the rows of the URIs in `drop` (those present) and with rows of `add` (sorted by URI,
-        URIs not otherwise present): C-level copies of the columns and work in proportion to the change. An added
-        entry one of these rows' makers builds again exactly is kept compact; `add` may be Rows (a listing)."""
+        URIs not otherwise present), copying only the blocks the edit touches (a block grown past twice `LOAD` is
+        cut). An added entry one of these rows' makers builds again exactly is kept compact; `add` may be Rows (a
+        listing: merged, its makers kept)."""
         if isinstance(add, Rows):
-            return Rows.merged([self.edited(drop, ()), add]) if len(add) else self.edited(drop, ())
-        explicit: dict[str, Entry] | Mapping[str, Entry] = self._explicit
-        if any(uri in explicit for uri in drop):
-            explicit = {uri: e for uri, e in explicit.items() if uri not in drop}
-        rows = [(e, *self._compact(e)) for e in add]
-        if any(which == EXPLICIT for _, which, _, _ in rows):
-            explicit = {**explicit, **{e.uri: e for e, which, _, _ in rows if which == EXPLICIT}}
-        if len(drop) + len(add) > _SMALL_EDIT:
-            dropped = set(drop)
-            keep = [uri not in dropped for uri in self.uris]
-            kept = self.where(keep) if not all(keep) else self
-            n = len(rows)
-            new = Rows([e.uri for e, _, _, _ in rows], array("H", [w for _, w, _, _ in rows]),
-                       array("q", [size for _, _, size, _ in rows]) if n else array("q"),
-                       array("d", [mtime for _, _, _, mtime in rows]) if n else array("d"))
-            return _sorted_concat([kept, new], self._makers, explicit)
-        uris, which, sizes, mtimes = self.uris.copy(), array("H", self._which), array("q", self._sizes), \
-            array("d", self._mtimes)
+            kept = self.edited(drop, ())
+            return Rows.merged([kept, add]) if len(add) else kept
+        if not add and not any(self._find(uri) for uri in drop):
+            return self
+        blocks = list(self._blocks) if self._small else _cut(self._blocks)
+        lasts = self.uris.lasts() if self._small else list(map(_LAST, map(_FIRST, blocks)))
+        touched: dict[int, Block] = {}
+
+        def block(c: int) -> Block:
+            found = touched.get(c)
+            if found is None:
+                uris, which, sizes, mtimes = blocks[c]
+                found = touched[c] = (uris.copy(), array("H", which), array("q", sizes), array("d", mtimes))
+            return found
+
+        gone: list[str] = []
         for uri in drop:
-            i = bisect.bisect_left(uris, uri)
-            if i < len(uris) and uris[i] == uri:
-                del uris[i], which[i], sizes[i], mtimes[i]
-        for entry, kind, size, mtime in rows:
-            i = bisect.bisect_left(uris, entry.uri)
-            uris.insert(i, entry.uri)
-            which.insert(i, kind)
-            sizes.insert(i, size)
-            mtimes.insert(i, mtime)
-        return Rows(uris, which, sizes, mtimes, self._makers, explicit)
+            c = bisect_left(lasts, uri)
+            if c < len(lasts):
+                uris, which, sizes, mtimes = block(c)
+                j = bisect_left(uris, uri)
+                if j < len(uris) and uris[j] == uri:
+                    del uris[j], which[j], sizes[j], mtimes[j]
+                    gone.append(uri)
+        made: dict[str, Entry] = {}
+        for entry in add:
+            kind, size, mtime = self._compact(entry)
+            if kind == EXPLICIT:
+                made[entry.uri] = entry
+            if not blocks:
+                blocks, lasts = [([], array("H"), array("q"), array("d"))], [entry.uri]
+                touched[0] = blocks[0]
+            uris, which, sizes, mtimes = block(min(bisect_left(lasts, entry.uri), len(lasts) - 1))
+            j = bisect_left(uris, entry.uri)
+            uris.insert(j, entry.uri)
+            which.insert(j, kind)
+            sizes.insert(j, size)
+            mtimes.insert(j, mtime)
+        for c, edited in touched.items():
+            blocks[c] = edited
+        if any(len(blocks[c][0]) > 2 * LOAD for c in touched):
+            blocks = _cut(blocks)
+        if any(not block[0] for block in touched.values()):
+            blocks = [b for b in blocks if b[0]]
+        explicit = self._explicit
+        gone = [uri for uri in gone if uri in explicit]
+        if gone or made:
+            explicit = Layered.of(explicit).edited(gone, made)
+        rows = Rows._of(blocks, self._makers, explicit)
+        rows._small = True
+        return rows
 
     def _compact(self, entry: Entry) -> tuple[int, int, float]:
         """(which, size, mtime) of `entry`'s row: compact if a maker of these rows builds exactly it again."""
@@ -224,6 +305,15 @@ class Rows(Sequence[Entry]):
                     return k + 1, size, mtime
         return EXPLICIT, NO_SIZE, NO_TIME
 
+    def columns(self) -> Block:
+        """The rows as one block of columns (C-level copies; the block itself when there is one)."""
+        if len(self._blocks) == 1:
+            return self._blocks[0]
+        return (list(chain.from_iterable(b[0] for b in self._blocks)),
+                array("H", chain.from_iterable(b[1] for b in self._blocks)),
+                array("q", chain.from_iterable(b[2] for b in self._blocks)),
+                array("d", chain.from_iterable(b[3] for b in self._blocks)))
+
     @staticmethod
     def merged(parts: Sequence[Rows]) -> Rows:
         """One Rows over every row of `parts` (each sorted; URIs may repeat across parts only if the caller means
@@ -231,24 +321,48 @@ class Rows(Sequence[Entry]):
         if len(parts) == 1:
             return parts[0]
         makers: list[RowMaker] = []
-        renumbered: list[Rows] = []
+        columns: list[Block] = []
         explicit: dict[str, Entry] = {}
         for part in parts:
             offset = len(makers)
             makers += part._makers
-            which = part._which if offset == 0 else array("H", [w + offset if w else 0 for w in part._which])
-            renumbered.append(Rows(part.uris, which, part._sizes, part._mtimes, (), part._explicit))
+            uris, which, sizes, mtimes = part.columns()
+            if offset:
+                which = array("H", [w + offset if w else EXPLICIT for w in which])
+            columns.append((uris, which, sizes, mtimes))
             explicit.update(part._explicit)
-        return _sorted_concat(renumbered, tuple(makers), explicit)
+        return _sorted_concat(columns, tuple(makers), explicit)
 
 
-def _sorted_concat(parts: Sequence[Rows], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> Rows:
+def _cut(blocks: list[Block]) -> list[Block]:
+    """`blocks` with each block past twice LOAD rows cut into blocks of LOAD (C-level slices)."""
+    if not blocks or max(map(len, map(_FIRST, blocks))) <= 2 * LOAD:
+        return list(blocks)
+    out: list[Block] = []
+    for uris, which, sizes, mtimes in blocks:
+        if len(uris) <= 2 * LOAD:
+            out.append((uris, which, sizes, mtimes))
+            continue
+        out += [(uris[i:i + LOAD], which[i:i + LOAD], sizes[i:i + LOAD], mtimes[i:i + LOAD])
+                for i in range(0, len(uris), LOAD)]
+    return out
+
+
+def _compressed(block: Block, keep: Sequence[bool]) -> Block:
+    uris, which, sizes, mtimes = block
+    if all(keep):
+        return block
+    return (list(compress(uris, keep)), array("H", compress(which, keep)), array("q", compress(sizes, keep)),
+            array("d", compress(mtimes, keep)))
+
+
+def _sorted_concat(parts: Sequence[Block], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> Rows:
     """Rows of every row of `parts` (which numbers into `makers` already) in URI order: one C-level sort of the row
     numbers by URI, which finds the parts' sorted runs and merges them."""
-    uris = list(chain.from_iterable(p.uris for p in parts))
-    which = array("H", chain.from_iterable(p._which for p in parts))
-    sizes = array("q", chain.from_iterable(p._sizes for p in parts))
-    mtimes = array("d", chain.from_iterable(p._mtimes for p in parts))
+    uris = list(chain.from_iterable(p[0] for p in parts))
+    which = array("H", chain.from_iterable(p[1] for p in parts))
+    sizes = array("q", chain.from_iterable(p[2] for p in parts))
+    mtimes = array("d", chain.from_iterable(p[3] for p in parts))
     if not is_sorted(uris):
         order = sorted(range(len(uris)), key=uris.__getitem__)
         uris = list(map(uris.__getitem__, order))
@@ -309,65 +423,13 @@ class RowsBuilder:
                 continue
             if entry is None:
                 assert maker is not None
-                entry = maker.row_entry(uri, None if size == NO_SIZE else size, None if mtime != mtime else mtime)
+                entry = maker.row_entry(uri, _size(size), _time(mtime))
             yield entry
 
     def rows(self) -> Rows:
         """The rows in URI order (sharing this builder's columns when they were added in that order)."""
         makers = (self.maker,) if self.maker is not None else ()
-        part = Rows(self.uris, self.which, self.sizes, self.mtimes, makers, {e.uri: e for e in self.explicit})
-        return part if is_sorted(self.uris) else _sorted_concat([part], makers, part._explicit)
-
-
-class PathIndex(Mapping[str, Entry]):
-    """One collection's rows by file path (what `Catalog.paths_of` gives): a compact row is found by its URI
-    (bisection), an explicit one through a dict of the explicit rows built when first needed."""
-
-    __slots__ = ("rows", "_maker", "_explicit_paths")
-
-    def __init__(self, rows: Rows) -> None:
-        self.rows = rows
-        self._maker = rows.makers[0] if rows.makers else None
-        self._explicit_paths: dict[str, Entry] | None = None
-
-    def _explicit(self) -> dict[str, Entry]:
-        if self._explicit_paths is None:
-            self._explicit_paths = {e.path: e for e in self.rows.explicit.values() if e.path is not None}
-        return self._explicit_paths
-
-    def get(self, path: str, default: Entry | None = None) -> Entry | None:  # type: ignore[override]
-        uri = self._maker.compact_uri(path) if self._maker is not None else None
-        if uri is not None:
-            i = self.rows.index_of(uri)
-            if i is not None and self.rows._which[i] != EXPLICIT:
-                return self.rows._row(i)
-        return self._explicit().get(path, default)
-
-    def __getitem__(self, path: str) -> Entry:
-        found = self.get(path)
-        if found is None:
-            raise KeyError(path)
-        return found
-
-    def __contains__(self, path: object) -> bool:
-        return isinstance(path, str) and self.get(path) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        rows, maker = self.rows, self._maker
-        for uri, which in zip(rows.uris, rows._which):
-            if which == EXPLICIT:
-                path = rows.explicit[uri].path
-                if path is not None:
-                    yield path
-            else:
-                assert maker is not None
-                yield maker.path_of(uri)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def edited(self, dropped: Iterable[str], added: Mapping[str, Entry]) -> PathIndex:
-        """The index without the rows of the paths `dropped` and with `added`'s entries by path (replacing any
-        row their paths had)."""
-        drop = [e.uri for path in chain(dropped, added) if (e := self.get(path)) is not None]
-        return PathIndex(self.rows.edited(drop, sorted(added.values(), key=_URI)))
+        explicit = {e.uri: e for e in self.explicit}
+        if is_sorted(self.uris):
+            return Rows(self.uris, self.which, self.sizes, self.mtimes, makers, explicit)
+        return _sorted_concat([(self.uris, self.which, self.sizes, self.mtimes)], makers, explicit)
