@@ -25,7 +25,7 @@ from aggregator.console.tree import Folder, tree_page
 from aggregator.console.views import reload_view
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ConsoleSettings, Display, ManifestError
-from tests.console_server import ADMIN, NOBODY, READER, Served, serve
+from tests.console_server import ADMIN, NOBODY, READER, Served, make_folder, serve
 from tests.test_live import save
 
 
@@ -359,6 +359,43 @@ def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Pa
         finally:
             admin.close()
             reader.close()
+
+
+def _stream_status(served: Served, token: str) -> tuple[int, str]:
+    """The status of a new event stream (and, when refused, its message), without reading an accepted one."""
+    with httpx.Client(timeout=httpx.Timeout(30, read=60)) as client, client.stream(
+            "GET", served.base + "/console/api/events", headers={"Authorization": f"Bearer {token}"}) as response:
+        return response.status_code, response.read().decode() if response.status_code != 200 else ""
+
+
+def test_event_streams_are_capped_per_caller_with_a_reserve_for_the_admin_scope(tmp_path: Path) -> None:
+    """Three streams in all, two per caller, one kept for the admin scope: a reader holding two gets no third,
+    nobody gets none past the non-admin share, the admin still gets one; a closed stream gives its slot back."""
+    manifest = make_folder(tmp_path)
+    manifest.write_text(manifest.read_text().replace(
+        "console: {adminScope: admin}", "console: {adminScope: admin, maxStreams: 3, maxStreamsPerCaller: 2, "
+                                        "adminStreams: 1}"))
+    with serve(tmp_path, manifest) as running:
+        readers = [Events(running, READER), Events(running, READER)]
+        admin: Events | None = None
+        try:
+            for reader in readers:
+                reader.wait_for("hello")
+            status, message = _stream_status(running, READER)
+            assert status == 503 and "this caller already holds 2" in message
+            status, message = _stream_status(running, NOBODY)
+            assert status == 503 and "too many" in message
+            admin = Events(running, ADMIN)
+            admin.wait_for("hello")
+            assert _stream_status(running, ADMIN)[0] == 503  # all three are open
+            readers.pop().close()
+            deadline = time.monotonic() + 30
+            while (status := _stream_status(running, NOBODY)[0]) != 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert status == 200
+        finally:
+            for events in [*readers, *([admin] if admin else [])]:
+                events.close()
 
 
 def test_updated_events_pass_only_for_uris_the_stream_may_see() -> None:

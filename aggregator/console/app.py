@@ -28,6 +28,7 @@ from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
                                       tree_view, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
+from aggregator.manifest.model import ConsoleSettings
 from aggregator.search_query import parse_limit
 
 if TYPE_CHECKING:
@@ -82,12 +83,13 @@ class Refused(Exception):
 class Console:
     """The operator's console over one supervisor: its routes, its event hub, its completer."""
 
-    def __init__(self, live: ConsoleLive, discovery: Discovery | None = None, max_streams: int = 32) -> None:
+    def __init__(self, live: ConsoleLive, discovery: Discovery | None = None) -> None:
         self.live, self.discovery = live, discovery
-        settings = live.service.manifest.server.console
-        self.admin_scope = settings.admin_scope if settings is not None else None
+        settings = live.service.manifest.server.console or ConsoleSettings()
+        self.admin_scope = settings.admin_scope
         live.history.keep_diffs = True
-        self.events = EventHub(live.notifier.bus, live.history, max_streams)
+        self.events = EventHub(live.notifier.bus, live.history, settings.max_streams, settings.max_streams_per_caller,
+                               settings.admin_streams if self.admin_scope is not None else 0)
         live.notifier.close_listeners.append(self.events.close)
         self.completer = Completer()
         self._static = {name: (resources.files("aggregator.console") / "static" / name).read_bytes()
@@ -332,10 +334,11 @@ class Console:
         service = self.service
         try:
             body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes),
-                                      lambda: service.catalog.generation)
+                                      lambda: service.catalog.generation, caller=_principal(request),
+                                      admin=self._is_admin(caller_scopes(request)))
             first = await body.__anext__()  # raises TooManyStreams before any byte is sent
-        except TooManyStreams:
-            raise Refused(503, "too many console event streams are open") from None
+        except TooManyStreams as exc:
+            raise Refused(503, str(exc)) from None
 
         async def frames() -> Any:
             yield first
@@ -344,6 +347,15 @@ class Console:
 
         return StreamingResponse(frames(), media_type="text/event-stream",
                                  headers={"X-Accel-Buffering": "no"})
+
+
+def _principal(request: Request) -> str:
+    """Who holds an event stream, for the per-caller cap: the token's subject or client; an anonymous caller by
+    its address (without server.auth every caller is anonymous)."""
+    name = caller_name(request)
+    if name != "anonymous":
+        return "token:" + name
+    return "anonymous:" + (request.client.host if request.client else "")
 
 
 def _error(status: int, message: str) -> JSONResponse:
