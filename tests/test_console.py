@@ -603,6 +603,39 @@ def test_an_mcp_upstream_shows_its_connection_and_reconnects(tmp_path: Path) -> 
         assert row["upstream"]["state"] == "connected" and row["upstream"]["reconnects"] == 0
 
 
+def test_a_failing_source_says_why_when_it_last_worked_and_when_it_retries(tmp_path: Path) -> None:
+    """An mcp upstream on a closed port: its row says failing, the redacted cause (no credential, no host path),
+    when it will try again; the working sources say when they last succeeded; the body counts failing sources.
+    A token that does not see everything gets the flag and the times, not the cause."""
+    from tests.replicas import free_port
+
+    manifest = make_folder(tmp_path)
+    manifest.write_text(manifest.read_text().replace(
+        "collections:\n", f"  up: {{url: \"mcp+http://127.0.0.1:{free_port()}/mcp?key=hunter2\", prefix: \"x://\", "
+                          "allowPrivateNetwork: true, timeout: 2s, headers: {Authorization: Bearer hunter2}}\n"
+                          "collections:\n").replace(
+        "templates:\n", "templates:\n  - {uriTemplate: \"up://{name}\", name: up, source: up, path: \"{name}\"}\n"))
+    with serve(tmp_path, manifest) as running:
+        assert running.get("/console/api/read", uri="docs://huge.txt").status_code == 413  # the file's problem
+        assert running.get("/console/api/read", uri="docs://api.json").status_code == 200
+        assert running.get("/console/api/read", uri="up://thing").status_code == 502
+        body = running.get("/console/api/sources").json()
+        rows = {row["id"]: row for row in body["sources"]}
+        up, docs = rows["up"], rows["docs"]
+        assert up["failing"] is True and up["upstream"]["state"] == "failed"
+        assert up["lastError"]["message"] and up["lastError"]["at"] > time.time() - 600
+        assert up["retryAt"] is not None and up["retryAt"] > time.time() - 5
+        assert docs["failing"] is False and docs["lastSuccessAt"] > time.time() - 600  # its 413 is kept as lastError
+        assert body["failing"] == sorted(sid for sid, row in rows.items() if row["failing"])
+        assert "up" in body["failing"] and "docs" not in body["failing"]
+        assert running.get("/console/api/whoami").json()["failingSources"] == body["failing"]
+        text = json.dumps(body)
+        assert "hunter2" not in text and str(tmp_path) not in text
+        reader = {row["id"]: row for row in running.get("/console/api/sources", READER).json()["sources"]}
+        assert reader["up"]["failing"] is True and reader["up"]["retryAt"] is not None
+        assert "lastError" not in reader["up"] and "lastError" not in reader["up"].get("upstream", {})
+
+
 def test_raw_sends_no_type_it_was_given_as_a_header(tmp_path: Path) -> None:
     """/console/api/raw never writes a resource's mimeType into its Content-Type: an inline image gets the image
     type it was recognised as, anything else is a download, whatever the type (control characters, a header

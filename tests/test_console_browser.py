@@ -156,6 +156,27 @@ def test_click_through_catalog_preview_templates_sources_reloads(admin: Console)
     assert admin.problems == []
 
 
+def test_a_failing_source_is_highlighted_with_its_cause_and_counted_in_the_title(browser: Any,
+                                                                                 served: Served) -> None:
+    assert served.get("/console/api/read", uri="web://down").status_code == 502  # the web source's port is closed
+    console = Console(browser, served, ADMIN)
+    try:
+        page = console.page
+        # Only web: a file past maxBytes read earlier (docs) is the file's problem, not a failing source.
+        sync_api.expect(page).to_have_title(re.compile(r"^\(1 source failing\) "), timeout=WAIT_MS)
+        sync_api.expect(page.locator('[data-testid="failing"]')).to_contain_text("web", timeout=WAIT_MS)
+        console.tab("sources")
+        row = page.wait_for_selector('#sources tr.failing[data-source="web"]', timeout=WAIT_MS)
+        text = row.inner_text()
+        assert "failing" in text and "127.0.0.1" in text and "never" in text  # the cause; no success yet
+        assert "hunter2" not in text
+        assert page.locator("#sources tr.failing").count() == 1
+        console.shot("sources-failing")
+        assert console.problems == []
+    finally:
+        console.close()
+
+
 def test_a_save_updates_the_open_page_without_reloading_it(admin: Console, served: Served) -> None:
     page = admin.page
     page.evaluate("window.stillTheSamePage = true")

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from aggregator.notify import Notifier
     from aggregator.search import Discovery
+    from aggregator.snapshot import Snapshot
     from aggregator.service import ResourceService
 
 __all__ = ["API_PREFIX", "Console", "ConsoleLive"]
@@ -57,6 +58,7 @@ API_HEADERS = {**HEADERS, "Cache-Control": "no-store"}
 INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
 _STATUS = {"ResourceNotFound": 404, "InvalidCursor": 400, "InvalidSearch": 400, "ResourceTooLarge": 413}
 Scopes = frozenset[str] | None
+Rows = list[dict[str, Any]]  # a module alias: the class's `list` route shadows the builtin in its annotations
 
 
 class ConsoleLive(Protocol):
@@ -192,7 +194,8 @@ class Console:
             "generation": snapshot.catalog.generation, "resources": len(entries),
             "caller": caller_name(request), "scopes": sorted(own or ()), "auth": settings.auth is not None,
             "admin": self._is_admin(own), "viewingAs": request.query_params.get("as"),
-            "search": self.discovery is not None, "seesAll": sees_all(snapshot, scopes)}
+            "search": self.discovery is not None, "seesAll": sees_all(snapshot, scopes),
+            "failingSources": [row["id"] for row in self._source_rows(snapshot, scopes) if row["failing"]]}
         if body["admin"]:
             body["knownScopes"] = sorted(catalog_scopes(snapshot))
         body.update(self._deployment(snapshot.manifest))
@@ -307,15 +310,21 @@ class Console:
 
     # --- operations ------------------------------------------------------------------------------------------
 
+    def _source_rows(self, snapshot: Snapshot, scopes: Scopes) -> Rows:
+        service, cache = self.service, self.service.cache
+        return source_rows(snapshot, scopes, hits=cache.hits_by, misses=cache.misses_by, held=cache.bytes_by(),
+                           errors=service.source_errors, last_errors=service.last_source_error,
+                           successes=service.last_source_success, health=service.health(),
+                           detail=sees_all(snapshot, scopes))
+
     async def sources(self, request: Request, scopes: Scopes) -> Response:
         service = self.service
         snapshot = service.snapshot
         everything = sees_all(snapshot, scopes)
         cache = service.cache
-        rows = source_rows(snapshot, scopes, hits=cache.hits_by, misses=cache.misses_by, held=cache.bytes_by(),
-                           errors=service.source_errors, last_errors=service.last_source_error if everything else {},
-                           health=service.health())
+        rows = self._source_rows(snapshot, scopes)
         body: dict[str, Any] = {"sources": rows, "generation": snapshot.catalog.generation,
+                                "failing": [row["id"] for row in rows if row["failing"]],
                                 **self._deployment(snapshot.manifest)}
         if everything:
             body["cache"] = {"hits": cache.hits, "misses": cache.misses, "bytes": cache.current_bytes,

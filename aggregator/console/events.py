@@ -3,8 +3,8 @@
 Each stream has a bounded queue: a page that stops reading loses events and gets one `resync` instead (it then
 reloads what it shows), so a stalled tab never holds memory. Streams are capped, in all and per caller, and the
 last few are kept for holders of the admin scope, so one token cannot lock operators out; a closed tab ends its
-stream (the response notices the disconnect and the stream unsubscribes). `updated` passes only for URIs the stream's caller
-may see when the event is sent.
+stream (the response notices the disconnect and the stream unsubscribes). `updated` passes only for URIs the
+stream's caller may see when the event is sent.
 """
 
 from __future__ import annotations

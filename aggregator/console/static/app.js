@@ -46,7 +46,7 @@ async function start() {
   $("app").hidden = false;
   const server = who.server;
   $("title").textContent = (server.title || server.name) + " — console";
-  document.title = (server.title || server.name) + " — aggregator console";
+  state.failing = who.failingSources || [];
   facts(who.generation, who.resources);
   viewAsSelector(who);
   await openLevel("");
@@ -58,13 +58,19 @@ function facts(generation, resources) {
   state.generation = generation;
   const who = state.who;
   const parts = [`generation ${generation}`];
-  if (resources !== undefined) parts.push(`${resources.toLocaleString()} resources visible`);
+  if (resources !== undefined) state.resources = resources;
+  if (state.resources !== undefined) parts.push(`${state.resources.toLocaleString()} resources visible`);
   if (who) parts.push(`as ${who.caller}` + (who.scopes.length ? ` (${who.scopes.join(", ")})` : ""));
   if (who && who.cluster) {
     parts.push(`replica ${who.cluster.replica}` + (who.cluster.connected === false ? " (alone)" : ""));
   }
   if (who && who.manifestDigest) parts.push(`manifest ${who.manifestDigest.slice(0, 12)}`);
-  $("facts").textContent = parts.join(" · ");
+  const failing = state.failing || [];
+  const count = failing.length ? `${failing.length} source${failing.length === 1 ? "" : "s"} failing` : null;
+  clear($("facts"), parts.join(" · "), count ? " · " : null,
+    count ? h("span", { class: "bad", "data-testid": "failing" }, `${count} (${failing.join(", ")})`) : null);
+  if (who) document.title = (count ? `(${count}) ` : "") + (who.server.title || who.server.name)
+    + " — aggregator console";
 }
 
 function viewAsSelector(who) {
@@ -276,14 +282,22 @@ async function loadTemplates(append) {
 async function loadSources() {
   const body = await api.get("sources");
   const head = ["Source", "Kind", "Resources", "Listed", "Cache hit rate", "Cached", "Errors", "Last error",
-                "Changes", "Upstream"];
-  const rows = body.sources.map((s) => h("tr", { "data-source": s.id },
-    h("th", { scope: "row" }, s.id), h("td", {}, s.kind), h("td", {}, s.resources.toLocaleString()),
+                "Last success", "Next retry", "Changes", "Upstream"];
+  state.failing = body.failing || [];
+  facts(body.generation);
+  const rows = body.sources.map((s) => h("tr", { "data-source": s.id, class: s.failing ? "failing" : "" },
+    h("th", { scope: "row" }, s.failing ? [h("span", { class: "bad" }, "failing: "), s.id] : s.id),
+    h("td", {}, s.kind), h("td", {}, s.resources.toLocaleString()),
     h("td", {}, when(s.listedAt)),
     h("td", {}, s.cache.hitRate === null ? "—"
       : `${(s.cache.hitRate * 100).toFixed(1)}% of ${s.cache.hits + s.cache.misses}`),
     h("td", {}, bytes(s.cache.bytes)), h("td", { class: s.errors ? "bad" : "" }, String(s.errors)),
-    h("td", {}, s.lastError ? `${when(s.lastError.at)}: ${s.lastError.message}` : "—"), h("td", {}, s.change),
+    h("td", { class: s.failing ? "bad" : "" }, s.lastError
+      ? (s.lastError.at ? `${when(s.lastError.at)}: ` : "") + s.lastError.message
+      : s.failing ? "failing (the cause needs a token that sees everything)" : "—"),
+    h("td", {}, s.lastSuccessAt ? when(s.lastSuccessAt) : "never"),
+    h("td", {}, s.retryAt ? `at ${new Date(s.retryAt * 1000).toLocaleTimeString()}` : "—"),
+    h("td", {}, s.change),
     h("td", {}, s.upstream ? `${s.upstream.state || ""}, ${s.upstream.reconnects ?? 0} reconnects` : "—")));
   const table = h("table", {}, h("caption", { class: "sr-only" }, "Sources"),
     h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, ...rows));
@@ -293,8 +307,8 @@ async function loadSources() {
   const deployment = [body.cluster ? `Replica ${body.cluster.replica}` + (body.cluster.connected === false
     ? " (cluster unreachable: serving alone)" : "") : null,
     body.manifestDigest ? `manifest sha256 ${body.manifestDigest}` : null].filter(Boolean);
-  const facts = deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null;
-  clear($("sources"), facts,
+  const where = deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null;
+  clear($("sources"), where,
     summary, rows.length ? table : h("p", { class: "hint" }, "No sources you may see."));
 }
 
@@ -331,7 +345,7 @@ function selectTab(name) {
 async function refreshAll() {
   // The header's figures and the open tab are fetched side by side: the page shows a change one round trip later.
   const [who] = await Promise.all([guarded(() => api.get("whoami")), loaders[state.tab]()]);
-  if (who) { state.who = who; facts(who.generation, who.resources); }
+  if (who) { state.who = who; state.failing = who.failingSources || []; facts(who.generation, who.resources); }
   if (state.previewing) await preview(state.previewing, $("preview"));
 }
 
