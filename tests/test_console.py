@@ -327,6 +327,29 @@ def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> No
             reader.close()
 
 
+def test_a_scoped_stream_hears_no_catalog_event_for_hidden_changes(tmp_path: Path) -> None:
+    """A save that adds only a hidden entry: the admin's stream hears `catalog`, the reader's does not (it would
+    learn that, and when, something hidden changed); a later visible change reaches both."""
+    with serve(tmp_path) as running:
+        admin, reader = Events(running, ADMIN), Events(running, READER)
+        try:
+            admin.wait_for("hello")
+            reader.wait_for("hello")
+            text = running.manifest.read_text()
+            hidden = text.replace("resources:\n", 'resources:\n  - {uri: "secret://hush", name: hush, text: "h", '
+                                                  "access: {scopes: [secret]}}\n")
+            save(running.manifest, hidden)
+            assert admin.wait_for("catalog")["generation"] == 2
+            reader.wait_for("reload", generation=2)
+            save(running.manifest, hidden.replace("resources:\n", 'resources:\n  - {uri: "note://new", name: new, '
+                                                                  'text: "new"}\n'))
+            assert admin.wait_for("catalog", generation=3) and reader.wait_for("catalog", generation=3)
+            assert [f for f in reader.frames if f[0] == "catalog"] == [("catalog", {"generation": 3})]
+        finally:
+            admin.close()
+            reader.close()
+
+
 def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Path) -> None:
     """An MCP client (the admin's token) subscribes to a public and a hidden file; both change. The admin's console
     stream hears both `updated` events, the reader's only the public one."""

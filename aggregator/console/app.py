@@ -26,7 +26,7 @@ from aggregator.console.events import EventHub, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
-                                      tree_view, visible_uri)
+                                      tree_view, visible_catalog, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
 from aggregator.manifest.model import ConsoleSettings
 from aggregator.search_query import parse_limit
@@ -341,10 +341,12 @@ class Console:
 
     async def stream(self, request: Request, scopes: Scopes) -> Response:
         service = self.service
+        scoped = not sees_all(service.snapshot, scopes)
         try:
             body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes),
                                       lambda: service.catalog.generation, caller=_principal(request),
-                                      admin=self._is_admin(caller_scopes(request)))
+                                      admin=self._is_admin(caller_scopes(request)),
+                                      view=(lambda: visible_catalog(service.catalog, scopes)) if scoped else None)
             first = await body.__anext__()  # raises TooManyStreams before any byte is sent
         except TooManyStreams as exc:
             raise Refused(503, str(exc)) from None

@@ -79,10 +79,12 @@ class EventHub:
             queue.close()
 
     async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int], caller: str = "",
-                     admin: bool = False) -> AsyncIterator[str]:
+                     admin: bool = False, view: Callable[[], object] | None = None) -> AsyncIterator[str]:
         """The text of one event stream of `caller`; TooManyStreams when a cap is met. `visible(uri)` is asked
-        when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events."""
+        when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events; `view()`
+        (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed."""
         self._admit(caller, admin)
+        seen = view() if view is not None else None
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)
         self._queues.add(send)
         overflowed = False
@@ -97,7 +99,13 @@ class EventHub:
                 pass
 
         def on_bus(event: ServerEvent) -> None:
+            nonlocal seen
             if isinstance(event, ResourcesListChanged):
+                if view is not None:
+                    now = view()
+                    if now == seen:
+                        return  # only what this caller may not see changed: it must not learn that, nor when
+                    seen = now
                 put({"event": "catalog", "generation": generation()})
             elif isinstance(event, ResourceUpdated) and visible(event.uri):
                 put({"event": "updated", "uri": event.uri})

@@ -23,7 +23,7 @@ from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 
 __all__ = ["catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows", "template_view",
-           "tree_view", "visible_uri"]
+           "tree_view", "visible_catalog", "visible_uri"]
 
 _COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
 _SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
@@ -198,6 +198,15 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
         out["error"] = (f"the save was refused ({len(record.issues)} problem(s)); their details need a token that "
                         "sees the whole catalog" if record.issues else record.error)
     return out
+
+
+def visible_catalog(catalog: Catalog, scopes: frozenset[str] | None) -> tuple[object, ...]:
+    """What a caller holding `scopes` may see of `catalog` (entries and templates), to compare with `==`: equal
+    when only hidden things changed. O(n) per comparison, n the visible entries."""
+    entries, _ = catalog.visible(scopes)
+    # A template as listed (its spec holds parsed parts that compare by identity, so a reload would always differ).
+    return tuple(entries), tuple(template_view(t) for t in catalog.templates
+                                 if scopes is None or t.spec.access <= scopes)
 
 
 def visible_uri(snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> bool:
