@@ -218,6 +218,14 @@ def caller_scopes(request: Any) -> frozenset[str] | None:
     return frozenset(user.scopes) if user is not None else frozenset()
 
 
+def caller_expiry(request: Any) -> float | None:
+    """When (time.time()) the token that sent `request` expires (a JWT's `exp`); None: it does not (a static
+    token, stdio, an anonymous caller)."""
+    user = _user(request) if request is not None else None
+    expires = user.access_token.expires_at if user is not None else None
+    return float(expires) if expires is not None else None
+
+
 def caller_name(request: Any) -> str:
     """Who is asking, for the access log: the token's client, 'anonymous' over HTTP, 'stdio' locally."""
     if request is None:

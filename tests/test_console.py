@@ -350,6 +350,31 @@ def test_a_scoped_stream_hears_no_catalog_event_for_hidden_changes(tmp_path: Pat
             reader.close()
 
 
+def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(tmp_path: Path) -> None:
+    """A JWT good for a few seconds: its stream says `expired` and ends then (the page asks for a new token), while
+    a static token's stream, opened at the same time, goes on."""
+    from tests.test_auth import ISSUER, Keys, jwks_server
+
+    keys = Keys()
+    manifest = make_folder(tmp_path)
+    with jwks_server(keys) as jwks:
+        manifest.write_text(manifest.read_text().replace(
+            "  auth:\n", f'  auth:\n    jwt: {{issuer: "{ISSUER}", jwksUrl: "{jwks}", leeway: 0s}}\n'))
+        with serve(tmp_path, manifest) as running:
+            token = keys.token(running.base + "/mcp", scope="docs", expires_in=4)
+            short, static = Events(running, token), Events(running, READER)
+            try:
+                short.wait_for("hello")
+                static.wait_for("hello")
+                short.wait_for("expired", timeout=30)
+                short._thread.join(10)
+                assert not short._thread.is_alive()  # the server ended the response
+                assert static._thread.is_alive() and not any(f[0] == "expired" for f in static.frames)
+            finally:
+                short.close()
+                static.close()
+
+
 def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Path) -> None:
     """An MCP client (the admin's token) subscribes to a public and a hidden file; both change. The admin's console
     stream hears both `updated` events, the reader's only the public one."""

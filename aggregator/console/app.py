@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from aggregator.auth import caller_name, caller_scopes
+from aggregator.auth import caller_expiry, caller_name, caller_scopes
 from aggregator.catalog import Page
 from aggregator.completion import Completer
 from aggregator.console.events import EventHub, TooManyStreams
@@ -346,7 +346,8 @@ class Console:
             body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes),
                                       lambda: service.catalog.generation, caller=_principal(request),
                                       admin=self._is_admin(caller_scopes(request)),
-                                      view=(lambda: visible_catalog(service.catalog, scopes)) if scoped else None)
+                                      view=(lambda: visible_catalog(service.catalog, scopes)) if scoped else None,
+                                      until=caller_expiry(request))
             first = await body.__anext__()  # raises TooManyStreams before any byte is sent
         except TooManyStreams as exc:
             raise Refused(503, str(exc)) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -79,10 +80,12 @@ class EventHub:
             queue.close()
 
     async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int], caller: str = "",
-                     admin: bool = False, view: Callable[[], object] | None = None) -> AsyncIterator[str]:
+                     admin: bool = False, view: Callable[[], object] | None = None, until: float | None = None
+                     ) -> AsyncIterator[str]:
         """The text of one event stream of `caller`; TooManyStreams when a cap is met. `visible(uri)` is asked
         when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events; `view()`
-        (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed."""
+        (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed.
+        At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
         self._admit(caller, admin)
         seen = view() if view is not None else None
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)
@@ -120,7 +123,13 @@ class EventHub:
             async with receive:
                 while True:
                     event: dict[str, Any] | None = None
-                    with anyio.move_on_after(HEARTBEAT_S):
+                    wait = HEARTBEAT_S
+                    if until is not None:
+                        wait = until - time.time()
+                        if wait <= 0:
+                            yield _frame("expired", {})
+                            return
+                    with anyio.move_on_after(min(wait, HEARTBEAT_S)):
                         try:
                             event = await receive.receive()
                         except anyio.EndOfStream:

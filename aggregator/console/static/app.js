@@ -371,12 +371,20 @@ async function listen() {
           if (data.ok) live(`reloaded: generation ${data.generation}`, "changed");
           else live("a save was refused", "refused");
           if (state.tab === "reloads" || state.tab === "sources") await loaders[state.tab]();
+        } else if (event === "expired") {
+          // The token ran out: the server ended the stream; a new token starts a new one.
+          state.stream = null;
+          live("token expired", "refused");
+          return signIn("Your token expired; enter a new one.");
         } else if (event === "updated" && data.uri === state.previewing) {
           await preview(data.uri, $("preview"));
         }
       }
     } catch (error) {
-      if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
+      if (error instanceof api.ApiError && error.status === 401) {
+        state.stream = null;  // signing in again starts a new stream
+        return signIn("The token was refused; enter another.");
+      }
     }
     live("offline: reconnecting…", "offline");
     await new Promise((resolve) => setTimeout(resolve, delay));
