@@ -375,6 +375,24 @@ def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(tmp_path: Path) 
                 static.close()
 
 
+def test_the_open_preview_hears_when_its_file_changes(tmp_path: Path) -> None:
+    """With no MCP client subscribed, a page's read names its stream (from `hello`): when the previewed file
+    changes, that stream hears `updated` for it, so the preview refreshes instead of going stale under "live"."""
+    with serve(tmp_path) as running:
+        reader = Events(running, READER)
+        try:
+            stream = reader.wait_for("hello")["stream"]
+            read = running.get("/console/api/read", READER, uri="docs://api.json", stream=stream)
+            assert read.status_code == 200
+            time.sleep(0.3)  # the watcher is up
+            (running.folder / "docs" / "api.json").write_text('{"version": 3}')
+            reader.wait_for("updated", uri="docs://api.json")
+            assert '"version": 3' in running.get("/console/api/read", READER, uri="docs://api.json").text.replace(
+                '\\"', '"')
+        finally:
+            reader.close()
+
+
 def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Path) -> None:
     """An MCP client (the admin's token) subscribes to a public and a hidden file; both change. The admin's console
     stream hears both `updated` events, the reader's only the public one."""

@@ -93,6 +93,8 @@ class Console:
         self.events = EventHub(live.notifier.bus, live.history, settings.max_streams, settings.max_streams_per_caller,
                                settings.admin_streams if self.admin_scope is not None else 0)
         live.notifier.close_listeners.append(self.events.close)
+        live.notifier.interest.append(self.events.previewed)
+        self.events.previews_changed = live.notifier.interest_changed
         self.completer = Completer()
         self._static = {name: (resources.files("aggregator.console") / "static" / name).read_bytes()
                         for name in STATIC}
@@ -279,6 +281,8 @@ class Console:
         other blob by size and type (its bytes at /raw)."""
         uri = request.query_params.get("uri", "")
         served = await self.service.read(uri, scopes)
+        if request.query_params.get("stream"):  # the page's event stream: tell it when this preview changes
+            self.events.preview(request.query_params["stream"], _principal(request), uri)
         content = served.content
         body: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type, "ttl": served.ttl}
         if content.text is not None:

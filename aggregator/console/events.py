@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -45,6 +46,8 @@ class EventHub:
         self.per_caller, self.admin_reserve = per_caller, admin_reserve
         self._queues: set[MemoryObjectSendStream[dict[str, Any]]] = set()
         self._held: dict[str, int] = {}
+        self._previews: dict[str, tuple[str, str]] = {}  # stream id -> (its caller, the URI its page previews)
+        self.previews_changed: Callable[[], None] = lambda: None
         self._admin_streams = 0
         self._closed = False
 
@@ -60,6 +63,18 @@ class EventHub:
             raise TooManyStreams("too many console event streams are open")
         self._held[caller] = self._held.get(caller, 0) + 1
         self._admin_streams += admin
+
+    def preview(self, stream: str, caller: str, uri: str) -> None:
+        """The page of `stream` (an id its `hello` gave) previews `uri`: its changes are watched while the stream
+        lasts. Ignored for an unknown stream or one of another caller (a page names only its own)."""
+        held = self._previews.get(stream)
+        if held is not None and held[0] == caller and held[1] != uri:
+            self._previews[stream] = (caller, uri)
+            self.previews_changed()
+
+    def previewed(self) -> set[str]:
+        """The URIs open pages preview now (with a caller's `visible` still checked when `updated` is sent)."""
+        return {uri for _, uri in self._previews.values() if uri}
 
     def _release(self, caller: str, admin: bool) -> None:
         self._admin_streams -= admin
@@ -118,8 +133,10 @@ class EventHub:
 
         unsubscribe = self.bus.subscribe(on_bus)
         self.history.listeners.append(on_reload)
+        stream_id = secrets.token_urlsafe(12)
+        self._previews[stream_id] = (caller, "")
         try:
-            yield _frame("hello", {"generation": generation()})
+            yield _frame("hello", {"generation": generation(), "stream": stream_id})
             async with receive:
                 while True:
                     event: dict[str, Any] | None = None
@@ -150,6 +167,8 @@ class EventHub:
             send.close()
             self._queues.discard(send)
             self._release(caller, admin)
+            if self._previews.pop(stream_id, ("", ""))[1]:
+                self.previews_changed()
 
 
 def _drain(receive: Any) -> None:

@@ -189,7 +189,9 @@ async function preview(uri, box) {
   clear(box, h("h2", {}, uri), h("p", { class: "meta" }, "reading…"));
   let body;
   try {
-    body = await api.get("read", { uri });
+    // The main preview names this page's event stream, so the server tells it when the previewed file changes.
+    const watch = box === $("preview") && state.streamId ? { stream: state.streamId } : {};
+    body = await api.get("read", { uri, ...watch });
   } catch (error) {
     if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
     const why = `${error.status || ""} ${error.message}`;
@@ -363,7 +365,13 @@ async function listen() {
     try {
       for await (const { event, data } of api.events(controller.signal)) {
         delay = 1000;
-        if (event === "hello") live("live", "live");
+        if (event === "hello") {
+          live("live", "live");
+          state.streamId = data.stream;
+          // A new stream (first, or after a reconnect) knows no preview yet; reading it again names it, and
+          // shows whatever changed while the page was not listening.
+          if (state.previewing) await preview(state.previewing, $("preview"));
+        }
         else if (event === "catalog" || event === "resync") {
           live(`catalog changed: generation ${data.generation}`, "changed");
           await refreshAll();
