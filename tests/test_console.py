@@ -156,6 +156,22 @@ def test_filters_and_search(served: Served) -> None:
     assert hits["children"][0]["uri"] == "docs://guides/setup.md"
 
 
+def test_search_has_a_total_pages_and_the_filters(served: Served) -> None:
+    """Search results say how many there are, come in pages (a cursor), and honour mimeType and name as the list
+    does: no JSON row for text/csv."""
+    first = served.get("/console/api/search", q="guides", limit="2").json()
+    assert first["total"] == 3 and first["more"] is False and len(first["children"]) == 2
+    second = served.get("/console/api/search", q="guides", limit="2", cursor=first["nextCursor"]).json()
+    assert len(second["children"]) == 1 and second["nextCursor"] is None
+    uris = {c["uri"] for c in first["children"] + second["children"]}
+    assert uris == {f"docs://guides/{n}.md" for n in ("intro", "setup", "deploy")}
+    csv = served.get("/console/api/search", q="api", mimeType="text/csv").json()
+    assert csv["children"] == [] and csv["total"] == 0
+    named = served.get("/console/api/search", q="guides", name="*setup*").json()
+    assert [c["uri"] for c in named["children"]] == ["docs://guides/setup.md"] and named["total"] == 1
+    assert served.get("/console/api/search", q="guides", cursor="x").status_code == 400
+
+
 def test_templates_complete_expand_and_preview(served: Served) -> None:
     templates = served.get("/console/api/templates").json()["templates"]
     guide = next(t for t in templates if t["name"] == "guide")

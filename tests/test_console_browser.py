@@ -177,6 +177,18 @@ def test_a_failing_source_is_highlighted_with_its_cause_and_counted_in_the_title
         console.close()
 
 
+def test_search_shows_a_total_and_honours_the_filters(admin: Console) -> None:
+    page = admin.page
+    page.fill("#f-q", "guides")
+    page.click("#filter button[type=submit]")
+    sync_api.expect(page.locator("#tree-count")).to_have_text("3 found; 3 shown", timeout=WAIT_MS)
+    page.fill("#f-mime", "text/csv")
+    page.click("#filter button[type=submit]")
+    sync_api.expect(page.locator("#tree-count")).to_have_text("0 found; 0 shown", timeout=WAIT_MS)
+    page.click("#filter button[type=reset]")
+    assert admin.problems == []
+
+
 def test_the_open_preview_refreshes_when_its_file_changes(admin: Console, served: Served) -> None:
     page = admin.page
     page.click('#tree button[data-prefix="docs://"]')

@@ -29,7 +29,8 @@ from aggregator.console.views import (catalog_scopes, entry_view, reload_view, s
                                       tree_view, visible_catalog, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
 from aggregator.manifest.model import ConsoleSettings
-from aggregator.search_query import parse_limit
+from aggregator.search_list import entry_filter
+from aggregator.search_query import DEFAULT_LIMIT, MAX_LIMIT
 
 if TYPE_CHECKING:
     from aggregator.manifest.model import Manifest
@@ -46,6 +47,8 @@ logger = logging.getLogger("aggregator.console")
 
 API_PREFIX = "/console/api/"
 MAX_PAGE = 500
+SEARCH_WINDOW = 500
+"""Search hits ranked for one console search at most: pages come from them, and past it the total is a floor."""
 PREVIEW_CHARS = 512 * 1024
 """Text shown in a preview at most; the download has it all (within the same maxBytes as resources/read)."""
 STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js", "favicon.svg")
@@ -230,18 +233,28 @@ class Console:
         return JSONResponse({"children": [entry_view(e) for e in page.items], "nextCursor": page.next_cursor})
 
     async def search(self, request: Request, scopes: Scopes) -> Response:
+        """A page of the best SEARCH_WINDOW hits, narrowed by mimeType and name as /list is; `total` counts them
+        (`more`: past the window, so at least that many); the cursor is the offset of the next page."""
         if self.discovery is None:
             raise Refused(404, "search is not available")
         query = request.query_params
+        try:
+            offset = max(0, int(query.get("cursor") or 0))
+        except ValueError:
+            raise Refused(400, "cursor is a number") from None
+        size = self._limit(request, default=DEFAULT_LIMIT * 2, most=MAX_LIMIT)
+        keep = entry_filter(query.get("mimeType") or None, query.get("name") or None)
         hits = await self.discovery.search(query.get("q", ""), scopes, prefix=query.get("prefix", ""),
-                                           limit=parse_limit(query.get("limit")))
+                                           limit=SEARCH_WINDOW)
+        matched = [hit for hit in hits if keep is None or keep(hit.entry)]
         results = []
-        for hit in hits:
+        for hit in matched[offset : offset + size]:
             view = entry_view(hit.entry)
             if hit.snippet:
                 view["snippet"] = hit.snippet
             results.append(view)
-        return JSONResponse({"children": results, "nextCursor": None})
+        return JSONResponse({"children": results, "total": len(matched), "more": len(hits) >= SEARCH_WINDOW,
+                             "nextCursor": str(offset + size) if offset + size < len(matched) else None})
 
     async def templates(self, request: Request, scopes: Scopes) -> Response:
         snapshot = self.service.snapshot

@@ -135,7 +135,8 @@ async function loadPage(append) {
   let page;
   if (state.mode === "tree") page = await api.get("tree", { prefix: state.prefix, cursor: state.cursor, limit });
   else if (state.mode === "search") {
-    page = await api.get("search", { q: state.filter.q, prefix: state.filter.prefix, limit: 50 });
+    // The same filters as the list: mimeType and name narrow the hits too.
+    page = await api.get("search", { ...state.filter, cursor: state.cursor, limit: 50 });
   }
   else page = await api.get("list", { ...state.filter, cursor: state.cursor, limit });
   const list = $("tree");
@@ -144,10 +145,15 @@ async function loadPage(append) {
   state.cursor = page.nextCursor;
   $("more").hidden = !page.nextCursor;
   const shown = list.children.length;
-  $("tree-count").textContent = page.total !== undefined
-    ? `${page.total.toLocaleString()} resources under ${state.prefix || "the catalog"}; `
-      + `${shown.toLocaleString()} rows shown`
-    : `${shown.toLocaleString()} shown${page.nextCursor ? " (more below)" : ""}`;
+  if (state.mode === "search") {
+    $("tree-count").textContent = `${page.total.toLocaleString()}${page.more ? "+" : ""} found; `
+      + `${shown.toLocaleString()} shown`;
+  } else {
+    $("tree-count").textContent = page.total !== undefined
+      ? `${page.total.toLocaleString()} resources under ${state.prefix || "the catalog"}; `
+        + `${shown.toLocaleString()} rows shown`
+      : `${shown.toLocaleString()} shown${page.nextCursor ? " (more below)" : ""}`;
+  }
   if (!shown) list.append(h("li", { class: "hint" }, "Nothing here."));
 }
 
@@ -166,7 +172,7 @@ function applyFilter(event) {
   state.cursor = null;
   if (filter.q) {
     state.mode = "search";
-    state.filter = { q: filter.q, prefix: filter.prefix };
+    state.filter = { q: filter.q, prefix: filter.prefix, mimeType: filter.mimeType, name: filter.name };
   } else if (filter.mimeType || filter.name) {
     state.mode = "list";
     state.filter = { prefix: filter.prefix, mimeType: filter.mimeType, name: filter.name };
