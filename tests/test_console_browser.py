@@ -276,7 +276,7 @@ def test_an_admin_views_as_a_scope(admin: Console) -> None:
     page.wait_for_selector('#tree button[data-prefix="secret://"]', timeout=WAIT_MS)
 
 
-def test_axe_finds_no_serious_violations(admin: Console) -> None:
+def test_axe_finds_no_violations_of_any_impact(admin: Console) -> None:
     from axe_playwright_python.sync_playwright import Axe
 
     axe = Axe()
@@ -289,8 +289,8 @@ def test_axe_finds_no_serious_violations(admin: Console) -> None:
         admin.tab(name)
         page.wait_for_selector(f"#panel-{name} li, #panel-{name} tr", timeout=WAIT_MS)
         results = axe.run(page)
-        serious = [f"{v['id']}: {v['help']} ({len(v['nodes'])} nodes)" for v in results.response["violations"]
-                   if v.get("impact") in ("serious", "critical")]
+        serious = [f"{v['id']} ({v.get('impact')}): {v['help']} ({len(v['nodes'])} nodes)"
+                   for v in results.response["violations"]]  # any impact, moderate and minor included
         if serious:
             found[name] = serious
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
