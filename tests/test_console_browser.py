@@ -189,6 +189,29 @@ def test_search_shows_a_total_and_honours_the_filters(admin: Console) -> None:
     assert admin.problems == []
 
 
+def test_a_refused_token_says_so_and_sign_out_and_keyboard_keep_focus(browser: Any, served: Served) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        page.goto(served.base + "/console")
+        page.fill("#token", "not-a-token")
+        page.click("#login button[type=submit]")
+        sync_api.expect(page.locator("#login-why")).to_contain_text("refused", timeout=WAIT_MS)
+        page.fill("#token", ADMIN)
+        page.click("#login button[type=submit]")
+        page.wait_for_selector('#tree button[data-prefix="docs://"]', timeout=WAIT_MS)
+        page.focus('#tree button[data-prefix="docs://"]')
+        page.keyboard.press("Enter")  # opening a folder from the keyboard keeps focus in the tree
+        page.wait_for_selector('#tree button[data-prefix="docs://guides/"]', timeout=WAIT_MS)
+        assert page.evaluate("document.activeElement.closest('#tree') !== null")
+        page.click("#sign-out")
+        sync_api.expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)
+        assert page.evaluate("document.activeElement.id") == "token"
+        assert page.evaluate("sessionStorage.length") == 0  # the token is gone
+    finally:
+        context.close()
+
+
 def test_the_open_preview_refreshes_when_its_file_changes(admin: Console, served: Served) -> None:
     page = admin.page
     page.click('#tree button[data-prefix="docs://"]')

@@ -26,8 +26,21 @@ async function guarded(work) {
 
 // --- sign in and who am I ------------------------------------------------------------------------------------
 
+function signOut() {
+  api.setToken("");
+  if (state.stream) state.stream.abort();
+  state.stream = null;
+  state.who = null;
+  state.previewing = null;
+  clear($("tree"));
+  clear($("preview"), h("p", { class: "hint" }, "Pick a resource to preview it."));
+  live("signed out", "offline");
+  signIn("Signed out. Enter a token to sign in again.");
+}
+
 function signIn(why) {
   $("app").hidden = true;
+  $("sign-out").hidden = true;
   $("login").hidden = false;
   if (why) $("login-why").textContent = why;
   $("token").focus();
@@ -38,12 +51,18 @@ async function start() {
   try {
     who = await api.get("whoami");
   } catch (error) {
-    if (error instanceof api.ApiError && error.status === 401) return signIn(null);
+    if (error instanceof api.ApiError && error.status === 401) {
+      // A token that was given and refused says so (and is forgotten); a first visit just asks for one.
+      const given = api.token() !== "";
+      api.setToken("");
+      return signIn(given ? "The token was refused; enter another." : null);
+    }
     return showError(error);
   }
   state.who = who;
   $("login").hidden = true;
   $("app").hidden = false;
+  $("sign-out").hidden = false;
   const server = who.server;
   $("title").textContent = (server.title || server.name) + " — console";
   state.failing = who.failingSources || [];
@@ -141,7 +160,16 @@ async function loadPage(append) {
   else page = await api.get("list", { ...state.filter, cursor: state.cursor, limit });
   const list = $("tree");
   if (!append) clear(list);
+  const first = list.children.length;
   list.append(...page.children.map(row));
+  // Re-rendering removed the focused row (Enter on a folder) or the button that was pressed ("Load more" hides):
+  // focus goes to the first new row, not to <body>.
+  const focused = document.activeElement;
+  if (!focused || focused === document.body || focused === $("more")) {
+    const target = list.children[append ? first : 0];
+    const button = target && target.querySelector("button");
+    if (button) button.focus();
+  }
   state.cursor = page.nextCursor;
   $("more").hidden = !page.nextCursor;
   const shown = list.children.length;
@@ -416,6 +444,7 @@ function wire() {
   $("filter").addEventListener("submit", applyFilter);
   $("filter").addEventListener("reset", () => setTimeout(() => openLevel(""), 0));
   $("more").addEventListener("click", () => guarded(() => loadPage(true)));
+  $("sign-out").addEventListener("click", signOut);
   $("more-templates").addEventListener("click", () => guarded(() => loadTemplates(true)));
   const tabs = [...document.querySelectorAll('[role="tab"]')];
   for (const tab of tabs) {
