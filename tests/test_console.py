@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -311,12 +312,22 @@ class Events:
         self._client.close()
 
 
+@contextmanager
+def _admin_and_reader(running: Served) -> Iterator[tuple[Events, Events]]:
+    """The admin's and the reader's event streams, each past its `hello`; closed after the block."""
+    admin, reader = Events(running, ADMIN), Events(running, READER)
+    try:
+        admin.wait_for("hello")
+        reader.wait_for("hello")
+        yield admin, reader
+    finally:
+        admin.close()
+        reader.close()
+
+
 def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> None:
     with serve(tmp_path) as running:
-        admin, reader = Events(running, ADMIN), Events(running, READER)
-        try:
-            admin.wait_for("hello")
-            reader.wait_for("hello")
+        with _admin_and_reader(running) as (admin, reader):
             text = running.manifest.read_text()
             save(running.manifest, text.replace(
                 "resources:\n", 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
@@ -338,19 +349,13 @@ def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> No
             hidden = running.get("/console/api/reloads", READER).json()["reloads"][0]
             assert hidden["issues"] == [] and "need a token" in hidden["error"]
             assert all("secret" not in json.dumps(f) for f in reader.frames)
-        finally:
-            admin.close()
-            reader.close()
 
 
 def test_a_scoped_stream_hears_no_catalog_event_for_hidden_changes(tmp_path: Path) -> None:
     """A save that adds only a hidden entry: the admin's stream hears `catalog`, the reader's does not (it would
     learn that, and when, something hidden changed); a later visible change reaches both."""
     with serve(tmp_path) as running:
-        admin, reader = Events(running, ADMIN), Events(running, READER)
-        try:
-            admin.wait_for("hello")
-            reader.wait_for("hello")
+        with _admin_and_reader(running) as (admin, reader):
             text = running.manifest.read_text()
             hidden = text.replace("resources:\n", 'resources:\n  - {uri: "secret://hush", name: hush, text: "h", '
                                                   "access: {scopes: [secret]}}\n")
@@ -361,9 +366,6 @@ def test_a_scoped_stream_hears_no_catalog_event_for_hidden_changes(tmp_path: Pat
                                                                   'text: "new"}\n'))
             assert admin.wait_for("catalog", generation=3) and reader.wait_for("catalog", generation=3)
             assert [f for f in reader.frames if f[0] == "catalog"] == [("catalog", {"generation": 3})]
-        finally:
-            admin.close()
-            reader.close()
 
 
 def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(tmp_path: Path) -> None:
@@ -417,10 +419,7 @@ def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Pa
     from tests.test_auth import _client
 
     with serve(tmp_path) as running:
-        admin, reader = Events(running, ADMIN), Events(running, READER)
-        try:
-            admin.wait_for("hello")
-            reader.wait_for("hello")
+        with _admin_and_reader(running) as (admin, reader):
 
             async def main() -> None:
                 async with _client(running.base + "/mcp", ADMIN, "legacy") as client:
@@ -438,9 +437,6 @@ def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Pa
             anyio.run(main)
             # The public event came after the hidden one: had the hidden one reached the reader, it would be here.
             assert [f for f in reader.frames if f[0] == "updated"] == [("updated", {"uri": "docs://api.json"})]
-        finally:
-            admin.close()
-            reader.close()
 
 
 def _stream_status(served: Served, token: str) -> tuple[int, str]:
