@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 
-__all__ = ["caller_name", "caller_scopes"]
+__all__ = ["caller_expiry", "caller_name", "caller_scopes"]
 
 
 def _user(request: Any) -> AuthenticatedUser | None:
@@ -23,6 +23,14 @@ def caller_scopes(request: Any) -> frozenset[str] | None:
         return None
     user = _user(request)
     return frozenset(user.scopes) if user is not None else frozenset()
+
+
+def caller_expiry(request: Any) -> float | None:
+    """When (time.time()) the token that sent `request` expires (a JWT's `exp`); None: it does not (a static
+    token, stdio, an anonymous caller)."""
+    user = _user(request) if request is not None else None
+    expires = user.access_token.expires_at if user is not None else None
+    return float(expires) if expires is not None else None
 
 
 def caller_name(request: Any) -> str:

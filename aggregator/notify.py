@@ -59,9 +59,15 @@ class Notifier:
         self._listen = ListenHandler(self._replay, max_subscriptions=max_subscriptions)
         self._scoped: set[ListenHandler] = set()  # one per open stream of a caller who sees only part of the catalog
         self.subscription_listeners: list[Callable[[], None]] = []
+        self.interest: list[Callable[[], Iterable[str]]] = []
+        """Other URIs to watch as if subscribed (the console's open previews); call `interest_changed` after."""
         """Told when the set of subscribed URIs may have changed (sources that push changes ask for exactly those)."""
         self.close_listeners: list[Callable[[], None]] = []
         """Told when serving stops, so streams of their own (the console's events) end with the listen streams."""
+
+    def interest_changed(self) -> None:
+        """What `interest` gives changed: pushed and polled sources look at the new set."""
+        self._subscriptions_changed()
 
     def _subscriptions_changed(self) -> None:
         for listener in self.subscription_listeners:
@@ -156,6 +162,8 @@ class Notifier:
             uris |= subscribed
         for listened in self._listens.values():
             uris |= listened
+        for more in self.interest:
+            uris |= set(more())
         return uris
 
     @property

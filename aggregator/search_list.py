@@ -11,7 +11,7 @@ from collections.abc import Callable
 from aggregator.catalog import Catalog, Entry, Page, decode_cursor, encode_cursor, prefix_range
 from aggregator.search_query import InvalidSearch
 
-__all__ = ["LIST_SCAN", "list_page"]
+__all__ = ["LIST_SCAN", "entry_filter", "list_page"]
 
 MAX_GLOB_CHARS = 200
 LIST_SCAN = 20_000
@@ -41,6 +41,15 @@ def list_page(catalog: Catalog, cursor: str | None, scopes: frozenset[str] | Non
             found.append(entry)
         i += 1
     return Page(found, encode_cursor(uris[i - 1]) if i < end else None)
+
+
+def entry_filter(mime_type: str | None = None, name: str | None = None) -> Callable[[Entry], bool] | None:
+    """The test `list_page` applies for a MIME type and a name glob, for other lists (search results); None when
+    neither narrows. InvalidSearch for a glob too long."""
+    name_ok, mime_ok = _name_test(name), _mime_test(mime_type)
+    if name_ok is None and mime_ok is None:
+        return None
+    return lambda e: (name_ok is None or bool(name_ok(e.name))) and (mime_ok is None or mime_ok(e.mime_type))
 
 
 def _name_test(glob: str | None) -> Callable[[str], bool] | None:

@@ -114,6 +114,11 @@ class ResourceService:
         """Per source id, when (time.time()) and why its last backend call failed (operator detail: the console)."""
         return self._reader.calls.last_error
 
+    @property
+    def last_source_success(self) -> dict[str, float]:
+        """Per source id, when (time.time()) its last backend call succeeded."""
+        return self._reader.calls.last_success
+
     # --- the current snapshot --------------------------------------------------------------------------
 
     @property

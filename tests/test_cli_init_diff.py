@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from aggregator.manifest.reference import render_reference
+from aggregator.manifest.schema import load_schema
 from tests.command import aggregator
 from tests.conftest import write_manifest
 
@@ -152,6 +155,33 @@ def test_reference_covers_every_schema_key() -> None:
     for key in ("server.auth", "`include[].sha256`", "`sources.<id>.access`", "`templates[].render`",
                 "`templates[].values`", "`extends`", "`jwt.jwksUrl`"):
         assert key in text
+
+
+def _object_keys(schema: dict[str, Any], node: Any, seen: set[str]) -> set[str]:
+    """Every key of every object the schema describes, following $refs, items and oneOf/anyOf/allOf options."""
+    if not isinstance(node, dict):
+        return set()
+    keys: set[str] = set()
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref not in seen:
+        seen.add(ref)
+        keys |= _object_keys(schema, schema["$defs"][ref.rsplit("/", 1)[1]], seen)
+    for key, value in node.get("properties", {}).items():
+        keys |= {key} | _object_keys(schema, value, seen)
+    for value in [node.get("items"), node.get("additionalProperties"), *node.get("patternProperties", {}).values(),
+                  *node.get("oneOf", ()), *node.get("anyOf", ()), *node.get("allOf", ())]:
+        keys |= _object_keys(schema, value, seen)
+    return keys - {"$schema"}
+
+
+def test_reference_documents_every_key_of_every_object() -> None:
+    """A key nested in an object option (server.console's adminScope) or a sub-object (sources.<id>.oauth) has a
+    row of its own, not only its parent's."""
+    schema = load_schema()
+    rows = re.findall(r"^\| `([^`]+)` \|", render_reference(schema), re.M)
+    documented = {row.rsplit(".", 1)[-1] for row in rows}
+    assert sorted(_object_keys(schema, schema, set()) - documented) == []
+    assert "`server.console.adminScope`" in render_reference(schema)
 
 
 def test_init_writes_an_absolute_path_for_a_folder_outside_the_manifests_tree(tmp_path: Path) -> None:

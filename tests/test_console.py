@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from aggregator.console.tree import Folder, tree_page
 from aggregator.console.views import reload_view
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ConsoleSettings, Display, ManifestError
-from tests.console_server import ADMIN, NOBODY, READER, Served, serve
+from tests.console_server import ADMIN, NOBODY, READER, Served, make_folder, serve
 from tests.test_live import save
 from tests.served import watchers_up
 
@@ -155,6 +156,22 @@ def test_filters_and_search(served: Served) -> None:
     assert [c["uri"] for c in named["children"]] == ["docs://api.json"]
     hits = served.get("/console/api/search", q="setup").json()
     assert hits["children"][0]["uri"] == "docs://guides/setup.md"
+
+
+def test_search_has_a_total_pages_and_the_filters(served: Served) -> None:
+    """Search results say how many there are, come in pages (a cursor), and honour mimeType and name as the list
+    does: no JSON row for text/csv."""
+    first = served.get("/console/api/search", q="guides", limit="2").json()
+    assert first["total"] == 3 and first["more"] is False and len(first["children"]) == 2
+    second = served.get("/console/api/search", q="guides", limit="2", cursor=first["nextCursor"]).json()
+    assert len(second["children"]) == 1 and second["nextCursor"] is None
+    uris = {c["uri"] for c in first["children"] + second["children"]}
+    assert uris == {f"docs://guides/{n}.md" for n in ("intro", "setup", "deploy")}
+    csv = served.get("/console/api/search", q="api", mimeType="text/csv").json()
+    assert csv["children"] == [] and csv["total"] == 0
+    named = served.get("/console/api/search", q="guides", name="*setup*").json()
+    assert [c["uri"] for c in named["children"]] == ["docs://guides/setup.md"] and named["total"] == 1
+    assert served.get("/console/api/search", q="guides", cursor="x").status_code == 400
 
 
 def test_templates_complete_expand_and_preview(served: Served) -> None:
@@ -296,12 +313,22 @@ class Events:
         self._client.close()
 
 
+@contextmanager
+def _admin_and_reader(running: Served) -> Iterator[tuple[Events, Events]]:
+    """The admin's and the reader's event streams, each past its `hello`; closed after the block."""
+    admin, reader = Events(running, ADMIN), Events(running, READER)
+    try:
+        admin.wait_for("hello")
+        reader.wait_for("hello")
+        yield admin, reader
+    finally:
+        admin.close()
+        reader.close()
+
+
 def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> None:
     with serve(tmp_path) as running:
-        admin, reader = Events(running, ADMIN), Events(running, READER)
-        try:
-            admin.wait_for("hello")
-            reader.wait_for("hello")
+        with _admin_and_reader(running) as (admin, reader):
             text = running.manifest.read_text()
             save(running.manifest, text.replace(
                 "resources:\n", 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
@@ -323,8 +350,65 @@ def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> No
             hidden = running.get("/console/api/reloads", READER).json()["reloads"][0]
             assert hidden["issues"] == [] and "need a token" in hidden["error"]
             assert all("secret" not in json.dumps(f) for f in reader.frames)
+
+
+def test_a_scoped_stream_hears_no_catalog_event_for_hidden_changes(tmp_path: Path) -> None:
+    """A save that adds only a hidden entry: the admin's stream hears `catalog`, the reader's does not (it would
+    learn that, and when, something hidden changed); a later visible change reaches both."""
+    with serve(tmp_path) as running:
+        with _admin_and_reader(running) as (admin, reader):
+            text = running.manifest.read_text()
+            hidden = text.replace("resources:\n", 'resources:\n  - {uri: "secret://hush", name: hush, text: "h", '
+                                                  "access: {scopes: [secret]}}\n")
+            save(running.manifest, hidden)
+            assert admin.wait_for("catalog")["generation"] == 2
+            reader.wait_for("reload", generation=2)
+            save(running.manifest, hidden.replace("resources:\n", 'resources:\n  - {uri: "note://new", name: new, '
+                                                                  'text: "new"}\n'))
+            assert admin.wait_for("catalog", generation=3) and reader.wait_for("catalog", generation=3)
+            assert [f for f in reader.frames if f[0] == "catalog"] == [("catalog", {"generation": 3})]
+
+
+def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(tmp_path: Path) -> None:
+    """A JWT good for a few seconds: its stream says `expired` and ends then (the page asks for a new token), while
+    a static token's stream, opened at the same time, goes on."""
+    from tests.test_auth import ISSUER, Keys, jwks_server
+
+    keys = Keys()
+    manifest = make_folder(tmp_path)
+    with jwks_server(keys) as jwks:
+        manifest.write_text(manifest.read_text().replace(
+            "  auth:\n", f'  auth:\n    jwt: {{issuer: "{ISSUER}", jwksUrl: "{jwks}", leeway: 0s}}\n'))
+        with serve(tmp_path, manifest) as running:
+            token = keys.token(running.base + "/mcp", scope="docs", expires_in=4)
+            short, static = Events(running, token), Events(running, READER)
+            try:
+                short.wait_for("hello")
+                static.wait_for("hello")
+                short.wait_for("expired", timeout=30)
+                short._thread.join(10)
+                assert not short._thread.is_alive()  # the server ended the response
+                assert static._thread.is_alive() and not any(f[0] == "expired" for f in static.frames)
+            finally:
+                short.close()
+                static.close()
+
+
+def test_the_open_preview_hears_when_its_file_changes(tmp_path: Path) -> None:
+    """With no MCP client subscribed, a page's read names its stream (from `hello`): when the previewed file
+    changes, that stream hears `updated` for it, so the preview refreshes instead of going stale under "live"."""
+    with serve(tmp_path) as running:
+        reader = Events(running, READER)
+        try:
+            stream = reader.wait_for("hello")["stream"]
+            read = running.get("/console/api/read", READER, uri="docs://api.json", stream=stream)
+            assert read.status_code == 200
+            time.sleep(0.3)  # the watcher is up
+            (running.folder / "docs" / "api.json").write_text('{"version": 3}')
+            reader.wait_for("updated", uri="docs://api.json")
+            assert '"version": 3' in running.get("/console/api/read", READER, uri="docs://api.json").text.replace(
+                '\\"', '"')
         finally:
-            admin.close()
             reader.close()
 
 
@@ -336,10 +420,7 @@ def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Pa
     from tests.test_auth import _client
 
     with serve(tmp_path) as running:
-        admin, reader = Events(running, ADMIN), Events(running, READER)
-        try:
-            admin.wait_for("hello")
-            reader.wait_for("hello")
+        with _admin_and_reader(running) as (admin, reader):
 
             async def main() -> None:
                 async with _client(running.base + "/mcp", ADMIN, "legacy") as client:
@@ -357,9 +438,43 @@ def test_updated_events_reach_only_streams_whose_token_sees_the_uri(tmp_path: Pa
             anyio.run(main)
             # The public event came after the hidden one: had the hidden one reached the reader, it would be here.
             assert [f for f in reader.frames if f[0] == "updated"] == [("updated", {"uri": "docs://api.json"})]
+
+
+def _stream_status(served: Served, token: str) -> tuple[int, str]:
+    """The status of a new event stream (and, when refused, its message), without reading an accepted one."""
+    with httpx.Client(timeout=httpx.Timeout(30, read=60)) as client, client.stream(
+            "GET", served.base + "/console/api/events", headers={"Authorization": f"Bearer {token}"}) as response:
+        return response.status_code, response.read().decode() if response.status_code != 200 else ""
+
+
+def test_event_streams_are_capped_per_caller_with_a_reserve_for_the_admin_scope(tmp_path: Path) -> None:
+    """Three streams in all, two per caller, one kept for the admin scope: a reader holding two gets no third,
+    nobody gets none past the non-admin share, the admin still gets one; a closed stream gives its slot back."""
+    manifest = make_folder(tmp_path)
+    manifest.write_text(manifest.read_text().replace(
+        "console: {adminScope: admin}", "console: {adminScope: admin, maxStreams: 3, maxStreamsPerCaller: 2, "
+                                        "adminStreams: 1}"))
+    with serve(tmp_path, manifest) as running:
+        readers = [Events(running, READER), Events(running, READER)]
+        admin: Events | None = None
+        try:
+            for reader in readers:
+                reader.wait_for("hello")
+            status, message = _stream_status(running, READER)
+            assert status == 503 and "this caller already holds 2" in message
+            status, message = _stream_status(running, NOBODY)
+            assert status == 503 and "too many" in message
+            admin = Events(running, ADMIN)
+            admin.wait_for("hello")
+            assert _stream_status(running, ADMIN)[0] == 503  # all three are open
+            readers.pop().close()
+            deadline = time.monotonic() + 30
+            while (status := _stream_status(running, NOBODY)[0]) != 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert status == 200
         finally:
-            admin.close()
-            reader.close()
+            for events in [*readers, *([admin] if admin else [])]:
+                events.close()
 
 
 def test_updated_events_pass_only_for_uris_the_stream_may_see() -> None:
@@ -565,6 +680,39 @@ def test_an_mcp_upstream_shows_its_connection_and_reconnects(tmp_path: Path) -> 
         [row] = running.get("/console/api/sources", token=None).json()["sources"]
         assert (row["id"], row["kind"], row["change"]) == ("up", "mcp", "pushed")
         assert row["upstream"]["state"] == "connected" and row["upstream"]["reconnects"] == 0
+
+
+def test_a_failing_source_says_why_when_it_last_worked_and_when_it_retries(tmp_path: Path) -> None:
+    """An mcp upstream on a closed port: its row says failing, the redacted cause (no credential, no host path),
+    when it will try again; the working sources say when they last succeeded; the body counts failing sources.
+    A token that does not see everything gets the flag and the times, not the cause."""
+    from tests.replicas import free_port
+
+    manifest = make_folder(tmp_path)
+    manifest.write_text(manifest.read_text().replace(
+        "collections:\n", f"  up: {{url: \"mcp+http://127.0.0.1:{free_port()}/mcp?key=hunter2\", prefix: \"x://\", "
+                          "allowPrivateNetwork: true, timeout: 2s, headers: {Authorization: Bearer hunter2}}\n"
+                          "collections:\n").replace(
+        "templates:\n", "templates:\n  - {uriTemplate: \"up://{name}\", name: up, source: up, path: \"{name}\"}\n"))
+    with serve(tmp_path, manifest) as running:
+        assert running.get("/console/api/read", uri="docs://huge.txt").status_code == 413  # the file's problem
+        assert running.get("/console/api/read", uri="docs://api.json").status_code == 200
+        assert running.get("/console/api/read", uri="up://thing").status_code == 502
+        body = running.get("/console/api/sources").json()
+        rows = {row["id"]: row for row in body["sources"]}
+        up, docs = rows["up"], rows["docs"]
+        assert up["failing"] is True and up["upstream"]["state"] == "failed"
+        assert up["lastError"]["message"] and up["lastError"]["at"] > time.time() - 600
+        assert up["retryAt"] is not None and up["retryAt"] > time.time() - 5
+        assert docs["failing"] is False and docs["lastSuccessAt"] > time.time() - 600  # its 413 is kept as lastError
+        assert body["failing"] == sorted(sid for sid, row in rows.items() if row["failing"])
+        assert "up" in body["failing"] and "docs" not in body["failing"]
+        assert running.get("/console/api/whoami").json()["failingSources"] == body["failing"]
+        text = json.dumps(body)
+        assert "hunter2" not in text and str(tmp_path) not in text
+        reader = {row["id"]: row for row in running.get("/console/api/sources", READER).json()["sources"]}
+        assert reader["up"]["failing"] is True and reader["up"]["retryAt"] is not None
+        assert "lastError" not in reader["up"] and "lastError" not in reader["up"].get("upstream", {})
 
 
 def test_raw_sends_no_type_it_was_given_as_a_header(tmp_path: Path) -> None:

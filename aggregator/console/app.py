@@ -19,16 +19,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from aggregator.callers import caller_name, caller_scopes
+from aggregator.callers import caller_expiry, caller_name, caller_scopes
 from aggregator.catalog import Page
 from aggregator.completion import Completer
 from aggregator.console.events import EventHub, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
-                                      tree_view, visible_uri)
+                                      tree_view, visible_catalog, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
-from aggregator.search_query import parse_limit
+from aggregator.manifest.model import ConsoleSettings
+from aggregator.search_list import entry_filter
+from aggregator.search_query import DEFAULT_LIMIT, MAX_LIMIT
 
 if TYPE_CHECKING:
     from aggregator.manifest.model import Manifest
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
     from aggregator.notify import Notifier
     from aggregator.search import Discovery
+    from aggregator.snapshot import Snapshot
     from aggregator.service import ResourceService
 
 __all__ = ["API_PREFIX", "Console", "ConsoleLive"]
@@ -44,6 +47,8 @@ logger = logging.getLogger("aggregator.console")
 
 API_PREFIX = "/console/api/"
 MAX_PAGE = 500
+SEARCH_WINDOW = 500
+"""Search hits ranked for one console search at most: pages come from them, and past it the total is a floor."""
 PREVIEW_CHARS = 512 * 1024
 """Text shown in a preview at most; the download has it all (within the same maxBytes as resources/read)."""
 STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js", "favicon.svg")
@@ -56,6 +61,7 @@ API_HEADERS = {**HEADERS, "Cache-Control": "no-store"}
 INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
 _STATUS = {"ResourceNotFound": 404, "InvalidCursor": 400, "InvalidSearch": 400, "ResourceTooLarge": 413}
 Scopes = frozenset[str] | None
+Rows = list[dict[str, Any]]  # a module alias: the class's `list` route shadows the builtin in its annotations
 
 
 class ConsoleLive(Protocol):
@@ -82,13 +88,16 @@ class Refused(Exception):
 class Console:
     """The operator's console over one supervisor: its routes, its event hub, its completer."""
 
-    def __init__(self, live: ConsoleLive, discovery: Discovery | None = None, max_streams: int = 32) -> None:
+    def __init__(self, live: ConsoleLive, discovery: Discovery | None = None) -> None:
         self.live, self.discovery = live, discovery
-        settings = live.service.manifest.server.console
-        self.admin_scope = settings.admin_scope if settings is not None else None
+        settings = live.service.manifest.server.console or ConsoleSettings()
+        self.admin_scope = settings.admin_scope
         live.history.keep_diffs = True
-        self.events = EventHub(live.notifier.bus, live.history, max_streams)
+        self.events = EventHub(live.notifier.bus, live.history, settings.max_streams, settings.max_streams_per_caller,
+                               settings.admin_streams if self.admin_scope is not None else 0)
         live.notifier.close_listeners.append(self.events.close)
+        live.notifier.interest.append(self.events.previewed)
+        self.events.previews_changed = live.notifier.interest_changed
         self.completer = Completer()
         self._static = {name: (resources.files("aggregator.console") / "static" / name).read_bytes()
                         for name in STATIC}
@@ -190,7 +199,8 @@ class Console:
             "generation": snapshot.catalog.generation, "resources": len(entries),
             "caller": caller_name(request), "scopes": sorted(own or ()), "auth": settings.auth is not None,
             "admin": self._is_admin(own), "viewingAs": request.query_params.get("as"),
-            "search": self.discovery is not None, "seesAll": sees_all(snapshot, scopes)}
+            "search": self.discovery is not None, "seesAll": sees_all(snapshot, scopes),
+            "failingSources": [row["id"] for row in self._source_rows(snapshot, scopes) if row["failing"]]}
         if body["admin"]:
             body["knownScopes"] = sorted(catalog_scopes(snapshot))
         body.update(self._deployment(snapshot.manifest))
@@ -223,18 +233,28 @@ class Console:
         return JSONResponse({"children": [entry_view(e) for e in page.items], "nextCursor": page.next_cursor})
 
     async def search(self, request: Request, scopes: Scopes) -> Response:
+        """A page of the best SEARCH_WINDOW hits, narrowed by mimeType and name as /list is; `total` counts them
+        (`more`: past the window, so at least that many); the cursor is the offset of the next page."""
         if self.discovery is None:
             raise Refused(404, "search is not available")
         query = request.query_params
+        try:
+            offset = max(0, int(query.get("cursor") or 0))
+        except ValueError:
+            raise Refused(400, "cursor is a number") from None
+        size = self._limit(request, default=DEFAULT_LIMIT * 2, most=MAX_LIMIT)
+        keep = entry_filter(query.get("mimeType") or None, query.get("name") or None)
         hits = await self.discovery.search(query.get("q", ""), scopes, prefix=query.get("prefix", ""),
-                                           limit=parse_limit(query.get("limit")))
+                                           limit=SEARCH_WINDOW)
+        matched = [hit for hit in hits if keep is None or keep(hit.entry)]
         results = []
-        for hit in hits:
+        for hit in matched[offset : offset + size]:
             view = entry_view(hit.entry)
             if hit.snippet:
                 view["snippet"] = hit.snippet
             results.append(view)
-        return JSONResponse({"children": results, "nextCursor": None})
+        return JSONResponse({"children": results, "total": len(matched), "more": len(hits) >= SEARCH_WINDOW,
+                             "nextCursor": str(offset + size) if offset + size < len(matched) else None})
 
     async def templates(self, request: Request, scopes: Scopes) -> Response:
         snapshot = self.service.snapshot
@@ -274,6 +294,8 @@ class Console:
         other blob by size and type (its bytes at /raw)."""
         uri = request.query_params.get("uri", "")
         served = await self.service.read(uri, scopes)
+        if request.query_params.get("stream"):  # the page's event stream: tell it when this preview changes
+            self.events.preview(request.query_params["stream"], _principal(request), uri)
         content = served.content
         body: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type, "ttl": served.ttl}
         if content.text is not None:
@@ -305,15 +327,21 @@ class Console:
 
     # --- operations ------------------------------------------------------------------------------------------
 
+    def _source_rows(self, snapshot: Snapshot, scopes: Scopes) -> Rows:
+        service, cache = self.service, self.service.cache
+        return source_rows(snapshot, scopes, hits=cache.hits_by, misses=cache.misses_by, held=cache.bytes_by(),
+                           errors=service.source_errors, last_errors=service.last_source_error,
+                           successes=service.last_source_success, health=service.health(),
+                           detail=sees_all(snapshot, scopes))
+
     async def sources(self, request: Request, scopes: Scopes) -> Response:
         service = self.service
         snapshot = service.snapshot
         everything = sees_all(snapshot, scopes)
         cache = service.cache
-        rows = source_rows(snapshot, scopes, hits=cache.hits_by, misses=cache.misses_by, held=cache.bytes_by(),
-                           errors=service.source_errors, last_errors=service.last_source_error if everything else {},
-                           health=service.health())
+        rows = self._source_rows(snapshot, scopes)
         body: dict[str, Any] = {"sources": rows, "generation": snapshot.catalog.generation,
+                                "failing": [row["id"] for row in rows if row["failing"]],
                                 **self._deployment(snapshot.manifest)}
         if everything:
             body["cache"] = {"hits": cache.hits, "misses": cache.misses, "bytes": cache.current_bytes,
@@ -330,12 +358,16 @@ class Console:
 
     async def stream(self, request: Request, scopes: Scopes) -> Response:
         service = self.service
+        scoped = not sees_all(service.snapshot, scopes)
         try:
             body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes),
-                                      lambda: service.catalog.generation)
+                                      lambda: service.catalog.generation, caller=_principal(request),
+                                      admin=self._is_admin(caller_scopes(request)),
+                                      view=(lambda: visible_catalog(service.catalog, scopes)) if scoped else None,
+                                      until=caller_expiry(request))
             first = await body.__anext__()  # raises TooManyStreams before any byte is sent
-        except TooManyStreams:
-            raise Refused(503, "too many console event streams are open") from None
+        except TooManyStreams as exc:
+            raise Refused(503, str(exc)) from None
 
         async def frames() -> Any:
             yield first
@@ -344,6 +376,15 @@ class Console:
 
         return StreamingResponse(frames(), media_type="text/event-stream",
                                  headers={"X-Accel-Buffering": "no"})
+
+
+def _principal(request: Request) -> str:
+    """Who holds an event stream, for the per-caller cap: the token's subject or client; an anonymous caller by
+    its address (without server.auth every caller is anonymous)."""
+    name = caller_name(request)
+    if name != "anonymous":
+        return "token:" + name
+    return "anonymous:" + (request.client.host if request.client else "")
 
 
 def _error(status: int, message: str) -> JSONResponse:

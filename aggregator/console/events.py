@@ -1,15 +1,18 @@
 """Server-sent events for open console pages: the catalog changed, a resource was updated, a reload finished.
 
 Each stream has a bounded queue: a page that stops reading loses events and gets one `resync` instead (it then
-reloads what it shows), so a stalled tab never holds memory. Streams are capped; a closed tab ends its stream (the
-response notices the disconnect and the stream unsubscribes). `updated` passes only for URIs the stream's caller
-may see when the event is sent.
+reloads what it shows), so a stalled tab never holds memory. Streams are capped, in all and per caller, and the
+last few are kept for holders of the admin scope, so one token cannot lock operators out; a closed tab ends its
+stream (the response notices the disconnect and the stream unsubscribes). `updated` passes only for URIs the
+stream's caller may see when the event is sent.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -30,16 +33,56 @@ HEARTBEAT_S = 15.0
 
 
 class TooManyStreams(Exception):
-    pass
+    """No stream for this caller now; the message says which cap it met (no names, no counts of others)."""
 
 
 class EventHub:
-    """Fans the notifier's bus and the reload history out to at most `max_streams` event streams."""
+    """Fans the notifier's bus and the reload history out to at most `max_streams` event streams, at most
+    `per_caller` of them for one caller; the last `admin_reserve` only for admin callers."""
 
-    def __init__(self, bus: SubscriptionBus, history: ReloadHistory, max_streams: int = 32) -> None:
+    def __init__(self, bus: SubscriptionBus, history: ReloadHistory, max_streams: int = 32, per_caller: int = 4,
+                 admin_reserve: int = 0) -> None:
         self.bus, self.history, self.max_streams = bus, history, max_streams
+        self.per_caller, self.admin_reserve = per_caller, admin_reserve
         self._queues: set[MemoryObjectSendStream[dict[str, Any]]] = set()
+        self._held: dict[str, int] = {}
+        self._previews: dict[str, tuple[str, str]] = {}  # stream id -> (its caller, the URI its page previews)
+        self.previews_changed: Callable[[], None] = lambda: None
+        self._admin_streams = 0
         self._closed = False
+
+    def _admit(self, caller: str, admin: bool) -> None:
+        """Count a new stream of `caller`, or TooManyStreams when a cap says no."""
+        if self._closed:
+            raise TooManyStreams("the server is stopping")
+        if self._held.get(caller, 0) >= self.per_caller:
+            raise TooManyStreams(f"this caller already holds {self.per_caller} console event streams")
+        # Admin streams may take any slot; the others only those past the reserve that other ones do not hold.
+        others = len(self._queues) - self._admin_streams
+        if len(self._queues) >= self.max_streams or (not admin and others >= self.max_streams - self.admin_reserve):
+            raise TooManyStreams("too many console event streams are open")
+        self._held[caller] = self._held.get(caller, 0) + 1
+        self._admin_streams += admin
+
+    def preview(self, stream: str, caller: str, uri: str) -> None:
+        """The page of `stream` (an id its `hello` gave) previews `uri`: its changes are watched while the stream
+        lasts. Ignored for an unknown stream or one of another caller (a page names only its own)."""
+        held = self._previews.get(stream)
+        if held is not None and held[0] == caller and held[1] != uri:
+            self._previews[stream] = (caller, uri)
+            self.previews_changed()
+
+    def previewed(self) -> set[str]:
+        """The URIs open pages preview now (with a caller's `visible` still checked when `updated` is sent)."""
+        return {uri for _, uri in self._previews.values() if uri}
+
+    def _release(self, caller: str, admin: bool) -> None:
+        self._admin_streams -= admin
+        left = self._held.get(caller, 0) - 1
+        if left > 0:
+            self._held[caller] = left
+        else:
+            self._held.pop(caller, None)
 
     @property
     def streams(self) -> int:
@@ -51,11 +94,15 @@ class EventHub:
         for queue in list(self._queues):
             queue.close()
 
-    async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int]) -> AsyncIterator[str]:
-        """The text of one event stream; TooManyStreams when `max_streams` are open. `visible(uri)` is asked
-        when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events."""
-        if self._closed or len(self._queues) >= self.max_streams:
-            raise TooManyStreams()
+    async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int], caller: str = "",
+                     admin: bool = False, view: Callable[[], object] | None = None, until: float | None = None
+                     ) -> AsyncIterator[str]:
+        """The text of one event stream of `caller`; TooManyStreams when a cap is met. `visible(uri)` is asked
+        when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events; `view()`
+        (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed.
+        At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
+        self._admit(caller, admin)
+        seen = view() if view is not None else None
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)
         self._queues.add(send)
         overflowed = False
@@ -70,7 +117,13 @@ class EventHub:
                 pass
 
         def on_bus(event: ServerEvent) -> None:
+            nonlocal seen
             if isinstance(event, ResourcesListChanged):
+                if view is not None:
+                    now = view()
+                    if now == seen:
+                        return  # only what this caller may not see changed: it must not learn that, nor when
+                    seen = now
                 put({"event": "catalog", "generation": generation()})
             elif isinstance(event, ResourceUpdated) and visible(event.uri):
                 put({"event": "updated", "uri": event.uri})
@@ -80,12 +133,20 @@ class EventHub:
 
         unsubscribe = self.bus.subscribe(on_bus)
         self.history.listeners.append(on_reload)
+        stream_id = secrets.token_urlsafe(12)
+        self._previews[stream_id] = (caller, "")
         try:
-            yield _frame("hello", {"generation": generation()})
+            yield _frame("hello", {"generation": generation(), "stream": stream_id})
             async with receive:
                 while True:
                     event: dict[str, Any] | None = None
-                    with anyio.move_on_after(HEARTBEAT_S):
+                    wait = HEARTBEAT_S
+                    if until is not None:
+                        wait = until - time.time()
+                        if wait <= 0:
+                            yield _frame("expired", {})
+                            return
+                    with anyio.move_on_after(min(wait, HEARTBEAT_S)):
                         try:
                             event = await receive.receive()
                         except anyio.EndOfStream:
@@ -105,6 +166,9 @@ class EventHub:
                 self.history.listeners.remove(on_reload)
             send.close()
             self._queues.discard(send)
+            self._release(caller, admin)
+            if self._previews.pop(stream_id, ("", ""))[1]:
+                self.previews_changed()
 
 
 def _drain(receive: Any) -> None:

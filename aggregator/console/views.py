@@ -23,7 +23,7 @@ from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 
 __all__ = ["catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows", "template_view",
-           "tree_view", "visible_uri"]
+           "tree_view", "visible_catalog", "visible_uri"]
 
 _COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
 _SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
@@ -101,9 +101,10 @@ def source_paths(snapshot: Snapshot) -> dict[str, str]:
 
 def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapping[str, int],
                 misses: Mapping[str, int], held: Mapping[str, int], errors: Mapping[str, int],
-                last_errors: Mapping[str, tuple[float, str]], health: Mapping[str, Mapping[str, object]]
-                ) -> list[dict[str, Any]]:
-    """One row per source the caller may see: kind, listing, cache, last error, change detection, upstream state."""
+                last_errors: Mapping[str, tuple[float, str]], successes: Mapping[str, float],
+                health: Mapping[str, Mapping[str, object]], detail: bool) -> list[dict[str, Any]]:
+    """One row per source the caller may see: kind, listing, cache, change detection, upstream state, whether it
+    is failing, when it last worked and will retry; why it failed (redacted) only with `detail`."""
     catalog, manifest = snapshot.catalog, snapshot.manifest
     counts = _counts(catalog, scopes)
     now_wall, now_mono = time.time(), time.monotonic()
@@ -130,13 +131,38 @@ def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapp
             "change": _change_detection(backend, spec.poll),
             "ttl": snapshot.limits[sid].ttl if sid in snapshot.limits else None,
         }
-        if sid in last_errors:
-            at, message = last_errors[sid]
-            row["lastError"] = {"at": at, "message": redact(message, paths)}
+        row.update(_failure(last_errors.get(sid), successes.get(sid), health.get(sid), now_wall, paths, detail))
         if sid in health:
-            row["upstream"] = {k: v for k, v in health[sid].items() if isinstance(v, (str, int, float, bool))}
+            row["upstream"] = {k: v for k, v in health[sid].items()
+                               if isinstance(v, (str, int, float, bool)) and k not in _FAILURE_KEYS}
         rows.append(row)
     return rows
+
+
+_FAILURE_KEYS = frozenset({"lastError", "connectedAt", "retryIn"})
+
+
+def _failure(failed: tuple[float, str] | None, succeeded: float | None, health: Mapping[str, object] | None,
+             now: float, paths: Mapping[str, str], detail: bool) -> dict[str, Any]:
+    """Whether a source is failing (its upstream is down, or its last call failed after its last success), when
+    it last worked, when its upstream tries again, and (with `detail`) the last error, redacted."""
+    health = health or {}
+    connected = health.get("connectedAt")
+    successes = [t for t in (succeeded, connected) if isinstance(t, (int, float))]
+    last_success = max(successes) if successes else None
+    down = health.get("state") == "failed"
+    out: dict[str, Any] = {
+        "failing": down or (failed is not None and (last_success is None or failed[0] > last_success)),
+        "lastSuccessAt": last_success}
+    retry_in = health.get("retryIn")
+    out["retryAt"] = now + retry_in if isinstance(retry_in, (int, float)) else None
+    if detail:
+        upstream_error = health.get("lastError")
+        if failed is not None:
+            out["lastError"] = {"at": failed[0], "message": redact(failed[1], paths)}
+        elif down and isinstance(upstream_error, str):
+            out["lastError"] = {"at": None, "message": redact(upstream_error, paths)}
+    return out
 
 
 def _change_detection(backend: Source | None, poll: float | None) -> str:
@@ -172,6 +198,15 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
         out["error"] = (f"the save was refused ({len(record.issues)} problem(s)); their details need a token that "
                         "sees the whole catalog" if record.issues else record.error)
     return out
+
+
+def visible_catalog(catalog: Catalog, scopes: frozenset[str] | None) -> tuple[object, ...]:
+    """What a caller holding `scopes` may see of `catalog` (entries and templates), to compare with `==`: equal
+    when only hidden things changed. O(n) per comparison, n the visible entries."""
+    entries, _ = catalog.visible(scopes)
+    # A template as listed (its spec holds parsed parts that compare by identity, so a reload would always differ).
+    return tuple(entries), tuple(template_view(t) for t in catalog.templates
+                                 if scopes is None or t.spec.access <= scopes)
 
 
 def visible_uri(snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> bool:

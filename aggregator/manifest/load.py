@@ -418,7 +418,14 @@ def _token_digest(spec: dict[str, Any]) -> str:
 
 
 def _console_settings(value: bool | dict[str, Any]) -> ConsoleSettings | None:
-    """`server.console`: false (off), true, or `{adminScope: ...}` (the schema allows nothing else)."""
+    """`server.console`: false (off), true, or `{adminScope: ..., maxStreams: ...}` (the schema allows nothing
+    else)."""
     if value is False:
         return None
-    return ConsoleSettings(admin_scope=value.get("adminScope")) if isinstance(value, dict) else ConsoleSettings()
+    if not isinstance(value, dict):
+        return ConsoleSettings()
+    default = ConsoleSettings()
+    return ConsoleSettings(admin_scope=value.get("adminScope"),
+                           max_streams=value.get("maxStreams", default.max_streams),
+                           max_streams_per_caller=value.get("maxStreamsPerCaller", default.max_streams_per_caller),
+                           admin_streams=value.get("adminStreams", default.admin_streams))

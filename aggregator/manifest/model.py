@@ -156,6 +156,12 @@ class ConsoleSettings:
 
     admin_scope: str | None = None
     """A caller whose token holds this scope may view the console as other scopes ("view as"); None: nobody."""
+    max_streams: int = 32
+    """Event streams open at once, every caller together."""
+    max_streams_per_caller: int = 4
+    """Event streams one caller (principal) may hold at once."""
+    admin_streams: int = 4
+    """Of `max_streams`, those only holders of `admin_scope` may open (none without an admin scope)."""
 
 
 @dataclass(frozen=True, slots=True)

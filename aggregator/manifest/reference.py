@@ -6,6 +6,7 @@ and the schema disagree, so the reference cannot drift from what `aggregator val
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aggregator.manifest.schema import load_schema
@@ -21,10 +22,16 @@ _SECTIONS = [
     ("server.auth.tokens[]", "/properties/server/properties/auth/properties/tokens/items", "tokens[]."),
     ("server.auth.jwt", "/properties/server/properties/auth/properties/jwt", "jwt."),
     ("server.cluster", "/properties/server/properties/cluster", "server.cluster."),
+    ("server.search", "/properties/server/properties/search", "server.search."),
+    ("server.documents", "/properties/server/properties/documents", "server.documents."),
+    ("server.console", "/properties/server/properties/console/oneOf/1", "server.console."),
+    ("render", "/properties/render", "render."),
     ("include[]", "/properties/include/items/oneOf/1", "include[]."),
     ("defaults", "/properties/defaults", "defaults."),
     ("defaults.convert, convert", "/$defs/convertLimits", "convert."),
+    ("convert (an entry's)", "/$defs/convert/oneOf/1", "convert."),
     ("sources.<id>", "/$defs/source", "sources.<id>."),
+    ("sources.<id>.oauth", "/$defs/source/properties/oauth", "oauth."),
     ("resources[]", "/$defs/resource", "resources[]."),
     ("collections[]", "/$defs/collection", "collections[]."),
     ("templates[]", "/$defs/template", "templates[]."),
@@ -81,19 +88,23 @@ def render_reference(schema: dict[str, Any] | None = None) -> str:
            "by hand. Put `# yaml-language-server: $schema=<path or URL of the schema>` at the top of a manifest "
            "for completion and these descriptions in your editor.", "",
            f"Schema `$id`: `{schema.get('$id', '')}`", ""]
+    shown: set[str] = set()  # a key two sections share (an entry's convert and its limits) gets one row
     for heading, pointer, prefix in _SECTIONS:
         node = _deref(schema, _resolve(schema, pointer)) if pointer else schema
-        properties = node.get("properties", {})
+        properties = {k: v for k, v in node.get("properties", {}).items()
+                      if k != "$schema" and prefix + k not in shown}
         if not properties:
             continue
         required = set(node.get("required", ()))
         out += [f"## {heading}", "", _cell(node.get("description", "")), "",
                 "| key | type | required | description |", "|---|---|---|---|"]
         for key, prop in properties.items():
-            if key == "$schema":
-                continue
+            shown.add(prefix + key)
             prop = _deref(schema, prop)
-            default = f" Default: `{prop['default']}`." if "default" in prop else ""
+            value = prop.get("default")
+            # As a manifest writes it (false, not Python's False); a string as it is, unquoted.
+            shown_value = value if isinstance(value, str) else json.dumps(value)
+            default = f" Default: `{shown_value}`." if "default" in prop else ""
             out.append(f"| `{prefix}{key}` | {_type_of(schema, prop)} | {'yes' if key in required else ''} | "
                        f"{_cell(prop.get('description', ''))}{default} |")
         out.append("")

@@ -29,6 +29,8 @@ class SourceCalls:
         """Failed backend calls per source id, since start (for /metrics)."""
         self.last_error: dict[str, tuple[float, str]] = {}
         """Per source id, when (time.time()) and why its last backend call failed (operator detail: the console)."""
+        self.last_success: dict[str, float] = {}
+        """Per source id, when (time.time()) its last backend call succeeded (a not-found answer counts: it came)."""
 
     async def call(self, name: str, snapshot: Snapshot, target: FileTarget | QueryTarget, path: str | None,
                    call: Callable[[], Awaitable[T]]) -> T:
@@ -38,18 +40,22 @@ class SourceCalls:
         with span(name, source_id=target.source, source_kind=snapshot.manifest.sources[target.source].kind,
                   path=path, uri=target.uri):
             try:
-                return await call()
+                result = await call()
             except (SourceNotFound, SourceUnsupported) as exc:
+                self.last_success[target.source] = time.time()
                 logger.info("read %s: not found (%s)", target.uri, exc)
                 raise ResourceNotFound(target.uri) from None
             except SourceTooLarge as exc:
                 self._failed(target.source, str(exc))
+                self.last_success[target.source] = time.time()  # the backend answered: the file is the problem
                 logger.warning("read %s: %s", target.uri, exc)
                 raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
             except SourceError as exc:
                 self._failed(target.source, f"{source.describe()}: {exc}")
                 logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
                 raise ResourceUnavailable(target.uri, f"{source.describe()}: {exc}") from None
+            self.last_success[target.source] = time.time()
+            return result
 
     def _failed(self, source: str, why: str) -> None:
         self.errors[source] += 1

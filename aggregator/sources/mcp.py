@@ -242,8 +242,11 @@ class McpSource(Source):
         self.subscribe(self.uri_of(path) for path in paths)
 
     def health(self) -> Mapping[str, object]:
+        """The connection's state; `lastError` is operator detail (it may quote the upstream), shown redacted by the
+        console to a caller who sees everything, never by /healthz or /metrics."""
         status = self.upstream.status
-        return {"state": status.state, "reconnects": status.reconnects, "protocolVersion": status.protocol_version}
+        return {"state": status.state, "reconnects": status.reconnects, "protocolVersion": status.protocol_version,
+                "lastError": status.last_error, "connectedAt": status.connected_at, "retryIn": status.retry_in}
 
 
 def open_mcp(spec: SourceSpec) -> McpSource:

@@ -26,6 +26,8 @@ class Backoff:
         self._delay = first
         self._recovering = False
         self._early: anyio.Event | None = None
+        self.due: float | None = None
+        """When (anyio's clock) the attempt being waited for is due; None when no wait is under way."""
 
     def reset(self, recovering: bool) -> None:
         """Start again from `first`; `recovering`: a connection that was up was lost, so calls may `hurry()`."""
@@ -36,15 +38,17 @@ class Backoff:
         """Until the next attempt is due, or asked for by `hurry()` (then at least `first` after this call)."""
         began = anyio.current_time()
         early = self._early = anyio.Event()
+        delay = self._delay * random.uniform(0.8, 1.2)
+        self.due = began + delay
         try:
-            with anyio.move_on_after(self._delay * random.uniform(0.8, 1.2)):
+            with anyio.move_on_after(delay):
                 await early.wait()
             if early.is_set():
                 await anyio.sleep(max(0.0, began + self.first - anyio.current_time()))  # anyio refuses < 0
             else:
                 self._delay = min(self._delay * 2, self.cap)
         finally:
-            self._early = None
+            self._early = self.due = None
 
     def hurry(self) -> bool:
         """Bring the next attempt forward while recovering (see the module docstring); True if it was, and the

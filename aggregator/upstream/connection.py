@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -57,6 +58,10 @@ class UpstreamStatus:
     last_error: str | None
     """Operator detail only (it may quote the upstream)."""
     protocol_version: str | None
+    connected_at: float | None = None
+    """When (time.time()) the last connection was made; None: never."""
+    retry_in: float | None = None
+    """Seconds until the next attempt to connect while failed; None: none is waiting."""
 
 
 class Upstream:
@@ -82,6 +87,7 @@ class Upstream:
         self._state: State = "idle"
         self._reconnects = 0
         self._last_error: str | None = None
+        self._connected_at: float | None = None
         self._conn: Link | None = None
         self._changed = anyio.Event()
         self._runner: Any = None
@@ -99,7 +105,17 @@ class Upstream:
     def status(self) -> UpstreamStatus:
         conn = self._conn
         version = conn.client.protocol_version if conn is not None and self._state == "connected" else None
-        return UpstreamStatus(self._state, self._reconnects, self._last_error, version)
+        return UpstreamStatus(self._state, self._reconnects, self._last_error, version, self._connected_at,
+                              self._retry_in())
+
+    def _retry_in(self) -> float | None:
+        due = self._backoff.due
+        if due is None or self._state != "failed":
+            return None
+        try:
+            return max(0.0, due - anyio.current_time())
+        except RuntimeError:  # asked outside the event loop: the wait is under way, its end unknown here
+            return None
 
     def _set_state(self, state: State, error: str | None = None) -> None:
         self._state = state
@@ -215,6 +231,7 @@ class Upstream:
                 if not first:
                     self._reconnects += 1
                 self._backoff.reset(recovering=False)
+                self._connected_at = time.time()
                 self._set_state("connected")
                 logger.info("%s (%s): connected (%s)", self.describe(), self.name, client.protocol_version)
                 async with anyio.create_task_group() as tg:

@@ -26,8 +26,21 @@ async function guarded(work) {
 
 // --- sign in and who am I ------------------------------------------------------------------------------------
 
+function signOut() {
+  api.setToken("");
+  if (state.stream) state.stream.abort();
+  state.stream = null;
+  state.who = null;
+  state.previewing = null;
+  clear($("tree"));
+  clear($("preview"), h("p", { class: "hint" }, "Pick a resource to preview it."));
+  live("signed out", "offline");
+  signIn("Signed out. Enter a token to sign in again.");
+}
+
 function signIn(why) {
   $("app").hidden = true;
+  $("sign-out").hidden = true;
   $("login").hidden = false;
   if (why) $("login-why").textContent = why;
   $("token").focus();
@@ -38,15 +51,21 @@ async function start() {
   try {
     who = await api.get("whoami");
   } catch (error) {
-    if (error instanceof api.ApiError && error.status === 401) return signIn(null);
+    if (error instanceof api.ApiError && error.status === 401) {
+      // A token that was given and refused says so (and is forgotten); a first visit just asks for one.
+      const given = api.token() !== "";
+      api.setToken("");
+      return signIn(given ? "The token was refused; enter another." : null);
+    }
     return showError(error);
   }
   state.who = who;
   $("login").hidden = true;
   $("app").hidden = false;
+  $("sign-out").hidden = false;
   const server = who.server;
   $("title").textContent = (server.title || server.name) + " — console";
-  document.title = (server.title || server.name) + " — aggregator console";
+  state.failing = who.failingSources || [];
   facts(who.generation, who.resources);
   viewAsSelector(who);
   await openLevel("");
@@ -58,13 +77,19 @@ function facts(generation, resources) {
   state.generation = generation;
   const who = state.who;
   const parts = [`generation ${generation}`];
-  if (resources !== undefined) parts.push(`${resources.toLocaleString()} resources visible`);
+  if (resources !== undefined) state.resources = resources;
+  if (state.resources !== undefined) parts.push(`${state.resources.toLocaleString()} resources visible`);
   if (who) parts.push(`as ${who.caller}` + (who.scopes.length ? ` (${who.scopes.join(", ")})` : ""));
   if (who && who.cluster) {
     parts.push(`replica ${who.cluster.replica}` + (who.cluster.connected === false ? " (alone)" : ""));
   }
   if (who && who.manifestDigest) parts.push(`manifest ${who.manifestDigest.slice(0, 12)}`);
-  $("facts").textContent = parts.join(" · ");
+  const failing = state.failing || [];
+  const count = failing.length ? `${failing.length} source${failing.length === 1 ? "" : "s"} failing` : null;
+  clear($("facts"), parts.join(" · "), count ? " · " : null,
+    count ? h("span", { class: "bad", "data-testid": "failing" }, `${count} (${failing.join(", ")})`) : null);
+  if (who) document.title = (count ? `(${count}) ` : "") + (who.server.title || who.server.name)
+    + " — aggregator console";
 }
 
 function viewAsSelector(who) {
@@ -129,19 +154,34 @@ async function loadPage(append) {
   let page;
   if (state.mode === "tree") page = await api.get("tree", { prefix: state.prefix, cursor: state.cursor, limit });
   else if (state.mode === "search") {
-    page = await api.get("search", { q: state.filter.q, prefix: state.filter.prefix, limit: 50 });
+    // The same filters as the list: mimeType and name narrow the hits too.
+    page = await api.get("search", { ...state.filter, cursor: state.cursor, limit: 50 });
   }
   else page = await api.get("list", { ...state.filter, cursor: state.cursor, limit });
   const list = $("tree");
   if (!append) clear(list);
+  const first = list.children.length;
   list.append(...page.children.map(row));
+  // Re-rendering removed the focused row (Enter on a folder) or the button that was pressed ("Load more" hides):
+  // focus goes to the first new row, not to <body>.
+  const focused = document.activeElement;
+  if (!focused || focused === document.body || focused === $("more")) {
+    const target = list.children[append ? first : 0];
+    const button = target && target.querySelector("button");
+    if (button) button.focus();
+  }
   state.cursor = page.nextCursor;
   $("more").hidden = !page.nextCursor;
   const shown = list.children.length;
-  $("tree-count").textContent = page.total !== undefined
-    ? `${page.total.toLocaleString()} resources under ${state.prefix || "the catalog"}; `
-      + `${shown.toLocaleString()} rows shown`
-    : `${shown.toLocaleString()} shown${page.nextCursor ? " (more below)" : ""}`;
+  if (state.mode === "search") {
+    $("tree-count").textContent = `${page.total.toLocaleString()}${page.more ? "+" : ""} found; `
+      + `${shown.toLocaleString()} shown`;
+  } else {
+    $("tree-count").textContent = page.total !== undefined
+      ? `${page.total.toLocaleString()} resources under ${state.prefix || "the catalog"}; `
+        + `${shown.toLocaleString()} rows shown`
+      : `${shown.toLocaleString()} shown${page.nextCursor ? " (more below)" : ""}`;
+  }
   if (!shown) list.append(h("li", { class: "hint" }, "Nothing here."));
 }
 
@@ -160,7 +200,7 @@ function applyFilter(event) {
   state.cursor = null;
   if (filter.q) {
     state.mode = "search";
-    state.filter = { q: filter.q, prefix: filter.prefix };
+    state.filter = { q: filter.q, prefix: filter.prefix, mimeType: filter.mimeType, name: filter.name };
   } else if (filter.mimeType || filter.name) {
     state.mode = "list";
     state.filter = { prefix: filter.prefix, mimeType: filter.mimeType, name: filter.name };
@@ -183,7 +223,9 @@ async function preview(uri, box) {
   clear(box, h("h2", {}, uri), h("p", { class: "meta" }, "reading…"));
   let body;
   try {
-    body = await api.get("read", { uri });
+    // The main preview names this page's event stream, so the server tells it when the previewed file changes.
+    const watch = box === $("preview") && state.streamId ? { stream: state.streamId } : {};
+    body = await api.get("read", { uri, ...watch });
   } catch (error) {
     if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
     const why = `${error.status || ""} ${error.message}`;
@@ -276,14 +318,22 @@ async function loadTemplates(append) {
 async function loadSources() {
   const body = await api.get("sources");
   const head = ["Source", "Kind", "Resources", "Listed", "Cache hit rate", "Cached", "Errors", "Last error",
-                "Changes", "Upstream"];
-  const rows = body.sources.map((s) => h("tr", { "data-source": s.id },
-    h("th", { scope: "row" }, s.id), h("td", {}, s.kind), h("td", {}, s.resources.toLocaleString()),
+                "Last success", "Next retry", "Changes", "Upstream"];
+  state.failing = body.failing || [];
+  facts(body.generation);
+  const rows = body.sources.map((s) => h("tr", { "data-source": s.id, class: s.failing ? "failing" : "" },
+    h("th", { scope: "row" }, s.failing ? [h("span", { class: "bad" }, "failing: "), s.id] : s.id),
+    h("td", {}, s.kind), h("td", {}, s.resources.toLocaleString()),
     h("td", {}, when(s.listedAt)),
     h("td", {}, s.cache.hitRate === null ? "—"
       : `${(s.cache.hitRate * 100).toFixed(1)}% of ${s.cache.hits + s.cache.misses}`),
     h("td", {}, bytes(s.cache.bytes)), h("td", { class: s.errors ? "bad" : "" }, String(s.errors)),
-    h("td", {}, s.lastError ? `${when(s.lastError.at)}: ${s.lastError.message}` : "—"), h("td", {}, s.change),
+    h("td", { class: s.failing ? "bad" : "" }, s.lastError
+      ? (s.lastError.at ? `${when(s.lastError.at)}: ` : "") + s.lastError.message
+      : s.failing ? "failing (the cause needs a token that sees everything)" : "—"),
+    h("td", {}, s.lastSuccessAt ? when(s.lastSuccessAt) : "never"),
+    h("td", {}, s.retryAt ? `at ${new Date(s.retryAt * 1000).toLocaleTimeString()}` : "—"),
+    h("td", {}, s.change),
     h("td", {}, s.upstream ? `${s.upstream.state || ""}, ${s.upstream.reconnects ?? 0} reconnects` : "—")));
   const table = h("table", {}, h("caption", { class: "sr-only" }, "Sources"),
     h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, ...rows));
@@ -293,8 +343,8 @@ async function loadSources() {
   const deployment = [body.cluster ? `Replica ${body.cluster.replica}` + (body.cluster.connected === false
     ? " (cluster unreachable: serving alone)" : "") : null,
     body.manifestDigest ? `manifest sha256 ${body.manifestDigest}` : null].filter(Boolean);
-  const facts = deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null;
-  clear($("sources"), facts,
+  const where = deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null;
+  clear($("sources"), where,
     summary, rows.length ? table : h("p", { class: "hint" }, "No sources you may see."));
 }
 
@@ -331,7 +381,7 @@ function selectTab(name) {
 async function refreshAll() {
   // The header's figures and the open tab are fetched side by side: the page shows a change one round trip later.
   const [who] = await Promise.all([guarded(() => api.get("whoami")), loaders[state.tab]()]);
-  if (who) { state.who = who; facts(who.generation, who.resources); }
+  if (who) { state.who = who; state.failing = who.failingSources || []; facts(who.generation, who.resources); }
   if (state.previewing) await preview(state.previewing, $("preview"));
 }
 
@@ -349,7 +399,13 @@ async function listen() {
     try {
       for await (const { event, data } of api.events(controller.signal)) {
         delay = 1000;
-        if (event === "hello") live("live", "live");
+        if (event === "hello") {
+          live("live", "live");
+          state.streamId = data.stream;
+          // A new stream (first, or after a reconnect) knows no preview yet; reading it again names it, and
+          // shows whatever changed while the page was not listening.
+          if (state.previewing) await preview(state.previewing, $("preview"));
+        }
         else if (event === "catalog" || event === "resync") {
           live(`catalog changed: generation ${data.generation}`, "changed");
           await refreshAll();
@@ -357,12 +413,20 @@ async function listen() {
           if (data.ok) live(`reloaded: generation ${data.generation}`, "changed");
           else live("a save was refused", "refused");
           if (state.tab === "reloads" || state.tab === "sources") await loaders[state.tab]();
+        } else if (event === "expired") {
+          // The token ran out: the server ended the stream; a new token starts a new one.
+          state.stream = null;
+          live("token expired", "refused");
+          return signIn("Your token expired; enter a new one.");
         } else if (event === "updated" && data.uri === state.previewing) {
           await preview(data.uri, $("preview"));
         }
       }
     } catch (error) {
-      if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
+      if (error instanceof api.ApiError && error.status === 401) {
+        state.stream = null;  // signing in again starts a new stream
+        return signIn("The token was refused; enter another.");
+      }
     }
     live("offline: reconnecting…", "offline");
     await new Promise((resolve) => setTimeout(resolve, delay));
@@ -380,6 +444,7 @@ function wire() {
   $("filter").addEventListener("submit", applyFilter);
   $("filter").addEventListener("reset", () => setTimeout(() => openLevel(""), 0));
   $("more").addEventListener("click", () => guarded(() => loadPage(true)));
+  $("sign-out").addEventListener("click", signOut);
   $("more-templates").addEventListener("click", () => guarded(() => loadTemplates(true)));
   const tabs = [...document.querySelectorAll('[role="tab"]')];
   for (const tab of tabs) {
