@@ -322,10 +322,13 @@ def test_a_client_that_stopped_reading_does_not_hold_the_exit(docs_manifest: Pat
 
     params = server_params(docs_manifest, "--no-reload")
     process = subprocess.Popen([params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, env={**os.environ, **(params.env or {})}, text=True)
-    assert process.stdin is not None and process.stdout is not None
+                               stderr=subprocess.PIPE, env={**os.environ, **(params.env or {})}, text=True)
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     process.stdout.close()
-    time.sleep(1)  # started: the time measured below is the shutdown's
+    # Started (it logs "serving" once its catalog is listed): the time measured below is the shutdown's alone, however
+    # long a loaded machine takes to start it.
+    while " serving " not in (line := process.stderr.readline()):
+        assert line, "the server exited before it logged that it was serving"
     began = time.monotonic()
     process.stdin.write("\n".join(_piped_lines("modern")) + "\n")
     process.stdin.close()
