@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aggregator.catalog_delta import Delta
 from aggregator.live.plan import Plan
 from aggregator.live.updates import CatalogUpdates
 from aggregator.notify import Notifier
@@ -92,4 +93,20 @@ class Pollers:
         if changed:
             await self.updates.uris_changed(changed, subscribed)
         if self.updates.has_collection(source):  # this source's listing only, applied in proportion to the change
-            await self.updates.source_polled(source)
+            delta = await self.updates.source_polled(source)
+            if delta is not None and delta.updated:
+                await self._listed_changes(source, delta, set(changed), seen)
+
+    async def _listed_changes(self, source: str, delta: Delta, told: set[str], seen: dict[str, str | None]) -> None:
+        """Tell what the listing found changed that the versions did not: a URI subscribed since the last poll has
+        no version of its own yet (the catalog's entry is its baseline), and an object may change between the two.
+        Those told so take their next version as a baseline, so no change is told twice."""
+        listed = delta.updated - told
+        if not listed:
+            return
+        if self.replica is not None:  # polling alone: the shared cache must not serve their old bodies either
+            paths = {e.path for e in map(delta.catalog.get, listed) if e is not None and e.path is not None}
+            await self.service.forget_shared(source, paths, False)
+        for uri in listed:
+            seen.pop(uri, None)
+        await self.updates.uris_changed(sorted(listed), self.notifier.subscribed_uris())
