@@ -216,6 +216,38 @@ resources:
         anyio.run(main)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_resource_changed_after_subscribing_is_told_by_the_next_poll(tmp_path: Path, mode: str) -> None:
+    """A subscription takes the resource's version at once (not at the next poll, which may be an interval away):
+    a change made between the two is told by that poll. `poll: 1h`: the test runs the poll."""
+    with serve() as upstream:
+        upstream.files = {"r/1.md": b"# v1\n", "r/2.md": b"# v1\n"}
+        manifest = write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: subscribe-poll}}
+            sources:
+              api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, poll: 1h}}
+            resources:
+              - {{uri: "api://1", name: r1, source: api, path: r/1.md}}
+              - {{uri: "api://2", name: r2, source: api, path: r/2.md}}
+            """)
+
+        async def main() -> None:
+            async with running(manifest) as (server, live):
+                stats = upstream.hits["HEAD r/1.md"]  # the listing's
+                async with heard(server, mode, "api://1") as (client, inbox):
+                    with anyio.fail_after(SOON):  # the subscription's version is taken, not a poll's
+                        while upstream.hits["HEAD r/1.md"] == stats:
+                            await anyio.sleep(0.02)
+                    upstream.files["r/1.md"] = b"# v2\n"
+                    upstream.files["r/2.md"] = b"# v2\n"  # not subscribed: nobody is told
+                    await live._pollers.poll_once("api", live._pollers.seen["api"])
+                    assert await inbox.next(SOON) == ("updated", "api://1")
+                    assert await inbox.next(QUIET) is None
+
+        anyio.run(main)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_random_changes_applied_by_polls_equal_a_fresh_listing(tmp_path: Path, seed: int) -> None:
     """Objects added, rewritten and deleted at random between polls (an fsspec memory store, two overlapping

@@ -21,6 +21,9 @@ __all__ = ["Pollers"]
 
 logger = logging.getLogger("aggregator.supervisor")  # one logger for every side loop
 
+SUBSCRIBED_SETTLE = 0.05
+"""Seconds a poller lets subscriptions gather before it takes their versions."""
+
 
 class Pollers:
     """One poller per `poll:` source of the current manifest; `replica` when this process is one of a cluster."""
@@ -32,6 +35,15 @@ class Pollers:
         self.updates = updates
         self.plan = plan
         self.replica = replica
+        self.seen: dict[str, dict[str, str | None]] = {}
+        """The versions the last poll of each source (polling alone) took, by URI."""
+        self._subscribed = anyio.Event()
+        """Set (and replaced) when the subscribed URIs may have changed: pollers take a version of the new ones."""
+        notifier.subscription_listeners.append(self._subscriptions_changed)
+
+    def _subscriptions_changed(self) -> None:
+        subscribed, self._subscribed = self._subscribed, anyio.Event()
+        subscribed.set()
 
     async def run(self) -> None:
         """Poll every remote source that sets `poll:`; start again when a reload changes them."""
@@ -51,11 +63,11 @@ class Pollers:
             await anyio.sleep(0)
 
     async def _poll_source(self, source: str, interval: float) -> None:
-        seen: dict[str, str | None] = {}  # by URI, when polling alone
+        seen = self.seen[source] = {}  # by URI, when polling alone
         seen_paths: dict[str | None, str | None] = {}  # by path, when polling for the cluster
         wait = interval
         while True:
-            await anyio.sleep(wait)
+            await self._until_poll(source, wait, seen)
             wait = interval
             try:
                 if self.replica is not None and self.replica.cluster.connected and \
@@ -71,6 +83,32 @@ class Pollers:
                     await self.poll_once(source, seen)
             except Exception:
                 logger.exception("polling source %r failed; trying again in %gs", source, interval)
+
+    async def _until_poll(self, source: str, wait: float, seen: dict[str, str | None]) -> None:
+        """Wait `wait` seconds; meanwhile, when polling alone, take the version of each URI newly subscribed, so
+        that a change made after the subscription and before the next poll is told by that poll."""
+        deadline = anyio.current_time() + wait
+        while (left := deadline - anyio.current_time()) > 0:
+            subscribed = self._subscribed
+            with anyio.move_on_after(left):
+                await subscribed.wait()
+                await anyio.sleep(min(SUBSCRIBED_SETTLE, left))  # a client subscribing to many: one call for all
+                if self.replica is None or not self.replica.cluster.connected:
+                    await self.baseline(source, seen)
+
+    async def baseline(self, source: str, seen: dict[str, str | None]) -> None:
+        """Take the current version of the subscribed URIs of `source` that `seen` has none of yet."""
+        subscribed = self.notifier.subscribed_uris()
+        new = (subscribed | self.service.render_inputs(subscribed)) - seen.keys()
+        if not new:
+            return
+        try:
+            versions = await self.service.versions(source, new)
+        except Exception as exc:  # the next poll takes them
+            logger.debug("polling source %r: versions of new subscriptions failed: %r", source, exc)
+            return
+        for uri, version in versions.items():
+            seen.setdefault(uri, version)
 
     async def poll_once(self, source: str, seen: dict[str, str | None]) -> None:
         """Compare versions of the subscribed URIs of `source` with the last poll; list its collections again."""
