@@ -218,6 +218,18 @@ class ContentCache(Generic[K, V]):
     def clear(self) -> None:
         self._entries.clear()
 
+    def peek(self, predicate: Callable[[K], bool]) -> list[tuple[float, int]]:
+        """For each entry whose key satisfies `predicate`: the seconds it stays fresh (negative: expired, kept to
+        revalidate) and the bytes it holds. Counts no hit or miss and leaves the LRU order alone (O(entries): for
+        the console's detail pane, not the read path)."""
+        now = self._timer()
+        found = []
+        for key in list(self._entries.keys()):
+            if predicate(key):
+                slot = Cache.__getitem__(self._entries, key)
+                found.append((slot.fresh_until - now, slot.value.nbytes))
+        return found
+
     def bytes_by(self) -> Counter[str]:
         """Bytes held, by the key's `source` (O(entries): for the console, not the read path)."""
         held: Counter[str] = Counter()
