@@ -22,6 +22,8 @@ from tests.test_console_browser import ARTIFACTS, WAIT_MS, Console, browser, ser
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parents[1]
+
 XSS_NAME = '<img src=x onerror="window.pwned=1">.md'
 XSS_JSON = '{"a": "</pre><img src=x onerror=\\"window.pwned=2\\">", "<b>key</b>": 1}'
 
@@ -237,3 +239,21 @@ def test_axe_finds_no_violations_in_the_detail_pane(admin: Console) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "axe-detail.json").write_text(json.dumps(violations, indent=2))
     assert violations == []
+
+
+def test_the_docs_screenshots_script_takes_every_screen_the_docs_show(browser: Any, served: Served,
+                                                                     tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "docs" / "screenshots.py")
+    assert spec is not None and spec.loader is not None
+    screenshots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screenshots)
+    taken = screenshots.take(tmp_path, served, browser)
+    assert sorted(p.name for p in taken) == sorted(screenshots.SCREENS)
+    for path in taken:
+        assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000, path
+    documented = (ROOT / "README.md").read_text()
+    for name in screenshots.SCREENS:
+        assert f"(docs/{name})" in documented, name  # the README shows each, and each is in docs/
+        assert (ROOT / "docs" / name).is_file(), name
