@@ -7,11 +7,10 @@ runs), so it tells nothing the caller's own resources/read and resources/list wo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from aggregator.cache import ContentCache
-from aggregator.cache_keys import CacheKey, FileKey, QueryKey
+from aggregator.cache_keys import CacheKey, file_key, query_key
 from aggregator.catalog import FileTarget, QueryTarget, RenderTarget, Target
 from aggregator.console.views import entry_view
 from aggregator.content import Content
@@ -26,30 +25,25 @@ CacheLook = dict[str, Any]
 with `freshFor` (seconds, negative once expired) and `bytes` when held."""
 
 
-def _keys_of(snapshot: Snapshot, target: Target) -> Callable[[CacheKey], bool] | None:
-    """Which cache keys hold what `target` reads in `snapshot` (the source's current epoch only); None when its
-    reads never go through the content cache."""
+def _key_of(snapshot: Snapshot, target: Target) -> CacheKey | None:
+    """What `target`'s read is cached under in `snapshot`; None when its reads never go through the content cache."""
     if isinstance(target, FileTarget):
-        epoch = snapshot.epochs.get(target.source)
-        return lambda key: (isinstance(key, FileKey) and key.source == target.source and key.epoch == epoch
-                            and key.path == target.path and key.convert == target.convert)
+        return file_key(target, snapshot.epochs[target.source])
     if isinstance(target, QueryTarget):
-        epoch = snapshot.epochs.get(target.source)
-        return lambda key: (isinstance(key, QueryKey) and key.source == target.source and key.epoch == epoch
-                            and key.sql == target.query and key.params == target.params)
+        return query_key(target, snapshot.epochs[target.source])
     return None
 
 
 def cache_look(cache: ContentCache[CacheKey, Content], snapshot: Snapshot, target: Target) -> CacheLook:
-    """What the content cache holds of `target` now, without counting a lookup."""
-    wanted = _keys_of(snapshot, target)
-    if wanted is None:
+    """What the content cache holds of `target` now, without counting a lookup (O(1))."""
+    key = _key_of(snapshot, target)
+    if key is None:
         why = "rendered on each read" if isinstance(target, RenderTarget) else "text from the manifest"
         return {"state": "uncached", "why": why}
-    held = cache.peek(wanted)
-    if not held:
+    held = cache.peek(key)
+    if held is None:
         return {"state": "miss"}
-    fresh_for, size = max(held)
+    fresh_for, size = held
     return {"state": "hit" if fresh_for > 0 else "expired", "freshFor": round(fresh_for, 1), "bytes": size}
 
 
