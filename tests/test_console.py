@@ -234,6 +234,37 @@ def test_read_with_detail_gives_the_listing_the_cache_state_and_the_raw_result(s
             404, {"error": "Resource not found"})
 
 
+def test_the_detail_knows_the_cache_state_of_a_query_and_that_a_render_is_never_cached(tmp_path: Path) -> None:
+    import sqlalchemy
+
+    url = f"sqlite:///{tmp_path / 'crm.db'}"
+    with sqlalchemy.create_engine(url).begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name VARCHAR(100))"))
+        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (1, 'Ada')"))
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(f"""version: 1
+server: {{name: detail, console: true}}
+sources:
+  crm: {{url: "{url}", tables: [customers]}}
+resources:
+  - {{uri: "report://all", name: report, render: "{{{{ resources('db://') | length }}}} customers"}}
+templates:
+  - {{uriTemplate: "db://crm/customers/{{id}}", name: customer, source: crm,
+     query: "SELECT id, name FROM customers WHERE id = :id"}}
+""")
+    with serve(tmp_path, manifest) as running:
+        def detail(uri: str) -> dict[str, Any]:
+            response = running.get("/console/api/read", None, uri=uri, detail="1")
+            assert response.status_code == 200, response.text
+            return dict(response.json()["detail"])
+
+        assert detail("db://crm/customers/1")["cache"]["state"] == "miss"
+        again = detail("db://crm/customers/1")
+        assert again["cache"]["state"] == "hit" and "Ada" in again["result"]["contents"][0]["text"]
+        assert detail("db://crm/customers/2")["cache"]["state"] == "miss"  # its own parameters, its own entry
+        assert detail("report://all")["cache"] == {"state": "uncached", "why": "rendered on each read"}
+
+
 # --- access: exactly what the token may see ---------------------------------------------------------------------
 
 

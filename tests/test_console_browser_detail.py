@@ -9,6 +9,7 @@ resource the token may not see shows what a link to a missing one shows. Hostile
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,28 @@ def test_the_detail_pane_shows_metadata_cache_state_and_the_raw_read(admin: Cons
     _preview_of(page, "docs://guides/deploy.md")
     assert _field(page, "cache").startswith("hit")
     assert admin.problems == []
+
+
+def test_copy_uri_works_without_the_clipboard_api(browser: Any, served: Served) -> None:
+    """Over plain http to another host the page is not a secure context and has no navigator.clipboard: the button
+    selects the URI and copies it the old way."""
+    console = Console(browser, served, ADMIN)
+    try:
+        page = console.page
+        page.add_init_script("Object.defineProperty(Navigator.prototype, 'clipboard', {get: () => undefined})")
+        page.reload()
+        page.wait_for_selector("#tree li", timeout=WAIT_MS)
+        assert page.evaluate("navigator.clipboard") is None
+        _open(page, "note://")
+        page.click('#tree button[data-uri="note://hello"]')
+        _preview_of(page, "note://hello")
+        page.click("#copy-uri")
+        sync_api.expect(page.locator("#copy-uri")).to_have_text(re.compile("^(Copied|Selected: press Ctrl\\+C)"),
+                                                                timeout=WAIT_MS)
+        assert page.evaluate("String(window.getSelection())") == "note://hello"
+        assert console.problems == []
+    finally:
+        console.close()
 
 
 def test_deep_links_restore_the_view_on_back_reload_and_a_shared_link(browser: Any, served: Served,

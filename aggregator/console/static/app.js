@@ -235,7 +235,7 @@ async function restore() {
     for (const [id, key] of [["f-prefix", "prefix"], ["f-mime", "mimeType"], ["f-name", "name"], ["f-q", "q"]]) {
       $(id).value = filtered ? view[key] : "";
     }
-    if (state.tab !== "catalog") await selectTab("catalog");
+    if (state.tab !== "catalog") selectTab("catalog", false);  // shown, then loaded once below
     if (filtered) {
       state.mode = view.q ? "search" : "list";
       state.filter = { q: view.q || undefined, prefix: view.prefix, mimeType: view.mimeType, name: view.name };
@@ -286,19 +286,20 @@ async function preview(uri, box) {
     return;
   }
   if (main && state.previewing !== uri) return;  // another resource was picked while this one was read
-  const { about, raw } = body.detail ? detailPane(uri, body) : {};
+  const title = h("h2", {}, uri);
+  const { about, raw } = body.detail ? detailPane(uri, body, title) : {};
   const meta = h("p", { class: "meta" }, [body.mimeType, bytes(body.size), body.truncated ? "preview cut short" : null]
     .filter(Boolean).join(" · "));
   const download = h("button", { type: "button", onclick: () => save(uri) }, "Download");
   if (body.kind === "text") {
-    clear(box, h("h2", {}, uri), meta, about, highlighted(body.text, body.language, uri), h("p", {}, download), raw);
+    clear(box, title, meta, about, highlighted(body.text, body.language, uri), h("p", {}, download), raw);
   } else if (body.kind === "image") {
     const image = h("img", { alt: `Preview of ${uri}` });
-    clear(box, h("h2", {}, uri), meta, about, image, h("p", {}, download), raw);
+    clear(box, title, meta, about, image, h("p", {}, download), raw);
     const data = await api.blob("raw", { uri });
     image.src = URL.createObjectURL(data);
   } else {
-    clear(box, h("h2", {}, uri), meta, about, h("p", {}, `Binary content: ${bytes(body.size)} of ${body.mimeType}.`),
+    clear(box, title, meta, about, h("p", {}, `Binary content: ${bytes(body.size)} of ${body.mimeType}.`),
       h("p", {}, download), raw);
   }
 }
@@ -387,7 +388,7 @@ const loaders = { catalog: () => (state.mode === "tree" ? openLevel(state.prefix
                   templates: () => guarded(() => loadTemplates(false)), sources: () => guarded(loadSources),
                   reloads: () => guarded(loadReloads) };
 
-function selectTab(name) {
+function selectTab(name, load = true) {
   state.tab = name;
   for (const tab of document.querySelectorAll('[role="tab"]')) {
     const on = tab.id === `tab-${name}`;
@@ -395,7 +396,7 @@ function selectTab(name) {
     tab.tabIndex = on ? 0 : -1;
     $(tab.getAttribute("aria-controls")).hidden = !on;
   }
-  return loaders[name]();
+  return load ? loaders[name]() : undefined;
 }
 
 async function refreshAll() {

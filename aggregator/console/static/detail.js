@@ -23,19 +23,33 @@ export function cacheText(cache) {
     : "not kept (its ttl is 0, it depends on who asks, or it exceeds the cache's budget)"}`;
 }
 
-async function copy(uri, button) {
-  try {
-    await navigator.clipboard.writeText(uri);
-    button.textContent = "Copied";
-  } catch (_) {
-    button.textContent = "Copy failed: select the URI above";
+// The clipboard API needs a secure context (https, or localhost); elsewhere the URI is selected and copied the old
+// way, and stays selected for Ctrl+C if even that is refused.
+async function copy(uri, button, heading) {
+  let done = false;
+  if (navigator.clipboard) {
+    try {
+      await navigator.clipboard.writeText(uri);
+      done = true;
+    } catch (_) { /* refused: select it instead */ }
   }
+  if (!done) {
+    const range = document.createRange();
+    range.selectNodeContents(heading);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    try {
+      done = document.execCommand("copy");
+    } catch (_) { /* left selected */ }
+  }
+  button.textContent = done ? "Copied" : "Selected: press Ctrl+C to copy";
   setTimeout(() => { button.textContent = "Copy URI"; }, 2000);
 }
 
 // The pane for `uri` from a /read body with `detail`: `about` (a definition list and the copy button, shown above the
-// content) and `raw` (the resources/read result, collapsed, below it).
-export function detailPane(uri, body) {
+// content) and `raw` (the resources/read result, collapsed, below it). `heading` shows the URI as text.
+export function detailPane(uri, body, heading) {
   const detail = body.detail;
   const listed = detail.listed || {};
   const notes = listed.annotations || {};
@@ -51,7 +65,7 @@ export function detailPane(uri, body) {
   const list = h("dl", { class: "detail", "data-testid": "detail" },
     ...fields.map(([key, label, value]) => [h("dt", {}, label), h("dd", { "data-field": key }, value)]));
   const button = h("button", { type: "button", id: "copy-uri" }, "Copy URI");
-  button.addEventListener("click", () => copy(uri, button));
+  button.addEventListener("click", () => copy(uri, button, heading));
   const raw = h("details", { class: "details", "data-testid": "raw" },
     h("summary", {}, "Raw resources/read result" + (detail.truncated ? " (content cut short)" : "")),
     json(JSON.stringify(detail.result)));
