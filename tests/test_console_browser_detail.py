@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +18,7 @@ import pytest
 
 from tests.console_server import ADMIN, READER, Served, serve
 from tests.hostile import make_hostile_folder
-from tests.test_console_browser import ARTIFACTS, WAIT_MS, Console, browser, served, sync_api  # noqa: F401
+from tests.test_console_browser import ARTIFACTS, WAIT_MS, Console, admin, browser, served, sync_api  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -27,15 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 XSS_NAME = '<img src=x onerror="window.pwned=1">.md'
 XSS_JSON = '{"a": "</pre><img src=x onerror=\\"window.pwned=2\\">", "<b>key</b>": 1}'
-
-
-@pytest.fixture
-def admin(browser: Any, served: Served) -> Iterator[Console]:
-    console = Console(browser, served, ADMIN)
-    try:
-        yield console
-    finally:
-        console.close()
 
 
 def _open(page: Any, *prefixes: str) -> None:
