@@ -19,7 +19,7 @@ import httpx2 as httpx
 import pytest
 
 from aggregator.catalog import Catalog, Entry
-from aggregator.console.app import STATIC
+from aggregator.console.app import RAW_CHARS, STATIC
 from aggregator.console.events import EventHub, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.redact import redact, where
@@ -234,7 +234,7 @@ def test_read_with_detail_gives_the_listing_the_cache_state_and_the_raw_result(s
             404, {"error": "Resource not found"})
 
 
-def test_the_detail_knows_the_cache_state_of_a_query_and_that_a_render_is_never_cached(tmp_path: Path) -> None:
+def test_the_detail_knows_a_querys_cache_state_that_a_render_is_never_cached_and_cuts_its_raw_text(tmp_path: Path) -> None:
     import sqlalchemy
 
     url = f"sqlite:///{tmp_path / 'crm.db'}"
@@ -248,6 +248,7 @@ sources:
   crm: {{url: "{url}", tables: [customers]}}
 resources:
   - {{uri: "report://all", name: report, render: "{{{{ resources('db://') | length }}}} customers"}}
+  - {{uri: "note://big", name: big, text: "{'x' * 70_000}"}}
 templates:
   - {{uriTemplate: "db://crm/customers/{{id}}", name: customer, source: crm,
      query: "SELECT id, name FROM customers WHERE id = :id"}}
@@ -263,6 +264,10 @@ templates:
         assert again["cache"]["state"] == "hit" and "Ada" in again["result"]["contents"][0]["text"]
         assert detail("db://crm/customers/2")["cache"]["state"] == "miss"  # its own parameters, its own entry
         assert detail("report://all")["cache"] == {"state": "uncached", "why": "rendered on each read"}
+        big = running.get("/console/api/read", None, uri="note://big", detail="1").json()
+        assert len(big["text"]) == 70_000 and big["truncated"] is False  # the preview: up to PREVIEW_CHARS
+        assert big["detail"]["truncated"] is True  # the raw JSON shows the shape, not the text again
+        assert len(big["detail"]["result"]["contents"][0]["text"]) == RAW_CHARS
 
 
 # --- access: exactly what the token may see ---------------------------------------------------------------------

@@ -52,6 +52,9 @@ SEARCH_WINDOW = 500
 """Search hits ranked for one console search at most: pages come from them, and past it the total is a floor."""
 PREVIEW_CHARS = 512 * 1024
 """Text shown in a preview at most; the download has it all (within the same maxBytes as resources/read)."""
+RAW_CHARS = 64 * 1024
+"""Of the raw resources/read JSON in the detail pane, the text or base64 kept: it shows the result's shape (the
+preview beside it already carries up to PREVIEW_CHARS of the text)."""
 STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js", "detail.js", "link.js",
           "operations.js", "favicon.svg")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
@@ -313,7 +316,7 @@ class Console:
             body.update(kind="image" if _inline_image(content.mime_type) else "binary", size=len(blob))
         if detail:
             after = cache_look(self.service.cache, snapshot, snapshot.allowed(uri, scopes))
-            body["detail"] = detail_view(snapshot, uri, served, before, after, PREVIEW_CHARS)
+            body["detail"] = detail_view(snapshot, uri, served, before, after, RAW_CHARS)
         return JSONResponse(body)
 
     async def raw(self, request: Request, scopes: Scopes) -> Response:
