@@ -218,6 +218,15 @@ class ContentCache(Generic[K, V]):
     def clear(self) -> None:
         self._entries.clear()
 
+    def peek(self, key: K) -> tuple[float, int] | None:
+        """The seconds the entry under `key` stays fresh (negative: expired, kept to revalidate) and the bytes it
+        holds; None when none is held. Counts no hit or miss and leaves the LRU order alone (the console's detail
+        pane looks, it does not read)."""
+        if key not in self._entries:
+            return None
+        slot = Cache.__getitem__(self._entries, key)
+        return slot.fresh_until - self._timer(), slot.value.nbytes
+
     def bytes_by(self) -> Counter[str]:
         """Bytes held, by the key's `source` (O(entries): for the console, not the read path)."""
         held: Counter[str] = Counter()

@@ -43,7 +43,8 @@ collections:
   - {source: docs, glob: "**/*", uri: "docs://{path}"}
   - {source: secret, glob: "*.md", uri: "secret://{path}", index: true}
 resources:
-  - {uri: "note://hello", name: hello, text: "hello there"}
+  - {uri: "note://hello", name: hello, title: Hello note, description: "A greeting, for the detail pane", text: "hello there",
+     annotations: {audience: [user, assistant], priority: 0.8, lastModified: "2026-01-02T03:04:05Z"}}
   - {uri: "web://down", name: down, source: web, path: down.md}
 templates:
   - {uriTemplate: "guide://{name}", name: guide, title: A guide by name, source: docs, path: "guides/{name}.md"}

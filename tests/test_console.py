@@ -19,6 +19,7 @@ import httpx2 as httpx
 import pytest
 
 from aggregator.catalog import Catalog, Entry
+from aggregator.console.app import RAW_CHARS, STATIC
 from aggregator.console.events import EventHub, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.redact import redact, where
@@ -111,7 +112,7 @@ def test_data_needs_the_token_and_the_shell_has_no_inline_code(served: Served) -
     parser = Inline()
     parser.feed(shell.text)
     assert parser.found == []
-    for name in ("app.js", "api.js", "views.js", "highlight.js", "console.css"):
+    for name in (name for name in STATIC if name.endswith((".js", ".css"))):
         asset = served.get(f"/console/static/{name}", token=None)
         assert asset.status_code == 200 and asset.headers["x-content-type-options"] == "nosniff"
         for unwanted in (".innerHTML", "insertAdjacentHTML", "eval(", "new Function", "http://", "https://"):
@@ -206,6 +207,67 @@ def test_preview_kinds_and_the_limits_of_resources_read(served: Served) -> None:
     assert missing.status_code == 404 and missing.json() == {"error": "Resource not found"}
     down = served.get("/console/api/read", uri="web://down")
     assert down.status_code == 502 and "hunter2" not in down.text
+
+
+def test_read_with_detail_gives_the_listing_the_cache_state_and_the_raw_result(served: Served) -> None:
+    note = served.get("/console/api/read", uri="note://hello", detail="1").json()["detail"]
+    assert note["listed"]["title"] == "Hello note" and note["listed"]["annotations"] == {
+        "audience": ["user", "assistant"], "priority": 0.8, "lastModified": "2026-01-02T03:04:05Z"}
+    assert note["cache"]["state"] == "uncached"
+    assert note["result"] == {"contents": [{"uri": "note://hello", "mimeType": "text/plain", "text": "hello there"}],
+                              "ttlMs": 300_000, "cacheScope": "public", "resultType": "complete"}
+    first = served.get("/console/api/read", uri="docs://guides/deploy.md", detail="1").json()["detail"]
+    assert first["cache"]["state"] == "miss" and first["cache"]["after"]["freshFor"] > 0
+    again = served.get("/console/api/read", uri="docs://guides/deploy.md", detail="1").json()["detail"]
+    assert again["cache"]["state"] == "hit" and 0 < again["cache"]["freshFor"] <= 300
+    assert again["cache"]["bytes"] >= len("# Deploy\n\nSee `deploy` and **more**.\n")  # and its bookkeeping
+    assert again["listed"]["source"] == "docs" and again["truncated"] is False
+    image = served.get("/console/api/read", uri="docs://logo.png", detail="1").json()["detail"]
+    assert "blob" in image["result"]["contents"][0]
+    # Through a template: nothing listed, the read's own answer still shown.
+    guide = served.get("/console/api/read", uri="guide://intro", detail="1").json()["detail"]
+    assert guide["listed"] is None and guide["result"]["contents"][0]["text"].startswith("# Intro")
+    for token in (READER, NOBODY):
+        hidden = served.get("/console/api/read", token, uri="secret://plan.md", detail="1")
+        missing = served.get("/console/api/read", token, uri="secret://nope.md", detail="1")
+        assert (hidden.status_code, hidden.json()) == (missing.status_code, missing.json()) == (
+            404, {"error": "Resource not found"})
+
+
+def test_the_detail_knows_a_querys_cache_state_that_a_render_is_never_cached_and_cuts_its_raw_text(tmp_path: Path) -> None:
+    import sqlalchemy
+
+    url = f"sqlite:///{tmp_path / 'crm.db'}"
+    with sqlalchemy.create_engine(url).begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name VARCHAR(100))"))
+        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (1, 'Ada')"))
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(f"""version: 1
+server: {{name: detail, console: true}}
+sources:
+  crm: {{url: "{url}", tables: [customers]}}
+resources:
+  - {{uri: "report://all", name: report, render: "{{{{ resources('db://') | length }}}} customers"}}
+  - {{uri: "note://big", name: big, text: "{'x' * 70_000}"}}
+templates:
+  - {{uriTemplate: "db://crm/customers/{{id}}", name: customer, source: crm,
+     query: "SELECT id, name FROM customers WHERE id = :id"}}
+""")
+    with serve(tmp_path, manifest) as running:
+        def detail(uri: str) -> dict[str, Any]:
+            response = running.get("/console/api/read", None, uri=uri, detail="1")
+            assert response.status_code == 200, response.text
+            return dict(response.json()["detail"])
+
+        assert detail("db://crm/customers/1")["cache"]["state"] == "miss"
+        again = detail("db://crm/customers/1")
+        assert again["cache"]["state"] == "hit" and "Ada" in again["result"]["contents"][0]["text"]
+        assert detail("db://crm/customers/2")["cache"]["state"] == "miss"  # its own parameters, its own entry
+        assert detail("report://all")["cache"] == {"state": "uncached", "why": "rendered on each read"}
+        big = running.get("/console/api/read", None, uri="note://big", detail="1").json()
+        assert len(big["text"]) == 70_000 and big["truncated"] is False  # the preview: up to PREVIEW_CHARS
+        assert big["detail"]["truncated"] is True  # the raw JSON shows the shape, not the text again
+        assert len(big["detail"]["result"]["contents"][0]["text"]) == RAW_CHARS
 
 
 # --- access: exactly what the token may see ---------------------------------------------------------------------

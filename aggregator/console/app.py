@@ -22,6 +22,7 @@ from starlette.routing import Route
 from aggregator.callers import caller_expiry, caller_name, caller_scopes
 from aggregator.catalog import Page
 from aggregator.completion import Completer
+from aggregator.console.detail import cache_look, detail_view
 from aggregator.console.events import EventHub, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.tree import tree_page
@@ -51,7 +52,11 @@ SEARCH_WINDOW = 500
 """Search hits ranked for one console search at most: pages come from them, and past it the total is a floor."""
 PREVIEW_CHARS = 512 * 1024
 """Text shown in a preview at most; the download has it all (within the same maxBytes as resources/read)."""
-STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js", "favicon.svg")
+RAW_CHARS = 64 * 1024
+"""Of the raw resources/read JSON in the detail pane, the text or base64 kept: it shows the result's shape (the
+preview beside it already carries up to PREVIEW_CHARS of the text)."""
+STATIC = ("index.html", "console.css", "app.js", "api.js", "highlight.js", "views.js", "detail.js", "link.js",
+          "operations.js", "favicon.svg")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
@@ -291,8 +296,12 @@ class Console:
 
     async def read(self, request: Request, scopes: Scopes) -> Response:
         """What resources/read returns for `uri`, shaped for a preview: text (cut at PREVIEW_CHARS), or an image or
-        other blob by size and type (its bytes at /raw)."""
+        other blob by size and type (its bytes at /raw); with `detail=1` also the pane's detail (console.detail)."""
         uri = request.query_params.get("uri", "")
+        detail = request.query_params.get("detail") == "1"
+        if detail:  # what the cache held before this read fills it (the scopes are checked first, as a read does)
+            snapshot = self.service.snapshot
+            before = cache_look(self.service.cache, snapshot, snapshot.allowed(uri, scopes))
         served = await self.service.read(uri, scopes)
         if request.query_params.get("stream"):  # the page's event stream: tell it when this preview changes
             self.events.preview(request.query_params["stream"], _principal(request), uri)
@@ -305,6 +314,9 @@ class Console:
         else:
             blob = content.blob or b""
             body.update(kind="image" if _inline_image(content.mime_type) else "binary", size=len(blob))
+        if detail:
+            after = cache_look(self.service.cache, snapshot, snapshot.allowed(uri, scopes))
+            body["detail"] = detail_view(snapshot, uri, served, before, after, RAW_CHARS)
         return JSONResponse(body)
 
     async def raw(self, request: Request, scopes: Scopes) -> Response:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import anyio
 
-from aggregator.cache_keys import FileKey
+from aggregator.cache_keys import file_key
 from aggregator.catalog import FileTarget
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
 from aggregator.documents.pool import DocumentPool
@@ -54,7 +54,7 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
         return await calls.call("aggregator.source.version", snapshot, target, path,
                                 lambda: source.version(path)) == version
 
-    key = FileKey(target.source, snapshot.epochs[target.source], path, target.mime_type, target.decompress, convert)
+    key = file_key(target, snapshot.epochs[target.source])
 
     async def cached() -> Content:
         return await caches.get_or_load(snapshot, key, load, lambda spec, cluster: cluster.file_item(

@@ -3,7 +3,7 @@ formatted into the statement), the result in the template's format, through the 
 
 from __future__ import annotations
 
-from aggregator.cache_keys import QueryKey
+from aggregator.cache_keys import query_key
 from aggregator.catalog import QueryTarget
 from aggregator.content import Content, decode_body
 from aggregator.reads.backend import SourceCalls
@@ -25,6 +25,6 @@ async def read_query(snapshot: Snapshot, target: QueryTarget, caches: Caches, ca
                                 lambda: source.query(sql, params, fmt, limits.max_bytes))
         return decode_body(blob.data, target.mime_type), None
 
-    key = QueryKey(target.source, snapshot.epochs[target.source], sql, target.params, fmt)
+    key = query_key(target, snapshot.epochs[target.source])
     return await caches.get_or_load(snapshot, key, load, lambda spec, cluster: cluster.query_item(
         spec, sql, target.params, fmt, limits.max_bytes, limits.ttl))

@@ -1,11 +1,14 @@
 // The operator's console: catalog tree and previews, templates with a form, sources, reloads, live updates.
 import * as api from "./api.js";
+import { detailPane } from "./detail.js";
 import { highlighted } from "./highlight.js";
-import { bytes, clear, h, when } from "./views.js";
+import { linked, remember } from "./link.js";
+import { showReloads, showSources } from "./operations.js";
+import { bytes, clear, h } from "./views.js";
 
 const $ = (id) => document.getElementById(id);
 const state = { prefix: "", cursor: null, mode: "tree", filter: {}, previewing: null, templateCursor: null,
-                tab: "catalog", generation: null, who: null, stream: null };
+                tab: "catalog", generation: null, who: null, stream: null, restoring: false, fragment: null };
 
 function showError(error) {
   const box = $("error");
@@ -68,7 +71,7 @@ async function start() {
   state.failing = who.failingSources || [];
   facts(who.generation, who.resources);
   viewAsSelector(who);
-  await openLevel("");
+  await restore();
   performance.mark("console:catalog-ready");  // what the benchmark reads as the catalog's first paint
   if (!state.stream) listen();
 }
@@ -190,6 +193,7 @@ function openLevel(prefix) {
   state.prefix = prefix;
   state.cursor = null;
   crumbs();
+  linkView();
   return guarded(() => loadPage(false));
 }
 
@@ -208,14 +212,61 @@ function applyFilter(event) {
     return openLevel(filter.prefix || "");
   }
   crumbs();
+  linkView();
   return guarded(() => loadPage(false));
+}
+
+// --- deep links ----------------------------------------------------------------------------------------------
+
+// The URL names what the catalog tab shows (not while a link is being restored: that would add its own entry).
+function linkView() {
+  if (state.restoring) return;
+  const shown = state.mode === "tree" ? { prefix: state.prefix } : state.filter;
+  state.fragment = remember({ ...shown, uri: state.previewing || "" });
+}
+
+// Shows the view the URL names: its folder, or its filter or search (filled into the form), and its resource.
+async function restore() {
+  const view = linked();
+  state.fragment = location.hash;
+  state.restoring = true;
+  try {
+    const filtered = view.q || view.mimeType || view.name;
+    for (const [id, key] of [["f-prefix", "prefix"], ["f-mime", "mimeType"], ["f-name", "name"], ["f-q", "q"]]) {
+      $(id).value = filtered ? view[key] : "";
+    }
+    if (state.tab !== "catalog") selectTab("catalog", false);  // shown, then loaded once below
+    if (filtered) {
+      state.mode = view.q ? "search" : "list";
+      state.filter = { q: view.q || undefined, prefix: view.prefix, mimeType: view.mimeType, name: view.name };
+      state.cursor = null;
+      crumbs();
+      await guarded(() => loadPage(false));
+    } else {
+      await openLevel(view.prefix);
+    }
+    if (view.uri) await preview(view.uri, $("preview"));
+    else {
+      state.previewing = null;
+      clear($("preview"), h("p", { class: "hint" }, "Pick a resource to preview it."));
+    }
+  } finally {
+    state.restoring = false;
+  }
+}
+
+function followLink() {
+  // Back, Forward, or a fragment typed or pasted: Chromium reports some of these twice (popstate and hashchange).
+  if (state.who && location.hash !== state.fragment) restore();
 }
 
 // --- preview -------------------------------------------------------------------------------------------------
 
 async function preview(uri, box) {
-  if (box === $("preview")) {
+  const main = box === $("preview");
+  if (main) {
     state.previewing = uri;
+    linkView();
     for (const button of document.querySelectorAll("#tree button[data-uri]")) {
       button.setAttribute("aria-current", button.dataset.uri === uri ? "true" : "false");
     }
@@ -224,27 +275,32 @@ async function preview(uri, box) {
   let body;
   try {
     // The main preview names this page's event stream, so the server tells it when the previewed file changes.
-    const watch = box === $("preview") && state.streamId ? { stream: state.streamId } : {};
-    body = await api.get("read", { uri, ...watch });
+    const watch = main && state.streamId ? { stream: state.streamId } : {};
+    body = await api.get("read", { uri, ...watch, detail: main ? 1 : undefined });
   } catch (error) {
     if (error instanceof api.ApiError && error.status === 401) return signIn("The token was refused; enter another.");
     const why = `${error.status || ""} ${error.message}`;
-    clear(box, h("h2", {}, uri), h("p", { class: "bad", "data-testid": "read-error" }, why));
+    if (!main || state.previewing === uri) {
+      clear(box, h("h2", {}, uri), h("p", { class: "bad", "data-testid": "read-error" }, why));
+    }
     return;
   }
+  if (main && state.previewing !== uri) return;  // another resource was picked while this one was read
+  const title = h("h2", {}, uri);
+  const { about, raw } = body.detail ? detailPane(uri, body, title) : {};
   const meta = h("p", { class: "meta" }, [body.mimeType, bytes(body.size), body.truncated ? "preview cut short" : null]
     .filter(Boolean).join(" · "));
   const download = h("button", { type: "button", onclick: () => save(uri) }, "Download");
   if (body.kind === "text") {
-    clear(box, h("h2", {}, uri), meta, highlighted(body.text, body.language, uri), h("p", {}, download));
+    clear(box, title, meta, about, highlighted(body.text, body.language, uri), h("p", {}, download), raw);
   } else if (body.kind === "image") {
     const image = h("img", { alt: `Preview of ${uri}` });
-    clear(box, h("h2", {}, uri), meta, image, h("p", {}, download));
+    clear(box, title, meta, about, image, h("p", {}, download), raw);
     const data = await api.blob("raw", { uri });
     image.src = URL.createObjectURL(data);
   } else {
-    clear(box, h("h2", {}, uri), meta, h("p", {}, `Binary content: ${bytes(body.size)} of ${body.mimeType}.`),
-      h("p", {}, download));
+    clear(box, title, meta, about, h("p", {}, `Binary content: ${bytes(body.size)} of ${body.mimeType}.`),
+      h("p", {}, download), raw);
   }
 }
 
@@ -317,48 +373,13 @@ async function loadTemplates(append) {
 
 async function loadSources() {
   const body = await api.get("sources");
-  const head = ["Source", "Kind", "Resources", "Listed", "Cache hit rate", "Cached", "Errors", "Last error",
-                "Last success", "Next retry", "Changes", "Upstream"];
   state.failing = body.failing || [];
   facts(body.generation);
-  const rows = body.sources.map((s) => h("tr", { "data-source": s.id, class: s.failing ? "failing" : "" },
-    h("th", { scope: "row" }, s.failing ? [h("span", { class: "bad" }, "failing: "), s.id] : s.id),
-    h("td", {}, s.kind), h("td", {}, s.resources.toLocaleString()),
-    h("td", {}, when(s.listedAt)),
-    h("td", {}, s.cache.hitRate === null ? "—"
-      : `${(s.cache.hitRate * 100).toFixed(1)}% of ${s.cache.hits + s.cache.misses}`),
-    h("td", {}, bytes(s.cache.bytes)), h("td", { class: s.errors ? "bad" : "" }, String(s.errors)),
-    h("td", { class: s.failing ? "bad" : "" }, s.lastError
-      ? (s.lastError.at ? `${when(s.lastError.at)}: ` : "") + s.lastError.message
-      : s.failing ? "failing (the cause needs a token that sees everything)" : "—"),
-    h("td", {}, s.lastSuccessAt ? when(s.lastSuccessAt) : "never"),
-    h("td", {}, s.retryAt ? `at ${new Date(s.retryAt * 1000).toLocaleTimeString()}` : "—"),
-    h("td", {}, s.change),
-    h("td", {}, s.upstream ? `${s.upstream.state || ""}, ${s.upstream.reconnects ?? 0} reconnects` : "—")));
-  const table = h("table", {}, h("caption", { class: "sr-only" }, "Sources"),
-    h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, ...rows));
-  const summary = body.cache ? h("p", { class: "meta" },
-    `Content cache: ${body.cache.entries} entries, ${bytes(body.cache.bytes)}, ${body.cache.hits} hits, `
-    + `${body.cache.misses} misses`) : null;
-  const deployment = [body.cluster ? `Replica ${body.cluster.replica}` + (body.cluster.connected === false
-    ? " (cluster unreachable: serving alone)" : "") : null,
-    body.manifestDigest ? `manifest sha256 ${body.manifestDigest}` : null].filter(Boolean);
-  const where = deployment.length ? h("p", { class: "meta", "data-testid": "deployment" }, deployment.join(" · ")) : null;
-  clear($("sources"), where,
-    summary, rows.length ? table : h("p", { class: "hint" }, "No sources you may see."));
+  showSources($("sources"), body);
 }
 
 async function loadReloads() {
-  const body = await api.get("reloads", { limit: 10 });
-  const items = body.reloads.map((r) => h("li", { "data-generation": r.generation, "data-ok": String(r.ok) },
-    h("h3", { class: r.ok ? "ok" : "bad" },
-      `${when(r.at)} · generation ${r.generation} · ${r.ok ? "applied" : "refused"}`),
-    r.ok ? h("pre", { class: "code" }, r.lines.length ? r.lines.join("\n") : "(nothing you may see changed)") : null,
-    r.moreLines ? h("p", { class: "meta" }, `and ${r.moreLines} more lines`) : null,
-    !r.ok && r.issues.length ? h("ul", {}, ...r.issues.map((i) => h("li", { class: "bad" },
-      `${i.file}:${i.line}:${i.col}: ${i.key || "<root>"}: ${i.message}`))) : null,
-    !r.ok && r.error ? h("p", { class: "bad" }, r.error) : null));
-  clear($("reloads"), ...(items.length ? items : [h("li", { class: "hint" }, "No reload since the server started.")]));
+  showReloads($("reloads"), await api.get("reloads", { limit: 10 }));
 }
 
 // --- tabs and live updates -----------------------------------------------------------------------------------
@@ -367,7 +388,7 @@ const loaders = { catalog: () => (state.mode === "tree" ? openLevel(state.prefix
                   templates: () => guarded(() => loadTemplates(false)), sources: () => guarded(loadSources),
                   reloads: () => guarded(loadReloads) };
 
-function selectTab(name) {
+function selectTab(name, load = true) {
   state.tab = name;
   for (const tab of document.querySelectorAll('[role="tab"]')) {
     const on = tab.id === `tab-${name}`;
@@ -375,7 +396,7 @@ function selectTab(name) {
     tab.tabIndex = on ? 0 : -1;
     $(tab.getAttribute("aria-controls")).hidden = !on;
   }
-  return loaders[name]();
+  return load ? loaders[name]() : undefined;
 }
 
 async function refreshAll() {
@@ -442,6 +463,8 @@ function wire() {
     start();
   });
   $("filter").addEventListener("submit", applyFilter);
+  window.addEventListener("popstate", followLink);
+  window.addEventListener("hashchange", followLink);
   $("filter").addEventListener("reset", () => setTimeout(() => openLevel(""), 0));
   $("more").addEventListener("click", () => guarded(() => loadPage(true)));
   $("sign-out").addEventListener("click", signOut);
