@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from aggregator.cluster.bus import ChangeBus
-from aggregator.cluster.link import RedisLink
+from aggregator.cluster.link import RedisLink, source_fingerprint
 from aggregator.notify import Notifier
 from aggregator.server import build_server
 from aggregator.service import ResourceService
@@ -247,3 +247,57 @@ def test_a_cluster_reconnect_ends_listen_streams_but_keeps_the_console_live(tmp_
             await service.aclose()
 
     anyio.run(main)
+
+
+def test_a_change_between_subscribing_and_the_holders_next_poll_is_heard(tmp_path: Path) -> None:
+    """A subscription on a replica that does not hold the poll lease records its interest and the version of what
+    it names at once: the holder's next poll, which may be an interval away, compares with it and publishes the
+    change. (`poll: 1h`: the test runs the holder's poll.)"""
+    url = require_shared()
+    prefix = unique_prefix()
+    db = f"sqlite:///{tmp_path / 'live.db'}"
+    engine = sqlalchemy.create_engine(db)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)"))
+        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (1, 'Ada')"))
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server:
+          name: cluster-subscribe
+          cluster: {{redis: "{url}", prefix: {prefix}}}
+        sources:
+          crm: {{url: "{db}", poll: 1h, checksum: "SELECT count(*), max(id) FROM customers"}}
+        templates:
+          - {{uriTemplate: "db://crm/customers/{{id}}", name: c, source: crm,
+              query: "SELECT * FROM customers WHERE id = :id"}}
+        """)
+
+    async def main() -> None:
+        async with replica(manifest, "a") as (_, a), replica(manifest, "b") as (server_b, b), \
+                Client(server_b, mode="auto", cache=None) as client:
+            assert a._replica is not None and b.cluster is not None
+            await _until(lambda: b.cluster is not None and b.cluster.connected)
+            fingerprint = source_fingerprint(a.service.manifest.sources["crm"])
+            events: list[Any] = []
+            async with client.listen(resource_subscriptions=["db://crm/customers/2"]) as sub:
+                async def collect() -> None:
+                    async for event in sub:
+                        events.append(event)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    with anyio.fail_after(10):  # b's version of what its subscriber wants is kept in Redis
+                        while None not in await a._replica.leases.seen(fingerprint):
+                            await anyio.sleep(0.05)
+                    with engine.begin() as conn:
+                        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (2, 'Grace')"))
+                    assert await a._replica.poll_for_cluster("crm", 3600.0, {})  # a takes the lease and polls
+                    await _until(lambda: len(events) >= 1)
+                    assert events == [ResourceUpdated(uri="db://crm/customers/2")]
+                    tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.dispose()
+        delete_prefix(url, prefix)

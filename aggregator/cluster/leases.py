@@ -147,17 +147,47 @@ class PollLeases:
             kept = await self.link.client.hgetall(key)
         found: dict[str | None, str | None] = {}
         for raw_path, raw_version in kept.items():
-            try:
-                path = raw_path.decode() if isinstance(raw_path, bytes) else str(raw_path)
-                raw = raw_version if isinstance(raw_version, bytes) else str(raw_version).encode()
-                version = json.loads(self.link.seal.open(f"{key}\0{path}", raw, "versions", _warn_unsealed))
-            # Not ours (Unsealed is a ValueError; a value nested past the parser's stack raises RecursionError):
-            # skipped, the next poll writes it again.
-            except (ValueError, TypeError, RecursionError):
-                continue
-            if isinstance(version, str) or version is None:
-                found[None if path == DATA else path] = version
+            path = raw_path.decode(errors="replace") if isinstance(raw_path, bytes) else str(raw_path)
+            if (version := self._opened(key, path, raw_version)) is not _UNREADABLE:
+                found[None if path == DATA else path] = version  # type: ignore[assignment]
         return found
+
+    async def seen_of(self, fingerprint: str, paths: Collection[str | None]) -> dict[str | None, str | None]:
+        """The kept versions of these paths only (those kept and readable)."""
+        key = self.link.key("versions", fingerprint)
+        fields = [DATA if path is None else path for path in paths]
+        if not fields:
+            return {}
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            kept = await self.link.client.hmget(key, fields)
+        found: dict[str | None, str | None] = {}
+        for field, raw in zip(fields, kept):
+            if raw is not None and (version := self._opened(key, field, raw)) is not _UNREADABLE:
+                found[None if field == DATA else field] = version  # type: ignore[assignment]
+        return found
+
+    async def baseline(self, fingerprint: str, versions: Mapping[str | None, str | None]) -> None:
+        """Keep these versions for the paths no poll kept one of yet (a new subscription's): the holder's next
+        poll compares with them. A version kept meanwhile is not overwritten."""
+        key = self.link.key("versions", fingerprint)
+        with anyio.fail_after(self.link.settings.timeout * 2):
+            async with self.link.client.pipeline(transaction=True) as pipe:
+                for path, version in versions.items():
+                    field = DATA if path is None else path
+                    pipe.hsetnx(key, field, self.link.seal.close(f"{key}\0{field}", json.dumps(version).encode()))
+                pipe.pexpire(key, int(VERSIONS_SECONDS * 1000))
+                await pipe.execute()
+
+    def _opened(self, key: str, field: str, raw: object) -> object:
+        """A kept version as written by `record`, or _UNREADABLE (not ours, or not a version)."""
+        try:
+            data = raw if isinstance(raw, bytes) else str(raw).encode()
+            version = json.loads(self.link.seal.open(f"{key}\0{field}", data, "versions", _warn_unsealed))
+        # Not ours (Unsealed is a ValueError; a value nested past the parser's stack raises RecursionError):
+        # skipped, the next poll writes it again.
+        except (ValueError, TypeError, RecursionError):
+            return _UNREADABLE
+        return version if isinstance(version, str) or version is None else _UNREADABLE
 
     async def record(self, fingerprint: str, versions: Mapping[str | None, str | None]) -> None:
         """Keep the versions this poll saw for the next holder (the whole set: paths nobody wants are dropped)."""
@@ -172,6 +202,9 @@ class PollLeases:
                                             for field, value in fields.items()})
                     pipe.pexpire(key, int(VERSIONS_SECONDS * 1000))
                 await pipe.execute()
+
+
+_UNREADABLE = object()
 
 
 def _warn_unsealed(reason: str, count: int) -> None:

@@ -67,7 +67,7 @@ class Pollers:
         seen_paths: dict[str | None, str | None] = {}  # by path, when polling for the cluster
         wait = interval
         while True:
-            await self._until_poll(source, wait, seen)
+            await self._until_poll(source, wait, interval, seen)
             wait = interval
             try:
                 if self.replica is not None and self.replica.cluster.connected and \
@@ -84,9 +84,10 @@ class Pollers:
             except Exception:
                 logger.exception("polling source %r failed; trying again in %gs", source, interval)
 
-    async def _until_poll(self, source: str, wait: float, seen: dict[str, str | None]) -> None:
-        """Wait `wait` seconds; meanwhile, when polling alone, take the version of each URI newly subscribed, so
-        that a change made after the subscription and before the next poll is told by that poll."""
+    async def _until_poll(self, source: str, wait: float, interval: float, seen: dict[str, str | None]) -> None:
+        """Wait `wait` seconds; meanwhile take the version of each URI newly subscribed (alone; in a cluster, kept
+        in Redis for the lease holder), so that a change made after the subscription and before the next poll is
+        told by that poll."""
         deadline = anyio.current_time() + wait
         while (left := deadline - anyio.current_time()) > 0:
             subscribed = self._subscribed
@@ -95,6 +96,8 @@ class Pollers:
                 await anyio.sleep(min(SUBSCRIBED_SETTLE, left))  # a client subscribing to many: one call for all
                 if self.replica is None or not self.replica.cluster.connected:
                     await self.baseline(source, seen)
+                else:
+                    await self.replica.subscribed(source, interval)
 
     async def baseline(self, source: str, seen: dict[str, str | None]) -> None:
         """Take the current version of the subscribed URIs of `source` that `seen` has none of yet."""

@@ -68,10 +68,12 @@ class ClusterReplica:
             union = await self.leases.wanted(fingerprint)
             if not seen:  # just took the lease: compare with what the last holder saw
                 seen.update(await self.leases.seen(fingerprint))
+            paths = pollable(union)
+            if missing := paths - seen.keys():  # wanted since: compare with the version the subscription took
+                seen.update(await self.leases.seen_of(fingerprint, missing))
         except Exception as exc:  # Redis down or slow: the bus logs it once and marks the cluster down
             logger.debug("cluster call for source %r failed: %r", source, exc)
             return False
-        paths = pollable(union)
         async with self.service.lease() as snapshot:
             backend = snapshot.sources.get(source)
             versions = dict(await backend.poll(paths)) if backend is not None and paths else {}
@@ -106,6 +108,25 @@ class ClusterReplica:
                                                           if e is not None and e.path is not None})
                 await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
         return True
+
+    async def subscribed(self, source: str, interval: float) -> None:
+        """Subscriptions changed: record this replica's interests in `source` now, not at its next poll, and keep
+        the version of each path no poll has kept one of, so the holder's next poll tells a change made before it.
+        Redis failing is logged; the next poll for the cluster records the interests again."""
+        fingerprint = source_fingerprint(self.service.manifest.sources[source])
+        subscribed = self.notifier.subscribed_uris()
+        mine = set(self.service.reads_of(source, subscribed | self.service.render_inputs(subscribed)).values())
+        try:
+            await self.leases.want(fingerprint, {DATA if p is None else p for p in mine}, interval)
+            new = mine - (await self.leases.seen_of(fingerprint, mine)).keys()
+            if not new:
+                return
+            async with self.service.lease() as snapshot:
+                backend = snapshot.sources.get(source)
+                versions = dict(await backend.poll(new)) if backend is not None else {}
+            await self.leases.baseline(fingerprint, versions)
+        except Exception as exc:
+            logger.debug("cluster: recording new interests in source %r failed: %r", source, exc)
 
     def _event(self, fingerprint: str, paths: Iterable[str], data: bool, kind: Kind,
                versions: dict[SourcePath, str | None] | None = None) -> ChangeEvent:
