@@ -17,9 +17,10 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from aggregator.upstream import StdioTarget, Upstream
+from aggregator.sources.base import SourceError
+from aggregator.upstream import HttpTarget, StdioTarget, Upstream
 from tests.conftest import MODES, write_manifest
-from tests.test_upstream import ENV, HERE
+from tests.test_upstream import ENV, HERE, http_upstream  # noqa: F401 - a fixture
 from tests.test_upstream_hostile import logged
 
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
@@ -130,6 +131,26 @@ def test_a_message_past_max_message_bytes_fails_what_it_answered(mode: str, tmp_
     said = [line for line in log.read_text().splitlines() if "maxMessageBytes" in line]
     assert any("(up)" in line and "resources/list" in line for line in said), log.read_text()
     assert any("65,536 bytes" in line for line in said), log.read_text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_http_answer_past_max_message_bytes_fails_that_call(mode: str, http_upstream: tuple[str, list[str],
+                                                                                                 int]) -> None:
+    """Over Streamable HTTP too: the read of test://big (100 KB) under a 64 KiB cap fails with the cap in its
+    error (the SDK's SSE limit on the legacy wire, ours on JSON answers), and the next read is served."""
+    url, _, _ = http_upstream
+
+    async def main() -> None:
+        up = Upstream("up", HttpTarget(url, allow_private_network=True), mode=mode, timeout=30.0,
+                      max_message_bytes=64 * 1024, backoff=(0.05, 0.3))
+        try:
+            with pytest.raises(SourceError, match=r"65,?536 byte"):
+                await up.read("test://big", 10**6)
+            assert (await up.read("test://static-text", 1000)).first.data == b"Hello from one"
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
 
 
 @pytest.mark.parametrize("mode", MODES)
