@@ -21,7 +21,7 @@ from aggregator.sources.base import SourceError
 from aggregator.upstream import HttpTarget, StdioTarget, Upstream
 from tests.conftest import MODES, write_manifest
 from tests.test_upstream import ENV, HERE, http_upstream  # noqa: F401 - a fixture
-from tests.test_upstream_hostile import logged
+from tests.test_upstream_hostile import docs_folder, logged
 
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
 OWN = {"test://static-text", "test://static-binary", "test://big", "test://hang", "test://boom", "test://tag/one",
@@ -31,8 +31,7 @@ OWN = {"test://static-text", "test://static-binary", "test://big", "test://hang"
 
 def gateway(tmp_path: Path, settings: str, **env: str) -> Path:
     """A manifest serving a folder and the upstream (namespace up) with these source `settings` and knobs."""
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    docs_folder(tmp_path)
     return write_manifest(tmp_path, f"""
         version: 1
         server: {{name: gateway}}
