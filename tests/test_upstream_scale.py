@@ -195,3 +195,21 @@ def test_a_slow_legacy_initialize_waits_for_connect_timeout(mode: str) -> None:
             await up.aclose()
 
     anyio.run(main)
+
+
+def test_a_forwarded_uri_resolves_to_the_source_with_its_access() -> None:
+    """What Catalog.resolve gives an unlisted URI under a namespaced source's prefix: the upstream URI as the path,
+    the source's access, a type guessed from the name that the upstream's own type overrides; nothing outside it."""
+    from aggregator.catalog import Catalog, FileTarget
+    from aggregator.errors import ResourceNotFound
+
+    catalog = Catalog([], [], forwards={"up+": ("up", frozenset({"wiki"})), "up+docs://": ("deep", frozenset())})
+    target = catalog.resolve("up+test://res/9.md")
+    assert isinstance(target, FileTarget)
+    assert (target.source, target.path, target.access, target.mime_declared) == (
+        "up", "test://res/9.md", frozenset({"wiki"}), False)
+    deeper = catalog.resolve("up+docs://a.md")  # the longest prefix wins
+    assert isinstance(deeper, FileTarget) and (deeper.source, deeper.path) == ("deep", "a.md")
+    for unknown in ("up+", "other+test://x", "test://res/9.md"):
+        with pytest.raises(ResourceNotFound):
+            catalog.resolve(unknown)
