@@ -119,8 +119,11 @@ class Catalog:
 
     def __init__(self, entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int = 1,
                  url_sources: Mapping[str, bool] | None = None, byte_sources: frozenset[str] = frozenset(),
-                 uri_sources: frozenset[str] = frozenset()) -> None:
+                 uri_sources: frozenset[str] = frozenset(),
+                 forwards: Mapping[str, tuple[str, frozenset[str]]] | None = None) -> None:
         self.generation = generation
+        # URI prefixes whose unlisted URIs still read from a source: prefix -> (source, access); longest first.
+        self._forwards = sorted((forwards or {}).items(), key=lambda item: -len(item[0]))
         # Sources whose paths are another server's URIs: a template's path is its own RFC 6570 template.
         self._uri_sources = uri_sources
         # Sources whose paths are URL paths: template values get percent-encoded into them.
@@ -296,7 +299,19 @@ class Catalog:
             return FileTarget(uri, mime, spec.source, path, mime_declared=declared is not None or convert is not None,
                               decompress=spec.decompress and is_gzip_name(named), access=spec.access,
                               convert=convert)
+        forwarded = self._forwarded(uri)
+        if forwarded is not None:
+            return forwarded
         raise ResourceNotFound(uri)
+
+    def _forwarded(self, uri: str) -> FileTarget | None:
+        """An unlisted URI under a source's forwarded prefix (a namespaced upstream): read from it as it is; the
+        type it gives wins over the guess from its name."""
+        for prefix, (source, access) in self._forwards:
+            if uri.startswith(prefix) and len(uri) > len(prefix):
+                path = uri[len(prefix):]
+                return FileTarget(uri, file_mime_type(path, None, False), source, path, access=access)
+        return None
 
     def _entry_target(self, entry: Entry) -> Target:
         """What a listed entry reads: its text, its render, or its file."""

@@ -244,7 +244,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     templates = build_templates(manifest, published, issues)
     if issues:
         raise ManifestError(issues)
-    catalog = catalog_of(rows, templates, generation, sources)
+    catalog = catalog_of(rows, templates, generation, sources, manifest)
     now = time.monotonic()
     catalog.collections = {collection_key(c): b for c, b in zip(manifest.collections, built, strict=True)}
     catalog.listed_at = {key: stale_at[key] if key in stale_at else (reused_at or {}).get(key, now)
@@ -256,12 +256,15 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
 
 def catalog_of(entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int,
-               sources: Mapping[str, Source]) -> Catalog:
+               sources: Mapping[str, Source], manifest: Manifest | None = None) -> Catalog:
     """The Catalog of `entries` (Rows, or entries made into rows) and `templates`, resolving paths as `sources`
-    name them (URL paths, bytes, URIs)."""
+    name them (URL paths, bytes, URIs), and unlisted URIs under a source's forwarded prefix with the access
+    `manifest` gives that source."""
+    forwards = {prefix: (sid, manifest.sources[sid].access) for sid, src in sources.items()
+                if manifest is not None and sid in manifest.sources and (prefix := src.forwarded_prefix)}
     return Catalog(entries, templates, generation, {sid: src.url_paths for sid, src in sources.items()},
                    frozenset(sid for sid, src in sources.items() if src.byte_names),
-                   frozenset(sid for sid, src in sources.items() if src.uri_paths))
+                   frozenset(sid for sid, src in sources.items() if src.uri_paths), forwards)
 
 
 def build_templates(manifest: Manifest, published: Mapping[str, Published], issues: list[ManifestIssue]

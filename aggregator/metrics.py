@@ -190,9 +190,9 @@ class _LiveCollector:
         for source, count in sorted(service.source_errors.items()):
             errors.add_metric([source], count)
         yield errors
-        listings = CounterMetricFamily("aggregator_source_listings", "Listings of folders and object stores (walks, "
-                                       "paged listings) by source id: what reloads and polls list again.",
-                                       labels=["source"])
+        listings = CounterMetricFamily("aggregator_source_listings", "Listings of folders, object stores and MCP "
+                                       "upstreams (walks, paged listings) by source id: what reloads, polls and "
+                                       "list_changed list again.", labels=["source"])
         for source, count in sorted(LISTINGS.items()):
             listings.add_metric([source], count)
         yield listings

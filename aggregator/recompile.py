@@ -151,7 +151,7 @@ def _assemble(previous: Catalog, manifest: Manifest, sources: Mapping[str, Sourc
               + sum(1 for e in incoming if e.access))
     # The listing's rows as they are (compact rows stay compact), not the entries built from them.
     entries, uris = edit_sorted(previous.entries, previous._uris, plan.out.keys(), listed.entries)  # noqa: SLF001
-    catalog = catalog_of((), templates, generation, sources).successor(entries, uris, generation, access)
+    catalog = catalog_of((), templates, generation, sources, manifest).successor(entries, uris, generation, access)
     for scopes, (visible, visible_uris) in list(previous._views.items())[-_CARRIED_VIEWS:]:  # noqa: SLF001
         catalog._views[scopes] = edit_sorted(visible, visible_uris, plan.out.keys(),  # noqa: SLF001
                                              [e for e in incoming if e.access <= scopes])

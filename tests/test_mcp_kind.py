@@ -40,7 +40,7 @@ def test_the_url_picks_the_mcp_kind(tmp_path: Path, url: str, protocol: str) -> 
         assert spec.url == "mcp+stdio:" + str((tmp_path / url.split(":", 1)[1]).resolve())
     assert spec.settings == {"command": ("x",), "env": {}, "headers": {}, "oauth": None, "allowPrivateNetwork": False,
                              "prefix": "",
-                             "namespace": None}
+                             "namespace": None, "maxEntries": 1_000_000, "maxMessageBytes": 64 * 1024 * 1024}
     assert kind_for_url("https://example.com/mcp").name == "http"  # plain https stays the http kind's
 
 

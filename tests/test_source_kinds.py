@@ -65,7 +65,8 @@ def test_each_builtin_kind_owns_its_keys() -> None:
     owned = {kind.name: list(kind.settings) for kind in builtin_kinds()}
     assert owned == {"file": [], "http": ["headers", "allowPrivateNetwork"], "git": ["ref"],
                      "sql": ["tables", "sampleRows", "rowLimit", "checksum"],
-                     "mcp": ["command", "env", "headers", "oauth", "allowPrivateNetwork", "prefix", "namespace"], "fsspec": ["options"]}
+                     "mcp": ["command", "env", "headers", "oauth", "allowPrivateNetwork", "prefix", "namespace",
+                             "maxEntries", "maxMessageBytes"], "fsspec": ["options"]}
 
 
 @pytest.mark.parametrize(("url", "kind", "protocol"), [

@@ -29,8 +29,8 @@ ROOT = HERE.parent
 ENV = {"PYTHONPATH": str(ROOT)}
 PNG = bytes.fromhex("89504e470d0a1a0a") + bytes(range(256))
 FAST = {"timeout": 30.0, "connect_timeout": 30.0, "backoff": (0.05, 0.3)}
-"""Short backoff; generous timeouts, none of which these tests wait out: the legacy wire's initialize is bounded by
-the read timeout (not connect_timeout), and a stdio child still importing on a loaded machine took more than 5 s."""
+"""Short backoff; generous timeouts, none of which these tests wait out: a stdio child still importing on a loaded
+machine took more than 5 s (a handshake is bounded by connect_timeout: tests/test_upstream_scale.py)."""
 
 
 def mcpserver(**env: str) -> StdioTarget:

@@ -16,6 +16,15 @@ Options (environment) for the tests of upstream connections (tests/test_upstream
   after the first lists `test://added/listen-N` and tells the streams already open before it subscribes.
 - `UPSTREAM_HOLD_GET=1` (HTTP): standalone GET streams are held until a `test://add/...` read has been answered, so
   what that read changed happens before the client can hear of it.
+
+Options for the tests of upstreams at scale (tests/test_upstream_scale.py):
+- `UPSTREAM_RESOURCES=N`: N more resources `test://res/{i}` (i from 0) are listed, after the static ones, and read
+  (`res {i}`) without a template, so an unlisted one reads only if the read is forwarded.
+- `UPSTREAM_LISTS=K`: resources/list answers pages of K entries (default: all in one page).
+- `UPSTREAM_FLOOD=N`: reading `test://flood/{any}` tells list_changed N times (both wires), spread over about
+  `UPSTREAM_FLOOD_SECONDS` (default 2), then answers how many it told.
+- `test://listings` (with any of the three above) reads how many resources/list requests this process answered.
+- `UPSTREAM_SLOW_INIT=S` (with `UPSTREAM_WIRE=legacy`, stdio): the answer to `initialize` waits S seconds.
 """
 
 from __future__ import annotations
@@ -160,6 +169,63 @@ if CHANGES:
         list_racing)
 
 LEGACY_ONLY = os.environ.get("UPSTREAM_WIRE") == "legacy"
+MANY = int(os.environ.get("UPSTREAM_RESOURCES", "0"))
+PAGE = int(os.environ.get("UPSTREAM_LISTS", "0"))
+FLOOD = int(os.environ.get("UPSTREAM_FLOOD", "0"))
+FLOOD_SECONDS = float(os.environ.get("UPSTREAM_FLOOD_SECONDS", "2"))
+SLOW_INIT = float(os.environ.get("UPSTREAM_SLOW_INIT", "0"))
+listings = 0
+
+
+if MANY or PAGE or FLOOD:
+    @server.resource("test://listings", mime_type="text/plain")
+    def listings_answered() -> str:
+        return str(listings)
+
+
+if FLOOD:
+    @server.resource("test://flood/{go}", mime_type="text/plain")
+    async def flood(go: str, ctx: Context) -> str:
+        session = ctx.request_context.session
+        for _ in range(FLOOD):
+            await _tell_list_changed(session)
+            await anyio.sleep(FLOOD_SECONDS / FLOOD)
+        return str(FLOOD)
+
+
+def _scaled_lists() -> None:
+    """resources/list with MANY generated entries after the registered ones, in pages of PAGE; resources/read of
+    `test://res/{i}` answered without a template; every list counted."""
+    from mcp_types import ListResourcesResult, ReadResourceResult, Resource, TextResourceContents
+
+    lowlevel = server._lowlevel_server  # noqa: SLF001 - the handlers the SDK registered
+    list_handler = lowlevel._request_handlers["resources/list"]  # noqa: SLF001
+    read_handler = lowlevel._request_handlers["resources/read"]  # noqa: SLF001
+
+    async def list_scaled(ctx: Any, params: Any) -> Any:
+        global listings
+        listings += 1
+        own = (await _own_list(ctx, params)).resources
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        total = len(own) + MANY
+        end = total if PAGE <= 0 else min(total, start + PAGE)
+        page = [own[i] if i < len(own) else Resource(uri=f"test://res/{i - len(own)}", name=f"res{i - len(own)}",
+                                                       mime_type="text/plain") for i in range(start, end)]
+        return ListResourcesResult(resources=page, next_cursor=str(end) if end < total else None)
+
+    async def read_scaled(ctx: Any, params: Any) -> Any:
+        uri = str(params.uri)
+        if uri.startswith("test://res/") and uri[len("test://res/"):].isdigit():
+            return ReadResourceResult(contents=[TextResourceContents(uri=uri, mime_type="text/plain",
+                                                                     text=f"res {uri[len('test://res/'):]}")])
+        return await _own_read(ctx, params)
+
+    _own_list, _own_read = list_handler.handler, read_handler.handler
+    lowlevel.add_request_handler("resources/list", list_handler.params_type, list_scaled)
+    lowlevel.add_request_handler("resources/read", read_handler.params_type, read_scaled)
+
+
+_scaled_lists()
 
 
 async def serve_legacy_stdio() -> None:
@@ -169,8 +235,30 @@ async def serve_legacy_stdio() -> None:
 
     lowlevel = server._lowlevel_server  # noqa: SLF001
     async with stdio_server() as (read, write), lowlevel.lifespan(lowlevel) as state:
+        if SLOW_INIT:
+            read = await _slow_initialize(read)
         await serve_loop(lowlevel, read, write, lifespan_state=state,
                          init_options=lowlevel.create_initialization_options())
+
+
+_pumps: list[Any] = []
+
+
+async def _slow_initialize(read: Any) -> Any:
+    """`read` with an `initialize` request held SLOW_INIT seconds before the server sees it."""
+    forward, delayed = anyio.create_memory_object_stream[Any](16)
+
+    async def pump() -> None:
+        async with forward:
+            async for message in read:
+                if getattr(getattr(message, "message", None), "method", None) == "initialize":
+                    await anyio.sleep(SLOW_INIT)
+                await forward.send(message)
+
+    import asyncio
+
+    _pumps.append(asyncio.get_running_loop().create_task(pump()))  # ends with stdin
+    return delayed
 
 
 async def _read_body(receive: Any) -> tuple[bytes, Any]:

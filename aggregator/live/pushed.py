@@ -8,6 +8,7 @@ import logging
 
 import anyio
 
+from aggregator.live.pacing import RelistPace
 from aggregator.live.plan import Plan
 from aggregator.live.updates import CatalogUpdates
 from aggregator.notify import Notifier
@@ -30,6 +31,7 @@ class PushedChanges:
         self._pushed = anyio.Event()
         self._pushed_paths: dict[str, set[str]] = {}
         self._pushed_listings: set[str] = set()
+        self.pace = RelistPace()
         self._wants_dirty = anyio.Event()
         notifier.subscription_listeners.append(self._wants_changed)
         service.change_listeners.append(lambda files: self._wants_changed() if files is None else None)
@@ -45,6 +47,7 @@ class PushedChanges:
                 for sid, src in self.service.sources.items():
                     if src.pushes_changes:
                         src.changes(functools.partial(self.source_changed, sid))
+                self.pace.forget(self.service.sources)
                 self._wants_changed()
                 await self.plan.pushers_changed.wait()
 
@@ -58,17 +61,25 @@ class PushedChanges:
 
     async def _handle_pushed(self) -> None:
         while True:
-            await self._pushed.wait()
+            # A source's listing events wait for their turn (`RelistPace`), gathered in one set meanwhile: a flood
+            # costs one relist in flight and one queued per source.
+            with anyio.move_on_at(self.pace.next_due(self._pushed_listings)):
+                await self._pushed.wait()
             self._pushed = anyio.Event()
             paths, self._pushed_paths = self._pushed_paths, {}
-            listings, self._pushed_listings = self._pushed_listings, set()
+            listings = self.pace.ready(self._pushed_listings, anyio.current_time())
+            self._pushed_listings -= listings
             try:
                 for sid, changed in paths.items():
                     if sid in self.service.sources:
                         await self.updates.files_changed(sid, {(Change.modified, path) for path in changed})
                 # Our own list_changed only when our listing changed (an upstream's may not touch what we list).
                 if any(self.updates.has_collection(sid) for sid in listings):
-                    await self.updates.relist()
+                    started = anyio.current_time()
+                    try:
+                        await self.updates.relist()
+                    finally:
+                        self.pace.relisted(listings, started, anyio.current_time())
             except Exception:
                 logger.exception("handling the change events of source(s) %s failed",
                                  ", ".join(map(repr, sorted({*paths, *listings}))))

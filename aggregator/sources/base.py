@@ -207,6 +207,13 @@ class Source(ABC):
         return Published()
 
     @property
+    def forwarded_prefix(self) -> str | None:
+        """A URI prefix under which URIs the backend did not publish still read from it (what follows the prefix
+        is the path), or None: only what it publishes. A namespaced upstream forwards its whole namespace, since
+        its listing may have been cut at its cap."""
+        return None
+
+    @property
     def uri_paths(self) -> bool:
         """True when paths are another server's URIs: a published template's path is expanded by its own RFC 6570
         template and judged by that server (no file-path rules apply)."""

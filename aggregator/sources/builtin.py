@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aggregator.manifest.source_urls import file_url_path, is_remote_git, local_path, url_scheme
+from aggregator.manifest.units import parse_size
 from aggregator.paths import url_start
 from aggregator.sources.kind import EMPTY, KeyPath, Setting, SourceKind
 
@@ -171,11 +172,22 @@ class SqlKind(SourceKind):
                            timeout=spec.timeout, max_concurrency=spec.max_concurrency)
 
 
+def _message_bytes(value: Any) -> int:
+    size = parse_size(value)
+    if size < 1024:
+        raise ValueError("maxMessageBytes must be at least 1KiB")
+    return size
+
+
 def _strings(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
 MCP_STDIO = "mcp+stdio"
+MCP_MAX_ENTRIES = 1_000_000
+"""An upstream listing's default cap (maxEntries): the scale the catalog is built for."""
+MCP_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The default cap on one upstream message (maxMessageBytes)."""
 """`mcp+stdio:` (the child runs in the manifest's folder) or `mcp+stdio:./dir` (in that folder)."""
 
 
@@ -223,6 +235,17 @@ class McpKind(SourceKind):
                            "(docs://a becomes NS+docs://a), described as the upstream describes it; reads and "
                            "completion are forwarded. Collections over the source work with or without it.",
             "type": "string", "pattern": "^[a-z][a-z0-9-]{0,39}$"}),
+        "maxEntries": Setting({
+            "description": "mcp sources: most resources (and, apart, templates) one listing of the upstream keeps "
+                           "(default 1000000); the listing stops there, following at most maxEntries/10 pages, and "
+                           "says once in the log that it was cut. With a namespace, URIs past the cap still read "
+                           "from the upstream.",
+            "type": "integer", "minimum": 1, "maximum": 100000000, "default": MCP_MAX_ENTRIES}, MCP_MAX_ENTRIES),
+        "maxMessageBytes": Setting({
+            "description": "mcp sources: largest single message taken from the upstream, e.g. 64MiB (the default); "
+                           "a bigger one fails that listing or read with an error naming the source, and the rest "
+                           "keeps serving.",
+            "$ref": "#/$defs/size"}, MCP_MAX_MESSAGE_BYTES, _message_bytes),
     }
 
     def protocol(self, scheme: str) -> str:

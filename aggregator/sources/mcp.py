@@ -20,7 +20,6 @@ a `prefix`.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,8 +32,10 @@ from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.model import namespaced_uri
 from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedResource, PublishedTemplate,
                                      Source, SourceError, SourceNotFound, SourceUnsupported)
+from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
+from aggregator.upstream.answers import ListedResource
 from aggregator.upstream.values import UpstreamValues
 
 if TYPE_CHECKING:
@@ -98,12 +99,15 @@ class McpSource(Source):
             if not fresh and self._listing is not None and now - self._listing[0] < self._listing_reuse:
                 return self._listing[1]
             generation = self._generation
+            progress = ListingProgress(self.id, "resources")  # counted in aggregator_source_listings_total
             try:
                 listing = await self.upstream.list_resources()
             except SourceUnsupported:  # no resources capability: -32601, as an SDK server answers
                 self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
                 listing = Listing([])
             listing = replace(listing, items=self.values.resources(listing.items))
+            progress.add(len(listing.items))
+            progress.done(len(listing.items))
             if generation == self._generation:
                 self._listing = (anyio.current_time(), listing)
             return listing
@@ -139,13 +143,12 @@ class McpSource(Source):
             return Published()
         resources = []
         for resource in (await self.listing()).items:
-            uri = str(resource.uri)
+            uri = resource.uri
             path = self.path_of(uri)
             if path is not None:
-                info = _info(path, resource)
                 resources.append(PublishedResource(
-                    namespaced_uri(self.namespace, uri), path, resource.name, getattr(resource, "title", None),
-                    resource.description, resource.mime_type, info.size, info.mtime))
+                    namespaced_uri(self.namespace, uri), path, resource.name, resource.title, resource.description,
+                    resource.mime_type, resource.size, resource.mtime))
         templates = []
         for template in (await self.templates()).items:
             text = template.uri_template
@@ -154,6 +157,11 @@ class McpSource(Source):
                     namespaced_uri(self.namespace, text), text[len(self.root):], template.name,
                     getattr(template, "title", None), template.description, template.mime_type))
         return Published(resources, templates)
+
+    @property
+    def forwarded_prefix(self) -> str | None:
+        """With a namespace, `<ns>+<root>`: a read of an unlisted URI there goes to the upstream (past the cap)."""
+        return namespaced_uri(self.namespace, self.root) if self.namespace else None
 
     def uri_of(self, path: str) -> str:
         """The upstream URI a path names."""
@@ -167,7 +175,7 @@ class McpSource(Source):
         keep = path_filter(pattern, exclude, hidden)
         found = []
         for resource in (await self.listing()).items:
-            path = self.path_of(str(resource.uri))
+            path = self.path_of(resource.uri)
             if path is not None and keep(path):
                 found.append(_info(path, resource))
         return found
@@ -175,7 +183,7 @@ class McpSource(Source):
     async def stat(self, path: str) -> FileInfo:
         uri = self.uri_of(path)
         for resource in (await self.listing()).items:
-            if str(resource.uri) == uri:
+            if resource.uri == uri:
                 return _info(path, resource)
         # Not listed (a templated URI): it exists if it reads.
         blob = await self.read(path, self.upstream.max_message_bytes)
@@ -266,26 +274,13 @@ def open_mcp(spec: SourceSpec) -> McpSource:
                             allow_private_network=s["allowPrivateNetwork"], oauth=s["oauth"])
     # A child (or a remote session) takes longer to start than one call may take.
     upstream = Upstream(spec.id, target, timeout=spec.timeout, connect_timeout=max(spec.timeout, 30.0),
-                        max_concurrency=spec.max_concurrency)
+                        max_concurrency=spec.max_concurrency, max_entries=s["maxEntries"],
+                        max_message_bytes=s["maxMessageBytes"])
     return McpSource(spec.id, upstream, root=s["prefix"], namespace=s["namespace"])
 
 
-def _info(path: str, resource: object) -> FileInfo:
-    annotations = getattr(resource, "annotations", None)
-    size = getattr(resource, "size", None)
-    return FileInfo(path, size if isinstance(size, int) and size >= 0 else None,
-                    _timestamp(getattr(annotations, "last_modified", None)), None, getattr(resource, "mime_type", None))
-
-
-def _timestamp(value: object) -> float | None:
-    if isinstance(value, datetime.datetime):
-        return value.timestamp()
-    if isinstance(value, str):
-        try:
-            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
+def _info(path: str, resource: ListedResource) -> FileInfo:
+    return FileInfo(path, resource.size, resource.mtime, None, resource.mime_type)
 
 
 def _digest(data: bytes) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,43 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 
-__all__ = ["Listing", "UpstreamContent", "UpstreamRead", "hints", "read_result"]
+__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_result"]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedResource:
+    """One resource of an upstream's listing as it is kept: what the catalog shows of it. A page's SDK models become
+    these as the page arrives, so a listing costs memory in proportion to what it keeps, not to the messages."""
+
+    uri: str
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    """Bytes, when the upstream gave a size that is one (a whole number, not negative)."""
+    mtime: float | None = None
+    """`annotations.lastModified` as a timestamp, when it parses."""
+
+
+def listed(resource: types.Resource) -> ListedResource:
+    """The record kept of one listed resource."""
+    size = resource.size
+    annotations = resource.annotations
+    return ListedResource(str(resource.uri), resource.name, resource.title, resource.description,
+                          resource.mime_type, size if isinstance(size, int) and size >= 0 else None,
+                          _timestamp(annotations.last_modified if annotations is not None else None))
+
+
+def _timestamp(value: object) -> float | None:
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +65,8 @@ class Listing:
     """`private` if any page said so, else `public` if one did."""
     truncated: bool = False
     """The listing went past the page or entry cap (or its cursors looped): `items` is a prefix."""
+    cut: str | None = None
+    """Where and why it was cut short (for the log), when `truncated`."""
 
 
 @dataclass(frozen=True, slots=True)

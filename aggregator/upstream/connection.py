@@ -27,13 +27,13 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceUnsupported
-from aggregator.upstream.answers import Listing, UpstreamContent, UpstreamRead, hints, read_result
+from aggregator.upstream.answers import Listing, UpstreamContent, UpstreamRead, hints, listed, read_result
 from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
-from aggregator.upstream.failures import LOST, describe_failure, not_found, quote
+from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, quote
 from aggregator.upstream.http_session import SessionWatch
 from aggregator.upstream.link import Link
-from aggregator.upstream.paging import paginate
+from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
 from aggregator.upstream.transports import HttpTarget, Target
 
 __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEvent", "UpstreamRead",
@@ -45,6 +45,8 @@ T = TypeVar("T")
 State = Literal["idle", "connecting", "connected", "failed", "closed"]
 
 MAX_COMPLETIONS = 100
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The default cap on one message from the upstream (the manifest's `maxMessageBytes`)."""
 MAX_FRAMES = 5
 """Frames of a traceback logged when the connection's task dies (where it failed, never what it held)."""
 
@@ -68,15 +70,16 @@ class Upstream:
     """A kept-alive client of one upstream MCP server (see the module docstring)."""
 
     def __init__(self, name: str, target: Target, *, timeout: float = 30.0, connect_timeout: float | None = None,
-                 max_concurrency: int = 8, mode: str = "auto", max_pages: int = 100, max_entries: int = 10_000,
-                 list_timeout: float | None = None, max_message_bytes: int = 64 * 1024 * 1024,
+                 max_concurrency: int = 8, mode: str = "auto", max_pages: int | None = None,
+                 max_entries: int = MAX_ENTRIES, list_timeout: float | None = None,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES,
                  backoff: tuple[float, float] = (0.5, 30.0), health_interval: float = 15.0) -> None:
         self.name = name
         self.target = target
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.list_timeout = list_timeout if list_timeout is not None else timeout * 4
-        self.max_pages = max_pages
+        self.max_pages = max_pages if max_pages is not None else pages_for(max_entries)
         self.max_entries = max_entries
         self.max_message_bytes = max_message_bytes
         self.mode = mode
@@ -93,6 +96,7 @@ class Upstream:
         self._runner: Any = None
         self._runner_scope: anyio.CancelScope | None = None
         self._events = ChangeRelay(self.describe(), timeout, health_interval)
+        self._cuts = CutNotice(f"{self.describe()} ({name})")
         self._was_up = False
         self._closing = False
 
@@ -213,9 +217,12 @@ class Upstream:
                 self._conn.mark_lost(reason)
 
         session = SessionWatch(lost) if isinstance(self.target, HttpTarget) else None
-        transport = self.target.open(self.name, lambda: lost("the upstream closed the connection"),
-                                     self.max_message_bytes, self.timeout, session)
-        client = Client(transport, mode=self.mode, cache=None, read_timeout_seconds=self.timeout,
+        transport = self.target.open(self.name, lost, self.max_message_bytes, self.timeout, session)
+        # The SDK's own timeout bounds each request, the handshake's too (a legacy initialize is a request): no
+        # shorter than connect_timeout, which the scope below enforces for the whole handshake, nor than a listing's
+        # page may take. Every call after the handshake is bounded by its own limit (`_call`).
+        client = Client(transport, mode=self.mode, cache=None,
+                        read_timeout_seconds=max(self.timeout, self.connect_timeout, self.list_timeout),
                         message_handler=self._events.on_message,
                         client_info=types.Implementation(name="aggregator", version=_version()))
         with anyio.CancelScope(deadline=anyio.current_time() + self.connect_timeout) as connecting:
@@ -255,6 +262,9 @@ class Upstream:
                         try:
                             return await fn(conn.client)
                         except MCPError as exc:
+                            if conn.reason is not None and conn.reason.endswith(TOO_BIG):
+                                # Sending it again would bring the same message: this call fails, the next connects.
+                                raise SourceError(f"{self.describe()} ({self.name}): {what}: {conn.reason}") from None
                             # Lost under the call: closed, the session forgotten (the transport saw the refusal and
                             # marked it), or failed while a session's event stream was down (the server went away).
                             if attempt == 0 and (exc.code in LOST or conn.lost.is_set() or (
@@ -280,14 +290,16 @@ class Upstream:
 
     async def _paginate(self, what: str, page: Callable[[Client, str | None], Awaitable[Any]],
                         items: Callable[[Any], list[Any]]) -> Listing:
-        return await self._call(what, lambda client: paginate(
-            client, self.describe(), what, page, items, self.max_pages, self.max_entries), self.list_timeout)
+        listing = await self._call(what, lambda client: paginate(
+            client, what, page, items, self.max_pages, self.max_entries), self.list_timeout)
+        self._cuts.heard(what, listing)
+        return listing
 
     async def list_resources(self) -> Listing:
-        """Every resource the upstream lists (cursors followed, capped); items are `mcp_types.Resource`."""
+        """Every resource the upstream lists (cursors followed, capped); items are `ListedResource` records."""
         return await self._paginate(
             "resources/list", lambda c, cursor: c.list_resources(cursor=cursor, cache_mode="bypass"),
-            lambda r: list(r.resources))
+            lambda r: [listed(resource) for resource in r.resources])
 
     async def list_templates(self) -> Listing:
         """Every resource template the upstream lists; items are `mcp_types.ResourceTemplate`."""

@@ -163,7 +163,9 @@ class ChangeRelay:
                     await changed.wait()
                     continue
                 try:
-                    opened = await tg.start(self._stream, conn, sorted(self.wanted))
+                    # The acknowledgment within one call's timeout (the SDK's own bound is the handshake's).
+                    with anyio.fail_after(self.timeout):
+                        opened = await tg.start(self._stream, conn, sorted(self.wanted))
                 except SubscriptionLost:
                     conn.mark_lost("the listen stream was lost")
                     return

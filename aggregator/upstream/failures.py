@@ -9,11 +9,18 @@ from __future__ import annotations
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-__all__ = ["LOST", "RESOURCE_NOT_FOUND", "describe_failure", "not_found", "quote"]
+__all__ = ["LOST", "RESOURCE_NOT_FOUND", "TOO_BIG", "describe_failure", "not_found", "quote", "too_big"]
 
 RESOURCE_NOT_FOUND = -32002  # 2025-11-25's code; the modern wire says -32602 with data.uri
 LOST = frozenset({types.CONNECTION_CLOSED})
 """Codes that say the connection itself is gone (a call on it is sent again on the next one)."""
+TOO_BIG = "(maxMessageBytes)"
+"""Ends the reason a connection was lost to a message past the cap: the call it answered is not sent again."""
+
+
+def too_big(limit: int) -> str:
+    """Why a connection ended on a message over `limit` bytes."""
+    return f"a message over {limit:,} bytes {TOO_BIG}"
 
 
 def not_found(exc: MCPError) -> bool:

@@ -1,7 +1,8 @@
 """How to reach one upstream MCP server: a child process over stdio, or a Streamable HTTP endpoint.
 
 Each target builds a fresh `mcp` client transport per connection attempt (`open()`), wrapped so that the connection
-owner learns when the stream ends (`on_eof`): a child that exits or a transport that crashes is a lost connection.
+owner learns when the stream ends, and why (`on_lost`): a child that exits, a transport that crashes or a message
+past the cap is a lost connection.
 
 - stdio: `stdio.bounded_stdio` runs the command in its own process group (the whole tree is ended on close), caps
   one message at `max_message_bytes`, and logs the child's stderr line by line (cut, escaped, rate limited), never
@@ -29,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import SourceError
+from aggregator.upstream.failures import TOO_BIG, too_big
 from aggregator.upstream.http_session import SessionWatch
 from aggregator.upstream.stdio import bounded_stdio
 
@@ -51,12 +53,12 @@ class StdioTarget:
         return f"MCP upstream (stdio) {os.path.basename(self.command[0])}"
 
     @asynccontextmanager
-    async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int,
+    async def open(self, name: str, on_lost: Callable[[str], None], max_message_bytes: int,
                    timeout: float = 30.0, session: SessionWatch | None = None) -> AsyncIterator[Any]:
         """A stdio transport to a new child (`stdio.bounded_stdio`): lines capped, stderr into our log."""
         del timeout, session
-        async with bounded_stdio(self.command, self.env, self.cwd, name, max_message_bytes) as (read, write):
-            yield _EofWatch(read, on_eof), write
+        async with bounded_stdio(self.command, self.env, self.cwd, name, max_message_bytes, on_lost) as (read, write):
+            yield _EofWatch(read, on_lost), write
 
 
 @dataclass(frozen=True)
@@ -104,11 +106,12 @@ class HttpTarget:
         return f"MCP upstream {url.scheme}://{url.netloc.decode('ascii', 'replace')}"
 
     @asynccontextmanager
-    async def open(self, name: str, on_eof: Callable[[], None], max_message_bytes: int,
+    async def open(self, name: str, on_lost: Callable[[str], None], max_message_bytes: int,
                    timeout: float = 30.0, session: SessionWatch | None = None) -> AsyncIterator[Any]:
         """The SDK's Streamable HTTP transport over a guarded `httpx2` client; `session` sees every response."""
         del name
-        transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes, session)
+        transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes, session,
+                                      lambda: on_lost(too_big(max_message_bytes)))
         client = httpx2.AsyncClient(headers=dict(self.headers), transport=transport, trust_env=False,
                                     auth=self._oauth_provider(),
                                     follow_redirects=False,
@@ -118,7 +121,7 @@ class HttpTarget:
             await stack.enter_async_context(client)
             read, write = await stack.enter_async_context(
                 streamable_http_client(self.url, http_client=client, max_sse_event_size=max_message_bytes))
-            yield _EofWatch(read, on_eof), write
+            yield _EofWatch(read, on_lost), write
 
 
 Target = StdioTarget | HttpTarget
@@ -145,11 +148,14 @@ class _TokenMemory:
 
 
 class _EofWatch(ObjectReceiveStream[Any]):
-    """A transport's read stream that calls `on_eof` once when it ends (EOF, closed or broken)."""
+    """A transport's read stream that tells `on_lost` when it ends (EOF, closed or broken)."""
 
-    def __init__(self, inner: Any, on_eof: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_lost: Callable[[str], None]) -> None:
         self._inner = inner
-        self._on_eof = on_eof
+        self._on_lost = on_lost
+
+    def _on_eof(self) -> None:
+        self._on_lost("the upstream closed the connection")
 
     @property
     def last_context(self) -> Any:
@@ -219,13 +225,15 @@ class _GuardedBackend(httpcore2.AsyncNetworkBackend):
 class _GuardedTransport(httpx2.AsyncHTTPTransport):
     """httpx2's HTTP transport over the guarded backend; a non-streamed (JSON) answer holds at most `max_bytes`."""
 
-    def __init__(self, policy: AddressPolicy, max_bytes: int, session: SessionWatch | None = None) -> None:
+    def __init__(self, policy: AddressPolicy, max_bytes: int, session: SessionWatch | None = None,
+                 too_big: Callable[[], None] | None = None) -> None:
         super().__init__(trust_env=False)
         # httpx2 takes no network backend; its pool is replaced by one that dials through the guard.
         self._pool = httpcore2.AsyncConnectionPool(ssl_context=httpx2.create_ssl_context(trust_env=False),
                                                    network_backend=_GuardedBackend(policy), http1=True, http2=False)
         self._max_bytes = max_bytes
         self._session = session
+        self._too_big = too_big
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await super().handle_async_request(request)
@@ -234,22 +242,27 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
         if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             return response  # SSE events are capped one by one by the SDK
         return httpx2.Response(status_code=response.status_code, headers=response.headers,
-                               stream=_CappedStream(response.stream, self._max_bytes), extensions=response.extensions)
+                               stream=_CappedStream(response.stream, self._max_bytes, self._too_big),
+                               extensions=response.extensions)
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    """A response body that fails once it has given more than `limit` bytes."""
+    """A response body that fails once it has given more than `limit` bytes (`too_big` is told first: the
+    transport's failure ends the connection, and the call it answered must not be sent again)."""
 
-    def __init__(self, inner: Any, limit: int) -> None:
+    def __init__(self, inner: Any, limit: int, too_big: Callable[[], None] | None = None) -> None:
         self._inner = inner
         self._limit = limit
+        self._too_big = too_big
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         total = 0
         async for chunk in self._inner:
             total += len(chunk)
             if total > self._limit:
-                raise httpx2.ReadError(f"answer larger than {self._limit} bytes")
+                if self._too_big is not None:
+                    self._too_big()
+                raise httpx2.ReadError(f"an answer over {self._limit:,} bytes {TOO_BIG}")
             yield chunk
 
     async def aclose(self) -> None:

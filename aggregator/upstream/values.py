@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import mcp_types as types
+
+from aggregator.upstream.answers import ListedResource
 
 __all__ = ["MAX_DESCRIPTION_CHARS", "MAX_MIME_CHARS", "MAX_NAME_CHARS", "MAX_URI_CHARS", "UpstreamValues",
            "is_media_type"]
@@ -40,7 +43,7 @@ _QUOTED = r'"(?:[\t !#-\[\]-~]|\\[\t -~])*"'
 _MEDIA_TYPE = re.compile(rf"{_TOKEN}/{_TOKEN}(?:[ \t]*;[ \t]*(?:{_TOKEN}=(?:{_TOKEN}|{_QUOTED}))?)*")
 _CUT = "\u2026"
 
-Item = TypeVar("Item", types.Resource, types.ResourceTemplate)
+Item = TypeVar("Item", ListedResource, types.ResourceTemplate)
 
 
 def is_media_type(value: str) -> bool:
@@ -56,7 +59,7 @@ class UpstreamValues:
         """Who the log names: the upstream and the source id."""
         self._said: set[str] = set()
 
-    def resources(self, items: Iterable[types.Resource]) -> list[types.Resource]:
+    def resources(self, items: Iterable[ListedResource]) -> list[ListedResource]:
         """The servable resources of a listing, in order: the first of each URI, display text cleaned."""
         return self._entries(items, "uri", "resource")
 
@@ -99,7 +102,7 @@ class UpstreamValues:
 
     def _cleaned(self, item: Item) -> Item:
         """`item` with its display text cleaned and bounded and its mimeType kept only if it is a media type."""
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         for field, limit in (("name", MAX_NAME_CHARS), ("title", MAX_NAME_CHARS),
                              ("description", MAX_DESCRIPTION_CHARS)):
             value = getattr(item, field)
@@ -108,7 +111,11 @@ class UpstreamValues:
         mime = self.mime_type(item.mime_type)
         if mime != item.mime_type:
             changes["mime_type"] = mime
-        return item.model_copy(update=changes) if changes else item
+        if not changes:
+            return item
+        if isinstance(item, ListedResource):
+            return replace(item, **changes)
+        return item.model_copy(update=changes)
 
     def _text(self, value: str, limit: int, lines: bool) -> str:
         """`value` without control characters (but line breaks and tabs, with `lines`), cut to `limit`."""
