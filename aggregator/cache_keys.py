@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, assert_never
+from typing import assert_never
 
 from aggregator.manifest.model import ConvertSettings
 
-if TYPE_CHECKING:
-    from aggregator.catalog import FileTarget, QueryTarget
-
-__all__ = ["CacheKey", "FileKey", "Forget", "QueryKey", "file_key", "query_key"]
+__all__ = ["CacheKey", "FileKey", "Forget", "QueryKey"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +47,6 @@ class QueryKey:
 
 
 CacheKey = FileKey | QueryKey
-
-
-def file_key(target: FileTarget, epoch: int) -> FileKey:
-    """What a read of `target` is cached under, its source opened in `epoch` (the read path and the console's
-    detail pane both ask here, so they cannot disagree)."""
-    return FileKey(target.source, epoch, target.path, target.mime_type, target.decompress, target.convert)
-
-
-def query_key(target: QueryTarget, epoch: int) -> QueryKey:
-    """What the result of the query `target` names is cached under, its source opened in `epoch`."""
-    return QueryKey(target.source, epoch, target.query, target.params, target.format)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from aggregator.cache import ContentCache
-from aggregator.cache_keys import CacheKey, file_key, query_key
+from aggregator.cache_keys import CacheKey
 from aggregator.catalog import FileTarget, QueryTarget, RenderTarget, Target
 from aggregator.console.views import entry_view
 from aggregator.content import Content
 from aggregator.mcp_shapes import COMPLETE, cache_scope, contents_dict, ttl_ms
+from aggregator.reads.file import file_key
+from aggregator.reads.query import query_key
 from aggregator.reads.reader import Served
 from aggregator.snapshot import Snapshot
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import anyio
 
-from aggregator.cache_keys import file_key
+from aggregator.cache_keys import FileKey
 from aggregator.catalog import FileTarget
 from aggregator.content import Content, GzipError, GzipTooLarge, decode_body, gunzip
 from aggregator.documents.pool import DocumentPool
@@ -19,9 +19,15 @@ from aggregator.reads.cached import Caches
 from aggregator.reads.documents import convert_file
 from aggregator.snapshot import Snapshot
 
-__all__ = ["read_file"]
+__all__ = ["file_key", "read_file"]
 
 logger = logging.getLogger("aggregator")
+
+
+def file_key(target: FileTarget, epoch: int) -> FileKey:
+    """What a read of `target` is cached under, its source opened in `epoch` (the read path and the console's
+    detail pane both ask here, so they cannot disagree)."""
+    return FileKey(target.source, epoch, target.path, target.mime_type, target.decompress, target.convert)
 
 
 async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, calls: SourceCalls,

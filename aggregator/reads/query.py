@@ -3,14 +3,19 @@ formatted into the statement), the result in the template's format, through the 
 
 from __future__ import annotations
 
-from aggregator.cache_keys import query_key
+from aggregator.cache_keys import QueryKey
 from aggregator.catalog import QueryTarget
 from aggregator.content import Content, decode_body
 from aggregator.reads.backend import SourceCalls
 from aggregator.reads.cached import Caches
 from aggregator.snapshot import Snapshot
 
-__all__ = ["read_query"]
+__all__ = ["query_key", "read_query"]
+
+
+def query_key(target: QueryTarget, epoch: int) -> QueryKey:
+    """What the result of the query `target` names is cached under, its source opened in `epoch`."""
+    return QueryKey(target.source, epoch, target.query, target.params, target.format)
 
 
 async def read_query(snapshot: Snapshot, target: QueryTarget, caches: Caches, calls: SourceCalls) -> Content:
