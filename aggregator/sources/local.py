@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import stat as stat_mode
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -44,6 +45,9 @@ _GROWTH_CHUNK = 256 * 1024
 _NAME = attrgetter("name")
 _IS_DIR = os.DirEntry.is_dir
 _IS_LINK = os.DirEntry.is_symlink
+_SETTLED_NS = 2_000_000_000
+"""How long before a walk a folder must have last changed for `plain_folders` to vouch for it (file systems keep
+times in clock ticks: a change in the tick the folder was read in may leave its time as it was)."""
 _ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
 
@@ -63,6 +67,7 @@ class LocalSource(Source):
         if not os.path.isdir(self.root):
             raise SourceError(f"folder {root!r} does not exist or is not a folder")
         self.inline = inline_possible(self.root)
+        self._plain: dict[str, int] = {}  # `plain_folders`, from the last listing that walked the whole root
         """Whether small files already in the page cache are read on the event loop (a local file system)."""
 
     def describe(self) -> str:
@@ -70,6 +75,9 @@ class LocalSource(Source):
 
     def watch_root(self) -> str:
         return self.root
+
+    def plain_folders(self) -> dict[str, int]:
+        return self._plain
 
     def busy_threads(self) -> int:
         """Threads running a call of this source now (stuck ones included)."""
@@ -261,6 +269,10 @@ class LocalSource(Source):
         if not is_within(self.root, start) or not os.path.isdir(start):
             return
         visited = {start}
+        # Folders of plain files, for a watcher setting up: only from a walk of the whole root, and only those last
+        # changed a while before they were read (a change within the same clock tick would leave the time as it was).
+        plain: dict[str, int] | None = {} if start == self.root else None
+        settled = time.time_ns() - _SETTLED_NS
         # One iterator of sorted names per folder being walked: a folder is walked where it sorts, then its parent
         # goes on after it.
         stack = [_sorted_folder(start, prefix + "/" if prefix else "")]
@@ -270,6 +282,8 @@ class LocalSource(Source):
             folder = stack[-1]
             if folder.plain is not None:
                 stack.pop()
+                if plain is not None and 0 <= folder.mtime_ns < settled:
+                    plain[folder.path] = folder.mtime_ns
                 if folder.plain:
                     yield folder.plain
                 continue
@@ -301,17 +315,20 @@ class LocalSource(Source):
                 stack.pop()  # every name seen: the folder is done
             if run:
                 yield run
+        if plain is not None:
+            self._plain = plain  # the walk ended (an abandoned one keeps the last whole one's)
 
 
 class _Folder:
-    """One folder being walked: its (relative path, entry) pairs in path order, or, for a folder of plain files,
-    the (relative path, stat) of its regular files made at once (`plain`; None for any other folder)."""
+    """One folder being walked (`path`, modified at `mtime_ns` just before it was read, -1 if unknown): its
+    (relative path, entry) pairs in path order, or, for a folder of plain files, the (relative path, stat) of its
+    regular files made at once (`plain`; None for any other folder)."""
 
-    __slots__ = ("entries", "plain")
+    __slots__ = ("entries", "mtime_ns", "path", "plain")
 
-    def __init__(self, entries: Iterator[tuple[str, os.DirEntry[str]]],
+    def __init__(self, path: str, mtime_ns: int, entries: Iterator[tuple[str, os.DirEntry[str]]],
                  plain: builtins.list[tuple[str, os.stat_result]] | None = None) -> None:
-        self.entries, self.plain = entries, plain
+        self.path, self.mtime_ns, self.entries, self.plain = path, mtime_ns, entries, plain
 
 
 def _sorted_folder(folder: str, rel_prefix: str) -> _Folder:
@@ -319,10 +336,11 @@ def _sorted_folder(folder: str, rel_prefix: str) -> _Folder:
     sorts with a '/' after it (`a.md` < `a/...` < `a0.md`), as its files' paths do. Nothing when it cannot be read.
     A folder with neither subfolders nor links comes as its files' stats at once."""
     try:
+        mtime_ns = os.stat(folder).st_mtime_ns  # before reading it: a change after this leaves a later time
         with os.scandir(folder) as listing:
             entries = builtins.list(listing)
     except OSError:
-        return _Folder(iter(()), [])
+        return _Folder(folder, -1, iter(()), [])
     try:
         nested = any(map(_IS_DIR, entries))  # C-level: most folders hold only files
     except OSError:
@@ -333,11 +351,11 @@ def _sorted_folder(folder: str, rel_prefix: str) -> _Folder:
         entries.sort(key=_NAME)
         try:
             if not any(map(_IS_LINK, entries)):  # from the entry's type (d_type): no call to the OS
-                return _Folder(iter(()), [(rel_prefix + e.name, e.stat(follow_symlinks=False))
-                                          for e in entries if e.is_file(follow_symlinks=False)])
+                return _Folder(folder, mtime_ns, iter(()), [(rel_prefix + e.name, e.stat(follow_symlinks=False))
+                                                            for e in entries if e.is_file(follow_symlinks=False)])
         except OSError:
             pass  # one went meanwhile: the careful loop skips just that one
-    return _Folder((rel_prefix + e.name, e) for e in entries)
+    return _Folder(folder, mtime_ns, ((rel_prefix + e.name, e) for e in entries))
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
