@@ -16,6 +16,7 @@ import pytest
 from aggregator.catalog import encode_cursor
 from aggregator.stdio_fast import FastReads
 from tests.conftest import server_params, write_manifest
+from tests.test_stdio_fast import _never, _Server, _taken
 
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                "io.modelcontextprotocol/clientCapabilities": {}}
@@ -123,19 +124,6 @@ def test_fast_pages_are_the_sdks_byte_for_byte(listed_manifest: Path, wire: str)
     assert [t["name"] for t in json.loads(fast[20])["result"]["resourceTemplates"]] == ["file", "page"]
     assert [t["name"] for t in json.loads(fast[21])["result"]["resourceTemplates"]] == ["page"]
     assert json.loads(fast[30])["error"]["code"] == types.INVALID_PARAMS
-
-
-class _Server:
-    def __init__(self, middleware: list[Any]) -> None:
-        self.middleware = middleware
-
-
-async def _never(ctx: Any, params: Any) -> dict[str, Any]:
-    raise AssertionError("not called")
-
-
-def _taken(fast: FastReads, message: dict[str, Any]) -> object:
-    return fast.take(json.dumps(message).encode() + b"\n", lambda *_: _never(None, None))
 
 
 @pytest.mark.anyio
