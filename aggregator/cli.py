@@ -21,7 +21,7 @@ import anyio
 from aggregator import __version__
 from aggregator.logs import setup_logging
 from aggregator.manifest.model import ManifestError
-from aggregator.startup import SERVE_MODULES, collect_again, defer_sdk_package_inits, pause_collection, preimport
+from aggregator.startup import collect_again, defer_sdk_package_inits, pause_collection
 
 if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
     from mcp.server.lowlevel import Server
@@ -90,7 +90,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from aggregator.terminal_hint import stdio_hint
 
         print(stdio_hint(args.manifest), end="", file=sys.stderr, flush=True)
+    from aggregator.supervisor import Supervisor
+    from aggregator.metrics import Metrics
+    from aggregator.notify import Notifier
+    from aggregator.search import Discovery
+    from aggregator.server import build_server, initialization_options, wire_summary
+    from aggregator.stdio import serve_stdio
     from aggregator.tracing import setup_tracing
+
     # One line per request is what an HTTP operator expects; over stdio the one caller is the local user and the
     # line would cost about a sixth of a cached read, so there it is asked for with --access-log.
     access_log = args.access_log if args.access_log is not None else bool(args.http)
@@ -100,16 +107,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def run(sock: Any = None, shared_metrics: str | None = None) -> int:
         started = time.perf_counter()
         setup_tracing()  # in each worker: a fork does not carry the exporter's thread
-        imports = preimport(SERVE_MODULES)  # meanwhile the catalog is walked
         try:
             async with _opened(args.manifest, collect=False) as service, _cluster(service) as link:
-                await anyio.to_thread.run_sync(imports.join)
-                from aggregator.metrics import Metrics
-                from aggregator.notify import Notifier
-                from aggregator.search import Discovery
-                from aggregator.server import build_server, initialization_options, wire_summary
-                from aggregator.stdio import serve_stdio
-                from aggregator.supervisor import Supervisor
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     service.manifest.server.max_subscriptions)
                 if link is not None:

@@ -13,31 +13,21 @@ Importing creates many long-lived objects (classes, functions, pydantic's valida
 would walk each of them again at every pass it makes meanwhile: about a tenth of `validate`'s CPU. A command pauses
 it with `pause_collection()` and calls `collect_again()` once its modules are imported and its manifest is open.
 
-`serve` imports its protocol modules (the SDK, pydantic's models of both wires: a second or more of CPU) in a
-thread while the main thread opens the manifest and walks the catalog (`preimport`): the walk waits in
-the kernel for much of its time, and the imports fill it, so a large catalog is served sooner by about their cost.
-
 tests/test_start_imports.py checks that a served folder leaves the SDK's client and MCPServer unimported.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import importlib.util
 import sys
-import threading
-from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["SERVE_MODULES", "collect_again", "defer_sdk_package_inits", "preimport", "pause_collection"]
+__all__ = ["collect_again", "defer_sdk_package_inits", "pause_collection"]
 
 DEFERRED = ("mcp", "mcp.server")
 """Parents first: finding `mcp.server` imports `mcp`."""
-
-SERVE_MODULES = tuple(f"aggregator.{name}" for name in ("supervisor", "server", "stdio", "metrics", "notify", "search"))
-"""What `serve` imports once its catalog is open (`cli.cmd_serve`): imported meanwhile, in a thread."""
 
 _paused = False
 
@@ -94,23 +84,3 @@ def collect_again() -> None:
     if _paused:
         _paused = False
         gc.enable()
-
-
-def preimport(names: Sequence[str]) -> threading.Thread:
-    """Start importing the modules `names` in a daemon thread, and return it: join it (from a worker thread, so an
-    event loop goes on) before importing them in the caller. A failing import stops the thread quietly: the
-    caller's own import of that module raises the error where it is handled.
-
-    Safe beside the caller's own imports: the import system locks each module while one thread runs it, and the
-    package's modules import one way only (tests/test_layers.py), so two threads never wait for each other."""
-
-    def run() -> None:
-        for name in names:
-            try:
-                importlib.import_module(name)
-            except BaseException:  # noqa: BLE001 - reported by the caller's own import
-                return
-
-    thread = threading.Thread(target=run, name="aggregator imports", daemon=True)
-    thread.start()
-    return thread
