@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import methodcaller
 
 import anyio
@@ -27,9 +27,13 @@ _IS_FOLDER = methodcaller("is_dir", follow_symlinks=False)
 _IS_LINK = methodcaller("is_symlink")
 
 
-def folders_under(roots: Iterable[str]) -> set[str]:
+def folders_under(roots: Iterable[str], plain: Mapping[str, int] | None = None) -> set[str]:
     """Every folder under the roots, the roots included, and links to folders that stay inside the root holding
-    them (each real folder walked once through links, so a cycle ends). Blocking: run it in a thread."""
+    them (each real folder walked once through links, so a cycle ends). Blocking: run it in a thread.
+
+    `plain` (a source's `plain_folders`): folders known to hold neither subfolders nor links while their
+    modification time (ns) is the one given; such a folder is looked at (one stat), not read."""
+    plain = plain or {}
     found: set[str] = set()
     for root in roots:
         real_root = os.path.realpath(root)
@@ -39,6 +43,8 @@ def folders_under(roots: Iterable[str]) -> set[str]:
         while stack:
             folder = stack.pop()
             try:
+                if folder in plain and os.stat(folder).st_mtime_ns == plain[folder]:
+                    continue  # still as a listing found it: nothing under it but files
                 with os.scandir(folder) as listing:
                     entries = list(listing)
             except OSError:
@@ -116,11 +122,13 @@ class _Watches:
 
 
 async def watch_tree(roots: Iterable[str], deliver: Callable[[Batch], Awaitable[None]], stop: anyio.Event,
-                     *, debounce_ms: int, step_ms: int, rust_timeout_ms: int) -> None:
+                     *, debounce_ms: int, step_ms: int, rust_timeout_ms: int,
+                     plain: Mapping[str, int] | None = None) -> None:
     """`deliver(batch)` for each batch of (change, absolute path) under `roots` until `stop`; raises what a watcher
-    raises (a name it cannot report, no watches left ...). Watchers run in worker threads."""
+    raises (a name it cannot report, no watches left ...). Watchers run in worker threads. `plain`: as for
+    `folders_under`, which it spares reading most folders again right after a listing read them."""
     roots = list(roots)
-    state = _Watches(roots, await anyio.to_thread.run_sync(folders_under, roots))
+    state = _Watches(roots, await anyio.to_thread.run_sync(folders_under, roots, plain))
 
     async with anyio.create_task_group() as tg:
         async def follow(generation: int, folders: list[str]) -> None:
@@ -160,7 +168,7 @@ async def watch_tree(roots: Iterable[str], deliver: Callable[[Batch], Awaitable[
                     except FileNotFoundError:  # a folder went between finding it and watching it: find them again
                         if attempt == 2 or came_up:
                             raise
-                        state.folders = await anyio.to_thread.run_sync(folders_under, roots)
+                        state.folders = await anyio.to_thread.run_sync(folders_under, roots, plain)
                         folders = sorted(state.folders)
             finally:
                 mine.set()  # cancelled: the thread ends at its next look (rust_timeout_ms)

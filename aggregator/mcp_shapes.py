@@ -44,7 +44,9 @@ def _static_annotations(a: Annotations | None) -> dict[str, Any]:
     if a is None:
         return {}
     # `lastModified: file` is filled per entry (`Entry.listed_last_modified`).
-    return _compact({"audience": list(a.audience) if a.audience else None, "priority": a.priority,
+    # `priority` as a float, as the SDK's sieve dumps it (YAML's `1` is an int), so fast paths encode the same.
+    return _compact({"audience": list(a.audience) if a.audience else None,
+                     "priority": None if a.priority is None else float(a.priority),
                      "lastModified": None if a.last_modified == FILE_MTIME else a.last_modified})
 
 

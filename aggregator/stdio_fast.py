@@ -1,13 +1,15 @@
-"""A fast path for well-formed `resources/read` requests on stdio: the same handler and the same answer on the wire,
-without the SDK's per-message machinery (pydantic models of the request, the dispatcher's task group, the runner's
-per-request context and session objects, the middleware chain), which cost several times the read itself.
+"""A fast path for well-formed `resources/read`, `resources/list` and `resources/templates/list` requests on stdio:
+the same handler and the same answer on the wire, without the SDK's per-message machinery (pydantic models of the
+request, the dispatcher's task group, the runner's per-request context and session objects, the middleware chain),
+which cost several times the read itself, and for a listing page the sieve's validation and re-dump of every item.
 
 It takes only what it can answer exactly as the SDK would, and hands everything else to the SDK untouched: a
-request with an integer or string id whose params are `{"uri": str}` (legacy wire, once `initialize` was accepted)
-or `{"uri": str, "_meta": envelope}` (modern wire, the envelope checked by the SDK's own classifier), while the
-server's middleware is the SDK's default alone and tracing is off (with tracing on, every request keeps its span).
-The result goes through the SDK's own per-version result sieve and `serverInfo` stamp; errors are mapped by the
-SDK's own function. `AGGREGATOR_STDIO_FAST=0` turns the path off (to compare answers with the SDK's).
+request with an integer or string id whose params are the method's own (`{"uri": str}` for a read; none, `{}` or
+`{"cursor": str}` for a listing) on the legacy wire once `initialize` was accepted, or those and `_meta` (an
+envelope the SDK's own classifier accepts) on the modern wire, while the server's middleware is the SDK's default
+alone and tracing is off (with tracing on, every request keeps its span). The result goes through the SDK's own
+per-version result sieve and `serverInfo` stamp (`wire_results`); errors are mapped by the SDK's own function.
+`AGGREGATOR_STDIO_FAST=0` turns the path off (to compare answers with the SDK's).
 """
 
 from __future__ import annotations
@@ -16,28 +18,29 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.runner import _has_modern_envelope
-from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-from mcp_types import methods as sdk_methods
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator import tracing
+from aggregator.wire_results import LIST_ITEMS, encode_response, page_line, shaped
 
 __all__ = ["FastReads", "fast_reads_for"]
 
 logger = logging.getLogger("aggregator.stdio")
 
 METHOD = "resources/read"
-_MARK = b'"resources/read"'
-SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
+_MARK = b'"resources/'
+_OWN_PARAMS: dict[str, tuple[frozenset[str], ...]] = {
+    METHOD: (frozenset({"uri"}),), **{method: (frozenset(), frozenset({"cursor"})) for method in LIST_ITEMS}}
+"""Per method, the params (besides the modern wire's `_meta`) the path takes: anything else is the SDK's."""
+Handler = Callable[[Any, Any], Awaitable[dict[str, Any]]]
 
 Answer = Callable[[types.RequestId, bytes | None, types.ErrorData | None], Awaitable[None]]
 """Writes one answer: the encoded response line, or an error to encode."""
@@ -58,12 +61,20 @@ class _Params:
     uri: str
 
 
+@dataclass(frozen=True, slots=True)
+class _ListParams:
+    cursor: str | None
+
+
 class FastReads:
     """The fast path over one stdio connection: knows the connection's era (from its first request, as the SDK
     decides it) and whether the legacy handshake opened the gate."""
 
-    def __init__(self, server: Any, handler: Callable[[Any, Any], Awaitable[dict[str, Any]]]) -> None:
-        self._server, self._handler = server, handler
+    def __init__(self, server: Any, handler: Handler | None, lists: dict[str, Handler] | None = None) -> None:
+        """`handler` answers reads, `lists` the listing methods of LIST_ITEMS (by method); a method without one is
+        left to the SDK."""
+        self._server = server
+        self._handlers = {**({METHOD: handler} if handler is not None else {}), **(lists or {})}
         self.era: str | None = None
         """None until the first request: "legacy" or "modern", decided as the SDK decides it."""
         self.gate_open = False
@@ -106,77 +117,85 @@ class FastReads:
         if _MARK not in line or self.era is None or (self.era == "legacy" and not self.gate_open):
             return None
         try:
-            message = json.loads(line)
+            message: dict[str, Any] = json.loads(line)
         except ValueError:
             return None
-        if type(message) is not dict or message.keys() != {"jsonrpc", "id", "method", "params"}:
+        if type(message) is not dict or not _ENVELOPES.issuperset(message.keys()) or len(message) < 3:
             return None
-        request_id, params = message["id"], message["params"]
-        if (message["jsonrpc"] != "2.0" or message["method"] != METHOD or type(params) is not dict
-                or type(params.get("uri")) is not str or type(request_id) not in (int, str)
+        request_id: types.RequestId = message.get("id", None)  # type: ignore[assignment]  # checked below
+        method: str = message.get("method", "")  # checked on the next line
+        handler = self._handlers.get(method) if type(method) is str else None
+        params = message.get("params", _ABSENT)
+        if (handler is None or message.get("jsonrpc") != "2.0" or type(request_id) not in (int, str)
                 or request_id in self.tasks):
             return None
-        version = self._version(params)
+        if params is _ABSENT:
+            params = {}  # a listing's params are optional (the modern wire's `_meta` is not: its check fails)
+        elif type(params) is not dict:
+            return None
+        args = _arguments(method, params)
+        if args is None:
+            return None
+        version = self._version(method, params)
         if version is None or not self._usable():
             return None
-        task = asyncio.get_running_loop().create_task(self._serve(request_id, version, params["uri"], answer))
+        task = asyncio.get_running_loop().create_task(self._serve(request_id, method, version, args, handler, answer))
         self.tasks[request_id] = task
         task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
         return request_id
 
-    def _version(self, params: dict[str, Any]) -> str | None:
+    def _version(self, method: str, params: dict[str, Any]) -> str | None:
         """The protocol version the request is served at, None when the SDK must see it."""
-        if self.era == "legacy":
-            return self.legacy_version if params.keys() == {"uri"} else None
-        if params.keys() != {"uri", "_meta"} or not _has_modern_envelope(params):
+        own = params.keys() - {"_meta"}
+        if own not in _OWN_PARAMS[method]:
             return None
-        route = classify_inbound_request({"method": METHOD, "params": params})
+        if self.era == "legacy":
+            return self.legacy_version if "_meta" not in params else None
+        if "_meta" not in params or not _has_modern_envelope(params):
+            return None
+        route = classify_inbound_request({"method": method, "params": params})
         return None if isinstance(route, InboundLadderRejection) else route.protocol_version
 
-    async def _serve(self, request_id: types.RequestId, version: str, uri: str, answer: Answer) -> None:
+    async def _serve(self, request_id: types.RequestId, method: str, version: str, args: object, handler: Handler,
+                     answer: Answer) -> None:
         try:
-            result = await self._handler(_Context(METHOD, version, None, request_id), _Params(uri))
-            data = encode_response(request_id, shaped(self._server, version, result))
+            result = await handler(_Context(method, version, None, request_id), args)
+            if method == METHOD:
+                data = encode_response(request_id, shaped(self._server, method, version, result))
+            else:
+                data = page_line(self._server, method, version, request_id, result)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped exactly as the SDK's dispatcher maps it
             error = handler_exception_to_error_data(exc)
             if error is None:
-                logger.exception("handler for %r raised", METHOD)
+                logger.exception("handler for %r raised", method)
                 error = types.ErrorData(code=0, message=str(exc))
             await answer(request_id, None, error)
             return
         await answer(request_id, data, None)
 
 
-def shaped(server: Any, version: str, result: Mapping[str, Any]) -> dict[str, Any]:
-    """The handler's result as the SDK's runner puts it on the wire: cache hints under the handler's keys, the
-    version's result sieve, and the `serverInfo` stamp on the modern wire."""
-    hint = server.cache_hints.get(METHOD)
-    dumped = {"ttlMs": hint.ttl_ms, "cacheScope": hint.scope, **result} if hint is not None else dict(result)
-    try:
-        dumped = sdk_methods.serialize_server_result(METHOD, version, dumped)
-    except Exception:
-        logger.exception("handler for %r returned an invalid result", METHOD)
-        raise MCPError(code=types.INTERNAL_ERROR, message="Handler returned an invalid result") from None
-    if version in MODERN_PROTOCOL_VERSIONS:
-        if dumped.get("resultType") is None:
-            dumped["resultType"] = "complete"
-        meta = dumped.get("_meta")
-        if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
-            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server.server_info_stamp}
-    return dumped
+_ENVELOPES = frozenset({"jsonrpc", "id", "method", "params"})
+_ABSENT = object()
 
 
-def encode_response(request_id: types.RequestId, result: dict[str, Any]) -> bytes:
-    """One JSON-RPC response line, as compact as the SDK's (UTF-8, no spaces)."""
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, ensure_ascii=False,
-                      separators=(",", ":")).encode("utf-8") + b"\n"
+def _arguments(method: str, params: dict[str, Any]) -> _Params | _ListParams | None:
+    """The handler's params object for `params` (already known to be a dict), None when their values are not the
+    types the path takes (a `null` cursor, a number for a URI ...)."""
+    if method == METHOD:
+        uri = params.get("uri")
+        return _Params(uri) if type(uri) is str else None
+    cursor = params.get("cursor")
+    return _ListParams(cursor) if (cursor is None and "cursor" not in params) or type(cursor) is str else None
 
 
 def fast_reads_for(server: Any) -> FastReads | None:
-    """The fast path for `server`'s `resources/read` handler; None when it has none or the path is turned off."""
+    """The fast path for `server`'s `resources/read` and listing handlers; None when it has none of them or the
+    path is turned off."""
     if os.environ.get("AGGREGATOR_STDIO_FAST", "1") == "0":
         return None
-    entry = server.get_request_handler(METHOD)
-    return None if entry is None else FastReads(server, entry.handler)
+    handlers = {m: e.handler for m in (METHOD, *LIST_ITEMS) if (e := server.get_request_handler(m)) is not None}
+    if not handlers:
+        return None
+    return FastReads(server, handlers.pop(METHOD, None), handlers)

@@ -12,7 +12,7 @@ import logging
 import os
 import stat as stat_mode
 from functools import partial
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
 import anyio
 import anyio.to_thread
@@ -53,8 +53,10 @@ async def watch_manifest(paths: Iterable[str], on_change: Callable[[], Awaitable
                        "instead", ", ".join(folders), _reason(exc))
 
 
-async def watch_folders(roots: dict[str, str], on_change: FolderCallback, stop: anyio.Event | None = None) -> None:
+async def watch_folders(roots: dict[str, str], on_change: FolderCallback, stop: anyio.Event | None = None,
+                        plain: Mapping[str, int] | None = None) -> None:
     """Call `on_change(source_id, {(change, relative path)})` for file changes under each root, until `stop`.
+    `plain`: folders the sources' listings found holding only files (`Source.plain_folders`), not read again.
 
     A root whose watcher fails is polled instead (one warning names it); the other roots keep a watcher. A
     failing `on_change` is logged and watching goes on.
@@ -68,7 +70,7 @@ async def watch_folders(roots: dict[str, str], on_change: FolderCallback, stop: 
     async with anyio.create_task_group() as tg:
         while watched and not stop.is_set():
             try:
-                await _watch(watched, on_change, stop)
+                await _watch(watched, on_change, stop, plain)
                 break
             except Exception as exc:
                 reason = _reason(exc)
@@ -81,11 +83,12 @@ async def watch_folders(roots: dict[str, str], on_change: FolderCallback, stop: 
                         tg.start_soon(poll_folder, sid, root, on_change, stop)
 
 
-async def _watch(watched: dict[str, list[str]], on_change: FolderCallback, stop: anyio.Event) -> None:
+async def _watch(watched: dict[str, list[str]], on_change: FolderCallback, stop: anyio.Event,
+                 plain: Mapping[str, int] | None = None) -> None:
     """Watch the roots folder by folder until `stop`, delivering each batch (`folder_watch`: no recursive watch,
     whose setup walked and stat-ed the whole tree holding the GIL, 10 s for 1,000,000 files)."""
     await watch_tree(watched, partial(_dispatch, watched, on_change), stop, debounce_ms=DEBOUNCE_MS, step_ms=STEP_MS,
-                     rust_timeout_ms=RUST_TIMEOUT_MS)
+                     rust_timeout_ms=RUST_TIMEOUT_MS, plain=plain)
 
 
 async def _dispatch(watched: dict[str, list[str]], on_change: FolderCallback, batch: set[tuple[Change, str]]) -> None:

@@ -359,16 +359,17 @@ def test_a_file_longer_than_its_stat_said_is_read_to_its_end_or_one_byte_past_th
 
 
 class SlowMount(LocalSource):
-    """A folder on a slow mount: each file takes `delay` to come, so a listing takes longer than `timeout`; after
-    `stall_after` files (if set) it hangs until `release` is set, as a mount that stopped answering."""
+    """A folder on a slow mount: each run of files (here a folder's one file) takes `delay` to come, so a listing
+    takes longer than `timeout`; after `stall_after` runs (if set) it hangs until `release` is set, as a mount that
+    stopped answering."""
 
     def __init__(self, root: str, delay: float, stall_after: int | None = None, **limits: float) -> None:
         super().__init__("slow", root, **limits)
         self.delay, self.stall_after = delay, stall_after
         self.release = threading.Event()
 
-    def _walk(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        for i, found in enumerate(super()._walk(*args, **kwargs)):
+    def _batches(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        for i, found in enumerate(super()._batches(*args, **kwargs)):
             if i == self.stall_after:
                 self.release.wait(30)
             time.sleep(self.delay)

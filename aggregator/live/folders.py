@@ -15,11 +15,12 @@ async def watch_sources(service: ResourceService, plan: Plan, on_change: FolderC
     """Watch the local folders of the current manifest; start again when a reload changes them."""
     while True:
         roots = {sid: root for sid, src in service.sources.items() if (root := src.watch_root()) is not None}
+        plain = {folder: mtime for sid in roots for folder, mtime in service.sources[sid].plain_folders().items()}
         plan.watched = set(roots)
         plan.sources_changed = anyio.Event()
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(watch_folders, roots, on_change, stop)
+            tg.start_soon(watch_folders, roots, on_change, stop, plain)
 
             async def restart(stop: anyio.Event) -> None:
                 await plan.sources_changed.wait()

@@ -196,6 +196,12 @@ class Source(ABC):
         """The local folder whose file events say what changed, or None: such a source is watched, not polled."""
         return None
 
+    def plain_folders(self) -> Mapping[str, int]:
+        """Folders under `watch_root()` that its last full listing found holding neither subfolders nor links, with
+        their modification time (ns) then: while that is still their time they still hold none, and a watcher
+        setting up needs not read them again (`folder_watch.folders_under`). Empty when unknown."""
+        return {}
+
     @property
     def publishes(self) -> bool:
         """True when the backend publishes its own resources and templates (`published`), which the catalog lists

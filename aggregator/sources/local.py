@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import stat as stat_mode
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -43,6 +44,10 @@ _GROWTH_CHUNK = 256 * 1024
 # Errors that mean "there is no such file to serve" rather than "the folder failed".
 _NAME = attrgetter("name")
 _IS_DIR = os.DirEntry.is_dir
+_IS_LINK = os.DirEntry.is_symlink
+_SETTLED_NS = 2_000_000_000
+"""How long before a walk a folder must have last changed for `plain_folders` to vouch for it (file systems keep
+times in clock ticks: a change in the tick the folder was read in may leave its time as it was)."""
 _ABSENT = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENAMETOOLONG, errno.ENXIO}
 
 
@@ -62,6 +67,7 @@ class LocalSource(Source):
         if not os.path.isdir(self.root):
             raise SourceError(f"folder {root!r} does not exist or is not a folder")
         self.inline = inline_possible(self.root)
+        self._plain: dict[str, int] = {}  # `plain_folders`, from the last listing that walked the whole root
         """Whether small files already in the page cache are read on the event loop (a local file system)."""
 
     def describe(self) -> str:
@@ -69,6 +75,9 @@ class LocalSource(Source):
 
     def watch_root(self) -> str:
         return self.root
+
+    def plain_folders(self) -> dict[str, int]:
+        return self._plain
 
     def busy_threads(self) -> int:
         """Threads running a call of this source now (stuck ones included)."""
@@ -225,14 +234,13 @@ class LocalSource(Source):
             return  # `docs/../*` would list `docs/../a.md`: a name no read accepts, and none to walk for
         outside: list[str] = []
         seen = found = 0
-        for rel, st in self._walk(prefix, outside, progress):
-            seen += 1
-            if not seen & 1023:  # told in steps: a call a file is a tenth of the walk's own work
-                progress.add(1024)
-            if wanted(rel):
-                sink(rel, st.st_size, st.st_mtime, None)
-                found += 1
-        progress.add(seen & 1023)
+        for batch in self._batches(prefix, outside, progress):
+            seen += len(batch)
+            progress.add(len(batch))  # a call a folder: a call a file was a tenth of the walk's own work
+            for rel, st in batch:
+                if wanted(rel):
+                    sink(rel, st.st_size, st.st_mtime, None)
+                    found += 1
         progress.done(found)
         self._note_outside_links(outside)
 
@@ -250,17 +258,37 @@ class LocalSource(Source):
         """Yield (relative path, stat) for every regular file under `prefix`, following only inner symlinks, in
         path order (each folder's names sorted, a folder's files where its name plus '/' sorts), so listings come
         sorted; links leading outside the root are added to `outside`; `progress` hears of each folder read."""
+        for batch in self._batches(prefix, outside, progress):
+            yield from batch
+
+    def _batches(self, prefix: str, outside: builtins.list[str], progress: ListingProgress | None = None
+                 ) -> Iterator[builtins.list[tuple[str, os.stat_result]]]:
+        """`_walk`'s files in runs (a folder's files up to its next subfolder): a folder of plain files (no
+        subfolder, no link: most of them) is one run made in one comprehension, a few C calls a file."""
         start = os.path.realpath(os.path.join(self.root, *prefix.split("/"))) if prefix else self.root
         if not is_within(self.root, start) or not os.path.isdir(start):
             return
         visited = {start}
+        # Folders of plain files, for a watcher setting up: only from a walk of the whole root, and only those last
+        # changed a while before they were read (a change within the same clock tick would leave the time as it was).
+        plain: dict[str, int] | None = {} if start == self.root else None
+        settled = time.time_ns() - _SETTLED_NS
         # One iterator of sorted names per folder being walked: a folder is walked where it sorts, then its parent
         # goes on after it.
         stack = [_sorted_folder(start, prefix + "/" if prefix else "")]
         while stack:
             if progress is not None:
                 progress.step()
-            for rel, entry in stack[-1]:
+            folder = stack[-1]
+            if folder.plain is not None:
+                stack.pop()
+                if plain is not None and 0 <= folder.mtime_ns < settled:
+                    plain[folder.path] = folder.mtime_ns
+                if folder.plain:
+                    yield folder.plain
+                continue
+            run: builtins.list[tuple[str, os.stat_result]] = []
+            for rel, entry in folder.entries:
                 try:
                     if entry.is_symlink():
                         real = os.path.realpath(entry.path)
@@ -275,26 +303,44 @@ class LocalSource(Source):
                                 stack.append(_sorted_folder(real, rel + "/"))
                                 break
                         elif stat_mode.S_ISREG(st.st_mode):
-                            yield rel, st
+                            run.append((rel, st))
                     elif entry.is_dir(follow_symlinks=False):
                         stack.append(_sorted_folder(entry.path, rel + "/"))
                         break
                     elif entry.is_file(follow_symlinks=False):
-                        yield rel, entry.stat(follow_symlinks=False)
+                        run.append((rel, entry.stat(follow_symlinks=False)))
                 except OSError:
                     continue
             else:
-                stack.pop()
+                stack.pop()  # every name seen: the folder is done
+            if run:
+                yield run
+        if plain is not None:
+            self._plain = plain  # the walk ended (an abandoned one keeps the last whole one's)
 
 
-def _sorted_folder(folder: str, rel_prefix: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+class _Folder:
+    """One folder being walked (`path`, modified at `mtime_ns` just before it was read, -1 if unknown): its
+    (relative path, entry) pairs in path order, or, for a folder of plain files, the (relative path, stat) of its
+    regular files made at once (`plain`; None for any other folder)."""
+
+    __slots__ = ("entries", "mtime_ns", "path", "plain")
+
+    def __init__(self, path: str, mtime_ns: int, entries: Iterator[tuple[str, os.DirEntry[str]]],
+                 plain: builtins.list[tuple[str, os.stat_result]] | None = None) -> None:
+        self.path, self.mtime_ns, self.entries, self.plain = path, mtime_ns, entries, plain
+
+
+def _sorted_folder(folder: str, rel_prefix: str) -> _Folder:
     """(relative path, entry) of each name in `folder`, in the order of the paths under it: a subfolder's name
-    sorts with a '/' after it (`a.md` < `a/...` < `a0.md`), as its files' paths do. Nothing when it cannot be read."""
+    sorts with a '/' after it (`a.md` < `a/...` < `a0.md`), as its files' paths do. Nothing when it cannot be read.
+    A folder with neither subfolders nor links comes as its files' stats at once."""
     try:
+        mtime_ns = os.stat(folder).st_mtime_ns  # before reading it: a change after this leaves a later time
         with os.scandir(folder) as listing:
             entries = builtins.list(listing)
     except OSError:
-        return iter(())
+        return _Folder(folder, -1, iter(()), [])
     try:
         nested = any(map(_IS_DIR, entries))  # C-level: most folders hold only files
     except OSError:
@@ -303,7 +349,13 @@ def _sorted_folder(folder: str, rel_prefix: str) -> Iterator[tuple[str, os.DirEn
         entries.sort(key=lambda e: e.name + "/" if _is_folder(e) else e.name)
     else:
         entries.sort(key=_NAME)
-    return ((rel_prefix + e.name, e) for e in entries)
+        try:
+            if not any(map(_IS_LINK, entries)):  # from the entry's type (d_type): no call to the OS
+                return _Folder(folder, mtime_ns, iter(()), [(rel_prefix + e.name, e.stat(follow_symlinks=False))
+                                                            for e in entries if e.is_file(follow_symlinks=False)])
+        except OSError:
+            pass  # one went meanwhile: the careful loop skips just that one
+    return _Folder(folder, mtime_ns, ((rel_prefix + e.name, e) for e in entries))
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:

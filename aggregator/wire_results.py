@@ -1,0 +1,76 @@
+"""Handler results as the SDK's runner puts them on the wire, encoded as one JSON-RPC response line: for the fast
+paths that answer without the SDK's per-message machinery (stdio's `stdio_fast`; an HTTP one may reuse them).
+
+`shaped` is the runner's `_serialize` for a core result: cache hints, the per-version sieve, `resultType` and the
+`serverInfo` stamp. A listing page (`page_line`) sieves only its envelope through the SDK and encodes its items
+with the standard encoder, keys sorted as the sieve's dump sorts them: the sieve validating and re-dumping each of
+500 items was most of a page's cost, and the items are `mcp_shapes`' dicts built from a validated manifest, whose
+every field the surface model keeps as it is (tests/test_stdio_fast.py compares every kind of item with the SDK's
+answer on both wires).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods as sdk_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+__all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "encode_response", "page_line", "shaped"]
+
+logger = logging.getLogger("aggregator.stdio")
+
+SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
+LIST_ITEMS = {"resources/list": "resources", "resources/templates/list": "resourceTemplates"}
+"""The listing methods and the key of their items."""
+
+_SPLICE = "\x00items\x00"
+_SPLICE_JSON = json.dumps(_SPLICE).encode("utf-8")
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode_sorted = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+
+
+def shaped(server: Any, method: str, version: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The handler's result as the SDK's runner puts it on the wire: cache hints under the handler's keys, the
+    version's result sieve, and the `serverInfo` stamp on the modern wire."""
+    hint = server.cache_hints.get(method)
+    dumped = {"ttlMs": hint.ttl_ms, "cacheScope": hint.scope, **result} if hint is not None else dict(result)
+    try:
+        dumped = sdk_methods.serialize_server_result(method, version, dumped)
+    except Exception:
+        logger.exception("handler for %r returned an invalid result", method)
+        raise MCPError(code=types.INTERNAL_ERROR, message="Handler returned an invalid result") from None
+    if version in MODERN_PROTOCOL_VERSIONS:
+        if dumped.get("resultType") is None:
+            dumped["resultType"] = "complete"
+        meta = dumped.get("_meta")
+        if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
+            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server.server_info_stamp}
+    return dumped
+
+
+def encode_response(request_id: types.RequestId, result: dict[str, Any]) -> bytes:
+    """One JSON-RPC response line, as compact as the SDK's (UTF-8, no spaces)."""
+    return _encode({"jsonrpc": "2.0", "id": request_id, "result": result}).encode("utf-8") + b"\n"
+
+
+def page_line(server: Any, method: str, version: str, request_id: types.RequestId,
+              result: Mapping[str, Any]) -> bytes:
+    """The response line of a listing page (`method` one of LIST_ITEMS): what `encode_response(shaped(...))` gives,
+    at the cost of one encode of the items. The items are spliced into the sieved envelope's line where a marker
+    list stood."""
+    key = LIST_ITEMS[method]
+    items = result[key]
+    envelope = shaped(server, method, version, {**result, key: []})
+    envelope[key] = _SPLICE
+    line = encode_response(request_id, envelope)
+    head, marker, tail = line.partition(_SPLICE_JSON)
+    if not marker or _SPLICE_JSON in tail:  # a string of the envelope holds the marker: never in practice
+        envelope[key] = items
+        return _encode({"jsonrpc": "2.0", "id": request_id, "result": envelope}).encode("utf-8") + b"\n"
+    return head + _encode_sorted(items).encode("utf-8") + tail
