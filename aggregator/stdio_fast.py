@@ -149,9 +149,9 @@ class FastReads:
         await answer(request_id, data, None)
 
 
-def shaped(server: Any, version: str, result: Mapping[str, Any]) -> dict[str, Any]:
+def shaped(server: Any, version: str, result: Mapping[str, Any], stamp: Any = None) -> dict[str, Any]:
     """The handler's result as the SDK's runner puts it on the wire: cache hints under the handler's keys, the
-    version's result sieve, and the `serverInfo` stamp on the modern wire."""
+    version's result sieve, and the `serverInfo` stamp on the modern wire (`stamp`: the server's, taken before)."""
     hint = server.cache_hints.get(METHOD)
     dumped = {"ttlMs": hint.ttl_ms, "cacheScope": hint.scope, **result} if hint is not None else dict(result)
     try:
@@ -164,7 +164,7 @@ def shaped(server: Any, version: str, result: Mapping[str, Any]) -> dict[str, An
             dumped["resultType"] = "complete"
         meta = dumped.get("_meta")
         if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
-            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server.server_info_stamp}
+            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: stamp or server.server_info_stamp}
     return dumped
 
 

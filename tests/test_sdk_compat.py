@@ -126,6 +126,21 @@ def test_uvicorn_protocol_internals_that_http_limits_reads_are_there() -> None:
     assert cycles == [None], f"{UVICORN}: `cycle` before a connection's first request is {cycles}, not None"
 
 
+def test_streamable_http_internals_the_http_fast_path_reads_are_there() -> None:
+    """aggregator.http_fast finds a legacy session as the SDK's manager keeps it (`_server_instances`,
+    `_session_owners`) and keeps its idle countdown as its transport does (`idle_scope`, `_idle_timeout`,
+    `_requests_in_flight`); tests/test_http_fast.py checks the answers, this names what went missing."""
+    from mcp.server.lowlevel import Server
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    manager = StreamableHTTPSessionManager(Server("probe"))
+    assert manager._server_instances == {} and manager._session_owners == {}
+    transport = StreamableHTTPServerTransport("id", idle_timeout=60)
+    assert (transport.mcp_session_id, transport._idle_timeout, transport._requests_in_flight) == ("id", 60, 0)
+    assert transport.idle_scope is None and transport.is_terminated is False  # idle_scope: set by connect()
+
+
 def test_fsspec_and_s3fs_internals_the_remote_source_calls_are_there() -> None:
     """aggregator.sources.filesystem calls `_strip_protocol` (fsspec, every remote source) and s3fs's
     `_iterdir(bucket, delimiter=, prefix=)` (a counted flat listing); tests/test_sources_s3.py lists through it."""
