@@ -44,13 +44,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
-from mcp_types import methods as sdk_methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 from starlette.requests import Request
 
 from aggregator import tracing
-from aggregator.stdio_fast import METHOD, shaped
+from aggregator.stdio_fast import METHOD, Envelopes, shaped
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
@@ -61,7 +59,7 @@ __all__ = ["HttpFastReads", "fast_http_reads"]
 logger = logging.getLogger("aggregator.http")
 
 _KEPT = 256
-"""Distinct valid `_meta` envelopes and (Host, Origin) pairs remembered (a client sends the same ones every time)."""
+"""Distinct (Host, Origin) pairs remembered (a client sends the same ones every time)."""
 _ENCODED_KEPT = 4096
 """Encoded results remembered (the same result of a read encodes to the same bytes)."""
 _ENCODED_MAX = 64 * 1024
@@ -121,7 +119,7 @@ class HttpFastReads:
         self._handler: Callable[[Any, Any], Awaitable[Any]] = entry.handler
         self._security, self._max_body = security, max_body
         self._json_response, self._stateless = json_response, stateless
-        self._envelopes: dict[str, bool] = {}
+        self._envelopes = Envelopes()
         self._origins: dict[tuple[str | None, str | None], bool] = {}
         self._encoded: dict[tuple[bool, str, str], tuple[Any, bytes]] = {}
         """(modern, version, URI) -> the handler's last result there and its wire form (sieved, stamped, encoded)."""
@@ -155,23 +153,25 @@ class HttpFastReads:
         raw = scope["headers"]
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
         length = headers.get("content-length", "")
-        if len(headers) != len(raw) or not length.isdigit() or int(length) > self._max_body:
-            await self.app(scope, receive, send)
-            return
-        body, replay = await _body(receive, self._max_body)
+        body, replay = None, receive
+        if len(headers) == len(raw) and length.isdigit() and int(length) <= self._max_body:
+            body, replay = await _body(receive, self._max_body)
         plan = self._plan(scope, headers, body) if body is not None else None
         if plan is None:
-            if body is not None and b'"initialize"' in body and "mcp-session-id" in headers:
-                self._forget(headers["mcp-session-id"])  # a second handshake may negotiate another version
+            if self._sessions and (body is None or b'"initialize"' in body):
+                self._forget(raw)  # it may be a second handshake in a session, negotiating another version
             await self.app(scope, replay, send)
             return
         logger.debug("fast path: %s read of %s", "modern" if plan.modern else "legacy", plan.uri)
         await self._serve(plan, scope, replay, send)
 
-    def _forget(self, session_id: str) -> None:
-        transport = self._server.session_manager._server_instances.get(session_id)
-        if transport is not None:
-            self._sessions.pop(transport, None)
+    def _forget(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Forget the version of the sessions named in `headers`: the SDK's next read there learns it again."""
+        for name, value in headers:
+            if name == b"mcp-session-id":
+                transport = self._server.session_manager._server_instances.get(value.decode("latin-1"))
+                if transport is not None:
+                    self._sessions.pop(transport, None)
 
     def _plan(self, scope: Scope, headers: dict[str, str], body: bytes) -> _Plan | None:
         """The read this request is, if the path answers it; None when the SDK must."""
@@ -234,19 +234,7 @@ class HttpFastReads:
         route = classify_inbound_request(message, headers=headers)
         if isinstance(route, InboundLadderRejection):
             return None
-        version = route.protocol_version
-        # Any key works that equal envelopes share and different ones do not: repr tells 1, 1.0 and True apart.
-        key = version + repr(params["_meta"])
-        if key not in self._envelopes:
-            # The envelope's validity does not depend on the URI (any string is a valid one): checked once.
-            try:
-                sdk_methods.validate_client_request(METHOD, version, {"uri": "", "_meta": params["_meta"]})
-            except (ValidationError, KeyError):
-                return None
-            if len(self._envelopes) >= _KEPT:
-                self._envelopes.clear()
-            self._envelopes[key] = True
-        return version
+        return route.protocol_version if self._envelopes.valid(route.protocol_version, params) else None
 
     def _session(self, scope: Scope, headers: dict[str, str]) -> Any:
         """The open legacy session this request names, held by the credential that opened it; None otherwise."""

@@ -4,7 +4,7 @@ per-request context and session objects, the middleware chain), which cost sever
 
 It takes only what it can answer exactly as the SDK would, and hands everything else to the SDK untouched: a
 request with an integer or string id whose params are `{"uri": str}` (legacy wire, once `initialize` was accepted)
-or `{"uri": str, "_meta": envelope}` (modern wire, the envelope checked by the SDK's own classifier), while the
+or `{"uri": str, "_meta": envelope}` (modern wire, the envelope checked by the SDK's own classifier and validator), while the
 server's middleware is the SDK's default alone and tracing is off (with tracing on, every request keeps its span).
 The result goes through the SDK's own per-version result sieve and `serverInfo` stamp; errors are mapped by the
 SDK's own function. `AGGREGATOR_STDIO_FAST=0` turns the path off (to compare answers with the SDK's).
@@ -28,6 +28,7 @@ from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from aggregator import tracing
 
@@ -71,6 +72,7 @@ class FastReads:
         self.legacy_version: str | None = None
         """The version the legacy handshake negotiated (None: no handshake answered, the SDK serves reads)."""
         self.tasks: dict[types.RequestId, asyncio.Task[None]] = {}
+        self._envelopes = Envelopes()
 
     def saw(self, message: types.JSONRPCMessage) -> None:
         """Note a message the SDK will handle: the first request decides the era; `initialize` is remembered."""
@@ -131,7 +133,9 @@ class FastReads:
         if params.keys() != {"uri", "_meta"} or not _has_modern_envelope(params):
             return None
         route = classify_inbound_request({"method": METHOD, "params": params})
-        return None if isinstance(route, InboundLadderRejection) else route.protocol_version
+        if isinstance(route, InboundLadderRejection) or not self._envelopes.valid(route.protocol_version, params):
+            return None
+        return route.protocol_version
 
     async def _serve(self, request_id: types.RequestId, version: str, uri: str, answer: Answer) -> None:
         try:
@@ -147,6 +151,31 @@ class FastReads:
             await answer(request_id, None, error)
             return
         await answer(request_id, data, None)
+
+
+class Envelopes:
+    """Which modern `_meta` envelopes the SDK's own request validator accepts on a read, each checked once (a client
+    sends the same one every time; the classifier checks only the version, not the other keys' shapes)."""
+
+    KEPT = 256
+
+    def __init__(self) -> None:
+        self._valid: set[str] = set()
+
+    def valid(self, version: str, params: dict[str, Any]) -> bool:
+        """Whether read `params` (`{"uri": str, "_meta": ...}`) pass the SDK's validation at `version`."""
+        # Any key works that equal envelopes share and different ones do not: repr tells 1, 1.0 and True apart.
+        key = version + repr(params["_meta"])
+        if key in self._valid:
+            return True
+        try:  # the envelope's validity does not depend on the URI: any string is a valid one
+            sdk_methods.validate_client_request(METHOD, version, {"uri": "", "_meta": params["_meta"]})
+        except (ValidationError, KeyError):
+            return False
+        if len(self._valid) >= self.KEPT:
+            self._valid.clear()
+        self._valid.add(key)
+        return True
 
 
 def shaped(server: Any, version: str, result: Mapping[str, Any], stamp: Any = None) -> dict[str, Any]:

@@ -250,3 +250,14 @@ def test_a_session_is_served_fast_only_after_the_sdk_served_a_read_there(pair: t
     assert "public A" in first.text and "public A" in second.text
     # Stateless: no session to learn, every read is taken; with sessions, the first read is the SDK's.
     assert _fast_reads(fast) - before == (2 if mode == "stateless" else 1)
+    if mode == "stateless":
+        return
+    # A second handshake in the session may negotiate another version: the SDK serves the next read again.
+    init = {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    again = _post(fast, init, _headers(ALICE, LEGACY, session))
+    before = _fast_reads(fast)
+    third = _post(fast, _read(4, "docs://a.md"), _headers(ALICE, LEGACY, session))
+    fourth = _post(fast, _read(5, "docs://a.md"), _headers(ALICE, LEGACY, session))
+    assert again.status_code == 200 and "public A" in third.text and "public A" in fourth.text
+    assert _fast_reads(fast) - before == 1
