@@ -257,7 +257,8 @@ class HttpFastReads:
         idle = session.idle_scope if session is not None and session._idle_timeout is not None else None
         if idle is not None:  # as the SDK's transport does: a request in flight holds the session open
             session._requests_in_flight += 1
-            idle.deadline = math.inf
+            if session._requests_in_flight == 1:  # with others in flight, it is held already
+                idle.deadline = math.inf
         try:
             status, body = await self._answer(plan, scope, receive)
             await self._send(plan, status, body, send)

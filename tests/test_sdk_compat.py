@@ -75,7 +75,7 @@ def test_the_sdk_still_keeps_the_connection_a_message_came_on(mode: str) -> None
 def test_uvicorn_protocol_internals_that_http_limits_reads_are_there() -> None:
     """http_limits subclasses uvicorn's HttpToolsProtocol and reads `connections`, `loop`, `transport`, `parser`
     (should_upgrade), `flow` (read_paused), `cycle` (response_started, response_complete, disconnected,
-    message_event) and calls `_should_upgrade`: pinned `uvicorn<1`, checked here on a real server."""
+    message_event, transport: http_writes stands in for it) and calls `_should_upgrade`: pinned `uvicorn<1`, checked here on a real server."""
     import uvicorn
 
     from aggregator.http_limits import limited_protocol
@@ -90,7 +90,7 @@ def test_uvicorn_protocol_internals_that_http_limits_reads_are_there() -> None:
                 has[name] = hasattr(self, name)
             cycles.append(getattr(self, "cycle", "missing"))
             super().on_headers_complete()
-            for name in ("response_started", "response_complete", "disconnected", "message_event"):
+            for name in ("response_started", "response_complete", "disconnected", "message_event", "transport"):
                 has[f"cycle.{name}"] = hasattr(self.cycle, name)
             has["flow.read_paused"] = hasattr(self.flow, "read_paused")
             has["parser.should_upgrade()"] = callable(getattr(self.parser, "should_upgrade", None))
