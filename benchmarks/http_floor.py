@@ -8,7 +8,8 @@ aggregator (its HTTP fast path on), the aggregator with `AGGREGATOR_HTTP_FAST=0`
 answer a read of the warm set with the file's text, then wrk (one thread, `--connections` keep-alive connections)
 POSTs the same 20 warm reads round-robin for `--seconds`. Reads/s, p50 and p99 come from wrk; any non-2xx answer or
 socket error is counted. Prints per round and the medians with the ratios to the floor of the same round, and the
-load average (compare ratios, not absolute figures: the machine is shared).
+load average (compare ratios, not absolute figures: the machine is shared); writes its section of docs/benchmarks.md.
+Needs wrk (`apt-get install wrk`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from pathlib import Path
 
 from benchmarks.http_load import MODERN, request_of, serve
 from benchmarks.measure import free_port
+from benchmarks.machine import describe as describe_machine
 from benchmarks.rss import cpu_seconds
 from benchmarks.run import DATA
+from benchmarks.sections import DOCS, HTTP_FLOOR, write_section
 from benchmarks.workload import body_of, generate, sample_indices, uri_of
 
 LEGACY = "2025-11-25"
@@ -159,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--wires", default=f"{LEGACY},{MODERN}")
     parser.add_argument("--subjects", default=",".join(SUBJECTS))
+    parser.add_argument("--output", type=Path, default=DOCS, help="the Markdown file whose section to rewrite")
+    parser.add_argument("--no-write", dest="output", action="store_const", const=None, help="print only")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         parser.error("needs wrk (apt-get install wrk)")
@@ -166,8 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     indices = sample_indices(args.files)
     subjects = args.subjects.split(",")
     results: dict[tuple[str, str], list[Run]] = {}
-    ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    print(f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
+    ratios: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    started_load = os.getloadavg()[0]
+    print(f"load average at start {started_load:.2f}", flush=True)
     for r in range(args.rounds):
         for wire in args.wires.split(","):
             got = {}
@@ -180,24 +186,43 @@ def main(argv: list[str] | None = None) -> None:
                 text = (f"{subject} {run.reads_per_s:,.0f}/s p50 {run.p50_ms:.2f} p99 {run.p99_ms:.2f} ms "
                         f"{run.cpu_us:.0f} us CPU")
                 if floor is not None and subject != "floor-asgi":
-                    pair = (run.reads_per_s / floor.reads_per_s, run.p99_ms / floor.p99_ms)
+                    pair = (run.reads_per_s / floor.reads_per_s, run.p99_ms / floor.p99_ms, floor.cpu_us / run.cpu_us)
                     ratios.setdefault((wire, subject), []).append(pair)
-                    text += f" ({pair[0]:.2f}x rate, {pair[1]:.2f}x p99)"
+                    text += f" ({pair[0]:.2f}x rate, {pair[1]:.2f}x p99, {pair[2]:.2f}x CPU)"
                 line.append(text + (f" FAILED {run.failed}" if run.failed else ""))
             print(f"round {r + 1} {wire} load {os.getloadavg()[0]:.1f}: " + " | ".join(line), flush=True)
+    command = "python -m benchmarks.http_floor " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = section(args, results, ratios, started_load, command.strip())
+    print("\n" + text)
+    if args.output is not None:
+        write_section(args.output, text)
+
+
+def section(args: argparse.Namespace, results: dict[tuple[str, str], list[Run]],
+            ratios: dict[tuple[str, str], list[tuple[float, float, float]]], load: float, command: str) -> str:
+    """The Markdown section for docs/benchmarks.md: medians per wire and subject, and the ratios to the floor."""
     med = statistics.median
-    print(f"\n{args.files:,} files, {args.connections} connections, {args.rounds} rounds of {args.seconds:g} s, "
-          f"load average {os.getloadavg()[0]:.2f} at the end, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("| wire | subject | reads/s | p50 (ms) | p99 (ms) | server CPU per read (us) | reads/s / floor | p99 / floor "
-          "| failed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    lines = [HTTP_FLOOR, "",
+             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` on {describe_machine()}; "
+             f"load average {load:.1f} at start and {os.getloadavg()[0]:.1f} at the end (other work shares the "
+             "machine: compare ratios, each taken within one round).", "",
+             f"{args.files:,} files; wrk, one thread, {args.connections} keep-alive connections POSTing the same 20 "
+             "warm `resources/read` requests round-robin, on the 2025-11-25 wire (an initialized session, SSE "
+             "answers: the server's default) and the 2026-07-28 wire (JSON answers), each subject a fresh server "
+             f"per round and wire, {args.rounds} rounds of {args.seconds:g} s, medians. `floor-asgi` is a bare ASGI "
+             "app on uvicorn with httptools (benchmarks/peers/asgi_floor.py); `aggregator-sdk` is the aggregator "
+             "with its fast path off (`AGGREGATOR_HTTP_FAST=0`). Ratios are medians of the per-round ratios to the "
+             "floor; CPU per read is the server process's user+system time over the reads wrk counted.", "",
+             "| wire | subject | reads/s | p50 (ms) | p99 (ms) | server CPU per read (us) | reads/s / floor "
+             "| p99 / floor | floor CPU / CPU | failed |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (wire, subject), runs in results.items():
         pairs = ratios.get((wire, subject))
-        rate = f"{med(p[0] for p in pairs):.2f}x" if pairs else ""
-        p99 = f"{med(p[1] for p in pairs):.2f}x" if pairs else ""
-        print(f"| {wire} | {subject} | {med(x.reads_per_s for x in runs):,.0f} | {med(x.p50_ms for x in runs):.2f} | "
-              f"{med(x.p99_ms for x in runs):.2f} | {med(x.cpu_us for x in runs):.0f} | {rate} | {p99} | {sum(x.failed for x in runs)} |")
+        shown = [f"{med(p[k] for p in pairs):.2f}x" if pairs else "" for k in range(3)]
+        lines.append(f"| {wire} | {subject} | {med(x.reads_per_s for x in runs):,.0f} | "
+                     f"{med(x.p50_ms for x in runs):.2f} | {med(x.p99_ms for x in runs):.2f} | "
+                     f"{med(x.cpu_us for x in runs):.0f} | {' | '.join(shown)} | {sum(x.failed for x in runs)} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
