@@ -172,8 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     subjects = args.subjects.split(",")
     results: dict[tuple[str, str], list[Run]] = {}
     ratios: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
-    started_load = os.getloadavg()[0]
-    print(f"load average at start {started_load:.2f}", flush=True)
+    print(f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
     for r in range(args.rounds):
         for wire in args.wires.split(","):
             got = {}
@@ -192,20 +191,20 @@ def main(argv: list[str] | None = None) -> None:
                 line.append(text + (f" FAILED {run.failed}" if run.failed else ""))
             print(f"round {r + 1} {wire} load {os.getloadavg()[0]:.1f}: " + " | ".join(line), flush=True)
     command = "python -m benchmarks.http_floor " + " ".join(sys.argv[1:] if argv is None else argv)
-    text = section(args, results, ratios, started_load, command.strip())
+    text = section(args, results, ratios, command.strip())
     print("\n" + text)
     if args.output is not None:
         write_section(args.output, text)
 
 
 def section(args: argparse.Namespace, results: dict[tuple[str, str], list[Run]],
-            ratios: dict[tuple[str, str], list[tuple[float, float, float]]], load: float, command: str) -> str:
+            ratios: dict[tuple[str, str], list[tuple[float, float, float]]], command: str) -> str:
     """The Markdown section for docs/benchmarks.md: medians per wire and subject, and the ratios to the floor."""
     med = statistics.median
     lines = [HTTP_FLOOR, "",
-             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` on {describe_machine()}; "
-             f"load average {load:.1f} at start and {os.getloadavg()[0]:.1f} at the end (other work shares the "
-             "machine: compare ratios, each taken within one round).", "",
+             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` on {describe_machine()}, "
+             f"{os.getloadavg()[0]:.1f} at the end (other work shares the machine: compare ratios, each taken within "
+             "one round).", "",
              f"{args.files:,} files; wrk, one thread, {args.connections} keep-alive connections POSTing the same 20 "
              "warm `resources/read` requests round-robin, on the 2025-11-25 wire (an initialized session, SSE "
              "answers: the server's default) and the 2026-07-28 wire (JSON answers), each subject a fresh server "
