@@ -60,8 +60,9 @@ logger = logging.getLogger("aggregator.http")
 
 _KEPT = 256
 """Distinct (Host, Origin) pairs remembered (a client sends the same ones every time)."""
-_ENCODED_KEPT = 4096
-"""Encoded results remembered (the same result of a read encodes to the same bytes)."""
+_ENCODED_BYTES = 8 * 1024 * 1024
+"""Bytes of encoded results remembered at most (the same result of a read encodes to the same bytes; each also holds
+the handler's result, whose text is mostly the content cache's own object)."""
 _ENCODED_MAX = 64 * 1024
 """Text or blob characters at most in a remembered result."""
 _JSON_TYPE = b"application/json"
@@ -122,6 +123,7 @@ class HttpFastReads:
         self._envelopes = Envelopes()
         self._origins: dict[tuple[str | None, str | None], bool] = {}
         self._encoded: dict[tuple[bool, str, str], tuple[Any, bytes]] = {}
+        self._encoded_bytes = 0
         """(modern, version, URI) -> the handler's last result there and its wire form (sieved, stamped, encoded)."""
         self._stamp = server.server_info_stamp  # a fresh copy per access: taken once, never handed out
         self._sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -291,8 +293,10 @@ class HttpFastReads:
         encoded = json.dumps(shaped(self._server, plan.version, result, self._stamp), ensure_ascii=plan.modern,
                              separators=(",", ":")).encode()
         if _rememberable(result):
-            if len(self._encoded) >= _ENCODED_KEPT:
-                self._encoded.pop(next(iter(self._encoded)))
+            replaced = self._encoded.pop(key, None)
+            self._encoded_bytes += len(encoded) - (len(replaced[1]) if replaced is not None else 0)
+            while self._encoded and self._encoded_bytes > _ENCODED_BYTES:  # the oldest go first
+                self._encoded_bytes -= len(self._encoded.pop(next(iter(self._encoded)))[1])
             self._encoded[key] = (result, encoded)
         return encoded
 

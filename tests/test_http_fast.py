@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -52,6 +53,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("fast")
     (folder / "docs").mkdir()
     (folder / "docs" / "a.md").write_text("# public A\n")
+    (folder / "docs" / "changing.md").write_text("first\n")  # test_a_changed_file_is_answered_anew's
     (folder / "docs" / "unicode.md").write_text("caf\u00e9 \u2603 \U0001f600 \u2028 end\n")
     (folder / "docs" / "logo.png").write_bytes(PNG_BYTES)
     (folder / "secret").mkdir()
@@ -261,3 +263,20 @@ def test_a_session_is_served_fast_only_after_the_sdk_served_a_read_there(pair: t
     fourth = _post(fast, _read(5, "docs://a.md"), _headers(ALICE, LEGACY, session))
     assert again.status_code == 200 and "public A" in third.text and "public A" in fourth.text
     assert _fast_reads(fast) - before == 1
+
+
+def test_a_changed_file_is_answered_anew(pair: tuple[str, Server, Server], folder: Path) -> None:
+    """The fast path keeps each read's encoded answer, for as long as the handler's result is the same."""
+    mode, fast, _ = pair
+    headers = _headers(ALICE, MODERN, None, **{"Mcp-Method": "resources/read", "Mcp-Name": "docs://changing.md"})
+    deadline = time.monotonic() + 30
+    answers: list[str] = []
+    for text in (f"first {mode}\n", f"second {mode}\n"):
+        (folder / "docs" / "changing.md").write_text(text)
+        while time.monotonic() < deadline:  # until the watcher has seen the file (and then its change)
+            answer = _post(fast, _modern(1, "docs://changing.md"), headers).json()
+            if answer.get("result", {}).get("contents", [{}])[0].get("text") == text:
+                answers.append(text)
+                break
+            time.sleep(0.1)
+    assert answers == [f"first {mode}\n", f"second {mode}\n"]
