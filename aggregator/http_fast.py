@@ -123,8 +123,8 @@ class HttpFastReads:
         self._envelopes = Envelopes()
         self._origins: dict[tuple[str | None, str | None], bool] = {}
         self._encoded: dict[tuple[bool, str, str], tuple[Any, bytes]] = {}
-        self._encoded_bytes = 0
         """(modern, version, URI) -> the handler's last result there and its wire form (sieved, stamped, encoded)."""
+        self._encoded_bytes = 0
         self._stamp = server.server_info_stamp  # a fresh copy per access: taken once, never handed out
         self._sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         """Legacy sessions' transports -> the version their handshake negotiated, once the SDK served a read there."""
@@ -156,7 +156,7 @@ class HttpFastReads:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
         length = headers.get("content-length", "")
         body, replay = None, receive
-        if len(headers) == len(raw) and length.isdigit() and int(length) <= self._max_body:
+        if len(headers) == len(raw) and length.isascii() and length.isdigit() and int(length) <= self._max_body:
             body, replay = await _body(receive, self._max_body)
         plan = self._plan(scope, headers, body) if body is not None else None
         if plan is None:
