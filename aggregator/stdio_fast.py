@@ -4,8 +4,9 @@ per-request context and session objects, the middleware chain), which cost sever
 
 It takes only what it can answer exactly as the SDK would, and hands everything else to the SDK untouched: a
 request with an integer or string id whose params are `{"uri": str}` (legacy wire, once `initialize` was accepted)
-or `{"uri": str, "_meta": envelope}` (modern wire, the envelope checked by the SDK's own classifier and validator), while the
-server's middleware is the SDK's default alone and tracing is off (with tracing on, every request keeps its span).
+or `{"uri": str, "_meta": envelope}` (modern wire, the envelope checked by the SDK's own classifier and validator),
+while the server's middleware is the SDK's default alone and tracing is off (with tracing on, every request keeps
+its span).
 The result goes through the SDK's own per-version result sieve and `serverInfo` stamp; errors are mapped by the
 SDK's own function. `AGGREGATOR_STDIO_FAST=0` turns the path off (to compare answers with the SDK's).
 """

@@ -65,7 +65,8 @@ def _post(port: int, body: dict[str, object], headers: dict[str, str]) -> tuple[
 def legacy_session(port: int) -> str | None:
     """Open a 2025-11-25 session (initialize, then notifications/initialized); its id, None when there is none."""
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "http_floor", "version": "1"}}}
+            "params": {"protocolVersion": LEGACY, "capabilities": {},
+                       "clientInfo": {"name": "http_floor", "version": "1"}}}
     _, headers, _ = _post(port, init, {})
     session = headers.get("mcp-session-id")
     extra = {"MCP-Protocol-Version": LEGACY, **({"Mcp-Session-Id": session} if session else {})}

@@ -100,11 +100,13 @@ def _answer(response: httpx.Response, session: str | None, port: int) -> dict[st
     text = response.text
     body: Any = text
     if kind.startswith("text/event-stream"):
-        body = [json.loads(line[5:]) for line in re.split(r"\r\n|\r|\n", text) if line.startswith("data:") and line[5:].strip()]
+        lines = re.split(r"\r\n|\r|\n", text)  # SSE's line ends: not str.splitlines, which also splits at U+2028
+        body = [json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip()]
     elif kind.startswith("application/json") and text:
         body = json.loads(text)
     own = response.headers.get("mcp-session-id")
-    return {"status": response.status_code, "body": body, **{k: (response.headers.get(k) or "").replace(str(port), "PORT") for k in _COMPARED},
+    headers = {k: (response.headers.get(k) or "").replace(str(port), "PORT") for k in _COMPARED}
+    return {"status": response.status_code, "body": body, **headers,
             "session": None if own is None else "same" if own == session else "another"}
 
 

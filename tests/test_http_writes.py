@@ -1,6 +1,6 @@
 """A response's head leaves with its first body part in one write, or at the end of the loop's iteration when the
-app does not follow it at once; order is kept and close writes what is held (a real server answering through it: test_sdk_compat,
-test_http_limits)."""
+app does not follow it at once; order is kept and close writes what is held (a real server answering through it:
+test_sdk_compat, test_http_limits)."""
 
 from __future__ import annotations
 

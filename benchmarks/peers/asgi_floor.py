@@ -65,8 +65,8 @@ def app_for(root: str) -> Any:
             reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"],
                                      "result": result(request["method"], request.get("params") or {}, modern)}
         except KeyError:
-            reply = {"jsonrpc": "2.0", "id": request["id"],
-                     "error": {"code": -32602, "message": "Resource not found", "data": {"uri": request["params"]["uri"]}}}
+            missing = {"code": -32602, "message": "Resource not found", "data": {"uri": request["params"]["uri"]}}
+            reply = {"jsonrpc": "2.0", "id": request["id"], "error": missing}
         if request["method"] == "initialize":
             headers.append((b"mcp-session-id", b"floor"))
         body = json.dumps(reply, separators=(",", ":")).encode()
