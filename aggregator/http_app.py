@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from aggregator.http_fast import fast_http_reads
 from aggregator.manifest.model import HttpSettings
 from aggregator.metrics import Metrics, metrics_route
 
@@ -109,10 +110,13 @@ def http_app(server: Server[Any], live: Health, metrics: Metrics, host: str, por
         routes += metadata_routes(auth, resource)
     elif live.service.catalog.restricted:
         logger.warning("entries declare access scopes but server.auth is not set: HTTP callers see none of them")
-    app = server.streamable_http_app(
+    sdk_app = server.streamable_http_app(
         streamable_http_path="/mcp", json_response=json_response, stateless_http=stateless, host=host,
         transport_security=security,
         max_request_body_size=settings.http.max_body_bytes, custom_starlette_routes=routes)
+    # Inside the auth guard (protect, below): the fast path sees only callers that passed it, as the SDK's app does.
+    app = fast_http_reads(sdk_app, server, security, max_body=settings.http.max_body_bytes, json_response=json_response,
+                          stateless=stateless)
     if auth is None or resource is None:
         return app
     from aggregator.auth import protect, verifier_for

@@ -6,7 +6,8 @@ silent one. They cover reading a request only; a response in progress (an SSE li
 stream) is never timed, and the keep-alive timeout starts only once a response is complete.
 
 It subclasses uvicorn's HttpToolsProtocol and reads its internals (`connections`, `transport`, `parser`, `flow`,
-`cycle`, `_should_upgrade`): uvicorn is pinned below 1, and tests/test_sdk_compat.py names any that go missing.
+`cycle` and its `transport`, `_should_upgrade`): uvicorn is pinned below 1, and tests/test_sdk_compat.py names any
+that go missing. Each cycle writes through aggregator.http_writes (a response's head and body in one write).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from aggregator.http_writes import CoalescedWrites
 from aggregator.manifest.model import HttpSettings
 
 __all__ = ["limited_protocol", "quiet_client_disconnects"]
@@ -43,6 +45,8 @@ class _LimitedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._pending: tuple[float, Any] | None = None
+        """A deadline to arm once the bytes at hand are parsed, if what it times is still unfinished then."""
         self._reading_headers = False
 
     # The ignore: uvicorn's own signature narrows asyncio.BaseProtocol's (BaseTransport) to Transport; ours follows it.
@@ -61,33 +65,48 @@ class _LimitedProtocol(HttpToolsProtocol):
         self._disarm()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Most requests arrive whole in one read: their deadlines are never armed (no timer made and cancelled).
+        if self._pending is not None:
+            seconds, then = self._pending
+            self._pending = None
+            self._deadline = self.loop.call_later(seconds, then)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if not self._reading_headers:  # a new request on a kept-alive connection: its own header deadline
-            self._read_headers()
+            self._read_headers(later=True)
 
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
         if self.parser.should_upgrade() and self._should_upgrade():
             return  # a WebSocket: another protocol owns the transport from here
-        # Disarmed again at once by on_message_complete when there is no body (the same feed_data call).
-        self._arm(self.body_timeout, self._body_timed_out)
+        if self.cycle is not None:  # its response's head and first body part in one write (http_writes)
+            self.cycle.transport = CoalescedWrites(self.transport, self.loop)  # type: ignore[assignment]
+        # Armed after this read only if the body is not complete by then (on_message_complete disarms it).
+        self._arm(self.body_timeout, self._body_timed_out, later=True)
 
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
 
-    def _read_headers(self) -> None:
-        self._arm(self.header_timeout, self._headers_timed_out)
+    def _read_headers(self, later: bool = False) -> None:
+        self._arm(self.header_timeout, self._headers_timed_out, later)
         self._reading_headers = True  # after _arm, which clears it
 
-    def _arm(self, seconds: float, then: Any) -> None:
+    def _arm(self, seconds: float, then: Any, later: bool = False) -> None:
+        """Time what follows: now, or (`later`, while bytes are being parsed) once the bytes at hand are parsed."""
         self._disarm()
-        self._deadline = self.loop.call_later(seconds, then)
+        if later:
+            self._pending = (seconds, then)
+        else:
+            self._deadline = self.loop.call_later(seconds, then)
 
     def _disarm(self) -> None:
         self._reading_headers = False
+        self._pending = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None

@@ -6,7 +6,7 @@ which cost several times the read itself, and for a listing page the sieve's val
 It takes only what it can answer exactly as the SDK would, and hands everything else to the SDK untouched: a
 request with an integer or string id whose params are the method's own (`{"uri": str}` for a read; none, `{}` or
 `{"cursor": str}` for a listing) on the legacy wire once `initialize` was accepted, or those and `_meta` (an
-envelope the SDK's own classifier accepts) on the modern wire, while the server's middleware is the SDK's default
+envelope the SDK's own classifier and request validator accept) on the modern wire, while the server's middleware is the SDK's default
 alone and tracing is off (with tracing on, every request keeps its span). The result goes through the SDK's own
 per-version result sieve and `serverInfo` stamp (`wire_results`); errors are mapped by the SDK's own function.
 `AGGREGATOR_STDIO_FAST=0` turns the path off (to compare answers with the SDK's).
@@ -29,7 +29,7 @@ from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 
 from aggregator import tracing
-from aggregator.wire_results import LIST_ITEMS, encode_response, page_line, shaped
+from aggregator.wire_results import LIST_ITEMS, Envelopes, encode_response, page_line, shaped
 
 __all__ = ["FastReads", "fast_reads_for"]
 
@@ -82,6 +82,7 @@ class FastReads:
         self.legacy_version: str | None = None
         """The version the legacy handshake negotiated (None: no handshake answered, the SDK serves reads)."""
         self.tasks: dict[types.RequestId, asyncio.Task[None]] = {}
+        self._envelopes = Envelopes()
 
     def saw(self, message: types.JSONRPCMessage) -> None:
         """Note a message the SDK will handle: the first request decides the era; `initialize` is remembered."""
@@ -154,7 +155,10 @@ class FastReads:
         if "_meta" not in params or not _has_modern_envelope(params):
             return None
         route = classify_inbound_request({"method": method, "params": params})
-        return None if isinstance(route, InboundLadderRejection) else route.protocol_version
+        if isinstance(route, InboundLadderRejection) or not self._envelopes.valid(method, route.protocol_version,
+                                                                                   params):
+            return None
+        return route.protocol_version
 
     async def _serve(self, request_id: types.RequestId, method: str, version: str, args: object, handler: Handler,
                      answer: Answer) -> None:

@@ -20,8 +20,9 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
-__all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "encode_response", "page_line", "shaped"]
+__all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "Envelopes", "encode_response", "page_line", "shaped"]
 
 logger = logging.getLogger("aggregator.stdio")
 
@@ -35,9 +36,36 @@ _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _encode_sorted = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
 
 
-def shaped(server: Any, method: str, version: str, result: Mapping[str, Any]) -> dict[str, Any]:
+class Envelopes:
+    """Which modern `_meta` envelopes the SDK's own request validator accepts on a method, each checked once (a
+    client sends the same one every time; the classifier checks only the version, not the other keys' shapes)."""
+
+    KEPT = 256
+
+    def __init__(self) -> None:
+        self._valid: set[str] = set()
+
+    def valid(self, method: str, version: str, params: Mapping[str, Any]) -> bool:
+        """Whether the `_meta` of `params` passes the SDK's validation of `method` at `version` (the method's own
+        params are checked by the caller: the envelope's validity does not depend on them)."""
+        # Any key works that equal envelopes share and different ones do not: repr tells 1, 1.0 and True apart.
+        key = f"{method}\0{version}\0{params['_meta']!r}"
+        if key in self._valid:
+            return True
+        probe: dict[str, Any] = {"uri": ""} if method == "resources/read" else {}
+        try:
+            sdk_methods.validate_client_request(method, version, {**probe, "_meta": params["_meta"]})
+        except (ValidationError, KeyError):
+            return False
+        if len(self._valid) >= self.KEPT:
+            self._valid.clear()
+        self._valid.add(key)
+        return True
+
+
+def shaped(server: Any, method: str, version: str, result: Mapping[str, Any], stamp: Any = None) -> dict[str, Any]:
     """The handler's result as the SDK's runner puts it on the wire: cache hints under the handler's keys, the
-    version's result sieve, and the `serverInfo` stamp on the modern wire."""
+    version's result sieve, and the `serverInfo` stamp on the modern wire (`stamp`: the server's, taken before)."""
     hint = server.cache_hints.get(method)
     dumped = {"ttlMs": hint.ttl_ms, "cacheScope": hint.scope, **result} if hint is not None else dict(result)
     try:
@@ -50,7 +78,7 @@ def shaped(server: Any, method: str, version: str, result: Mapping[str, Any]) ->
             dumped["resultType"] = "complete"
         meta = dumped.get("_meta")
         if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
-            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server.server_info_stamp}
+            dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: stamp or server.server_info_stamp}
     return dumped
 
 

@@ -4,9 +4,10 @@
 
 Per round one fresh aggregator and one fresh `floor-stdlib` (taking turns, the order alternating) over the scale
 corpus, through the raw client of `stdio_rpc` on the legacy wire: cold reads (distinct random files, each the
-server's first read of it; the files are in the page cache, as the floor's are) then warm reads (the same files
-again), `--in-flight` at once. Prints per round and the medians, with the ratio aggregator / floor of each round
-(compare ratios within a run: the machine may be loaded) and the load average.
+server's first read of it; the files are read into the page cache before the round, for both peers alike) then
+warm reads (the same files again), `--in-flight` at once. Prints per round and the medians, with the ratio
+aggregator / floor of each round (compare ratios within a run: the machine may be loaded) and the load average;
+writes its section of docs/benchmarks.md (`--no-write`: print only).
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ import asyncio
 import os
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.machine import describe as describe_machine
 from benchmarks.peers import PEERS
 from benchmarks.rss import cpu_seconds
 from benchmarks.scale import FLOOR, PAGE_SIZE, SUBJECT, checker, parse_size, picks
 from benchmarks.scale_corpus import CACHE, corpus
+from benchmarks.sections import DOCS, STDIO_FLOOR, write_section
 from benchmarks.stdio_rpc import RawClient, pipelined
-from benchmarks.workload import uri_of
+from benchmarks.workload import relative_path, uri_of
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,22 @@ async def one_round(peer: str, root: Path, cold: list[int], warm: list[int], in_
         await client.close()
 
 
+def into_page_cache(root: Path, indices: list[int]) -> None:
+    """Read the files once here, so that both peers' cold reads (each server's first read of a file) find them in
+    the page cache whichever goes first: without it the first peer of a round pays the disk for both (a thread hop
+    per file for the aggregator, whose reads wait on the disk only off the event loop)."""
+    for i in indices:
+        with open(root / relative_path(i), "rb") as handle:
+            handle.read()
+
+
 async def run(options: argparse.Namespace) -> None:
     root = corpus(options.size, options.data)
     runs: dict[str, list[Round]] = {SUBJECT: [], FLOOR: []}
     ratios: list[tuple[float, float]] = []
     for r in range(options.rounds):
         cold, warm = picks(options.size, options.reads, r)
+        into_page_cache(root, cold)
         got = {}
         for peer in (SUBJECT, FLOOR) if r % 2 == 0 else (FLOOR, SUBJECT):
             got[peer] = await one_round(peer, root, cold, warm, options.in_flight)
@@ -70,14 +84,27 @@ async def run(options: argparse.Namespace) -> None:
               f"warm {f.warm_rps:,.0f}/s {f.warm_us:.0f} us | ratio cold {ratios[-1][0]:.2f}x warm "
               f"{ratios[-1][1]:.2f}x", flush=True)
     med = statistics.median
-    print(f"\n{options.size:,} files, {options.reads} reads, {options.in_flight} in flight, {options.rounds} rounds, "
-          f"load {os.getloadavg()[0]:.1f}")
-    print("| peer | cold reads/s | cold CPU us/read | warm reads/s | warm CPU us/read |")
-    print("|---|---|---|---|---|")
+    command = ("python -m benchmarks.stdio_floor " + " ".join(options.argv)).strip()
+    lines = [STDIO_FLOOR, "",
+             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` on {describe_machine()}, "
+             f"{os.getloadavg()[0]:.1f} at the end (other work shares the machine: compare ratios, each taken within "
+             "one round).", "",
+             f"{options.size:,} files (the scale corpus, about 2 KB each; a round's files are read into the page "
+             "cache before it); per round a fresh "
+             "aggregator and `floor-stdlib` (a stdlib-only JSON-RPC loop that opens the file on every read) taking "
+             f"turns, {options.reads} cold reads (distinct files at random, each the server's first read of it) then "
+             f"the same reads again (warm), {options.in_flight} in flight through a raw client on the legacy wire; "
+             f"medians of {options.rounds} rounds; ratios are medians of the per-round ratios.", "",
+             "| peer | cold reads/s | cold CPU us/read | warm reads/s | warm CPU us/read |", "|---|---|---|---|---|"]
     for peer, rounds in runs.items():
-        print(f"| {peer} | {med(x.cold_rps for x in rounds):,.0f} | {med(x.cold_us for x in rounds):.0f} | "
-              f"{med(x.warm_rps for x in rounds):,.0f} | {med(x.warm_us for x in rounds):.0f} |")
-    print(f"| ratio (median of rounds) | {med(c for c, _ in ratios):.2f}x | | {med(w for _, w in ratios):.2f}x | |")
+        lines.append(f"| {peer} | {med(x.cold_rps for x in rounds):,.0f} | {med(x.cold_us for x in rounds):.0f} | "
+                     f"{med(x.warm_rps for x in rounds):,.0f} | {med(x.warm_us for x in rounds):.0f} |")
+    lines.append(f"| ratio aggregator / floor (reads/s) | {med(c for c, _ in ratios):.2f}x | | "
+                 f"{med(w for _, w in ratios):.2f}x | |")
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if options.output is not None:
+        write_section(options.output, text)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,7 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reads", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--data", type=Path, default=CACHE)
-    asyncio.run(run(parser.parse_args(argv)))
+    parser.add_argument("--output", type=Path, default=DOCS, help="the Markdown file whose section to rewrite")
+    parser.add_argument("--no-write", dest="output", action="store_const", const=None, help="print only")
+    options = parser.parse_args(argv)
+    options.argv = sys.argv[1:] if argv is None else argv
+    asyncio.run(run(options))
 
 
 if __name__ == "__main__":

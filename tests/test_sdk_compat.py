@@ -75,7 +75,7 @@ def test_the_sdk_still_keeps_the_connection_a_message_came_on(mode: str) -> None
 def test_uvicorn_protocol_internals_that_http_limits_reads_are_there() -> None:
     """http_limits subclasses uvicorn's HttpToolsProtocol and reads `connections`, `loop`, `transport`, `parser`
     (should_upgrade), `flow` (read_paused), `cycle` (response_started, response_complete, disconnected,
-    message_event) and calls `_should_upgrade`: pinned `uvicorn<1`, checked here on a real server."""
+    message_event, transport: http_writes stands in for it) and calls `_should_upgrade`: pinned `uvicorn<1`, checked here on a real server."""
     import uvicorn
 
     from aggregator.http_limits import limited_protocol
@@ -90,7 +90,7 @@ def test_uvicorn_protocol_internals_that_http_limits_reads_are_there() -> None:
                 has[name] = hasattr(self, name)
             cycles.append(getattr(self, "cycle", "missing"))
             super().on_headers_complete()
-            for name in ("response_started", "response_complete", "disconnected", "message_event"):
+            for name in ("response_started", "response_complete", "disconnected", "message_event", "transport"):
                 has[f"cycle.{name}"] = hasattr(self.cycle, name)
             has["flow.read_paused"] = hasattr(self.flow, "read_paused")
             has["parser.should_upgrade()"] = callable(getattr(self.parser, "should_upgrade", None))
@@ -124,6 +124,21 @@ def test_uvicorn_protocol_internals_that_http_limits_reads_are_there() -> None:
     missing = sorted(name for name, there in has.items() if not there)
     assert has and not missing, f"{UVICORN}: HttpToolsProtocol lacks {missing}; see aggregator/http_limits.py"
     assert cycles == [None], f"{UVICORN}: `cycle` before a connection's first request is {cycles}, not None"
+
+
+def test_streamable_http_internals_the_http_fast_path_reads_are_there() -> None:
+    """aggregator.http_fast finds a legacy session as the SDK's manager keeps it (`_server_instances`,
+    `_session_owners`) and keeps its idle countdown as its transport does (`idle_scope`, `_idle_timeout`,
+    `_requests_in_flight`); tests/test_http_fast.py checks the answers, this names what went missing."""
+    from mcp.server.lowlevel import Server
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    manager = StreamableHTTPSessionManager(Server("probe"))
+    assert manager._server_instances == {} and manager._session_owners == {}
+    transport = StreamableHTTPServerTransport("id", idle_timeout=60)
+    assert (transport.mcp_session_id, transport._idle_timeout, transport._requests_in_flight) == ("id", 60, 0)
+    assert transport.idle_scope is None and transport.is_terminated is False  # idle_scope: set by connect()
 
 
 def test_fsspec_and_s3fs_internals_the_remote_source_calls_are_there() -> None:

@@ -78,6 +78,12 @@ def _floor_stdlib(root: Path, page_size: int, port: int | None) -> Launch:
     return Launch(sys.executable, ["-m", "benchmarks.peers.stdlib_floor", str(root), str(page_size)])
 
 
+def _floor_asgi(root: Path, page_size: int, port: int | None) -> Launch:
+    if port is None:
+        raise ValueError("floor-asgi serves HTTP only")
+    return Launch(sys.executable, ["-m", "benchmarks.peers.asgi_floor", str(root), str(page_size), "--http", str(port)])
+
+
 def _sdk_mcpserver(root: Path, page_size: int, port: int | None) -> Launch:
     return Launch(sys.executable, ["-m", "benchmarks.peers.sdk_mcpserver", str(root), *_http(port, "--http")])
 
@@ -129,6 +135,9 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in [
          "the floor for a read that reaches the disk", _floor_disk),
     Peer("floor-stdlib", "a stdlib-only JSON-RPC loop over stdio (no SDK): walks the folder once, lists it in pages, "
          "opens the file on every read; the scale benchmark's floor (legacy wire only)", _floor_stdlib, http=False),
+    Peer("floor-asgi", "a bare ASGI app on uvicorn with httptools (no SDK, no framework): parses the JSON-RPC body, "
+         "opens the file on every read, answers the wire's result shape and cache hints; the HTTP floor (HTTP only)",
+         _floor_asgi),
     Peer("aggregator-annotated", "aggregator with `annotations: {lastModified: file}` on the collection (stdio "
          "only: it exists to compare listing costs)", _aggregator_annotated, http=False),
     Peer("floor-annotated", "the floor also listing `annotations.lastModified`, as aggregator-annotated does "
