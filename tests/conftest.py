@@ -154,17 +154,32 @@ MEMORY_TMP = Path("/dev/shm")
 
 
 def _tests_in_memory(config: pytest.Config) -> None:
-    """Test folders in memory (MEMORY_TMP) unless --basetemp is given or AGGREGATOR_TEST_TMP=disk. xdist workers
-    get their folder under it from the controller."""
+    """Test folders in memory (MEMORY_TMP) unless --basetemp is given or AGGREGATOR_TEST_TMP=disk: one folder per
+    run (named by the pytest process's id, so a targeted run beside `make test` leaves the suite's folders alone),
+    and the folders of runs that have ended are removed when the next run starts (the last one stays to look at).
+    xdist workers get their folder under it from the controller."""
     if config.option.basetemp or os.environ.get("AGGREGATOR_TEST_TMP") == "disk" or hasattr(config, "workerinput"):
         return
     if not (MEMORY_TMP.is_dir() and os.access(MEMORY_TMP, os.W_OK)):
         return
-    import hashlib
+    import shutil
 
-    # One folder per checkout and user: pytest empties the basetemp at the start of a run.
-    checkout = hashlib.sha256(str(config.rootpath).encode()).hexdigest()[:10]
-    config.option.basetemp = str(MEMORY_TMP / f"aggregator-tests-{os.getuid()}-{checkout}")
+    runs = MEMORY_TMP / f"aggregator-tests-{os.getuid()}"
+    runs.mkdir(exist_ok=True)
+    for run in runs.iterdir():
+        if run.name.isdigit() and not _alive(int(run.name)):
+            shutil.rmtree(run, ignore_errors=True)
+    config.option.basetemp = str(runs / str(os.getpid()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)  # before the tmp_path plugin reads --basetemp
