@@ -74,8 +74,11 @@ def make_hostile_folder(tmp: Path) -> HostileFolder:
 
 
 def _unix_socket(path: Path) -> None:
-    """A bound UNIX socket at `path` (bound in a short folder, then moved: socket paths are limited to ~100 bytes)."""
-    short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp")) / "s"
+    """A bound UNIX socket at `path` (bound in a short folder on the same file system, then moved: socket paths are
+    limited to ~100 bytes, and a move to another file system fails)."""
+    device = os.stat(path.parent).st_dev
+    near = next((d for d in ("/dev/shm", "/tmp") if os.path.isdir(d) and os.stat(d).st_dev == device), "/tmp")
+    short = Path(tempfile.mkdtemp(prefix="s", dir=near)) / "s"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(short))

@@ -31,7 +31,8 @@ STOP_TIMEOUT = 15.0
 POLL = 0.02
 
 __all__ = ["START_TIMEOUT", "STOP_TIMEOUT", "Server", "accepts", "answers", "serve_http", "start", "start_listening",
-           "stop", "wait_until", "wait_watched", "watched", "watchers_up"]
+           "stop", "wait_until", "wait_watched", "watched", "watchers_up", "workers_up", "catches",
+           "patched_command"]
 
 
 def tail(log: Path | None, chars: int = 4000) -> str:
@@ -185,6 +186,40 @@ async def watchers_up(*folders: Path, timeout: float = START_TIMEOUT) -> None:
             await anyio.sleep(pause(time.monotonic() - began))
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (SigCgt in /proc/PID/status: Linux); False once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            caught = next((line.split()[1] for line in status if line.startswith("SigCgt:")), "0")
+    except OSError:
+        return False
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def workers_up(pid: int, count: int) -> Callable[[], bool]:
+    """Whether `serve --workers` process `pid` has `count` workers that each handle SIGTERM: a worker installs its
+    handler once its catalog is open and it is about to serve, and until then SIGTERM kills it (exit -15, the
+    parent exits 1), so a test that stops the server must first wait for this."""
+    import psutil
+
+    def check() -> bool:
+        try:
+            children = psutil.Process(pid).children()
+        except psutil.NoSuchProcess:
+            return False
+        return len(children) >= count and all(catches(child.pid, signal.SIGTERM) for child in children)
+    return check
+
+
+def patched_command(module: str, **values: object) -> tuple[str, ...]:
+    """`aggregator` run with `module`'s constants set to `values` first: for a test whose subject is not one of the
+    server's limits, but which a loaded machine could run into (e.g. a search's time budget), so that the test
+    proves its subject and nothing else. The values are Python literals."""
+    sets = "; ".join(f"m.{name} = {value!r}" for name, value in values.items())
+    return (sys.executable, "-c", f"import sys, {module} as m; {sets}; from aggregator.cli import main; "
+                                  "raise SystemExit(main(sys.argv[1:]))")
+
+
 @dataclass
 class Server:
     """A running server process on a loopback port: `base` (http://127.0.0.1:PORT), `url` (its /mcp), `log` (its
@@ -209,14 +244,14 @@ class Server:
 @contextmanager
 def serve_http(manifest: Path, logs: Path, *args: str, env: Mapping[str, str] | None = None,
                port: int | None = None, bind: str = "", ready: str = "/healthz",
-               exit_code: int | None = 0, log_name: str = "server.log", global_args: Sequence[str] = ()
-               ) -> Iterator[Server]:
+               exit_code: int | None = 0, log_name: str = "server.log", global_args: Sequence[str] = (),
+               command: Sequence[str] = (sys.executable, "-m", "aggregator")) -> Iterator[Server]:
     """`aggregator [global_args] serve manifest --http [bind]PORT args` once GET `ready` answers 200 ("" waits only
-    for the port to accept); SIGTERM on the way out, and then its exit code must be `exit_code` (None: any)."""
+    for the port to accept); SIGTERM on the way out, and then its exit code must be `exit_code` (None: any).
+    `command` is what runs as `aggregator` (see `patched_command`)."""
     port = port or free_port()
     log = logs / log_name
-    argv = [sys.executable, "-m", "aggregator", *global_args, "serve", str(manifest), "--http",
-            f"{bind}{port}", *args]
+    argv = [*command, *global_args, "serve", str(manifest), "--http", f"{bind}{port}", *args]
     process = start(argv, log, env=env)
     server = Server(port, process, log)
     try:

@@ -4,6 +4,8 @@ else (a network file system, a large file, a swapped file, a link) takes the thr
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -14,6 +16,14 @@ from aggregator.sources.base import SourceTooLarge
 from aggregator.sources.cached_read import INLINE_MAX, filesystem_type, inline_possible, read_if_cached
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="no preadv2 RWF_NOWAIT on this system")
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """This module's folders on the system's temporary disk, not where the suite keeps the others (conftest:
+    /dev/shm): tmpfs answers preadv2 RWF_NOWAIT with EOPNOTSUPP, so nothing there is ever read inline."""
+    with tempfile.TemporaryDirectory(prefix="aggregator-cached-read-") as folder:
+        yield Path(folder)
 
 
 def test_the_file_system_type_comes_from_the_longest_mount_point(tmp_path: Path) -> None:

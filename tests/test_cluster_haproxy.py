@@ -222,9 +222,10 @@ def test_polled_http_and_s3_changes_reach_every_listener_through_haproxy_exactly
         store.stop()
 
 
-def _polls_over(intervals: int, count: int, folder: Path, upstream: Upstream, url: str) -> int:
+def _polls_over(intervals: int, count: int, folder: Path, upstream: Upstream, url: str) -> tuple[int, int]:
     """Upstream version checks (every request on the polled path) over `intervals` with `count` replicas behind
-    HAProxy, with a legacy subscriber per replica's share through the balancer."""
+    HAProxy, with a legacy subscriber per replica's share through the balancer; and how many replicas held a poll
+    lease at the end."""
     prefix = unique_prefix()
     folder.mkdir()
     manifest = _manifest(folder, url, prefix, upstream)
@@ -242,7 +243,8 @@ def _polls_over(intervals: int, count: int, folder: Path, upstream: Upstream, ur
 
     try:
         with cluster(manifest, count, folder) as c:
-            return int(_run(main, c))
+            polls = int(_run(main, c))
+            return polls, sum(1 for r in c.replicas if r.health()["cluster"]["leases"])
     finally:
         delete_prefix(url, prefix)
 
@@ -250,11 +252,14 @@ def _polls_over(intervals: int, count: int, folder: Path, upstream: Upstream, ur
 def test_upstream_poll_calls_per_interval_do_not_grow_with_the_replica_count(tmp_path: Path) -> None:
     with _shared_redis() as (url, _), serve() as upstream:
         intervals = 10
-        one = _polls_over(intervals, 1, tmp_path / "one", upstream, url)
-        three = _polls_over(intervals, 3, tmp_path / "three", upstream, url)
+        one, _ = _polls_over(intervals, 1, tmp_path / "one", upstream, url)
+        three, holders = _polls_over(intervals, 3, tmp_path / "three", upstream, url)
     print(f"upstream polls over {intervals} intervals: 1 replica {one}, 3 replicas {three}")
-    assert 5 <= one <= 13 and 5 <= three <= 13, (one, three)  # ~10 each; 3 pollers would make ~30
-    assert three <= one + 3, (one, three)
+    # ~10 each on a quiet machine; 3 pollers would make ~30. On a loaded one a poll starts an interval after the
+    # last one ended, so fewer come (4 were seen at load 15) and the two runs, a minute apart, see different loads:
+    # the lower bound is only that polling goes on, and that one replica polls is the lease, held by one alone.
+    assert 1 <= one <= 13 and 1 <= three <= 13, (one, three)
+    assert holders == 1, holders
 
 
 def test_a_cold_herd_of_50_reads_through_haproxy_costs_one_upstream_get(tmp_path: Path) -> None:

@@ -147,7 +147,10 @@ def test_a_polled_change_reaches_every_replica_once_and_one_replica_polls(tmp_pa
                 before = upstream.hits["HEAD docs/a.md"]
                 await anyio.sleep(INTERVAL * 10)
                 polls = upstream.hits["HEAD docs/a.md"] - before
-                assert 5 <= polls <= 13, polls  # 10 intervals: ~10, never ~30
+                # 10 intervals: ~10 on a quiet machine, never ~30 (each replica polling). Fewer on a loaded one,
+                # where a poll starts an interval after the last one ended (4 were seen at load 15): the lower bound
+                # is only that polling goes on; that one replica does it is the lease, held by exactly one.
+                assert 1 <= polls <= 13, polls
                 holder = _holder(group)
 
                 upstream.etag, upstream.body = '"v2"', "# A\n\nchanged upstream\n"

@@ -149,12 +149,13 @@ SHEETS = """
     """
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_a_hundred_thousand_row_sheet_is_read_to_its_row_cap(tmp_path: Path, mode: str) -> None:
+def test_a_hundred_thousand_row_sheet_is_read_to_its_row_cap(tmp_path: Path) -> None:
     """A 100,000-row XLSX (2 MB) read as Markdown by a worker held to 160 MiB of address space: the sheet is streamed
     (about 95 MiB at its peak, the worker's 79 included; loading it whole takes 208), the first convert.maxRows rows
     (the header counts) then a note saying where and why it stops; with the default maxChars the characters run out
-    first, and the note says that instead."""
+    first, and the note says that instead. On the modern wire only: the cut is the converter's, and a converted
+    sheet crosses both wires in test_documents_are_listed_and_read_as_markdown (both were 20-40 s under load)."""
+    mode = "auto"
     files = tmp_path / "files"
     files.mkdir()
     (files / "rows.xlsx").write_bytes(xlsx_rows(100_000))

@@ -5,6 +5,7 @@ loading one imports no jsonschema)."""
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import subprocess
 import sys
@@ -35,12 +36,19 @@ ODD = [None, True, False, 0, 1, -1, 1.0, 1.5, -0.5, math.nan, math.inf, 10**20, 
        {"source": "s", "path": "p"}, {"uri": "a:b", "name": "n", "text": "t"}]
 
 
+@functools.cache
+def _validator() -> Draft202012Validator:
+    """One validator for every example: it keeps nothing between calls but the schema's resolved references."""
+    return Draft202012Validator(validation_schema(), format_checker=FORMAT_CHECKER)
+
+
 def _schema_errors(data: Any) -> bool:
-    validator = Draft202012Validator(validation_schema(), format_checker=FORMAT_CHECKER)
-    return next(iter(validator.iter_errors(data)), None) is not None
+    return next(iter(_validator().iter_errors(data)), None) is not None
 
 
+@functools.cache
 def _sample(path: Path) -> Any:
+    """The sample's data, parsed once (the 1,500 examples mutate deep copies of it, never it)."""
     marked, issues = load_marked(path.read_text(encoding="utf-8"), str(path))
     assert marked is not None, issues
     return marked.data

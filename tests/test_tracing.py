@@ -29,7 +29,7 @@ from aggregator.service import ResourceService
 from tests.conftest import MODES, write_manifest
 from tests.http_server import serve
 from tests.isolation import free_port
-from tests.served import accepts, wait_until
+from tests.served import accepts, wait_until, workers_up
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is not installed")
 pytest.importorskip("opentelemetry.proto", reason="the otel extra (opentelemetry-exporter-otlp-proto-http) is not "
@@ -455,6 +455,9 @@ def test_each_worker_exports_its_spans_before_it_exits(tmp_path: Path) -> None:
     with collector() as (received, port):
         with serving(tmp_path, "--stateless", "--workers", "2", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
                      OTEL_BSP_SCHEDULE_DELAY="600000") as (url, process):
+            # The port accepts once the parent bound it; a worker still starting when SIGTERM comes dies of it, its
+            # spans unflushed (on a loaded machine the second one may not have opened its catalog yet).
+            wait_until(workers_up(process.pid, 2), "2 workers serving", process=process)
             anyio.run(_read_twice, url, ("auto",) * 8)  # new connections: the kernel spreads them over the workers
             process.terminate()
             assert process.wait(30) == 0
