@@ -186,17 +186,25 @@ def test_workers_share_the_port_serve_both_wires_and_stop_together(tmp_path: Pat
         workers = {child.pid for child in psutil.Process(process.pid).children()}
         assert len(workers) == 2
         wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
-        time.sleep(0.5)  # both workers listening
 
         async def client(mode: str) -> None:
             async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode, cache=None) as c:
                 for _ in range(5):
                     assert (await c.read_resource("docs://a.md")).contents[0].text == "# A\n"
 
+        def readers() -> set[int]:
+            records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+            return {r["pid"] for r in records if r.get("method") == "resources/read" and r.get("outcome") == "ok"}
+
         async def main() -> None:
-            async with anyio.create_task_group() as tg:
-                for n in range(16):  # concurrent connections: while one worker is busy, the other accepts
-                    tg.start_soon(client, "legacy" if n % 4 == 0 else "auto")
+            # The workers share one listening socket: which accepts a connection is the kernel's choice, and on a
+            # loaded machine one may take a whole round. Rounds of 16 concurrent connections, until both served.
+            for _ in range(20):
+                async with anyio.create_task_group() as tg:
+                    for n in range(16):
+                        tg.start_soon(client, "legacy" if n % 4 == 0 else "auto")
+                if readers() == workers:
+                    return
 
         anyio.run(main)
         time.sleep(0.3)
@@ -206,9 +214,7 @@ def test_workers_share_the_port_serve_both_wires_and_stop_together(tmp_path: Pat
     assert code == 0
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                    for pid in workers)
-    records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-    readers = {r["pid"] for r in records if r.get("method") == "resources/read" and r.get("outcome") == "ok"}
-    assert readers == workers, (readers, workers)
+    assert readers() == workers, (readers(), workers)
 
 
 def test_workers_need_stateless_http(tmp_path: Path) -> None:
