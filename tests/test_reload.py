@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from aggregator import catalog_rows
 from aggregator.catalog import Catalog
 from aggregator.manifest.model import ManifestError
 from aggregator.reload import Reloaded, SuspiciousReload, next_snapshot
@@ -165,6 +166,52 @@ def test_a_changed_glob_lists_that_collection_alone(folders: Path) -> None:
             md = next(k for k in before.collections if k.glob == "*.md")
             assert service.catalog.collections[md] is before.collections[md]
             assert [e.uri for e in service.catalog.entries] == ["md://x.md", "other://z.json"]
+            assert _listed(service.catalog) == await _fresh(manifest)
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def test_a_save_copies_only_the_blocks_of_rows_it_changed(folders: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows kept in blocks of 4: a save adding one resource, then one changing one collection's glob, leave every
+    block of rows they do not reach as the catalog before held it (the same lists: a save costs what changed, not
+    the catalog), and each catalog equals a fresh load."""
+    monkeypatch.setattr(catalog_rows, "LOAD", 4)
+    for i in range(60):
+        (folders / "a" / f"f{i:02}.md").write_text("a\n")
+    for i in range(20):
+        (folders / "b" / f"g{i:02}.txt").write_text("b\n")
+    text = """
+        version: 1
+        server: {name: reloads}
+        sources:
+          a: {url: ./a}
+          b: {url: ./b}
+        collections:
+          - {source: a, glob: "*.md", uri: "a://{path}"}
+          - {source: b, glob: "%s", uri: "b://{path}"}
+        resources: %s
+        """
+
+    def blocks(catalog: Catalog) -> dict[int, list[str]]:
+        return {id(block[0]): block[0] for block in catalog.entries._blocks}  # noqa: SLF001
+
+    async def main() -> None:
+        manifest = write_manifest(folders, text % ("*.md", "[]"))
+        service = await ResourceService.open(manifest)
+        try:
+            before = blocks(service.catalog)
+            assert len(before) >= 15
+            write_manifest(folders, text % ("*.md", '[{uri: "note://one", name: one, text: "one"}]'))
+            assert (await service.reload(watched={"a", "b"}))[0]
+            after = blocks(service.catalog)
+            assert len(after.keys() - before.keys()) == 1  # the last block, which note://one went into
+            assert _listed(service.catalog) == await _fresh(manifest)
+            write_manifest(folders, text % ("*.txt", '[{uri: "note://one", name: one, text: "one"}]'))
+            assert (await service.reload(watched={"a", "b"}))[0]
+            again = blocks(service.catalog)
+            assert all(key in after for key, uris in again.items() if uris[-1].startswith("a://"))
             assert _listed(service.catalog) == await _fresh(manifest)
         finally:
             await service.aclose()
