@@ -7,7 +7,9 @@
   `uris_for` alone and the search indexer's next pass (every other file known to the index, as a kept index file);
 - an editor's temporary file that came and went (never listed);
 - stat of 100 changed paths (`stat_paths`);
-- a folder of 10,000 files moved into the folder and out again (`files_changed` naming the folder, as a watcher does).
+- a folder of 10,000 files moved into the folder and out again (`files_changed` naming the folder, as a watcher does);
+- the manifest saved with one more resource (`ResourceService.reload`, guarded, the folder watched: what a save costs
+  the server from the file read to the swap; `--save` times this alone, beside one file added).
 The files it adds are journaled (`scale_corpus.Journal`) and removed after; the moved folder is kept beside the
 corpora (`moved-10000/`) for the next run.
 """
@@ -64,7 +66,7 @@ async def _ms(step: Callable[[], Awaitable[object]], runs: int = RUNS,
     return statistics.median(times)
 
 
-async def _one(files: int) -> dict[str, float]:
+async def _one(files: int, save_only: bool = False) -> dict[str, float]:
     root = corpus(files)
     journal = Journal(root)
     moved = _moved_folder(CACHE)
@@ -74,7 +76,7 @@ async def _one(files: int) -> dict[str, float]:
                             'collections:\n  - {source: files, glob: "**/*.md", uri: "bench://{path}", index: true}\n')
         service = await ResourceService.open(manifest)
         try:
-            return await _measure(service, root, journal, moved)
+            return await (_saves(service, journal) if save_only else _measure(service, root, journal, moved))
         finally:
             journal.repair()
             if (root / "moved").exists():
@@ -149,12 +151,39 @@ async def _measure(service: ResourceService, root: Path, journal: Journal, moved
     figures[f"folder of {MOVED:,} moved in"] = statistics.median(ins)
     figures[f"folder of {MOVED:,} moved out"] = statistics.median(outs)
     figures["full relists"] = updates.full_relists
-    return figures
+    return {**figures, **await _saves(service, journal)}
+
+
+async def _saves(service: ResourceService, journal: Journal) -> dict[str, float]:
+    """A save adding one resource, timed from reading the manifest to the swap (the folder watched, so its
+    collection is kept), beside one file added (the peer: a change of one entry) in the same run."""
+    manifest = Path(service.manifest.path)
+    text, counter = manifest.read_text(), iter(range(1_000_000))
+    updates = CatalogUpdates(service, Notifier())
+    added = relative_path(0).rsplit("/", 1)[0] + "/added-save.md"
+
+    async def save() -> None:
+        n = next(counter)
+        resources = "".join(f'  - {{uri: "note://marker-{i}", name: "m{i}", text: "{i}"}}\n' for i in range(n + 1))
+        manifest.write_text(f"{text}resources:\n{resources}")
+        await service.reload(watched={"files"}, guard=True)
+
+    async def add() -> None:
+        journal.touch(added).write_text("# added\n")
+        await updates.files_changed("files", {(Change.added, added)})
+
+    async def remove() -> None:
+        (journal.root / added).unlink()
+        await updates.files_changed("files", {(Change.deleted, added)})
+
+    return {"manifest saved, one resource added: reload": await _ms(save, RUNS * 2),
+            "peer: one file added (files_changed)": await _ms(add, RUNS * 2, between=remove)}
 
 
 def main(argv: list[str]) -> None:
-    sizes = [int(a) for a in argv] or [10_000, 100_000]
-    results = {size: anyio.run(_one, size) for size in sizes}
+    save_only = "--save" in argv
+    sizes = [int(a) for a in argv if a != "--save"] or [10_000, 100_000]
+    results = {size: anyio.run(_one, size, save_only) for size in sizes}
     names = list(next(iter(results.values())))
     print(f"{'per change (ms, median)':<42}" + "".join(f"{size:>12,}" for size in sizes))
     for name in names:
