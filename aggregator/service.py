@@ -19,7 +19,7 @@ import anyio
 from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey, Forget
 from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
-from aggregator.catalog_delta import entries_of_files
+from aggregator.catalog_delta import entries_of_files, unlisted_files
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content
 from aggregator.documents.pool import DocumentPool
@@ -190,7 +190,9 @@ class ResourceService:
             old = self._snapshot
             with span("aggregator.relist", generation=old.generation + 1):
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
-            return self._swap(replace(old, catalog=catalog), replaced=())
+            # One manifest: a URI names the same file before and after, so the files gone are found by URI.
+            return self._swap(replace(old, catalog=catalog), replaced=(),
+                              changed=(unlisted_files(old.catalog, catalog), not old.catalog.same_listing(catalog)))
 
     def _swap(self, new: Snapshot, replaced: Collection[str],
               changed: tuple[Collection[tuple[str, str]], bool] | None = None) -> bool:
@@ -199,7 +201,7 @@ class ResourceService:
         old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
         gone, listing_changed = changed if changed is not None else (
             old.catalog.targets() - new.catalog.targets(),
-            old.catalog.listing_signature != new.catalog.listing_signature)
+            not old.catalog.same_listing(new.catalog))
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
         self._tell(None)
