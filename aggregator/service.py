@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aggregator import heap
 from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey, Forget
 from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
@@ -181,6 +182,8 @@ class ResourceService:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
         changed = self._swap(reloaded.snapshot, reloaded.replaced, reloaded.changed)
+        if reloaded.changed is None:  # compiled whole: a big catalog leaves the collector's full passes
+            heap.settle(len(self.catalog))
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
         return changed, reloaded.content_changed
 
@@ -191,8 +194,10 @@ class ResourceService:
             with span("aggregator.relist", generation=old.generation + 1):
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             # One manifest: a URI names the same file before and after, so the files gone are found by URI.
-            return self._swap(replace(old, catalog=catalog), replaced=(),
-                              changed=(unlisted_files(old.catalog, catalog), not old.catalog.same_listing(catalog)))
+            changed = self._swap(replace(old, catalog=catalog), replaced=(),
+                                 changed=(unlisted_files(old.catalog, catalog), not old.catalog.same_listing(catalog)))
+            heap.settle(len(catalog))  # a big catalog leaves the collector's full passes
+            return changed
 
     def _swap(self, new: Snapshot, replaced: Collection[str],
               changed: tuple[Collection[tuple[str, str]], bool] | None = None) -> bool:
