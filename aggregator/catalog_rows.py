@@ -179,6 +179,11 @@ class Rows(Sequence[Entry]):
         j = bisect_left(uris, uri)
         return (c, j) if j < len(uris) and uris[j] == uri else None
 
+    def spans(self) -> list[tuple[Block, int, int]]:
+        """Each block with the index of its first row and one past its last: blocks an edited copy did not touch
+        are the same objects in both (what a derived table can reuse)."""
+        return [(block, start, stop) for block, start, stop in zip(self._blocks, self._starts, self._starts[1:])]
+
     def get(self, uri: str) -> Entry | None:
         found = self._find(uri)
         return None if found is None else self._row(self._blocks[found[0]], found[1])

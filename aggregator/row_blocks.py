@@ -31,9 +31,10 @@ def cut(blocks: Sequence[Block], load: int) -> list[Block]:
     if not blocks or max(map(len, map(_FIRST, blocks))) <= 2 * load:
         return list(blocks)
     out: list[Block] = []
-    for uris, which, sizes, mtimes in blocks:
+    for block in blocks:
+        uris, which, sizes, mtimes = block
         if len(uris) <= 2 * load:
-            out.append((uris, which, sizes, mtimes))
+            out.append(block)  # the same object: what is derived from a block (a search table's part) holds
             continue
         out += [(uris[i:i + load], which[i:i + load], sizes[i:i + load], mtimes[i:i + load])
                 for i in range(0, len(uris), load)]
