@@ -13,7 +13,7 @@ import pytest
 from aggregator import catalog_rows
 from aggregator.catalog import Catalog
 from aggregator.manifest.model import ManifestError
-from aggregator.reload import Reloaded, SuspiciousReload, next_snapshot
+from aggregator.reload import Reloaded, SuspiciousReload, _serving, next_snapshot
 from aggregator.service import ResourceService
 from aggregator.snapshot import Snapshot, close_sources
 from aggregator.sources.progress import LISTINGS
@@ -255,8 +255,9 @@ def _random_manifest(folders: Path, rng: random.Random) -> Path:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_sequence_of_random_saves_serves_what_a_fresh_load_serves(folders: Path, seed: int) -> None:
-    """After each save the reloaded catalog equals a fresh load of the same manifest, and a save a fresh load
-    refuses (a URI collision) is refused with the same located issues while the last good catalog serves on."""
+    """After each save the reloaded catalog equals a fresh load of the same manifest (and the sources the guard
+    counts as serving are those of its entries), and a save a fresh load refuses (a URI collision) is refused with
+    the same located issues while the last good catalog serves on."""
     (folders / "a" / "sub").mkdir()
     (folders / "a" / "sub" / "deep.md").write_text("deep\n")
     (folders / "b2" / "y.md").write_text("y\n")
@@ -276,6 +277,9 @@ def test_a_sequence_of_random_saves_serves_what_a_fresh_load_serves(folders: Pat
                 try:
                     await service.reload(watched=rng.choice([(), ("a", "b")]))
                     got: object = _listed(service.catalog)
+                    # What the guard asks of the producers (O(collections + resources)) is what the entries say.
+                    assert _serving(service.catalog, service.manifest) == {
+                        e.source for e in service.catalog.entries if e.source is not None}
                 except ManifestError as exc:
                     got = str(exc)
                     assert service.catalog is serving
