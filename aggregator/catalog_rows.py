@@ -26,7 +26,7 @@ from aggregator.chunked import LOAD, Chunked, Layered
 from aggregator.entry import Entry, listed_fields
 from aggregator.row_blocks import Block, compressed, cut, insert_rows, joined_makers
 
-__all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
+__all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RETIRED", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
 
 EXPLICIT = 0
 """`which` of a row whose Entry is kept; a compact row's `which` is its maker's index plus one."""
@@ -273,7 +273,8 @@ class Rows(Sequence[Entry]):
         exactly is kept compact; `add` may be Rows (a listing: its rows go in as they are, its makers joining
         these rows' makers)."""
         if isinstance(add, Rows):
-            makers, remap = joined_makers(self._makers, add._makers)
+            kinds = set().union(*(set(which) for _, which, _, _ in add._blocks))
+            makers, remap = joined_makers(self._makers, add._makers, kinds, RETIRED)
             added: list[tuple[str, int, int, float]] = [
                 (uri, remap[kind], size, mtime) for uris, which, sizes, mtimes in add._blocks
                 for uri, kind, size, mtime in zip(uris, which, sizes, mtimes)]
@@ -327,7 +328,7 @@ class Rows(Sequence[Entry]):
             explicit = Layered.of(explicit).edited(gone, made)
         rows = Rows._of(blocks, makers, explicit)
         rows._joined = self._joined
-        return _pruned(rows) if len(makers) > len(self._makers) else rows
+        return _pruned(rows) if makers is not self._makers else rows
 
     def _compact(self, entry: Entry) -> tuple[int, int, float]:
         """(which, size, mtime) of `entry`'s row: compact if a maker of these rows builds exactly it again."""
@@ -368,23 +369,45 @@ class Rows(Sequence[Entry]):
         return _sorted_concat(columns, tuple(makers), explicit)
 
 
+class _Retired:
+    """The maker in a slot no row uses any more (a collection a save replaced): it builds nothing, matches no path,
+    and the next maker that joins takes its slot."""
+
+    source = ""
+    access: frozenset[str] = frozenset()
+    listing_key = None
+
+    def row_entry(self, uri: str, size: int | None, mtime: float | None) -> Entry:
+        raise AssertionError(f"no row uses a retired maker ({uri})")
+
+    def compact_uri(self, path: str) -> str | None:
+        return None
+
+    def path_of(self, uri: str) -> str:
+        raise AssertionError(f"no row uses a retired maker ({uri})")
+
+    def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
+        raise AssertionError("no row uses a retired maker")
+
+
+RETIRED: RowMaker = _Retired()
+
+
 def _pruned(rows: Rows) -> Rows:
-    """`rows`, or once more makers joined them since the last pruning than there were before, the same rows
-    without the makers no row uses any more (a collection a save replaced): a pass over the `which` columns every
-    so many joins, so that makers do not pile up over a server's life of saves."""
+    """`rows`, or once more makers joined them since the last look than half the makers, the same rows with the
+    makers no row uses retired (`RETIRED`, whose slots joining makers take): a pass over the `which` columns every
+    so many joins keeps makers from piling up over a server's life of saves. No block changes: a block's `which`
+    names the same makers in every Rows holding it (a slot is retired only once no row uses it)."""
     rows._joined += 1
     if rows._joined <= _PRUNE_AFTER + len(rows._makers) // 2:
         return rows
-    used = sorted(set().union(*(set(which) for _, which, _, _ in rows._blocks)) - {EXPLICIT})
+    used = set().union(*(set(which) for _, which, _, _ in rows._blocks))
     rows._joined = 0
-    if len(used) == len(rows._makers):
+    makers = tuple(m if k + 1 in used else RETIRED for k, m in enumerate(rows._makers))
+    if all(a is b for a, b in zip(makers, rows._makers)):
         return rows
-    remap = [EXPLICIT] * (len(rows._makers) + 1)
-    for new, old in enumerate(used, start=1):
-        remap[old] = new
-    blocks = [(uris, array("H", map(remap.__getitem__, which)), sizes, mtimes)
-              for uris, which, sizes, mtimes in rows._blocks]
-    return Rows._of(blocks, tuple(rows._makers[k - 1] for k in used), rows._explicit)
+    pruned = Rows._of(rows._blocks, makers, rows._explicit)
+    return pruned
 
 
 def _sorted_concat(parts: Sequence[Block], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> Rows:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import chain, compress
 from operator import itemgetter
 from typing import TypeVar
@@ -69,14 +69,24 @@ def insert_rows(block: Block, rows: Sequence[Row]) -> None:
     mtimes[:] = array("d", map(_FOURTH, merged))
 
 
-def joined_makers(mine: tuple[M, ...], theirs: tuple[M, ...]) -> tuple[tuple[M, ...], list[int]]:
-    """`mine`, then those of `theirs` not among them (by identity); and for each `which` of `theirs` (0: an
-    explicit row) its `which` among the joined makers."""
+def joined_makers(mine: tuple[M, ...], theirs: tuple[M, ...], used: Collection[int], vacant: M
+                  ) -> tuple[tuple[M, ...], list[int]]:
+    """`mine` with those of `theirs` that rows use (their `which` in `used`) and are not among them (by identity)
+    put in the `vacant` slots, then after them; and for each `which` of `theirs` (0: an explicit row) its `which`
+    among the joined makers. Makers already there keep their slots, so the blocks of `mine` mean the same."""
     makers, remap = list(mine), [0]
-    for maker in theirs:
+    free = (i for i, maker in enumerate(mine) if maker is vacant)
+    for kind, maker in enumerate(theirs, start=1):
+        if kind not in used:
+            remap.append(0)  # no row names it
+            continue
         at = next((i for i, known in enumerate(makers) if known is maker), None)
         if at is None:
-            makers.append(maker)
-            at = len(makers) - 1
+            at = next(free, None)
+            if at is None:
+                makers.append(maker)
+                at = len(makers) - 1
+            else:
+                makers[at] = maker
         remap.append(at + 1)
     return tuple(makers), remap

@@ -82,7 +82,8 @@ class _Table:
     def __init__(self, catalog: Catalog, before: _Table | None = None) -> None:
         self.catalog = catalog
         rows = catalog.entries
-        known = before.by_block if before is not None and _extends(before.catalog.entries.makers, rows.makers) else {}
+        # A block's rows build the same entries in every Rows that holds it (`catalog_rows._pruned`).
+        known = before.by_block if before is not None else {}
         self.by_block: dict[int, _Part] = {}
         self.parts: list[_Part] = []
         self.starts: list[int] = []
@@ -126,12 +127,6 @@ class _Table:
             if not total:
                 return {}
         return total or {}
-
-
-def _extends(before: Sequence[object], makers: Sequence[object]) -> bool:
-    """Whether `makers` starts with `before` (the same objects): then a block both rows hold builds the same
-    entries in both."""
-    return len(makers) >= len(before) and all(a is b for a, b in zip(before, makers))
 
 
 class MetadataSearch:
