@@ -172,8 +172,18 @@ class Catalog:
     @cached_property
     def listing_signature(self) -> tuple[object, ...]:
         """Everything resources/list and resources/templates/list show: equal signatures, equal listings."""
-        return (tuple(listed_fields(e) for e in self.entries),
-                tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates))
+        return tuple(listed_fields(e) for e in self.entries), self.templates_shown()
+
+    def templates_shown(self) -> tuple[object, ...]:
+        """What resources/templates/list shows (the templates' part of `listing_signature`)."""
+        return tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates)
+
+    def same_listing(self, other: Catalog) -> bool:
+        """Whether resources/list and resources/templates/list show the same of both (what equal
+        `listing_signature`s say), compared column-wise (`Rows.same_listing`) unless both signatures are known."""
+        if "listing_signature" in self.__dict__ and "listing_signature" in other.__dict__:
+            return self.listing_signature == other.listing_signature
+        return self.templates_shown() == other.templates_shown() and self.entries.same_listing(other.entries)
 
     def get(self, uri: str) -> Entry | None:
         return self.entries.get(uri)

@@ -26,7 +26,7 @@ from aggregator.paths import uri_path
 from aggregator.sources import FileInfo, Source
 
 __all__ = ["Delta", "NeedsRelist", "apply_files", "changed_files", "edit_sorted", "entries_of_files", "listed_under",
-           "stat_paths"]
+           "stat_paths", "unlisted_files"]
 
 _URI = attrgetter("uri")
 _FILE_PLACEHOLDER = re.compile(r"\{(?:%s)\}" % "|".join(FILE_PLACEHOLDERS))
@@ -156,6 +156,22 @@ def entries_of_files(catalog: Catalog, manifest: Manifest, source: str, paths: C
         found += [entry for res in published.resources
                   if res.path in paths and (entry := catalog.get(res.uri)) is not None and entry.source == source]
     return found
+
+
+def unlisted_files(old: Catalog, new: Catalog) -> set[tuple[str, str]]:
+    """Files `old` lists that `new` may no longer list, for two catalogs of one manifest (a relisting, where a URI
+    names the same file in both unless an upstream moved it): the files of the URIs gone, and of upstreams' URIs
+    now naming another path. A superset of `old.targets() - new.targets()` (a file also listed under a URI kept
+    is named too: its cache is forgotten, no harm), at the cost of a C-level set difference of the URIs, not of
+    a (source, path) pair per row of both catalogs."""
+    gone = set(old.entries.uris).difference(new.entries.uris)
+    files = {(e.source, e.path) for uri in gone if (e := old.get(uri)) is not None and e.source is not None
+             and e.path is not None}
+    for sid, offered in old.published.items():
+        for res in offered.resources:
+            if (now := new.get(res.uri)) is not None and (now.source, now.path) != (sid, res.path):
+                files.add((sid, res.path))
+    return files
 
 
 def _uri_start(pattern: str) -> tuple[str, bool]:

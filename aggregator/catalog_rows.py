@@ -18,14 +18,15 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from itertools import chain, compress, islice
+from itertools import chain, islice
 from operator import attrgetter, eq, itemgetter, le
 from typing import Protocol, overload
 
 from aggregator.chunked import LOAD, Chunked, Layered
-from aggregator.entry import Entry
+from aggregator.entry import Entry, listed_fields
+from aggregator.row_blocks import Block, compressed, cut, insert_rows, joined_makers
 
-__all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
+__all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RETIRED", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
 
 EXPLICIT = 0
 """`which` of a row whose Entry is kept; a compact row's `which` is its maker's index plus one."""
@@ -35,8 +36,8 @@ NO_TIME = math.nan
 """An mtime column's value for an entry without an mtime."""
 _URI = attrgetter("uri")
 _FIRST, _LAST = itemgetter(0), itemgetter(-1)
-Block = tuple[list[str], "array[int]", "array[int]", "array[float]"]
-"""One block of rows: URIs (sorted), which, sizes, mtimes."""
+_PRUNE_AFTER = 16
+"""Makers joined (collections a save listed anew) before unused makers are looked for (see `_pruned`)."""
 
 
 class RowMaker(Protocol):
@@ -45,6 +46,10 @@ class RowMaker(Protocol):
 
     source: str
     access: frozenset[str]
+
+    @property
+    def listing_key(self) -> object:
+        """Makers with equal keys build entries with equal `listed_fields` from equal columns."""
 
     def row_entry(self, uri: str, size: int | None, mtime: float | None) -> Entry:
         """The Entry of the compact row `uri`: what listing the file would have built."""
@@ -70,12 +75,14 @@ def _time(mtime: float) -> float | None:
 class Rows(Sequence[Entry]):
     """Entries in URI order (`uris`), immutable. Indexing builds a compact row's Entry; a slice is a list."""
 
-    __slots__ = ("_blocks", "_starts", "_makers", "_explicit", "uris", "_small")
+    __slots__ = ("_blocks", "_starts", "_makers", "_explicit", "uris", "_joined")
 
     def __init__(self, uris: list[str], which: array[int], sizes: array[int], mtimes: array[float],
                  makers: tuple[RowMaker, ...] = (), explicit: Mapping[str, Entry] | None = None) -> None:
-        """One block of sorted columns (shared, not copied)."""
-        self._set([(uris, which, sizes, mtimes)] if uris else [], makers, explicit if explicit is not None else {})
+        """Rows of sorted columns: shared, not copied, up to twice LOAD rows; longer ones are cut into blocks of
+        LOAD rows here (C-level slices, once per listing), so that no edit copies the listing."""
+        self._set(cut([(uris, which, sizes, mtimes)], LOAD) if uris else [], makers,
+                  explicit if explicit is not None else {})
 
     def _set(self, blocks: list[Block], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> None:
         # Per block, C-level only (map, accumulate): an edit of a million rows makes a thousand blocks again.
@@ -85,7 +92,7 @@ class Rows(Sequence[Entry]):
         self._starts = self.uris._starts
         self._makers = makers
         self._explicit = explicit
-        self._small = False  # whether every block is at most twice LOAD rows (an edit's result is)
+        self._joined = 0  # edits that joined makers since unused ones were last pruned
 
     @classmethod
     def _of(cls, blocks: list[Block], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> Rows:
@@ -172,6 +179,11 @@ class Rows(Sequence[Entry]):
         j = bisect_left(uris, uri)
         return (c, j) if j < len(uris) and uris[j] == uri else None
 
+    def spans(self) -> list[tuple[Block, int, int]]:
+        """Each block with the index of its first row and one past its last: blocks an edited copy did not touch
+        are the same objects in both (what a derived table can reuse)."""
+        return [(block, start, stop) for block, start, stop in zip(self._blocks, self._starts, self._starts[1:])]
+
     def get(self, uri: str) -> Entry | None:
         found = self._find(uri)
         return None if found is None else self._row(self._blocks[found[0]], found[1])
@@ -198,14 +210,6 @@ class Rows(Sequence[Entry]):
         """(URI, which) of every row, in order."""
         return chain.from_iterable(zip(uris, which) for uris, which, _, _ in self._blocks)
 
-    def maker_counts(self) -> list[int]:
-        """How many rows each `which` has (index 0: explicit rows)."""
-        counts = [0] * (len(self._makers) + 1)
-        for _, which, _, _ in self._blocks:
-            for kind in set(which):
-                counts[kind] += which.count(kind)
-        return counts
-
     def files(self) -> set[tuple[str, str]]:
         """(source, path) of every row that has both."""
         found = {(e.source, e.path) for e in self._explicit.values() if e.source is not None and e.path is not None}
@@ -219,8 +223,8 @@ class Rows(Sequence[Entry]):
 
     def count_needing_scopes(self) -> int:
         """How many rows need scopes to be seen."""
-        counts = self.maker_counts()
-        return (sum(counts[k + 1] for k, maker in enumerate(self._makers) if maker.access)
+        kinds = [k + 1 for k, maker in enumerate(self._makers) if maker.access]  # none: no column is read
+        return (sum(which.count(kind) for _, which, _, _ in self._blocks for kind in kinds)
                 + sum(1 for e in self._explicit.values() if e.access))
 
     def visible_to(self, scopes: frozenset[str]) -> Rows:
@@ -233,22 +237,59 @@ class Rows(Sequence[Entry]):
         blocks: list[Block] = []
         for block in self._blocks:
             uris, which = block[0], block[1]
-            blocks.append(_compressed(block, [kind in allowed and (kind != EXPLICIT or explicit[uri].access <= scopes)
+            blocks.append(compressed(block, [kind in allowed and (kind != EXPLICIT or explicit[uri].access <= scopes)
                                               for uri, kind in zip(uris, which)]))
         return Rows._of(blocks, self._makers, {u: e for u, e in explicit.items() if e.access <= scopes})
+
+    def same_listing(self, other: Rows) -> bool:
+        """Whether resources/list shows the same of both (equal `listed_fields`, row by row): C-level comparisons of
+        the columns, the makers by `listing_key`, and Entries built only for the explicit rows and the rows kept
+        differently on the two sides (a million rows: tenths of a second, not seconds and a tuple per row)."""
+        if len(self) != len(other):
+            return False
+        (uris, which, sizes, mtimes), (their_uris, theirs, their_sizes, their_mtimes) = self.columns(), other.columns()
+        if uris != their_uris:
+            return False
+        keys: dict[object, int] = {}
+        for rows in (self, other):  # one number per maker key, so that equal makers compare equal
+            numbers = [EXPLICIT, *(keys.setdefault(m.listing_key, len(keys) + 1) for m in rows._makers)]
+            if numbers != list(range(len(numbers))):
+                renumbered = array("H", map(numbers.__getitem__, rows.columns()[1]))
+                which, theirs = (renumbered, theirs) if rows is self else (which, renumbered)
+        if which == theirs and sizes == their_sizes and mtimes.tobytes() == their_mtimes.tobytes():
+            differ: list[int] = []
+        else:  # rows kept differently (compact on one side): compared as entries
+            differ = [i for i, (a, b, s, t, m, n) in enumerate(zip(which, theirs, sizes, their_sizes, mtimes,
+                                                                    their_mtimes))
+                      if a != b or s != t or (m != n and (m == m or n == n))]
+        return all(listed_fields(self[i]) == listed_fields(other[i]) for i in differ) and all(
+            listed_fields(entry) == listed_fields(other._explicit[uri]) for uri, entry in self._explicit.items()
+            if uri in other._explicit)
 
     def edited(self, drop: Collection[str], add: Sequence[Entry]) -> Rows:
         """A copy without the rows of the URIs in `drop` (those present) and with rows of `add` (sorted by URI,
         URIs not otherwise present), copying only the blocks the edit touches (a block grown past twice `LOAD` is
-        cut). An added entry one of these rows' makers builds again exactly is kept compact; `add` may be Rows (a
-        listing: merged, its makers kept)."""
+        cut): O(blocks + touched blocks x LOAD + edit). An added entry one of these rows' makers builds again
+        exactly is kept compact; `add` may be Rows (a listing: its rows go in as they are, its makers joining
+        these rows' makers)."""
         if isinstance(add, Rows):
-            kept = self.edited(drop, ())
-            return Rows.merged([kept, add]) if len(add) else kept
-        if not add and not any(self._find(uri) for uri in drop):
+            kinds = set().union(*(set(which) for _, which, _, _ in add._blocks))
+            makers, remap = joined_makers(self._makers, add._makers, kinds, RETIRED)
+            added: list[tuple[str, int, int, float]] = [
+                (uri, remap[kind], size, mtime) for uris, which, sizes, mtimes in add._blocks
+                for uri, kind, size, mtime in zip(uris, which, sizes, mtimes)]
+            made: Mapping[str, Entry] = add._explicit
+        else:
+            makers, added, kept = self._makers, [], {}
+            for entry in add:
+                kind, size, mtime = self._compact(entry)
+                if kind == EXPLICIT:
+                    kept[entry.uri] = entry
+                added.append((entry.uri, kind, size, mtime))
+            made = kept
+        if not added and not any(self._find(uri) for uri in drop):
             return self
-        blocks = list(self._blocks) if self._small else _cut(self._blocks)
-        lasts = self.uris.lasts() if self._small else list(map(_LAST, map(_FIRST, blocks)))
+        blocks, lasts = list(self._blocks), self.uris.lasts()
         touched: dict[int, Block] = {}
 
         def block(c: int) -> Block:
@@ -267,33 +308,27 @@ class Rows(Sequence[Entry]):
                 if j < len(uris) and uris[j] == uri:
                     del uris[j], which[j], sizes[j], mtimes[j]
                     gone.append(uri)
-        made: dict[str, Entry] = {}
-        for entry in add:
-            kind, size, mtime = self._compact(entry)
-            if kind == EXPLICIT:
-                made[entry.uri] = entry
-            if not blocks:
-                blocks, lasts = [([], array("H"), array("q"), array("d"))], [entry.uri]
-                touched[0] = blocks[0]
-            uris, which, sizes, mtimes = block(min(bisect_left(lasts, entry.uri), len(lasts) - 1))
-            j = bisect_left(uris, entry.uri)
-            uris.insert(j, entry.uri)
-            which.insert(j, kind)
-            sizes.insert(j, size)
-            mtimes.insert(j, mtime)
+        if added and not blocks:
+            blocks, lasts = [([], array("H"), array("q"), array("d"))], [added[-1][0]]
+            touched[0] = blocks[0]
+        by_block: dict[int, list[tuple[str, int, int, float]]] = {}
+        for row in added:  # located by the last URIs before the edit: past every block's, into the last block
+            by_block.setdefault(min(bisect_left(lasts, row[0]), len(lasts) - 1), []).append(row)
+        for c, group in by_block.items():
+            insert_rows(block(c), group)
         for c, edited in touched.items():
             blocks[c] = edited
         if any(len(blocks[c][0]) > 2 * LOAD for c in touched):
-            blocks = _cut(blocks)
+            blocks = cut(blocks, LOAD)
         if any(not block[0] for block in touched.values()):
             blocks = [b for b in blocks if b[0]]
         explicit = self._explicit
         gone = [uri for uri in gone if uri in explicit]
         if gone or made:
             explicit = Layered.of(explicit).edited(gone, made)
-        rows = Rows._of(blocks, self._makers, explicit)
-        rows._small = True
-        return rows
+        rows = Rows._of(blocks, makers, explicit)
+        rows._joined = self._joined
+        return _pruned(rows) if makers is not self._makers else rows
 
     def _compact(self, entry: Entry) -> tuple[int, int, float]:
         """(which, size, mtime) of `entry`'s row: compact if a maker of these rows builds exactly it again."""
@@ -334,26 +369,45 @@ class Rows(Sequence[Entry]):
         return _sorted_concat(columns, tuple(makers), explicit)
 
 
-def _cut(blocks: list[Block]) -> list[Block]:
-    """`blocks` with each block past twice LOAD rows cut into blocks of LOAD (C-level slices)."""
-    if not blocks or max(map(len, map(_FIRST, blocks))) <= 2 * LOAD:
-        return list(blocks)
-    out: list[Block] = []
-    for uris, which, sizes, mtimes in blocks:
-        if len(uris) <= 2 * LOAD:
-            out.append((uris, which, sizes, mtimes))
-            continue
-        out += [(uris[i:i + LOAD], which[i:i + LOAD], sizes[i:i + LOAD], mtimes[i:i + LOAD])
-                for i in range(0, len(uris), LOAD)]
-    return out
+class _Retired:
+    """The maker in a slot no row uses any more (a collection a save replaced): it builds nothing, matches no path,
+    and the next maker that joins takes its slot."""
+
+    source = ""
+    access: frozenset[str] = frozenset()
+    listing_key = None
+
+    def row_entry(self, uri: str, size: int | None, mtime: float | None) -> Entry:
+        raise AssertionError(f"no row uses a retired maker ({uri})")
+
+    def compact_uri(self, path: str) -> str | None:
+        return None
+
+    def path_of(self, uri: str) -> str:
+        raise AssertionError(f"no row uses a retired maker ({uri})")
+
+    def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
+        raise AssertionError("no row uses a retired maker")
 
 
-def _compressed(block: Block, keep: Sequence[bool]) -> Block:
-    uris, which, sizes, mtimes = block
-    if all(keep):
-        return block
-    return (list(compress(uris, keep)), array("H", compress(which, keep)), array("q", compress(sizes, keep)),
-            array("d", compress(mtimes, keep)))
+RETIRED: RowMaker = _Retired()
+
+
+def _pruned(rows: Rows) -> Rows:
+    """`rows`, or once more makers joined them since the last look than half the makers, the same rows with the
+    makers no row uses retired (`RETIRED`, whose slots joining makers take): a pass over the `which` columns every
+    so many joins keeps makers from piling up over a server's life of saves. No block changes: a block's `which`
+    names the same makers in every Rows holding it (a slot is retired only once no row uses it)."""
+    rows._joined += 1
+    if rows._joined <= _PRUNE_AFTER + len(rows._makers) // 2:
+        return rows
+    used = set().union(*(set(which) for _, which, _, _ in rows._blocks))
+    rows._joined = 0
+    makers = tuple(m if k + 1 in used else RETIRED for k, m in enumerate(rows._makers))
+    if all(a is b for a, b in zip(makers, rows._makers)):
+        return rows
+    pruned = Rows._of(rows._blocks, makers, rows._explicit)
+    return pruned
 
 
 def _sorted_concat(parts: Sequence[Block], makers: tuple[RowMaker, ...], explicit: Mapping[str, Entry]) -> Rows:

@@ -88,6 +88,12 @@ class EntryBuilder:
         # A compact row's entry is then its path, the type its extension says and the collection's constants.
         self._plain = self._plain_name and not spec.decompress and spec.convert is None
 
+    @property
+    def listing_key(self) -> tuple[object, ...]:
+        """What a compact row's listed fields depend on besides its columns (`RowMaker.listing_key`)."""
+        spec = self.spec
+        return spec.source, spec.uri, spec.name, spec.display, spec.access, spec.decompress, spec.convert
+
     def entry(self, info: FileInfo) -> Entry | None:
         """The entry `info` lists; None when its name could never be read back (listing it would promise what
         reads refuse)."""

@@ -87,7 +87,7 @@ async def recompile(previous: Catalog, old: Manifest, manifest: Manifest, source
                                if sid in previous.published_at}, **listed.published_at}
     fresh = {e.uri: e for e in incoming}
     both = fresh.keys() & plan.out.keys()
-    changed = bool(fresh.keys() ^ plan.out.keys()) or _templates_shown(previous) != _templates_shown(catalog) or any(
+    changed = bool(fresh.keys() ^ plan.out.keys()) or previous.templates_shown() != catalog.templates_shown() or any(
         listed_fields(plan.out[uri]) != listed_fields(fresh[uri]) for uri in both)
     if not changed and "listing_signature" in previous.__dict__:
         catalog.__dict__["listing_signature"] = previous.listing_signature
@@ -165,11 +165,6 @@ def _assemble(previous: Catalog, manifest: Manifest, sources: Mapping[str, Sourc
                         if key in plan.reused}
     catalog.stated_at = {**plan.kept_resources, **listed.stated_at}
     return catalog
-
-
-def _templates_shown(catalog: Catalog) -> tuple[object, ...]:
-    """What resources/templates/list shows (the templates' part of `Catalog.listing_signature`)."""
-    return tuple((t.uri_template, t.spec.name, t.spec.display) for t in catalog.templates)
 
 
 def _reads(entry: Entry) -> tuple[object, ...]:

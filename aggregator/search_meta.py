@@ -16,7 +16,7 @@ import heapq
 import threading
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import anyio
 import anyio.to_thread
@@ -40,14 +40,15 @@ class MetadataTimeout(Exception):
     """A metadata search scanned for longer than META_SECONDS."""
 
 
-class _Table:
-    """Every catalog entry's metadata, lower-cased, in three strings (name and title, description, URI) of one line
-    per entry: a word is looked for with str.find over each string, so a search costs a C-speed scan plus the
+class _Part:
+    """One block of catalog rows' metadata, lower-cased, in three strings (name and title, description, URI) of one
+    line per entry: a word is looked for with str.find over each string, so a search costs a C-speed scan plus the
     entries it matches, not a Python loop over the catalog. Immutable once built, so threads share it."""
 
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
-        entries = catalog.entries
+    __slots__ = ("block", "fields")
+
+    def __init__(self, block: object, entries: Sequence[Entry]) -> None:
+        self.block = block  # the rows' block it was made of: kept, so that its id names no other block
         self.fields: list[tuple[str, array[int]]] = []
         for text_of in (lambda e: f"{e.name} {e.title or ''}", lambda e: e.display.description or "",
                         lambda e: e.uri):
@@ -57,13 +58,59 @@ class _Table:
                 starts.append(starts[-1] + len(part) + 1)  # one past the end: where entry i + 1 would start
             self.fields.append(("\n".join(parts), starts))
 
+    def holds(self, field: int, word: str, lo: int, hi: int) -> bool:
+        """Whether an entry in [lo, hi) (of this part) holds `word` in `field`."""
+        text, starts = self.fields[field]
+        return text.find(word, starts[lo], starts[hi]) != -1
+
+    def best(self, word: str, lo: int, hi: int, base: int, into: dict[int, int]) -> None:
+        """Into `into`, for each entry in [lo, hi) holding `word`: its index (plus `base`) -> its best field's weight."""
+        for weight, (text, starts) in zip(WEIGHTS, self.fields, strict=True):
+            stop = starts[hi]
+            pos = text.find(word, starts[lo], stop)
+            while pos != -1:
+                i = bisect.bisect_right(starts, pos, lo, hi) - 1
+                into.setdefault(base + i, weight)  # the fields go by falling weight: the first one found is the best
+                pos = text.find(word, starts[i + 1], stop)
+
+
+class _Table:
+    """A catalog's metadata as parts, one per block of its rows (`Rows.spans`). A catalog built on the one searched
+    before shares its untouched blocks, and so their parts: after a change the table costs the blocks the change
+    touched, not the catalog."""
+
+    def __init__(self, catalog: Catalog, before: _Table | None = None) -> None:
+        self.catalog = catalog
+        rows = catalog.entries
+        # A block's rows build the same entries in every Rows that holds it (`catalog_rows._pruned`).
+        known = before.by_block if before is not None else {}
+        self.by_block: dict[int, _Part] = {}
+        self.parts: list[_Part] = []
+        self.starts: list[int] = []
+        for block, start, stop in rows.spans():
+            part = known.get(id(block))
+            if part is None or part.block is not block:
+                part = _Part(block, rows[start:stop])
+            self.by_block[id(block)] = part
+            self.parts.append(part)
+            self.starts.append(start)
+        self.starts.append(len(rows))
+
+    def _spans(self, lo: int, hi: int) -> Iterator[tuple[_Part, int, int, int]]:
+        """(part, local lo, local hi, base) of each part [lo, hi) reaches."""
+        p = bisect.bisect_right(self.starts, lo) - 1
+        while p < len(self.parts) and self.starts[p] < hi:
+            base = self.starts[p]
+            yield self.parts[p], max(lo, base) - base, min(hi, self.starts[p + 1]) - base, base
+            p += 1
+
     def ceiling(self, terms: Sequence[tuple[str, bool]], lo: int, hi: int) -> int:
         """The highest score an entry in [lo, hi) could have: each word's best field holding it anywhere in the
         range; 0 when some word is in none (no entry holds every word)."""
         total = 0
         for word, _ in terms:
-            weight = next((w for w, (text, starts) in zip(WEIGHTS, self.fields, strict=True)
-                           if text.find(word, starts[lo], starts[hi]) != -1), 0)
+            weight = next((w for f, w in enumerate(WEIGHTS)
+                           if any(part.holds(f, word, a, b) for part, a, b, _ in self._spans(lo, hi))), 0)
             if not weight:
                 return 0
             total += weight
@@ -74,13 +121,8 @@ class _Table:
         total: dict[int, int] | None = None
         for word, _ in terms:
             best: dict[int, int] = {}
-            for weight, (text, starts) in zip(WEIGHTS, self.fields, strict=True):
-                stop = starts[hi]
-                pos = text.find(word, starts[lo], stop)
-                while pos != -1:
-                    i = bisect.bisect_right(starts, pos, lo, hi) - 1
-                    best.setdefault(i, weight)  # the fields go by falling weight: the first one found is the best
-                    pos = text.find(word, starts[i + 1], stop)
+            for part, a, b, base in self._spans(lo, hi):
+                part.best(word, a, b, base, best)
             total = best if total is None else {i: score + best[i] for i, score in total.items() if i in best}
             if not total:
                 return {}
@@ -112,7 +154,8 @@ class MetadataSearch:
         with self._building:
             table = self._table
             if table is None or table.catalog is not catalog:
-                table = self._table = _Table(catalog)  # for 100,000 entries: tenths of a second
+                # The first table: for 100,000 entries tenths of a second; one built on it, the blocks changed.
+                table = self._table = _Table(catalog, table)
             return table
 
     def _top(self, catalog: Catalog, terms: Sequence[tuple[str, bool]], scopes: frozenset[str] | None, lo: int,

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aggregator import heap
 from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey, Forget
 from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
-from aggregator.catalog_delta import entries_of_files
+from aggregator.catalog_delta import entries_of_files, unlisted_files
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content
 from aggregator.documents.pool import DocumentPool
@@ -181,6 +182,8 @@ class ResourceService:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
         changed = self._swap(reloaded.snapshot, reloaded.replaced, reloaded.changed)
+        if reloaded.changed is None:  # compiled whole: a big catalog leaves the collector's full passes
+            heap.settle(len(self.catalog))
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
         return changed, reloaded.content_changed
 
@@ -190,7 +193,11 @@ class ResourceService:
             old = self._snapshot
             with span("aggregator.relist", generation=old.generation + 1):
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
-            return self._swap(replace(old, catalog=catalog), replaced=())
+            # One manifest: a URI names the same file before and after, so the files gone are found by URI.
+            changed = self._swap(replace(old, catalog=catalog), replaced=(),
+                                 changed=(unlisted_files(old.catalog, catalog), not old.catalog.same_listing(catalog)))
+            heap.settle(len(catalog))  # a big catalog leaves the collector's full passes
+            return changed
 
     def _swap(self, new: Snapshot, replaced: Collection[str],
               changed: tuple[Collection[tuple[str, str]], bool] | None = None) -> bool:
@@ -199,7 +206,7 @@ class ResourceService:
         old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
         gone, listing_changed = changed if changed is not None else (
             old.catalog.targets() - new.catalog.targets(),
-            old.catalog.listing_signature != new.catalog.listing_signature)
+            not old.catalog.same_listing(new.catalog))
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
         self._tell(None)

@@ -7,7 +7,11 @@
   `uris_for` alone and the search indexer's next pass (every other file known to the index, as a kept index file);
 - an editor's temporary file that came and went (never listed);
 - stat of 100 changed paths (`stat_paths`);
-- a folder of 10,000 files moved into the folder and out again (`files_changed` naming the folder, as a watcher does).
+- a folder of 10,000 files moved into the folder and out again (`files_changed` naming the folder, as a watcher does);
+- the manifest saved with one more resource (`ResourceService.reload`, guarded, the folder watched: what a save costs
+  the server from the file read to the swap; `--save` times this alone, beside one file added);
+- a metadata search (`MetadataSearch`) of the catalog after one file added (its table built on the last one's)
+  beside the first search (the table built whole); `--search` times these alone.
 The files it adds are journaled (`scale_corpus.Journal`) and removed after; the moved folder is kept beside the
 corpora (`moved-10000/`) for the next run.
 """
@@ -29,6 +33,8 @@ from aggregator.live.updates import CatalogUpdates
 from aggregator.manifest.model import SearchSettings
 from aggregator.notify import Notifier
 from aggregator.search_indexer import Indexer
+from aggregator.search_meta import MetadataSearch
+from aggregator.search_query import query_terms
 from aggregator.service import ResourceService
 from aggregator.watch import Change
 from benchmarks.scale_corpus import CACHE, Journal, body, corpus
@@ -64,7 +70,7 @@ async def _ms(step: Callable[[], Awaitable[object]], runs: int = RUNS,
     return statistics.median(times)
 
 
-async def _one(files: int) -> dict[str, float]:
+async def _one(files: int, only: str = "") -> dict[str, float]:
     root = corpus(files)
     journal = Journal(root)
     moved = _moved_folder(CACHE)
@@ -74,7 +80,9 @@ async def _one(files: int) -> dict[str, float]:
                             'collections:\n  - {source: files, glob: "**/*.md", uri: "bench://{path}", index: true}\n')
         service = await ResourceService.open(manifest)
         try:
-            return await _measure(service, root, journal, moved)
+            if only == "--search":
+                return await _searches(service, journal)
+            return await (_saves(service, journal) if only == "--save" else _measure(service, root, journal, moved))
         finally:
             journal.repair()
             if (root / "moved").exists():
@@ -149,12 +157,65 @@ async def _measure(service: ResourceService, root: Path, journal: Journal, moved
     figures[f"folder of {MOVED:,} moved in"] = statistics.median(ins)
     figures[f"folder of {MOVED:,} moved out"] = statistics.median(outs)
     figures["full relists"] = updates.full_relists
-    return figures
+    return {**figures, **await _saves(service, journal), **await _searches(service, journal)}
+
+
+async def _saves(service: ResourceService, journal: Journal) -> dict[str, float]:
+    """A save adding one resource, timed from reading the manifest to the swap (the folder watched, so its
+    collection is kept), beside one file added (the peer: a change of one entry) in the same run."""
+    manifest = Path(service.manifest.path)
+    text, counter = manifest.read_text(), iter(range(1_000_000))
+    updates = CatalogUpdates(service, Notifier())
+    added = relative_path(0).rsplit("/", 1)[0] + "/added-save.md"
+
+    async def save() -> None:
+        n = next(counter)
+        resources = "".join(f'  - {{uri: "note://marker-{i}", name: "m{i}", text: "{i}"}}\n' for i in range(n + 1))
+        manifest.write_text(f"{text}resources:\n{resources}")
+        await service.reload(watched={"files"}, guard=True)
+
+    async def add() -> None:
+        journal.touch(added).write_text("# added\n")
+        await updates.files_changed("files", {(Change.added, added)})
+
+    async def remove() -> None:
+        (journal.root / added).unlink()
+        await updates.files_changed("files", {(Change.deleted, added)})
+
+    return {"manifest saved, one resource added: reload": await _ms(save, RUNS * 2),
+            "peer: one file added (files_changed)": await _ms(add, RUNS * 2, between=remove)}
+
+
+async def _searches(service: ResourceService, journal: Journal) -> dict[str, float]:
+    """The first metadata search of the catalog (its table built whole), then one after each file added (the table
+    built on the last one's: the blocks the change touched)."""
+    search, terms = MetadataSearch(), query_terms("document md")
+    updates = CatalogUpdates(service, Notifier())
+    counter = iter(range(1_000_000))
+    folder = relative_path(0).rsplit("/", 1)[0]
+
+    async def first() -> None:
+        await MetadataSearch().search(service.catalog, terms, None, "", 10)
+
+    async def searched() -> None:
+        await search.search(service.catalog, terms, None, "", 10)
+
+    async def add() -> None:
+        path = f"{folder}/added-search-{next(counter)}.md"
+        journal.touch(path).write_text("# added\n")
+        await updates.files_changed("files", {(Change.added, path)})
+
+    await searched()
+    await add()
+    return {"metadata search after one file added": await _ms(searched, RUNS, between=add),
+            "peer: the same search, nothing changed": await _ms(searched, RUNS),
+            "peer: first metadata search (table built whole)": await _ms(first, 3)}
 
 
 def main(argv: list[str]) -> None:
-    sizes = [int(a) for a in argv] or [10_000, 100_000]
-    results = {size: anyio.run(_one, size) for size in sizes}
+    only = next((a for a in argv if a.startswith("--")), "")
+    sizes = [int(a) for a in argv if not a.startswith("--")] or [10_000, 100_000]
+    results = {size: anyio.run(_one, size, only) for size in sizes}
     names = list(next(iter(results.values())))
     print(f"{'per change (ms, median)':<42}" + "".join(f"{size:>12,}" for size in sizes))
     for name in names:

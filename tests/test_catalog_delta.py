@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from aggregator import chunked
 from aggregator.catalog import Catalog
-from aggregator.catalog_delta import Delta, NeedsRelist, apply_files, changed_files, entries_of_files
+from aggregator.catalog_delta import (Delta, NeedsRelist, apply_files, changed_files, entries_of_files,
+                                      unlisted_files)
+from aggregator.entry import listed_fields
 from aggregator.compiler import compile_catalog
 from aggregator.manifest.model import (Annotations, CollectionSpec, Defaults, Display, Location, Manifest,
                                        ManifestError, ResourceSpec, ServerSettings, SourceSpec)
@@ -90,6 +92,14 @@ def _walk(catalog: Catalog, scopes: frozenset[str] | None, limit: int) -> list[s
         if page.next_cursor is None:
             return uris
         cursor = page.next_cursor
+
+
+def assert_relist_compares(before: Catalog, want: Catalog) -> None:
+    """What a full relist swapping `want` in for `before` decides without comparing per row: whether the listing
+    changed (column-wise) as the listed fields say, and the files to forget at least those no longer listed."""
+    shown = [listed_fields(e) for e in before.entries] != [listed_fields(e) for e in want.entries]
+    assert before.entries.same_listing(want.entries) != shown
+    assert before.targets() >= unlisted_files(before, want) >= before.targets() - want.targets()
 
 
 def assert_same(got: Catalog, want: Catalog) -> None:
@@ -199,6 +209,7 @@ def test_changes_applied_one_by_one_equal_a_fresh_walk(tmp_path: Path, initial: 
             event("a collision")
             catalog = None
             continue
+        assert_relist_compares(before, want)
         assert_found_by_path(before, m, paths)
         delta = _apply(before, m, src, paths)
         assert_same(delta.catalog, want)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from aggregator.catalog import Catalog
 from aggregator.catalog_rows import Rows
 from aggregator.compiler import EntryBuilder, collection_key, compile_catalog
-from aggregator.entry import Entry
+from aggregator.entry import Entry, listed_fields
 from aggregator.manifest.model import (Annotations, CollectionSpec, ConvertSettings, Defaults, Display, Location,
                                        Manifest, ServerSettings, SourceSpec)
 from aggregator.sources import FileInfo, LocalSource
@@ -175,3 +175,82 @@ def test_rows_in_blocks_edited_equal_a_sorted_list(first: set[str], edits: list[
             assert len(rows.explicit) == sum(1 for e in want if builder.compact_uri(e.path or "") is None)
     finally:
         catalog_rows.LOAD = saved
+
+
+def _listing(builder: EntryBuilder, paths: set[str], size: int, mtime: float | None = 1_700_000_000.5,
+             compact: bool = True) -> tuple[Rows, list[Entry]]:
+    """What listing `paths` with `builder`'s collection gives: its rows (`compact` ones where they can be), and the
+    entries the builder makes."""
+    from aggregator.catalog_rows import RowsBuilder
+
+    listing, made = RowsBuilder(builder), []
+    for path in sorted(paths):
+        entry = builder.entry(FileInfo(path, size, mtime))
+        if entry is None:
+            continue
+        made.append(entry)
+        if compact and (uri := builder.compact_uri(path)) is not None:
+            listing.compact_row(uri, size, mtime)
+        else:
+            listing.explicit_row(entry)
+    return listing.rows(), made
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=st.sets(st.sampled_from(_PATHS), min_size=1),
+       saves=st.lists(st.tuples(st.sampled_from([0, 1, 3, 6]), st.sets(st.sampled_from(_PATHS))), max_size=24),
+       load=st.sampled_from([1, 2, 1024]))
+def test_rows_edited_with_listings_equal_the_listings_merged(first: set[str], saves: list[tuple[int, set[str]]],
+                                                             load: int) -> None:
+    """What a save does to the catalog's rows: a collection's rows dropped and its new listing (Rows with their own
+    maker) put in their place, again and again, equals the entries of the collections now listed, sorted, and makers
+    no row uses are let go."""
+    import aggregator.catalog_rows as catalog_rows
+
+    specs = _collections()
+    saved, prune = catalog_rows.LOAD, catalog_rows._PRUNE_AFTER
+    catalog_rows.LOAD, catalog_rows._PRUNE_AFTER = load, 2
+    try:
+        rows, made = _listing(EntryBuilder(specs[0]), first, 1)
+        listed = {0: made}  # by collection: what it lists now
+        for step, (which, paths) in enumerate(saves, start=2):
+            # A collection's settings changed: it is listed anew with a new builder (another maker).
+            fresh, made = _listing(EntryBuilder(specs[which]), paths, step)
+            rows = rows.edited([e.uri for e in listed.get(which, ())], fresh)
+            listed[which] = made
+            want = sorted((e for entries in listed.values() for e in entries), key=lambda e: e.uri)
+            assert list(rows) == want and list(rows.uris) == [e.uri for e in want]
+            assert [rows.get(e.uri) for e in want] == want and rows[1:-1] == want[1:-1]
+            assert len(rows.makers) <= 2 * (len(listed) + 2) + 1  # unused makers do not pile up (24 saves: 25)
+            assert rows.count_needing_scopes() == sum(1 for e in want if e.access)
+    finally:
+        catalog_rows.LOAD, catalog_rows._PRUNE_AFTER = saved, prune
+
+
+_SIDE = st.tuples(st.sets(st.sampled_from(_PATHS), max_size=6), st.sampled_from([0, 3, 6]), st.sampled_from([1, 2]),
+                  st.sampled_from([None, 1_700_000_000.5, 1_700_000_001.0]), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(sides=st.tuples(_SIDE, _SIDE), how=st.sampled_from(["same", "kept otherwise", "other"]),
+       load=st.sampled_from([1, 3, 1024]))
+def test_same_listing_says_what_the_listed_fields_say(sides: tuple[tuple[set[str], int, int, float | None, bool], ...],
+                                                      how: str, load: int) -> None:
+    """`Rows.same_listing` (columns compared, makers by key) is true exactly when resources/list would show the same
+    of both, row by row: rows kept compact on one side and explicit on the other, makers of equal or other specs,
+    sizes, mtimes missing (NaN) or not, blocks cut anyhow."""
+    import aggregator.catalog_rows as catalog_rows
+
+    specs = _collections()
+    first = sides[0]
+    second = {"same": first, "kept otherwise": (*first[:4], not first[4]), "other": sides[1]}[how]
+    saved = catalog_rows.LOAD
+    catalog_rows.LOAD = load
+    try:
+        built = [_listing(EntryBuilder(specs[which]), paths, size, mtime, compact)
+                 for paths, which, size, mtime, compact in (first, second)]
+    finally:
+        catalog_rows.LOAD = saved
+    (a, _), (b, _) = built
+    want = [listed_fields(e) for e in a] == [listed_fields(e) for e in b]
+    assert a.same_listing(b) == want and b.same_listing(a) == want

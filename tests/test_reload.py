@@ -10,9 +10,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from aggregator import catalog_rows
 from aggregator.catalog import Catalog
 from aggregator.manifest.model import ManifestError
-from aggregator.reload import Reloaded, SuspiciousReload, next_snapshot
+from aggregator.reload import Reloaded, SuspiciousReload, _serving, next_snapshot
 from aggregator.service import ResourceService
 from aggregator.snapshot import Snapshot, close_sources
 from aggregator.sources.progress import LISTINGS
@@ -172,6 +173,52 @@ def test_a_changed_glob_lists_that_collection_alone(folders: Path) -> None:
     anyio.run(main)
 
 
+def test_a_save_copies_only_the_blocks_of_rows_it_changed(folders: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows kept in blocks of 4: a save adding one resource, then one changing one collection's glob, leave every
+    block of rows they do not reach as the catalog before held it (the same lists: a save costs what changed, not
+    the catalog), and each catalog equals a fresh load."""
+    monkeypatch.setattr(catalog_rows, "LOAD", 4)
+    for i in range(60):
+        (folders / "a" / f"f{i:02}.md").write_text("a\n")
+    for i in range(20):
+        (folders / "b" / f"g{i:02}.txt").write_text("b\n")
+    text = """
+        version: 1
+        server: {name: reloads}
+        sources:
+          a: {url: ./a}
+          b: {url: ./b}
+        collections:
+          - {source: a, glob: "*.md", uri: "a://{path}"}
+          - {source: b, glob: "%s", uri: "b://{path}"}
+        resources: %s
+        """
+
+    def blocks(catalog: Catalog) -> dict[int, list[str]]:
+        return {id(block[0]): block[0] for block in catalog.entries._blocks}  # noqa: SLF001
+
+    async def main() -> None:
+        manifest = write_manifest(folders, text % ("*.md", "[]"))
+        service = await ResourceService.open(manifest)
+        try:
+            before = blocks(service.catalog)
+            assert len(before) >= 15
+            write_manifest(folders, text % ("*.md", '[{uri: "note://one", name: one, text: "one"}]'))
+            assert (await service.reload(watched={"a", "b"}))[0]
+            after = blocks(service.catalog)
+            assert len(after.keys() - before.keys()) == 1  # the last block, which note://one went into
+            assert _listed(service.catalog) == await _fresh(manifest)
+            write_manifest(folders, text % ("*.txt", '[{uri: "note://one", name: one, text: "one"}]'))
+            assert (await service.reload(watched={"a", "b"}))[0]
+            again = blocks(service.catalog)
+            assert all(key in after for key, uris in again.items() if uris[-1].startswith("a://"))
+            assert _listed(service.catalog) == await _fresh(manifest)
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
 _PARTS = {
     "b_url": ["./b", "./b2"],
     "collections": [
@@ -208,8 +255,9 @@ def _random_manifest(folders: Path, rng: random.Random) -> Path:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_sequence_of_random_saves_serves_what_a_fresh_load_serves(folders: Path, seed: int) -> None:
-    """After each save the reloaded catalog equals a fresh load of the same manifest, and a save a fresh load
-    refuses (a URI collision) is refused with the same located issues while the last good catalog serves on."""
+    """After each save the reloaded catalog equals a fresh load of the same manifest (and the sources the guard
+    counts as serving are those of its entries), and a save a fresh load refuses (a URI collision) is refused with
+    the same located issues while the last good catalog serves on."""
     (folders / "a" / "sub").mkdir()
     (folders / "a" / "sub" / "deep.md").write_text("deep\n")
     (folders / "b2" / "y.md").write_text("y\n")
@@ -229,6 +277,9 @@ def test_a_sequence_of_random_saves_serves_what_a_fresh_load_serves(folders: Pat
                 try:
                     await service.reload(watched=rng.choice([(), ("a", "b")]))
                     got: object = _listed(service.catalog)
+                    # What the guard asks of the producers (O(collections + resources)) is what the entries say.
+                    assert _serving(service.catalog, service.manifest) == {
+                        e.source for e in service.catalog.entries if e.source is not None}
                 except ManifestError as exc:
                     got = str(exc)
                     assert service.catalog is serving

@@ -160,3 +160,41 @@ def test_results_equal_a_scan_of_every_entry(catalog: Catalog, query: str, scope
     # for 5 s (META_SECONDS) and the search timed out.
     with mock.patch.object(search_meta, "META_SECONDS", 600.0):
         assert anyio.run(found) == _scan(catalog, query, scopes, prefix, limit)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(catalog=_catalogs(), edits=st.lists(st.tuples(st.sets(st.integers(0, 59), max_size=3), _TEXT), max_size=4),
+       query=st.lists(_WORDS, min_size=1, max_size=2).map(" ".join), limit=st.integers(1, 12))
+def test_a_table_built_on_the_last_one_equals_a_scan(catalog: Catalog, edits: list[tuple[set[int], str]],
+                                                      query: str, limit: int) -> None:
+    """One MetadataSearch over a catalog in blocks of 3 rows and its successors (entries dropped and added, as a
+    change does): each search equals a plain scan of its catalog, and each table after the first made parts only
+    for the blocks the change touched (the others are the last table's)."""
+    import aggregator.catalog_rows as catalog_rows
+    from aggregator.catalog_delta import edit_sorted
+    from aggregator.catalog_rows import Rows
+
+    saved = catalog_rows.LOAD
+    catalog_rows.LOAD = 3
+    try:
+        current = Catalog(Rows.of(list(catalog.entries)), [])
+        search = MetadataSearch(window=4)
+
+        async def found(of: Catalog) -> list[str]:
+            return [e.uri for e in await search.search(of, query_terms(query), None, "", limit)]
+
+        assert anyio.run(found, current) == _scan(current, query, None, "", limit)
+        for step, (dropped, text) in enumerate(edits):
+            uris = list(current._uris)  # noqa: SLF001
+            drop = {uris[i] for i in dropped if i < len(uris)}
+            added = _entry(f"new://{step}/{text.replace(' ', '/')}", text, None, text, frozenset())
+            entries, keys = edit_sorted(current.entries, current._uris, drop, [added])  # noqa: SLF001
+            before, current = search._table, current.successor(entries, keys, current.generation + 1, 0)  # noqa: SLF001
+            assert anyio.run(found, current) == _scan(current, query, None, "", limit)
+            table = search._table  # noqa: SLF001
+            if table is None or before is None:  # an empty catalog is never searched
+                continue
+            fresh = [part for part in table.parts if part not in before.parts]
+            assert len(fresh) <= 2 * (len(drop) + 1) + 1  # the blocks touched (a grown one cut in two)
+    finally:
+        catalog_rows.LOAD = saved
