@@ -67,6 +67,10 @@ class ToldVersions:
         self.remember(fingerprint, {path: versions[path] for path in paths if path in versions})
         return news
 
+    def knows(self, fingerprint: str) -> Collection[SourcePath]:
+        """The paths of the source whose told version is kept here."""
+        return self._told.get(fingerprint, {}).keys()
+
     def remember(self, fingerprint: str, versions: Versions) -> None:
         if not versions:
             return

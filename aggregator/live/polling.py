@@ -100,9 +100,16 @@ class Pollers:
                     await self.replica.subscribed(source, interval)
 
     async def baseline(self, source: str, seen: dict[str, str | None]) -> None:
-        """Take the current version of the subscribed URIs of `source` that `seen` has none of yet."""
+        """Take the current version of the subscribed URIs of `source` that `seen` has none of yet (in a cluster,
+        nor the versions this replica's listeners were told of: those are compared with, as ever)."""
         subscribed = self.notifier.subscribed_uris()
         new = (subscribed | self.service.render_inputs(subscribed)) - seen.keys()
+        if new and self.replica is not None:  # what its listeners were told of is their baseline already
+            from aggregator.cluster.link import source_fingerprint
+
+            known = self.replica.told.knows(source_fingerprint(self.service.manifest.sources[source]))
+            reads = self.service.reads_of(source, new)
+            new = {uri for uri in new if uri not in reads or reads[uri] not in known}
         if not new:
             return
         try:
