@@ -116,6 +116,22 @@ the user+system CPU each server process spent per measured read (the client's is
 direct` the two levels' sum over `direct`'s. Load average at the end: {load} (2 cores).
 
 {chr(10).join(rows)}
+
+The outer cache keeps what the upstream lets it keep (`aggregator/sources/mcp.py`: its `ttlMs` caps our ttl, its
+`cacheScope: private` is never kept nor shared). The inner aggregator answers `public` with its ttl, so `one hop,
+cached` stops at the outer cache and costs what `direct` does. An upstream on the official SDK that sets no hints
+answers `ttlMs: 0, cacheScope: private` on the modern wire (the SDK's defaults, sent as its word): nothing may be
+kept, and there a cached hop costs what an uncached one does (tests/test_mcp_kind.py
+`test_upstream_caching_hints`): an earlier measurement over a FastMCP server found the outer cache made no
+difference. On the legacy wire there are no hints and the source's ttl applies: server-everything (2026.8.31)
+speaks only 2025-11-25, and three reads of one of its resources through a gateway with a ttl are one miss and two
+hits.
+
+An uncached hop pays the gateway's own serving plus its call upstream. Over stdio that call is a lean lane
+(`aggregator/upstream/lane.py`: the request written to the pipe and its answer taken off it, past the SDK client's
+dispatcher, models and tasks); through the SDK's client the gateway spent 625-750 us of CPU a read (2026-11-25, load
+8), about half of it in that client. The hop still crosses two servers and two more pipes than `direct`, so it costs
+at least about twice `direct`'s median; the target of 1.3x is not reached.
 """)
 
 
