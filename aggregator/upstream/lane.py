@@ -91,7 +91,11 @@ class Lane:
         self._waiting[request_id] = (event, answer)
         answered = False
         try:
-            await self._write(line)
+            try:
+                await self._write(line)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                # The child stopped reading: as the SDK says of a connection gone (the call goes to the next one).
+                raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
             await event.wait()
             answered = True
         finally:
