@@ -152,6 +152,40 @@ def test_stalled_upstream_times_out_and_the_cap_holds() -> None:
     anyio.run(main)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_reads_share_the_pipe_with_the_sdk_and_given_up_ones_are_cancelled(mode: str) -> None:
+    """Reads over stdio take the lean lane (aggregator/upstream/lane.py) beside the SDK's session on the same pipe:
+    many at once, mixed with listings and completions, each gets its own answer; a read given up (its timeout) is
+    cancelled upstream, as the SDK's client does."""
+    async def main() -> None:
+        up = Upstream("t", mcpserver(UPSTREAM_HANGING="1"), mode=mode, timeout=1.0, connect_timeout=30.0,
+                      backoff=(0.05, 0.3))
+        try:
+            await up.connect()
+            assert up._conn is not None and up._conn.lane is not None and up._conn.lane.ready
+            seen: dict[str, bytes] = {}
+
+            async def read(uri: str) -> None:
+                seen[uri] = (await up.read(uri, 1000)).first.data
+
+            async with anyio.create_task_group() as tg:
+                for i in range(40):
+                    tg.start_soon(read, f"test://template/{i}/data")
+                    if i % 10 == 0:
+                        tg.start_soon(up.list_resources)
+                        tg.start_soon(up.complete, "test://template/{id}/data", "id", "al")
+            assert seen == {f"test://template/{i}/data": f'{{"id": "{i}"}}'.encode() for i in range(40)}
+            with pytest.raises(SourceError, match="no answer"):
+                await up.read("test://hang", 1000)
+            with anyio.fail_after(10):
+                while (await up.read("test://hanging", 100)).first.data != b"0":
+                    await anyio.sleep(0.05)
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
 def test_ssrf_guard() -> None:
     with pytest.raises(SourceError, match="refused"):
         HttpTarget("http://127.0.0.1:1/mcp")

@@ -83,10 +83,26 @@ def big() -> str:
     return "x" * 100_000
 
 
+_hanging = [0]
+
+
 @server.resource("test://hang")
 async def hang() -> str:
-    await anyio.sleep(3600)
+    _hanging[0] += 1
+    try:
+        await anyio.sleep(3600)
+    finally:  # cancelled: the client gave up (notifications/cancelled)
+        _hanging[0] -= 1
     return "never"
+
+
+def hanging() -> str:
+    """How many reads of test://hang are still waiting (a client that gives up one should cancel it)."""
+    return str(_hanging[0])
+
+
+if os.environ.get("UPSTREAM_HANGING"):  # listed only when asked: other tests count what this server lists
+    server.resource("test://hanging")(hanging)
 
 
 @server.resource("test://boom")

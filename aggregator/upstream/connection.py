@@ -26,12 +26,14 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from aggregator import tracing
 from aggregator.sources.base import SourceError, SourceNotFound, SourceUnsupported
 from aggregator.upstream.answers import Listing, UpstreamContent, UpstreamRead, hints, listed, read_result
 from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
 from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, quote
 from aggregator.upstream.http_session import SessionWatch
+from aggregator.upstream.lane import Lane
 from aggregator.upstream.link import Link
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
 from aggregator.upstream.transports import HttpTarget, Target
@@ -217,7 +219,8 @@ class Upstream:
                 self._conn.mark_lost(reason)
 
         session = SessionWatch(lost) if isinstance(self.target, HttpTarget) else None
-        transport = self.target.open(self.name, lost, self.max_message_bytes, self.timeout, session)
+        lanes: list[Lane] = []
+        transport = self.target.open(self.name, lost, self.max_message_bytes, self.timeout, session, lanes.append)
         # The SDK's own timeout bounds each request, the handshake's too (a legacy initialize is a request): no
         # shorter than connect_timeout, which the scope below enforces for the whole handshake, nor than a listing's
         # page may take. Every call after the handshake is bounded by its own limit (`_call`).
@@ -229,6 +232,9 @@ class Upstream:
             async with client:
                 connecting.deadline = math.inf
                 conn = Link(client, session)
+                if lanes:
+                    conn.lane = lanes[-1]
+                    conn.lane.negotiated(client.protocol_version, {"name": "aggregator", "version": _version()})
                 self._conn = conn
                 first = not self._events.ever_connected
                 # A first connection after failed attempts: whoever listed meanwhile got nothing, so tell them too
@@ -310,7 +316,12 @@ class Upstream:
     async def read(self, uri: str, max_bytes: int) -> UpstreamRead:
         """The contents of `uri`; SourceNotFound if the upstream has none, SourceTooLarge past `max_bytes`."""
         async def read(client: Client) -> tuple[types.ReadResourceResult, tuple[int | None, str | None]]:
-            result = await client.read_resource(uri, cache_mode="bypass")
+            lane = self._conn.lane if self._conn is not None and self._conn.client is client else None
+            # With tracing on, a read keeps the SDK client's span and sends its trace context upstream.
+            if lane is not None and lane.ready and not tracing.enabled():
+                result = await lane.read(uri)
+            else:
+                result = await client.read_resource(uri, cache_mode="bypass")
             return result, hints(client, result)
 
         result, given = await self._call("resources/read", read)

@@ -9,6 +9,7 @@ import anyio
 from mcp import Client
 
 from aggregator.upstream.http_session import SessionWatch
+from aggregator.upstream.lane import Lane
 
 __all__ = ["Link"]
 
@@ -21,6 +22,8 @@ class Link:
     lost: anyio.Event = field(default_factory=anyio.Event)
     reason: str | None = None
     subscribed: set[str] = field(default_factory=set)
+    lane: Lane | None = None
+    """Reads past the SDK's client (stdio only), once the handshake is known."""
 
     def mark_lost(self, reason: str) -> None:
         """The connection is unusable: the runner closes it and connects again (the first reason is kept)."""

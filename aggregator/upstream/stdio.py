@@ -27,6 +27,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
 from aggregator.upstream.failures import too_big
+from aggregator.upstream.lane import Lane
 
 __all__ = ["bounded_stdio"]
 
@@ -41,9 +42,10 @@ EXIT_GRACE_S = 2.0
 @asynccontextmanager
 async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str | None, name: str,
                         max_line: int, on_lost: Callable[[str], None] | None = None
-                        ) -> AsyncIterator[tuple[Any, Any]]:
-    """Start `command` (its environment: the SDK's minimal one plus `env`) and yield the session's streams;
-    `on_lost(reason)` hears of a message over `max_line` bytes before the stream ends for it."""
+                        ) -> AsyncIterator[tuple[Any, Any, Lane]]:
+    """Start `command` (its environment: the SDK's minimal one plus `env`) and yield the session's streams and the
+    reads' lane beside them (`lane.Lane`); `on_lost(reason)` hears of a message over `max_line` bytes before the
+    stream ends for it."""
     if sys.platform == "win32":  # pragma: no cover
         raise OSError("mcp+stdio upstreams need a POSIX system")
     process = await anyio.open_process(list(command), env=get_default_environment() | dict(env), cwd=cwd,
@@ -51,6 +53,14 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
                                        start_new_session=True)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    writing = anyio.Lock()  # one whole line at a time, the SDK's or the lane's
+
+    async def send(data: bytes) -> None:
+        assert process.stdin is not None
+        async with writing:
+            await process.stdin.send(data)
+
+    lane = Lane(send)
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
@@ -64,9 +74,13 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
                             on_lost(too_big(max_line))
                         return
                     if line.strip():
-                        await read_writer.send(_parse(line))
+                        message = _parse(line, lane)
+                        if message is not None:
+                            await read_writer.send(message)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 return  # the session is gone, or the pipe broke: the stream ends either way
+            finally:
+                lane.close()
 
     async def stdin_writer() -> None:
         assert process.stdin is not None
@@ -74,7 +88,7 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
             async with write_reader:
                 async for message in write_reader:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await process.stdin.send(data.encode("utf-8"))
+                    await send(data.encode("utf-8"))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The child stopped reading: end the session's stream rather than leave a request waiting.
             await read_writer.aclose()
@@ -84,8 +98,9 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
         tg.start_soon(stdin_writer)
         tg.start_soon(_log_stderr, process, name)
         try:
-            yield read_stream, write_stream
+            yield read_stream, write_stream, lane
         finally:
+            lane.close()
             with anyio.CancelScope(shield=True):
                 await write_stream.aclose()
                 await _stop(process)
@@ -128,10 +143,14 @@ async def _lines(stream: ByteReceiveStream, limit: int, cut: bool = False) -> As
             scanned = 0
 
 
-def _parse(line: bytes) -> SessionMessage | Exception:
-    """One message, or the error the session reports for a line that is not one."""
+def _parse(line: bytes, lane: Lane) -> SessionMessage | Exception | None:
+    """One message for the session, None for the lane's, or the error the session reports for a line that is not
+    one."""
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_python(json.loads(line), by_name=False))
+        message = json.loads(line)
+        if lane.claims(message):
+            return None
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
     except (ValueError, RecursionError) as exc:
         return exc
 

@@ -32,6 +32,7 @@ from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import SourceError
 from aggregator.upstream.failures import TOO_BIG, too_big
 from aggregator.upstream.http_session import SessionWatch
+from aggregator.upstream.lane import Lane
 from aggregator.upstream.stdio import bounded_stdio
 
 __all__ = ["HttpTarget", "StdioTarget", "Target"]
@@ -54,10 +55,15 @@ class StdioTarget:
 
     @asynccontextmanager
     async def open(self, name: str, on_lost: Callable[[str], None], max_message_bytes: int,
-                   timeout: float = 30.0, session: SessionWatch | None = None) -> AsyncIterator[Any]:
-        """A stdio transport to a new child (`stdio.bounded_stdio`): lines capped, stderr into our log."""
+                   timeout: float = 30.0, session: SessionWatch | None = None,
+                   lanes: Callable[[Lane], None] | None = None) -> AsyncIterator[Any]:
+        """A stdio transport to a new child (`stdio.bounded_stdio`): lines capped, stderr into our log; `lanes` is
+        given the connection's read lane (`lane.Lane`)."""
         del timeout, session
-        async with bounded_stdio(self.command, self.env, self.cwd, name, max_message_bytes, on_lost) as (read, write):
+        async with bounded_stdio(self.command, self.env, self.cwd, name, max_message_bytes, on_lost) as (
+                read, write, lane):
+            if lanes is not None:
+                lanes(lane)
             yield _EofWatch(read, on_lost), write
 
 
@@ -107,9 +113,11 @@ class HttpTarget:
 
     @asynccontextmanager
     async def open(self, name: str, on_lost: Callable[[str], None], max_message_bytes: int,
-                   timeout: float = 30.0, session: SessionWatch | None = None) -> AsyncIterator[Any]:
-        """The SDK's Streamable HTTP transport over a guarded `httpx2` client; `session` sees every response."""
-        del name
+                   timeout: float = 30.0, session: SessionWatch | None = None,
+                   lanes: Callable[[Lane], None] | None = None) -> AsyncIterator[Any]:
+        """The SDK's Streamable HTTP transport over a guarded `httpx2` client; `session` sees every response (no
+        read lane: `lanes` is not called)."""
+        del name, lanes
         transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes, session,
                                       lambda: on_lost(too_big(max_message_bytes)))
         client = httpx2.AsyncClient(headers=dict(self.headers), transport=transport, trust_env=False,

@@ -1,0 +1,128 @@
+"""A lean lane for `resources/read` on a stdio upstream: the request written straight to the child's stdin and its
+answer taken off stdout before the SDK's session sees it, beside the SDK's own traffic on the same pipe.
+
+Through the SDK's client a read cost the gateway about five times a bare JSON-RPC exchange (request and result
+models, the dispatcher's span, memory streams and the writer task between them; benchmarks/upstream_hop.py), most
+of a hop. The lane's ids are strings (`agg-N`) the SDK never mints (its ids are integers), so the two never claim
+each other's answers. The answer is still checked by the SDK's own result model before it is used; an error answer
+becomes the `MCPError` the SDK would raise, and a connection that ends fails every read waiting (CONNECTION_CLOSED,
+as the SDK's), so `Upstream._call`'s retry and error mapping apply unchanged. A read given up (timeout,
+cancellation) is cancelled upstream with `notifications/cancelled`, as the SDK does.
+
+On the modern wire each request carries the envelope the SDK's client stamps (`_meta`: protocol version, client
+info, capabilities), built from what the handshake negotiated. With tracing on, reads keep the SDK's client (its span
+and the trace context it sends upstream): `Upstream.read` decides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+__all__ = ["Lane"]
+
+_PREFIX = "agg-"
+_CLIENT_CAPABILITIES: dict[str, Any] = {}
+"""What our client declares (no roots, sampling or elicitation): the SDK's client with no callbacks says the same."""
+
+
+class Lane:
+    """Reads over one stdio connection, sharing its pipe with the SDK's session (`write` is the pipe's writer, which
+    serializes whole lines with the SDK's own writes)."""
+
+    def __init__(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        self._write = write
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._closed = False
+        self._meta: dict[str, Any] | None = None
+        self.ready = False
+        """Whether reads may take the lane: set once the handshake is known (`negotiated`)."""
+
+    def negotiated(self, protocol_version: str | None, client_info: dict[str, Any]) -> None:
+        """The handshake's outcome: the modern wire's envelope, or none on the legacy wire."""
+        if protocol_version is None:
+            return
+        if protocol_version in MODERN_PROTOCOL_VERSIONS:
+            self._meta = {"io.modelcontextprotocol/protocolVersion": protocol_version,
+                          "io.modelcontextprotocol/clientInfo": client_info,
+                          "io.modelcontextprotocol/clientCapabilities": _CLIENT_CAPABILITIES}
+        self.ready = True
+
+    def claims(self, message: object) -> bool:
+        """Whether `message` (a parsed line from stdout) answers one of the lane's reads; if so it is delivered."""
+        if not isinstance(message, dict):
+            return False
+        request_id = message.get("id")
+        if not isinstance(request_id, str) or not request_id.startswith(_PREFIX) or "method" in message:
+            return False
+        waiting = self._waiting.pop(request_id, None)
+        if waiting is not None:  # an answer to a read given up is dropped
+            waiting[1].append(message)
+            waiting[0].set()
+        return True
+
+    def close(self) -> None:
+        """The connection ended: every read waiting fails as the SDK's do (CONNECTION_CLOSED)."""
+        self._closed = True
+        for event, _ in self._waiting.values():
+            event.set()
+        self._waiting.clear()
+
+    async def read(self, uri: str) -> types.ReadResourceResult:
+        """The upstream's answer to `resources/read` of `uri`, checked by the SDK's result model; MCPError for an
+        error answer or a connection that ended."""
+        if self._closed:
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
+        request_id = f"{_PREFIX}{next(self._ids)}"
+        params: dict[str, Any] = {"uri": uri}
+        if self._meta is not None:
+            params["_meta"] = self._meta
+        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": params},
+                          separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+        event, answer = anyio.Event(), list[dict[str, Any]]()
+        self._waiting[request_id] = (event, answer)
+        answered = False
+        try:
+            try:
+                await self._write(line)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                # The child stopped reading: as the SDK says of a connection gone (the call goes to the next one).
+                raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
+            await event.wait()
+            answered = True
+        finally:
+            if not answered and self._waiting.pop(request_id, None) is not None and not self._closed:
+                await self._cancel(request_id)
+        if not answer:
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
+        return _result(answer[0])
+
+    async def _cancel(self, request_id: str) -> None:
+        """Tell the upstream a read was given up (best effort: the pipe may be gone, and we may be cancelled)."""
+        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            try:
+                await self._write(json.dumps(note).encode() + b"\n")
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                pass
+
+
+def _result(message: dict[str, Any]) -> types.ReadResourceResult:
+    error = message.get("error")
+    if error is not None:
+        if not isinstance(error, dict) or not isinstance(code := error.get("code"), int):
+            raise MCPError(types.INTERNAL_ERROR, "a malformed error answer")
+        raise MCPError(code, str(error.get("message", "")), error.get("data"))
+    result = message.get("result")
+    if not isinstance(result, dict) or result.get("resultType", "complete") != "complete":
+        # An input_required answer (or none): the SDK's client refuses it too.
+        raise MCPError(types.INTERNAL_ERROR, "resources/read: not a complete result")
+    return types.ReadResourceResult.model_validate(result, by_name=False)
