@@ -24,6 +24,7 @@ from aggregator.manifest.model import ManifestError
 from aggregator.startup import collect_again, defer_sdk_package_inits, pause_collection
 
 if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
+    from anyio.abc import TaskStatus
     from mcp.server.lowlevel import Server
 
     from aggregator.cluster.link import RedisLink
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the oth
     from aggregator.metrics import Metrics
     from aggregator.search import Discovery
     from aggregator.supervisor import Supervisor
+    from aggregator.workers import Stop
 
 __all__ = ["main"]
 
@@ -86,6 +88,11 @@ async def _cluster(service: Any) -> AsyncIterator[RedisLink | None]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    stop = None
+    if args.workers != 1:  # before the imports below (a few hundred ms): a stop from here on is a clean one
+        from aggregator.workers import Stop
+
+        stop = Stop()
     if not args.http and sys.stdin is not None and sys.stdin.isatty():  # a person, not a client: never on stdout
         from aggregator.terminal_hint import stdio_hint
 
@@ -157,7 +164,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.workers == 1:
         return anyio.run(run)
-    return _serve_workers(args, run)
+    return _serve_workers(args, run, stop)
 
 
 class _NoRedis(Exception):
@@ -181,26 +188,30 @@ def _host_port(http: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _serve_workers(args: argparse.Namespace, run: Any) -> int:
-    """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket."""
+def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop | None = None) -> int:
+    """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket. `stop` hears
+    SIGTERM/SIGINT from as early as the caller made it (else from here): one before the forks is a clean exit."""
     from aggregator.manifest import load_manifest
     from aggregator.metrics_multiprocess import private_folder, process_ended
-    from aggregator.workers import listening_socket, run_workers
+    from aggregator.workers import Stop, listening_socket, run_workers
 
     if args.workers < 1 or not args.http or not args.stateless:
         print("aggregator: --workers N needs --http and --stateless (legacy sessions live in one process)",
               file=sys.stderr)
         return EXIT_USAGE
+    stop = stop or Stop()  # from here SIGTERM/SIGINT are a clean stop, not the default action (exit -15)
     try:
         load_manifest(args.manifest)  # one report of a bad manifest rather than one per worker
     except ManifestError as exc:
         _report(exc)
         return EXIT_INVALID
+    if stop.requested:
+        return EXIT_OK
     sock = listening_socket(*_host_port(args.http))
     # One scrape of /metrics covers every worker: each writes its figures to files in a folder of this run only.
     with private_folder() as shared:
         return run_workers(args.workers, lambda index: anyio.run(run, sock, shared),
-                           ended=lambda pid: process_ended(shared, pid))
+                           ended=lambda pid: process_ended(shared, pid), stop=stop)
 
 
 async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
@@ -236,8 +247,9 @@ async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, a
 
     http = Quiet(config)
 
-    async def stop_on_signal() -> None:
+    async def stop_on_signal(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
             async for received in signals:
                 logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
                 # Listen streams never end by themselves: close them first, so each sends its final result and
@@ -247,7 +259,7 @@ async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, a
                 return
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(stop_on_signal)
+        await tg.start(stop_on_signal)  # ours before uvicorn starts: a worker's start-up handler stops here
         await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()
 
