@@ -79,7 +79,8 @@ def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], 
             children[pid] = index
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-    logger.info("%d workers serving (pids %s)", len(children), ", ".join(map(str, children)))
+    if children:
+        logger.info("%d workers serving (pids %s)", len(children), ", ".join(map(str, children)))
     worst = 0
     while children:
         pid, status = os.wait()
