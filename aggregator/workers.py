@@ -2,7 +2,8 @@
 
 Each worker is a fork that opens the manifest and serves on its own (its own catalog, cache and live reload; its
 figures go to files that any worker's /metrics reads, see metrics_multiprocess); the kernel hands each new
-connection to one of them. The parent only forwards SIGTERM/SIGINT and waits.
+connection to one of them. The parent only forwards SIGTERM/SIGINT and waits. A stop during start-up (the
+manifest check, the forks, a worker opening its catalog) is a clean one: exit 0.
 Sessions of the legacy wire live in one process, so several workers need `--stateless`.
 """
 
@@ -14,6 +15,7 @@ import signal
 import socket
 from collections.abc import Callable
 from types import FrameType
+from typing import NoReturn
 
 from aggregator.tracing import shutdown_tracing
 
@@ -33,40 +35,52 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
     return sock
 
 
-def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], None] = lambda pid: None) -> int:
+STOPS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stop:
+    """SIGTERM/SIGINT in the parent, handled from the moment this is made (before the manifest is checked): a stop
+    before the workers exist is noted (`requested`), and one after is forwarded to each worker forked by then."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.children: dict[int, int] = {}  # pid -> worker index
+        for signum in STOPS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        for child in list(self.children):
+            _signal(child, signum)
+
+
+def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], None] = lambda pid: None,
+                stop: Stop | None = None) -> int:
     """Fork `count` children each running `serve(index)`; wait for all of them and return the worst exit code.
-    `ended(pid)` is called in the parent for each child once it has ended.
+    `ended(pid)` is called in the parent for each child once it has ended. `stop` (made before the slow start-up
+    work, else here) is how the parent hears SIGTERM/SIGINT: a stop before or during the forks forks no more and
+    ends those already forked, with exit 0.
 
     A worker that ends before the parent was asked to stop takes the others down with it (exit code kept), so a
     broken worker is seen by whatever supervises the service rather than silently halving its capacity.
     """
-    children: dict[int, int] = {}
+    stop = stop or Stop()
+    children = stop.children
     for index in range(count):
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                code = serve(index)
-            except BaseException:
-                logger.exception("worker %d failed", index)
-            finally:
-                shutdown_tracing()  # os._exit skips atexit, which flushes spans in a single process
-                logging.shutdown()
-                os._exit(code)
-        children[pid] = index
-    stopping = False
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            _signal(child, signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    logger.info("%d workers serving (pids %s)", count, ", ".join(map(str, children)))
+        if stop.requested:
+            break
+        # Blocked over the fork: a signal in between reaches the parent once the child is in `children` (so it is
+        # forwarded), and never runs the parent's handler in the child (which would signal its siblings).
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _worker(index, serve)
+            children[pid] = index
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    if children:
+        logger.info("%d workers serving (pids %s)", len(children), ", ".join(map(str, children)))
     worst = 0
     while children:
         pid, status = os.wait()
@@ -76,12 +90,39 @@ def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], 
         ended(pid)
         code = os.waitstatus_to_exitcode(status)
         worst = max(worst, code if code >= 0 else 1)
-        if not stopping:
+        if not stop.requested:
             logger.error("worker %d (pid %d) ended with %d; stopping the others", index, pid, code)
-            stopping = True
+            stop.requested = True
             for child in children:
                 _signal(child, signal.SIGTERM)
     return worst
+
+
+def _worker(index: int, serve: Callable[[int], int]) -> NoReturn:
+    """The child's life: `serve(index)`, then its exit code. Until the server installs its own handlers (before it
+    accepts connections), SIGTERM/SIGINT end the worker at once with exit 0: it has served nothing yet, so there is
+    nothing to finish, and a stop is not a failure. (Unwinding a half-done start-up from a signal handler instead
+    was tried: it can land inside the event loop's construction or leave a task that ignores its cancellation.)"""
+    code = 1
+
+    def stop_starting(signum: int, frame: FrameType | None) -> None:
+        _finish(0)
+
+    try:
+        for signum in STOPS:
+            signal.signal(signum, stop_starting)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # blocked by the parent over the fork
+        code = serve(index)
+    except BaseException:
+        logger.exception("worker %d failed", index)
+    finally:
+        _finish(code)
+
+
+def _finish(code: int) -> NoReturn:
+    shutdown_tracing()  # os._exit skips atexit, which flushes spans in a single process
+    logging.shutdown()
+    os._exit(code)
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -197,17 +197,29 @@ def catches(pid: int, signum: int) -> bool:
 
 
 def workers_up(pid: int, count: int) -> Callable[[], bool]:
-    """Whether `serve --workers` process `pid` has `count` workers that each handle SIGTERM: a worker installs its
-    handler once its catalog is open and it is about to serve, and until then SIGTERM kills it (exit -15, the
-    parent exits 1), so a test that stops the server must first wait for this."""
+    """Whether `serve --workers` process `pid` has `count` workers that each accept connections: its event loop
+    polls the shared listening socket (an epoll of the worker watches that descriptor: /proc/PID/fdinfo, Linux).
+    A worker stopped before that exits 0 without having opened its catalog, so a test that needs every worker to
+    have served (its spans, its figures) must first wait for this."""
     import psutil
+
+    def serving(child: psutil.Process) -> bool:
+        listening = {c.fd for c in child.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+        for name in os.listdir(f"/proc/{child.pid}/fdinfo"):
+            try:
+                text = Path(f"/proc/{child.pid}/fdinfo/{name}").read_text()
+            except OSError:
+                continue
+            if listening & {int(fd) for fd in re.findall(r"^tfd:\s+(\d+)", text, re.M)}:
+                return True
+        return False
 
     def check() -> bool:
         try:
             children = psutil.Process(pid).children()
-        except psutil.NoSuchProcess:
+            return len(children) >= count and all(serving(child) for child in children)
+        except (psutil.Error, OSError):
             return False
-        return len(children) >= count and all(catches(child.pid, signal.SIGTERM) for child in children)
     return check
 
 

@@ -3,6 +3,7 @@ else (a network file system, a large file, a swapped file, a link) takes the thr
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -13,7 +14,9 @@ import pytest
 
 from aggregator.sources import LocalSource, SourceNotFound
 from aggregator.sources.base import SourceTooLarge
-from aggregator.sources.cached_read import INLINE_MAX, filesystem_type, inline_possible, read_if_cached
+from aggregator.sources.cached_read import (INLINE_MAX, NOWAIT_ATTEMPTS, filesystem_type, inline_possible,
+                                            read_if_cached)
+from tests.conftest import write_manifest
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="no preadv2 RWF_NOWAIT on this system")
 
@@ -67,7 +70,9 @@ def test_local_source_reads_inline_with_the_threads_answer(tmp_path: Path) -> No
 
     async def main() -> None:
         for path in ("sub/a.md", "empty.md"):
+            tried = NOWAIT_ATTEMPTS[os.stat(root).st_dev]
             inline = source._read_cached(path, 1000)
+            assert NOWAIT_ATTEMPTS[os.stat(root).st_dev] == tried + 1  # a disk keeps reading inline
             assert inline is not None
             threaded = source._read_file(path, 1000)
             assert (inline.data, inline.version) == (threaded.data, threaded.version)
@@ -81,3 +86,60 @@ def test_local_source_reads_inline_with_the_threads_answer(tmp_path: Path) -> No
         assert source.busy_threads() == 0
 
     anyio.run(main)
+
+
+def _refuses_nowait(folder: Path) -> bool:
+    """Whether the file system of `folder` answers preadv2 RWF_NOWAIT with EOPNOTSUPP."""
+    probe = folder / ".probe"
+    probe.write_bytes(b"x")
+    fd = os.open(probe, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(2)], 0, os.RWF_NOWAIT)
+    except OSError as exc:
+        return exc.errno == errno.EOPNOTSUPP
+    finally:
+        os.close(fd)
+        probe.unlink()
+    return False
+
+
+def test_a_tmpfs_folder_that_refuses_nowait_is_tried_inline_once_per_device() -> None:
+    """tmpfs here refuses RWF_NOWAIT: reads through the server answer from the thread with the right content, and
+    only the first one on the device pays the open, fstat and refused read."""
+    from mcp import Client
+
+    from aggregator.server import build_server
+    from aggregator.service import ResourceService
+
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm")
+    with tempfile.TemporaryDirectory(prefix="aggregator-cached-read-", dir="/dev/shm") as name:
+        folder = Path(name)
+        if filesystem_type(str(folder.resolve())) != "tmpfs" or not _refuses_nowait(folder):
+            pytest.skip("/dev/shm is not a tmpfs that refuses RWF_NOWAIT")
+        (folder / "docs").mkdir()
+        for index in range(5):
+            (folder / "docs" / f"{index}.md").write_text(f"# note {index}\n")
+        manifest = write_manifest(folder, """
+            version: 1
+            server: {name: shm}
+            sources:
+              docs: {url: ./docs}
+            collections:
+              - {source: docs, glob: "*.md", uri: "docs://{path}"}
+            """)
+        device = os.stat(folder / "docs").st_dev
+
+        async def main() -> None:
+            service = await ResourceService.open(manifest)
+            try:
+                async with Client(build_server(service), mode="auto", cache=None) as client:
+                    for _ in range(3):
+                        for index in range(5):
+                            read = await client.read_resource(f"docs://{index}.md")
+                            assert read.contents[0].text == f"# note {index}\n"  # type: ignore[union-attr]
+            finally:
+                await service.aclose()
+
+        anyio.run(main)
+        assert NOWAIT_ATTEMPTS[device] <= 1

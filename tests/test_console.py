@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import pytest
 
 from aggregator.catalog import Catalog, Entry
 from aggregator.console.app import RAW_CHARS, STATIC
-from aggregator.console.events import EventHub, TooManyStreams
+from aggregator.console.events import HEARTBEAT_S, EventHub, EventStreamResponse, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, tree_page
@@ -338,6 +339,7 @@ class Events:
         self.arrived = threading.Condition()
         self._client = httpx.Client(timeout=httpx.Timeout(30, read=60))
         self._stop = False
+        self._response: httpx.Response | None = None
         self._thread = threading.Thread(target=self._read, args=(served, token), daemon=True)
         self._thread.start()
 
@@ -345,6 +347,7 @@ class Events:
         try:
             with self._client.stream("GET", served.base + "/console/api/events",
                                      headers={"Authorization": f"Bearer {token}"}) as response:
+                self._response = response
                 event = ""
                 for line in response.iter_lines():
                     if self._stop:
@@ -371,7 +374,16 @@ class Events:
                 self.arrived.wait(left)
 
     def close(self) -> None:
+        """Close the connection now, as a closed tab does (the reading thread is woken; closing the client alone
+        leaves the connection open until the next frame arrives)."""
         self._stop = True
+        stream = self._response.extensions.get("network_stream") if self._response is not None else None
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
         self._client.close()
 
 
@@ -529,10 +541,12 @@ def test_event_streams_are_capped_per_caller_with_a_reserve_for_the_admin_scope(
             admin = Events(running, ADMIN)
             admin.wait_for("hello")
             assert _stream_status(running, ADMIN)[0] == 503  # all three are open
+            # A closed page frees its slot when the server hears the disconnect, not at the stream's next heartbeat
+            # (when a write would fail): the new stream is let in well within one heartbeat interval.
             readers.pop().close()
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + HEARTBEAT_S / 3
             while (status := _stream_status(running, NOBODY)[0]) != 200 and time.monotonic() < deadline:
-                time.sleep(0.2)
+                time.sleep(0.1)
             assert status == 200
         finally:
             for events in [*readers, *([admin] if admin else [])]:
@@ -580,6 +594,33 @@ def test_event_streams_are_capped_bounded_and_end_when_closed() -> None:
         hub.close()  # serving stops: the stream ends
         with pytest.raises(StopAsyncIteration):
             await again.__anext__()
+        assert hub.streams == 0
+
+    anyio.run(main)
+
+
+def test_a_stream_ends_when_its_client_disconnects_under_any_asgi_spec_version() -> None:
+    """Starlette's StreamingResponse listens for `http.disconnect` only below ASGI spec 2.4 (uvicorn's HTTP
+    protocols say 2.3 today); the console's response does under any version, so a closed page gives its slot back
+    at once rather than at the next heartbeat, when a write would fail."""
+    from mcp.server.subscriptions import InMemorySubscriptionBus
+
+    async def main() -> None:
+        hub = EventHub(InMemorySubscriptionBus(), ReloadHistory(), max_streams=1)
+        gone = anyio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message.get("body"):
+                gone.set()  # the page got its `hello`, then the tab is closed
+
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "method": "GET", "headers": []}
+        response = EventStreamResponse(hub.stream(lambda uri: True, lambda: 1), media_type="text/event-stream")
+        with anyio.fail_after(HEARTBEAT_S / 3):
+            await response(scope, receive, send)
         assert hub.streams == 0
 
     anyio.run(main)

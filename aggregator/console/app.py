@@ -16,14 +16,14 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from aggregator.callers import caller_expiry, caller_name, caller_scopes
 from aggregator.catalog import Page
 from aggregator.completion import Completer
 from aggregator.console.detail import cache_look, detail_view
-from aggregator.console.events import EventHub, TooManyStreams
+from aggregator.console.events import EventHub, EventStreamResponse, TooManyStreams
 from aggregator.console.history import ReloadHistory
 from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
@@ -386,8 +386,7 @@ class Console:
             async for frame in body:
                 yield frame
 
-        return StreamingResponse(frames(), media_type="text/event-stream",
-                                 headers={"X-Accel-Buffering": "no"})
+        return EventStreamResponse(frames(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
 
 
 def _principal(request: Request) -> str:

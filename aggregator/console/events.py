@@ -3,7 +3,8 @@
 Each stream has a bounded queue: a page that stops reading loses events and gets one `resync` instead (it then
 reloads what it shows), so a stalled tab never holds memory. Streams are capped, in all and per caller, and the
 last few are kept for holders of the admin scope, so one token cannot lock operators out; a closed tab ends its
-stream (the response notices the disconnect and the stream unsubscribes). `updated` passes only for URIs the
+stream at once (`EventStreamResponse` waits for the client's disconnect beside the stream, and the stream then
+unsubscribes and gives its slot back). `updated` passes only for URIs the
 stream's caller may see when the event is sent.
 """
 
@@ -19,10 +20,12 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated, ServerEvent, SubscriptionBus
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from aggregator.console.history import ReloadHistory, ReloadRecord
 
-__all__ = ["EventHub", "TooManyStreams"]
+__all__ = ["EventHub", "EventStreamResponse", "TooManyStreams"]
 
 logger = logging.getLogger("aggregator.console")
 
@@ -169,6 +172,29 @@ class EventHub:
             self._release(caller, admin)
             if self._previews.pop(stream_id, ("", ""))[1]:
                 self.previews_changed()
+
+
+class EventStreamResponse(StreamingResponse):
+    """An event stream's response that ends as soon as the client goes away.
+
+    Starlette's StreamingResponse listens for `http.disconnect` only under ASGI spec versions before 2.4; under
+    uvicorn (2.4) it notices a closed client only when a write fails, i.e. at the next heartbeat, and until then the
+    stream holds its slot under the caps. Here `receive()` is always watched beside the stream: on a disconnect the
+    stream is cancelled, which runs its clean-up (unsubscribe, release) right away."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                await self.listen_for_disconnect(receive)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                await self.stream_response(send)
+            except OSError:
+                pass  # the client went while a frame was written: the same as its disconnect
+            tg.cancel_scope.cancel()
 
 
 def _drain(receive: Any) -> None:

@@ -4,14 +4,19 @@ every byte is already in the page cache (`preadv2` with `RWF_NOWAIT` says so, or
 A thread hop per read costs more CPU than reading a 2 KB file; but a read that waits on a disk or a hung mount must
 never stall the loop, so anything else (a network file system, a file not cached, larger than `INLINE_MAX`, grown
 or swapped meanwhile, any error) returns None and the caller takes its thread as before.
+
+Some local file systems refuse `RWF_NOWAIT` outright (tmpfs on some kernels: EOPNOTSUPP). The first refusal marks
+the device (`st_dev`), and later reads there go straight to the thread, without an open, fstat and failed read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as stat_mode
+from collections import Counter
 
-__all__ = ["INLINE_MAX", "LOCAL_FS_TYPES", "filesystem_type", "inline_possible", "read_if_cached"]
+__all__ = ["INLINE_MAX", "LOCAL_FS_TYPES", "NOWAIT_ATTEMPTS", "filesystem_type", "inline_possible", "read_if_cached"]
 
 INLINE_MAX = 64 * 1024
 """Bytes at most read on the event loop."""
@@ -20,7 +25,11 @@ LOCAL_FS_TYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ra
                             "squashfs", "erofs", "vfat", "exfat"})
 """File systems whose metadata calls answer from this machine (never a network round trip)."""
 
+NOWAIT_ATTEMPTS: Counter[int] = Counter()
+"""`preadv2(RWF_NOWAIT)` calls made, by device (st_dev): at most one on a device that refuses the flag."""
+
 _NOWAIT = getattr(os, "RWF_NOWAIT", None)
+_REFUSED: set[int] = set()  # devices that answered RWF_NOWAIT with EOPNOTSUPP: never tried again
 _FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
           | getattr(os, "O_NOCTTY", 0))
 
@@ -52,7 +61,7 @@ def inline_possible(root: str) -> bool:
 def read_if_cached(real: str, st: os.stat_result) -> tuple[bytes, os.stat_result] | None:
     """The whole of regular file `real` (lstat `st`, at most INLINE_MAX bytes) and its fstat, if it is still that
     file and all of it is in the page cache; None otherwise (nothing was waited for)."""
-    if _NOWAIT is None or not stat_mode.S_ISREG(st.st_mode) or st.st_size > INLINE_MAX:
+    if _NOWAIT is None or not stat_mode.S_ISREG(st.st_mode) or st.st_size > INLINE_MAX or st.st_dev in _REFUSED:
         return None
     try:
         fd = os.open(real, _FLAGS)
@@ -64,8 +73,11 @@ def read_if_cached(real: str, st: os.stat_result) -> tuple[bytes, os.stat_result
                 not stat_mode.S_ISREG(now.st_mode):
             return None
         buffer = bytearray(now.st_size + 1)  # one more: a file that grew since is not read here
+        NOWAIT_ATTEMPTS[now.st_dev] += 1
         got = os.preadv(fd, [buffer], 0, _NOWAIT)
-    except OSError:  # EAGAIN: not all cached; anything else: the thread's read reports it
+    except OSError as exc:  # EAGAIN: not all cached; anything else: the thread's read reports it
+        if exc.errno == errno.EOPNOTSUPP:
+            _REFUSED.add(st.st_dev)
         return None
     finally:
         os.close(fd)
