@@ -9,11 +9,10 @@ import argparse
 import gc
 import json
 import logging
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,13 +23,8 @@ from aggregator.manifest.model import ManifestError
 from aggregator.startup import collect_again, defer_sdk_package_inits, pause_collection
 
 if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
-    from mcp.server.lowlevel import Server
-
     from aggregator.cluster.link import RedisLink
     from aggregator.manifest.model import ClusterSettings
-    from aggregator.metrics import Metrics
-    from aggregator.search import Discovery
-    from aggregator.supervisor import Supervisor
     from aggregator.workers import Stop
 
 __all__ = ["main"]
@@ -100,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
     from aggregator.search import Discovery
+    from aggregator.serve_http import host_port, serve_http
     from aggregator.server import build_server, initialization_options, wire_summary
     from aggregator.stdio import serve_stdio
     from aggregator.tracing import setup_tracing
@@ -132,7 +127,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 # catalog) are frozen out of the collector's way before it runs again.
                 gc.freeze()
                 collect_again()
-                transport = "HTTP on http://{}:{}/mcp".format(*_host_port(args.http)) if args.http else "stdio"
+                transport = "HTTP on http://{}:{}/mcp".format(*host_port(args.http)) if args.http else "stdio"
                 logger.info(
                     "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
                     "ready in %.0f ms", service.manifest.server.name, args.manifest, len(service.sources),
@@ -146,7 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         tg.start_soon(metrics.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
-                        await _serve_http(server, live, metrics, args, sock, discovery)
+                        await serve_http(server, live, metrics, args, sock, discovery)
                     else:
                         await serve_stdio(server, initialization_options(server))
                     live.stop()
@@ -182,16 +177,12 @@ def _cluster_link(settings: ClusterSettings | None) -> RedisLink | None:
         raise _NoRedis(str(exc)) from None
 
 
-def _host_port(http: str) -> tuple[str, int]:
-    host, _, port = http.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop | None) -> int:
     """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket (or none if
     `stop` heard SIGTERM/SIGINT by then: exit 0)."""
     from aggregator.manifest import load_manifest
     from aggregator.metrics_multiprocess import private_folder, process_ended
+    from aggregator.serve_http import host_port
     from aggregator.workers import listening_socket, run_workers
 
     if args.workers < 1 or not args.http or not args.stateless:
@@ -203,61 +194,11 @@ def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop | None) -> int
     except ManifestError as exc:
         _report(exc)
         return EXIT_INVALID
-    sock = listening_socket(*_host_port(args.http))
+    sock = listening_socket(*host_port(args.http))
     # One scrape of /metrics covers every worker: each writes its figures to files in a folder of this run only.
     with private_folder() as shared:
         return run_workers(args.workers, lambda index: anyio.run(run, sock, shared),
                            ended=lambda pid: process_ended(shared, pid), stop=stop)
-
-
-async def _serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
-                      sock: Any = None, discovery: Discovery | None = None) -> None:
-    """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
-    on `sock` when given (a socket shared by workers)."""
-    import uvicorn
-
-    from aggregator.http_app import http_app
-    from aggregator.http_limits import limited_protocol, quiet_client_disconnects
-
-    host, port = _host_port(args.http)
-    console = None
-    if live.service.manifest.server.console is not None:
-        from aggregator.console.app import Console
-
-        console = Console(live, discovery)
-    app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
-                   stateless=args.stateless, console=console)
-    limits = live.service.manifest.server.http
-    quiet_client_disconnects()
-    # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
-    # http=: uvicorn's httptools protocol plus header/body timeouts and the connection cap (aggregator.http_limits).
-    # The ignore: uvicorn annotates timeout_keep_alive as int but only hands it to loop.call_later (float seconds).
-    config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=5, log_config=None, http=limited_protocol(limits),
-                            timeout_keep_alive=limits.keep_alive_timeout)  # type: ignore[arg-type]
-
-    class Quiet(uvicorn.Server):
-        # The signals are ours (below): uvicorn would re-raise them after shutting down, ending with -SIGTERM.
-        def capture_signals(self) -> Any:
-            return nullcontext()
-
-    http = Quiet(config)
-
-    async def stop_on_signal(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()
-            async for received in signals:
-                logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
-                # Listen streams never end by themselves: close them first, so each sends its final result and
-                # uvicorn's graceful shutdown is not left waiting on them.
-                live.notifier.close()
-                http.should_exit = True
-                return
-
-    async with anyio.create_task_group() as tg:
-        await tg.start(stop_on_signal)  # ours before uvicorn starts: a worker's start-up handler stops here
-        await http.serve(sockets=[sock] if sock is not None else None)
-        tg.cancel_scope.cancel()
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -1,0 +1,79 @@
+"""Serving over Streamable HTTP: uvicorn with our protocol limits, on `[HOST:]PORT` or a socket workers share,
+until SIGTERM or Ctrl-C (our signal handling, installed before uvicorn starts, so a stop during start-up is clean)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+
+    from aggregator.metrics import Metrics
+    from aggregator.search import Discovery
+    from aggregator.supervisor import Supervisor
+
+__all__ = ["host_port", "serve_http"]
+
+logger = logging.getLogger("aggregator")
+
+
+def host_port(http: str) -> tuple[str, int]:
+    """(host, port) of `[HOST:]PORT` (an IPv6 host in brackets); host 127.0.0.1 when none is given."""
+    host, _, port = http.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
+                      sock: Any = None, discovery: Discovery | None = None) -> None:
+    """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
+    on `sock` when given (a socket shared by workers)."""
+    import uvicorn
+
+    from aggregator.http_app import http_app
+    from aggregator.http_limits import limited_protocol, quiet_client_disconnects
+
+    host, port = host_port(args.http)
+    console = None
+    if live.service.manifest.server.console is not None:
+        from aggregator.console.app import Console
+
+        console = Console(live, discovery)
+    app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
+                   stateless=args.stateless, console=console)
+    limits = live.service.manifest.server.http
+    quiet_client_disconnects()
+    # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
+    # http=: uvicorn's httptools protocol plus header/body timeouts and the connection cap (aggregator.http_limits).
+    # The ignore: uvicorn annotates timeout_keep_alive as int but only hands it to loop.call_later (float seconds).
+    config = uvicorn.Config(app, host=host, port=int(port), log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=5, log_config=None, http=limited_protocol(limits),
+                            timeout_keep_alive=limits.keep_alive_timeout)  # type: ignore[arg-type]
+
+    class Quiet(uvicorn.Server):
+        # The signals are ours (below): uvicorn would re-raise them after shutting down, ending with -SIGTERM.
+        def capture_signals(self) -> Any:
+            return nullcontext()
+
+    http = Quiet(config)
+
+    async def stop_on_signal(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for received in signals:
+                logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
+                # Listen streams never end by themselves: close them first, so each sends its final result and
+                # uvicorn's graceful shutdown is not left waiting on them.
+                live.notifier.close()
+                http.should_exit = True
+                return
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(stop_on_signal)  # ours before uvicorn starts: a worker's start-up handler stops here
+        await http.serve(sockets=[sock] if sock is not None else None)
+        tg.cancel_scope.cancel()
