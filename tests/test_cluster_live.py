@@ -52,14 +52,20 @@ async def _until(condition: Any, timeout: float = 10.0) -> None:
             await anyio.sleep(0.02)
 
 
-def test_query_data_and_listing_changes_travel_and_local_folders_stay_local(tmp_path: Path) -> None:
-    url = require_shared()
-    prefix = unique_prefix()
+def _customers(tmp_path: Path) -> tuple[str, Any]:
+    """A SQLite database with one customer, its URL and engine."""
     db = f"sqlite:///{tmp_path / 'live.db'}"
     engine = sqlalchemy.create_engine(db)
     with engine.begin() as conn:
         conn.execute(sqlalchemy.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)"))
         conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (1, 'Ada')"))
+    return db, engine
+
+
+def test_query_data_and_listing_changes_travel_and_local_folders_stay_local(tmp_path: Path) -> None:
+    url = require_shared()
+    prefix = unique_prefix()
+    db, engine = _customers(tmp_path)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")
     manifest = write_manifest(tmp_path, f"""
@@ -255,11 +261,7 @@ def test_a_change_between_subscribing_and_the_holders_next_poll_is_heard(tmp_pat
     change. (`poll: 1h`: the test runs the holder's poll.)"""
     url = require_shared()
     prefix = unique_prefix()
-    db = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = sqlalchemy.create_engine(db)
-    with engine.begin() as conn:
-        conn.execute(sqlalchemy.text("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)"))
-        conn.execute(sqlalchemy.text("INSERT INTO customers VALUES (1, 'Ada')"))
+    db, engine = _customers(tmp_path)
     manifest = write_manifest(tmp_path, f"""
         version: 1
         server:

@@ -30,8 +30,9 @@ from tests.command import aggregator
 KUBERNETES = DEPLOY / "kubernetes"
 KUBERNETES_VERSION = "1.34.0"
 """The Kubernetes API the files are validated against (kubernetes-validate's bundled schemas)."""
-GRACEFUL_SHUTDOWN = int(re.findall(r"timeout_graceful_shutdown=(\d+)", (ROOT / "aggregator" / "cli.py").read_text())[0])
-"""Seconds `serve --http` lets requests in flight finish after SIGTERM (uvicorn's, as cli.py sets it)."""
+GRACEFUL_SHUTDOWN = int(re.findall(r"timeout_graceful_shutdown=(\d+)",
+                                   (ROOT / "aggregator" / "serve_http.py").read_text())[0])
+"""Seconds `serve --http` lets requests in flight finish after SIGTERM (uvicorn's, as serve_http.py sets it)."""
 
 MANIFEST = """
 version: 1
