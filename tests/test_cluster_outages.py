@@ -167,9 +167,11 @@ def _run(tmp_path: Path, outage: str, outage_and_change: Any) -> None:
                 await _until(lambda: all(_connected(group)))
                 await _until(lambda: sum(r.health()["cluster"]["leases"] for r in group) == 1)
                 # The holder's poll of what every replica wants began and ended (the next one began): it kept
-                # the versions, in Redis and as what its listeners were told.
+                # the versions, in Redis and as what its listeners were told. Each replica's subscriptions took
+                # the version of what they name too (at most one request per subscription, four here), so the
+                # count covers those and two polls.
                 polls = upstream.hits[POLL]
-                await _until(lambda: upstream.hits[POLL] >= polls + 2)
+                await _until(lambda: upstream.hits[POLL] >= polls + 6)
                 await outage_and_change(group, heard, redis, upstream)
 
                 # A poll that ends before a listener listens again tells it nothing (it heard its stream
