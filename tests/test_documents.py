@@ -144,14 +144,28 @@ async def test_conversions_at_once_are_capped(pool: DocumentPool) -> None:
     assert pool.started == 2
 
 
+LONG_PAGES = 4000
+"""A long document (about 0.25 s to convert whole): pypdfium2 converts a generated page in well under 0.1 ms, and
+the default limits stop at 500 pages and 200,000 characters, so a "long" one took about 35 ms and which conversion
+ended first was the machine's whim, not the pool's order."""
+LONG = replace(LIMITS, max_pages=LONG_PAGES, max_chars=10**8)
+
+
+async def _converting(pool: DocumentPool) -> None:
+    """Until background work holds a worker (what a read or a wanted conversion comes in behind)."""
+    with anyio.fail_after(30):
+        while pool.busy < 1:
+            await anyio.sleep(0.002)
+
+
 @pytest.mark.anyio
 async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool) -> None:
     """Eight long documents queued for the index, then a short read: the read takes the worker background work may
-    not hold, so it ends before most of the indexing (without the cap it would queue behind all eight)."""
-    long, short, done = pdf_pages(500), fixture("crazyones.pdf"), []
+    not hold, so it ends first (without the cap it would wait for a long one to end)."""
+    long, short, done = pdf_pages(LONG_PAGES), fixture("crazyones.pdf"), []
 
     async def convert(name: str, document: bytes, background: bool) -> None:
-        await pool.convert(document, "pdf", LIMITS, background=background)
+        await pool.convert(document, "pdf", LONG if background else LIMITS, background=background)
         done.append(name)
 
     async with anyio.create_task_group() as tg:  # both workers started first: starting one takes longer than a PDF
@@ -161,9 +175,10 @@ async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool
     async with anyio.create_task_group() as tg:
         for i in range(8):
             tg.start_soon(convert, f"index {i}", long, True)
-        await anyio.wait_all_tasks_blocked()
+        await _converting(pool)
+        ended = len(done)  # what ended before the read was asked for is not behind or ahead of it
         tg.start_soon(convert, "read", short, False)
-    assert done.index("read") <= 2, done
+    assert done.index("read") == ended, (ended, done)  # the first to end once asked for
     assert pool.converted == 11 and pool.started == 2
 
 
@@ -171,12 +186,12 @@ async def test_background_conversions_leave_a_worker_to_reads(pool: DocumentPool
 async def test_background_work_a_read_waits_for_goes_ahead(pool: DocumentPool) -> None:
     """The search indexer's conversion of a document a client's read now waits for (the read gets it from the content
     cache) stops waiting for a background turn once `wanted`: behind four long documents queued for the index (one
-    background turn at a time in a pool of two), it ends first or second, not last."""
-    long, short, done = pdf_pages(500), fixture("crazyones.pdf"), []
+    background turn at a time in a pool of two), it ends first, not last."""
+    long, short, done = pdf_pages(LONG_PAGES), fixture("crazyones.pdf"), []
 
     async def convert(name: str, document: bytes, key: str | None = None) -> None:
         if key is None:
-            await pool.convert(document, "pdf", LIMITS, background=True)
+            await pool.convert(document, "pdf", LONG, background=True)
         else:
             with pool.queued(key) as turn:
                 await pool.convert(document, "pdf", LIMITS, background=True, wanted=turn)
@@ -189,10 +204,11 @@ async def test_background_work_a_read_waits_for_goes_ahead(pool: DocumentPool) -
         for i in range(4):
             tg.start_soon(convert, f"index {i}", long)
         tg.start_soon(convert, "wanted", short, "doc://short.pdf")
-        await anyio.wait_all_tasks_blocked()
+        await _converting(pool)
+        ended = len(done)
         pool.wanted("doc://short.pdf")
         pool.wanted("doc://nothing-queued.pdf")  # nothing waits for it: nothing happens
-    assert done.index("wanted") <= 1, done
+    assert done.index("wanted") == ended, (ended, done)
     assert pool.converted == 7 and pool.started == 2
 
 
