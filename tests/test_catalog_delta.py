@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from aggregator import chunked
@@ -99,9 +99,12 @@ def assert_relist_compares(before: Catalog, want: Catalog) -> None:
     changed (column-wise) as the listed fields say, and the files to forget at least those no longer listed."""
     shown = [listed_fields(e) for e in before.entries] != [listed_fields(e) for e in want.entries]
     assert before.entries.same_listing(want.entries) != shown
-    # A superset of the files no longer listed (unlisted_files' contract): a file of a URI gone that is not a target
-    # of `before` (hypothesis found one) is named too, and forgetting its cache costs nothing.
-    assert unlisted_files(before, want) >= before.targets() - want.targets()
+    # The files no longer listed, less those whose URI is kept but names another file now (a folder moved out and
+    # another of the same name moved in, under a URI pattern without {path}: found by hypothesis in CI, stop 25).
+    # unlisted_files compares URIs, not rows: such a file's cached body stays until its TTL, and no URI reads it.
+    renamed = {(e.source, e.path) for e in before.entries
+               if (now := want.get(e.uri)) is not None and (now.source, now.path) != (e.source, e.path)}
+    assert before.targets() >= unlisted_files(before, want) >= before.targets() - want.targets() - renamed
 
 
 def assert_same(got: Catalog, want: Catalog) -> None:
@@ -178,6 +181,7 @@ def _change(root: Path, step: Step) -> set[str]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(initial=st.sets(st.sampled_from(NAMES), max_size=8), steps=_steps)
+@example(initial=set(), steps=[[("write", "n/a.txt", 0)], [("move out", "n", 0), ("move in", "n", 1)]])  # CI, stop 25
 def test_changes_applied_one_by_one_equal_a_fresh_walk(tmp_path: Path, initial: set[str], steps: list[Step]) -> None:
     root = tmp_path / "f"
     shutil.rmtree(root, ignore_errors=True)
