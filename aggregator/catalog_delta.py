@@ -56,6 +56,10 @@ class Delta:
     listing_changed: bool
     """Whether resources/list shows something else now (what `Catalog.listing_signature` compares)."""
 
+    def paths_of(self, uris: Iterable[str]) -> set[str]:
+        """The files the next catalog's entries for `uris` read (URIs that name no file are left out)."""
+        return {e.path for e in map(self.catalog.get, uris) if e is not None and e.path is not None}
+
 
 def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
                 removed: Collection[str], now: float | None = None) -> Delta:

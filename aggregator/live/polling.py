@@ -153,8 +153,7 @@ class Pollers:
         if not listed:
             return
         if self.replica is not None:  # polling alone: the shared cache must not serve their old bodies either
-            paths = {e.path for e in map(delta.catalog.get, listed) if e is not None and e.path is not None}
-            await self.service.forget_shared(source, paths, False)
+            await self.service.forget_shared(source, delta.paths_of(listed), False)
         for uri in listed:
             seen.pop(uri, None)
         await self.updates.uris_changed(sorted(listed), self.notifier.subscribed_uris())

@@ -58,8 +58,7 @@ class ClusterReplica:
         spec = self.service.manifest.sources[source]
         fingerprint = source_fingerprint(spec)
         losses = self.cluster.losses
-        subscribed = self.notifier.subscribed_uris()
-        mine = set(self.service.reads_of(source, subscribed | self.service.render_inputs(subscribed)).values())
+        mine = self._wanted(source)
         try:
             await self.leases.want(fingerprint, {DATA if p is None else p for p in mine}, interval)
             if not await self.leases.hold(fingerprint, interval):
@@ -104,8 +103,7 @@ class ClusterReplica:
             # event makes the others list this source again.
             delta = await self.updates.source_polled(source)
             if delta is not None:
-                await self.service.forget_shared(source, {e.path for e in map(delta.catalog.get, delta.updated)
-                                                          if e is not None and e.path is not None})
+                await self.service.forget_shared(source, delta.paths_of(delta.updated))
                 await self.cluster.publish(self._event(fingerprint, (), False, "listing"))
         return True
 
@@ -114,8 +112,7 @@ class ClusterReplica:
         the version of each path no poll has kept one of, so the holder's next poll tells a change made before it.
         Redis failing is logged; the next poll for the cluster records the interests again."""
         fingerprint = source_fingerprint(self.service.manifest.sources[source])
-        subscribed = self.notifier.subscribed_uris()
-        mine = set(self.service.reads_of(source, subscribed | self.service.render_inputs(subscribed)).values())
+        mine = self._wanted(source)
         try:
             await self.leases.want(fingerprint, {DATA if p is None else p for p in mine}, interval)
             new = mine - (await self.leases.seen_of(fingerprint, mine)).keys()
@@ -127,6 +124,11 @@ class ClusterReplica:
             await self.leases.baseline(fingerprint, versions)
         except Exception as exc:
             logger.debug("cluster: recording new interests in source %r failed: %r", source, exc)
+
+    def _wanted(self, source: str) -> set[str | None]:
+        """The paths of `source` (None: its query data) this replica's subscribers and their renders read."""
+        subscribed = self.notifier.subscribed_uris()
+        return set(self.service.reads_of(source, subscribed | self.service.render_inputs(subscribed)).values())
 
     def _event(self, fingerprint: str, paths: Iterable[str], data: bool, kind: Kind,
                versions: dict[SourcePath, str | None] | None = None) -> ChangeEvent:

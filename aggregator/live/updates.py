@@ -135,8 +135,7 @@ class CatalogUpdates:
             return None
         self.incremental_relists += 1
         if delta.updated:
-            self.service.invalidate(source, {e.path for e in map(delta.catalog.get, delta.updated)
-                                             if e is not None and e.path is not None})
+            self.service.invalidate(source, delta.paths_of(delta.updated))
         if delta.added or delta.removed:
             await self._tell_listing_changed()
         return delta
