@@ -1,7 +1,9 @@
 """A hostile upstream on stdio (legacy wire only); the first argument picks how it misbehaves:
 
 - `broken` (the default): `resources/list` answers a malformed result, `resources/read` starts a line and never
-  finishes it, `resources/templates/list` pages forever with a cursor that repeats.
+  finishes it, `resources/templates/list` pages forever with a cursor that repeats. Reads past the 1 MiB a test
+  sets: `x://huge` (4 MiB, its id first, the line never ends), `x://huge-tail` (2 MiB, its id last),
+  `x://huge-note` (a 2 MiB notification and no answer).
 - `dupes`: `resources/list` names h://x twice (and h://y once).
 - `loop`: every `resources/list` page names h://x and h://y and gives the same cursor again.
 - `flip`: lists h://x and h://y until h://flip is read, then names h://x twice, adds h://z and says list_changed.
@@ -117,8 +119,17 @@ def broken(method: str, rid: object, params: dict[str, Any]) -> None:
         reply(rid, {"resources": 5})
     elif method == "resources/templates/list":
         reply(rid, {"resourceTemplates": [{"uriTemplate": "x://{a}", "name": "x"}], "nextCursor": "again"})
+    elif method == "resources/read" and params["uri"] == "x://huge-tail":
+        # The TypeScript SDK's order: the id comes last.
+        sys.stdout.write('{"result": {"contents": [{"uri": "x://huge-tail", "text": "%s"}]}, "jsonrpc": "2.0", '
+                         '"id": %s}\n' % ("x" * 2**21, json.dumps(rid)))
+        sys.stdout.flush()
+    elif method == "resources/read" and params["uri"] == "x://huge-note":
+        # A notification past the cap (no id to fail), and no answer.
+        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 2**21}})
     elif method == "resources/read" and params["uri"] == "x://huge":
-        sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"contents": [{"uri": "x://huge", "text": "' % rid)
+        sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"contents": [{"uri": "x://huge", "text": "'
+                         % json.dumps(rid))
         for _ in range(64):
             sys.stdout.write("x" * 65536)  # 4 MiB and no end of line
         sys.stdout.flush()

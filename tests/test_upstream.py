@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -260,12 +261,23 @@ def test_hostile_upstream() -> None:
                 await up.list_resources()
             looped = await up.list_templates()  # the cursor repeats: one more page, then it stops
             assert looped.truncated and len(looped.items) == 2
-            # A message past max_message_bytes ends the connection rather than filling memory.
-            with pytest.raises(SourceError):
-                await up.read("x://huge", 1000)
+            # A message past max_message_bytes is skipped, never buffered: the call it answered fails, whether its
+            # id comes last (the line read to its end) or first (failed at once, though the line never ends), and
+            # the connection is kept.
+            with pytest.raises(SourceError, match="maxMessageBytes"):
+                await up.read("x://huge-tail", 1000)
+            assert up.status.reconnects == 0 and up.status.state == "connected"
+            # A message whose call cannot be told (a notification) ends the connection: nothing waits in vain.
+            with pytest.raises(SourceError, match="maxMessageBytes"):
+                await up.read("x://huge-note", 1000)
             with anyio.fail_after(10):
                 while up.status.reconnects < 1 or up.status.state != "connected":
                     await anyio.sleep(0.05)
+            started = time.monotonic()
+            with pytest.raises(SourceError, match="maxMessageBytes"):
+                await up.read("x://huge", 1000)
+            assert time.monotonic() - started < 0.9  # not the call's 1 s timeout
+            assert up.status.reconnects == 1
             started = time.monotonic()
             with pytest.raises(SourceError, match="no answer"):
                 await up.read("x://a", 1000)  # half a line, then silence
@@ -435,32 +447,30 @@ def test_aggregator_upstream_http(mode: str, tmp_path: Path) -> None:
         stop(process)
 
 
-def test_bounded_lines() -> None:
-    """The stdio reader's line splitting: a line over the limit ends the stream (stdout) or is cut (stderr)."""
+def test_stderr_lines_are_cut() -> None:
+    """The child's stderr a line at a time: a line over the limit is cut there, the rest of it skipped."""
     from aggregator.upstream.stdio import _lines
 
-    async def collect(chunks: list[bytes], limit: int, cut: bool) -> list[bytes | None]:
-        send, receive = anyio.create_memory_object_stream[bytes](len(chunks))
-        for chunk in chunks:
-            send.send_nowait(chunk)
-        send.close()
-
-        class Stream:
-            async def receive(self) -> bytes:
-                try:
-                    return await receive.receive()
-                except anyio.EndOfStream:
-                    raise
-
-        return [line async for line in _lines(Stream(), limit, cut)]  # type: ignore[arg-type]
-
     async def main() -> None:
-        assert await collect([b"a\nb", b"c\n", b"\nd"], 10, False) == [b"a", b"bc", b"", b"d"]
-        assert await collect([b"12345", b"67890", b"1\nnext\n"], 10, False) == [None]
-        assert await collect([b"12345", b"67890", b"1\nnext\n", b"x" * 30], 10, True) == [
+        assert await collect(_lines, [b"a\nb", b"c\n", b"\nd"], 10) == [b"a", b"bc", b"", b"d"]
+        assert await collect(_lines, [b"12345", b"67890", b"1\nnext\n", b"x" * 30], 10) == [
             b"1234567890", b"next", b"xxxxxxxxxx"]
 
     anyio.run(main)
+
+
+async def collect(lines: Any, chunks: list[bytes], limit: int) -> list[Any]:
+    """What `lines(stream, limit)` yields for a stream giving `chunks`."""
+    send, receive = anyio.create_memory_object_stream[bytes](len(chunks))
+    for chunk in chunks:
+        send.send_nowait(chunk)
+    send.close()
+
+    class Stream:
+        async def receive(self) -> bytes:
+            return await receive.receive()
+
+    return [line async for line in lines(Stream(), limit)]
 
 
 def test_unreachable_stdio_upstreams() -> None:

@@ -125,8 +125,13 @@ def test_a_message_past_max_message_bytes_fails_what_it_answered(mode: str, tmp_
                 await client.read_resource("up+test://big")
             assert await text(client, "up+test://static-text") == "Hello from one"
             assert await text(client, "docs://a.md") == "# A\n"
+            # The failed listing is not tried again and again: the connection was kept, so nothing asks for it.
+            listings = int(await text(client, "up+test://listings"))
+            await anyio.sleep(1.5)
+            assert int(await text(client, "up+test://listings")) == listings
 
     anyio.run(main)
+    assert "connection lost" not in log.read_text()
     said = [line for line in log.read_text().splitlines() if "maxMessageBytes" in line]
     assert any("(up)" in line and "resources/list" in line for line in said), log.read_text()
     assert any("65,536 bytes" in line for line in said), log.read_text()
@@ -146,6 +151,70 @@ def test_an_http_answer_past_max_message_bytes_fails_that_call(mode: str, http_u
             with pytest.raises(SourceError, match=r"65,?536 byte"):
                 await up.read("test://big", 10**6)
             assert (await up.read("test://static-text", 1000)).first.data == b"Hello from one"
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
+async def only_the_big_ones_fail(up: Upstream, big: list[str]) -> None:
+    """Reads of test://static-text in flight beside the `big` calls (each answered past the cap) are all served:
+    the cap fails the call it answered, never its neighbours; the connection is kept."""
+    failed: list[str] = []
+    served: list[bytes] = []
+
+    async def call(what: str) -> None:
+        try:
+            if what == "list":
+                await up.list_resources()
+            else:
+                await up.read(what, 10**6)
+        except SourceError as exc:
+            assert "maxMessageBytes" in str(exc) and "65,536 bytes" in str(exc), exc
+            failed.append(what)
+
+    async def small() -> None:
+        served.append((await up.read("test://static-text", 1000)).first.data)
+
+    await up.connect()
+    for _ in range(3):
+        async with anyio.create_task_group() as tg:
+            for what in big:
+                tg.start_soon(call, what)
+            for _ in range(20):
+                tg.start_soon(small)
+        assert sorted(failed) == sorted(big) and served == [b"Hello from one"] * 20
+        failed.clear(), served.clear()
+    assert up.status.reconnects == 0 and up.status.state == "connected"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stdio_answer_past_max_message_bytes_fails_its_call_not_its_neighbours(mode: str) -> None:
+    """A 400 KB listing and a 100 KB read under a 64 KiB cap, with reads in flight beside them on the same pipe
+    (the SDK's and the read lane's): those two fail, every other read is served, and nothing reconnects."""
+    target = StdioTarget(UPSTREAM, env={**ENV, "UPSTREAM_RESOURCES": "5000"})
+
+    async def main() -> None:
+        up = Upstream("up", target, mode=mode, timeout=30.0, max_message_bytes=64 * 1024, backoff=(0.05, 0.3))
+        try:
+            await only_the_big_ones_fail(up, ["list", "test://big"])
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_http_answer_past_max_message_bytes_fails_its_call_not_its_neighbours(
+        mode: str, http_upstream: tuple[str, list[str], int]) -> None:
+    """Over Streamable HTTP (JSON answers on the modern wire, SSE events on the legacy one) the same holds."""
+    url, _, _ = http_upstream
+
+    async def main() -> None:
+        up = Upstream("up", HttpTarget(url, allow_private_network=True), mode=mode, timeout=30.0,
+                      max_message_bytes=64 * 1024, backoff=(0.05, 0.3))
+        try:
+            await only_the_big_ones_fail(up, ["test://big"])
         finally:
             await up.aclose()
 

@@ -31,7 +31,7 @@ from aggregator.sources.base import SourceError, SourceNotFound, SourceUnsupport
 from aggregator.upstream.answers import Listing, UpstreamContent, UpstreamRead, hints, listed, read_result
 from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
-from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, quote
+from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, past_cap, quote, too_big
 from aggregator.upstream.http_session import SessionWatch
 from aggregator.upstream.lane import Lane
 from aggregator.upstream.link import Link
@@ -268,9 +268,11 @@ class Upstream:
                         try:
                             return await fn(conn.client)
                         except MCPError as exc:
-                            if conn.reason is not None and conn.reason.endswith(TOO_BIG):
-                                # Sending it again would bring the same message: this call fails, the next connects.
-                                raise SourceError(f"{self.describe()} ({self.name}): {what}: {conn.reason}") from None
+                            if past_cap(exc) or (conn.reason is not None and conn.reason.endswith(TOO_BIG)):
+                                # Sending it again would bring the same message: this call fails, and only this one
+                                # unless the connection ended for it (a message that named no call).
+                                raise SourceError(f"{self.describe()} ({self.name}): {what}: "
+                                                  f"{too_big(self.max_message_bytes)}") from None
                             # Lost under the call: closed, the session forgotten (the transport saw the refusal and
                             # marked it), or failed while a session's event stream was down (the server went away).
                             if attempt == 0 and (exc.code in LOST or conn.lost.is_set() or (

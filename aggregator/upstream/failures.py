@@ -9,7 +9,7 @@ from __future__ import annotations
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-__all__ = ["LOST", "RESOURCE_NOT_FOUND", "TOO_BIG", "describe_failure", "not_found", "quote", "too_big"]
+__all__ = ["LOST", "RESOURCE_NOT_FOUND", "TOO_BIG", "describe_failure", "not_found", "past_cap", "quote", "too_big"]
 
 RESOURCE_NOT_FOUND = -32002  # 2025-11-25's code; the modern wire says -32602 with data.uri
 LOST = frozenset({types.CONNECTION_CLOSED})
@@ -21,6 +21,13 @@ TOO_BIG = "(maxMessageBytes)"
 def too_big(limit: int) -> str:
     """Why a connection ended on a message over `limit` bytes."""
     return f"a message over {limit:,} bytes {TOO_BIG}"
+
+
+def past_cap(exc: MCPError) -> bool:
+    """Whether a call failed because its answer was past `maxMessageBytes`: ours (stdio, a JSON answer over HTTP)
+    or the SDK's cap on one SSE event. Such a call is not sent again."""
+    message = str(exc.error.message)
+    return message.endswith(TOO_BIG) or "Server-sent event exceeded the" in message
 
 
 def not_found(exc: MCPError) -> bool:

@@ -2,7 +2,8 @@
 
 Like the SDK's `stdio_client` (newline-delimited JSON-RPC on the child's stdin/stdout, the spec's shutdown: close
 stdin, wait, then signal the process group), with what an aggregator needs on top: a message longer than
-`max_line` bytes ends the connection (`on_lost` is told why) instead of growing a buffer without end; a message is
+`max_line` bytes is skipped as it streams instead of growing a buffer without end, and fails the call it answered
+(`oversized`; one that answers no call we can tell ends the connection, and `on_lost` is told why); a message is
 parsed by `json.loads`, then validated (pydantic's own JSON parsing of a 61 MB page peaked about four times
 higher); the child's stderr is read here and logged line by line (escaped, cut at `STDERR_LINE_CHARS`, at most
 `STDERR_LINES_PER_MINUTE`), never inherited raw.
@@ -28,6 +29,7 @@ from mcp.shared.message import SessionMessage
 
 from aggregator.upstream.failures import too_big
 from aggregator.upstream.lane import Lane
+from aggregator.upstream.oversized import MISSING, Oversized, answered_id, lines
 
 __all__ = ["bounded_stdio"]
 
@@ -64,12 +66,23 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
+        told = False  # whether the call answered by the line being skipped was failed already
         async with read_writer:
             try:
-                async for line in _lines(process.stdout, max_line):
+                async for line in lines(process.stdout, max_line):
+                    if isinstance(line, Oversized):
+                        if not told and (request_id := answered_id(line.head, line.tail)) is not MISSING:
+                            told = True
+                            logger.warning("upstream %s: an answer over %s bytes (maxMessageBytes) skipped; the "
+                                           "call it answers fails", name, f"{max_line:,}")
+                            await _deliver(_refusal(request_id, too_big(max_line)), lane, read_writer)
+                        if line.tail is None or told:  # still skipping, or skipped and told
+                            told = told and line.tail is None
+                            continue
+                        line = None  # ended, and it answers no call we can tell
                     if line is None:
-                        logger.warning("upstream %s: a message over %s bytes (maxMessageBytes); closing the "
-                                       "connection", name, f"{max_line:,}")
+                        logger.warning("upstream %s: a message over %s bytes (maxMessageBytes) that names no "
+                                       "call, or does not end; closing the connection", name, f"{max_line:,}")
                         if on_lost is not None:
                             on_lost(too_big(max_line))
                         return
@@ -108,9 +121,8 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
             tg.cancel_scope.cancel()
 
 
-async def _lines(stream: ByteReceiveStream, limit: int, cut: bool = False) -> AsyncIterator[bytes | None]:
-    """Lines of `stream` (without the newline). A line over `limit` bytes: with `cut`, its first `limit` bytes (the
-    rest is skipped); else None, then the end."""
+async def _lines(stream: ByteReceiveStream, limit: int) -> AsyncIterator[bytes]:
+    """Lines of `stream` (without the newline), each cut at `limit` bytes (the rest of a longer one is skipped)."""
     buffer = bytearray()
     scanned = 0
     skipping = False
@@ -123,9 +135,6 @@ async def _lines(stream: ByteReceiveStream, limit: int, cut: bool = False) -> As
             return
         buffer += chunk
         while (newline := buffer.find(b"\n", scanned)) >= 0:
-            if newline > limit and not cut:
-                yield None
-                return
             if not skipping:
                 yield bytes(buffer[:min(newline, limit)])
             skipping = False
@@ -133,14 +142,22 @@ async def _lines(stream: ByteReceiveStream, limit: int, cut: bool = False) -> As
             scanned = 0
         scanned = len(buffer)
         if scanned > limit:
-            if not cut:
-                yield None
-                return
             if not skipping:
                 yield bytes(buffer[:limit])
             skipping = True
             buffer.clear()
             scanned = 0
+
+
+def _refusal(request_id: object, reason: str) -> dict[str, Any]:
+    """The error answer a call gets in place of the one it was sent (as the upstream would have answered it)."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": types.INTERNAL_ERROR, "message": reason}}
+
+
+async def _deliver(message: dict[str, Any], lane: Lane, read_writer: Any) -> None:
+    """Hand a message we made to whichever waits for it: the read lane or the SDK's session."""
+    if not lane.claims(message):
+        await read_writer.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False)))
 
 
 def _parse(line: bytes, lane: Lane) -> SessionMessage | Exception | None:
@@ -160,8 +177,7 @@ async def _log_stderr(process: Process, name: str) -> None:
     assert process.stderr is not None
     window, logged, dropped = anyio.current_time(), 0, 0
     try:
-        async for line in _lines(process.stderr, STDERR_LINE_CHARS * 4, cut=True):
-            assert line is not None
+        async for line in _lines(process.stderr, STDERR_LINE_CHARS * 4):
             now = anyio.current_time()
             if now - window >= 60:
                 if dropped:

@@ -1,8 +1,9 @@
 """How to reach one upstream MCP server: a child process over stdio, or a Streamable HTTP endpoint.
 
 Each target builds a fresh `mcp` client transport per connection attempt (`open()`), wrapped so that the connection
-owner learns when the stream ends, and why (`on_lost`): a child that exits, a transport that crashes or a message
-past the cap is a lost connection.
+owner learns when the stream ends, and why (`on_lost`): a child that exits or a transport that crashes is a lost
+connection. A message past the cap fails the one call it answered; the connection stays (on stdio, a line that
+names no call, or does not end, ends it).
 
 - stdio: `stdio.bounded_stdio` runs the command in its own process group (the whole tree is ended on close), caps
   one message at `max_message_bytes`, and logs the child's stderr line by line (cut, escaped, rate limited), never
@@ -30,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import SourceError
-from aggregator.upstream.failures import TOO_BIG, too_big
+from aggregator.upstream.failures import too_big
 from aggregator.upstream.http_session import SessionWatch
 from aggregator.upstream.lane import Lane
 from aggregator.upstream.stdio import bounded_stdio
@@ -118,8 +119,7 @@ class HttpTarget:
         """The SDK's Streamable HTTP transport over a guarded `httpx2` client; `session` sees every response (no
         read lane: `lanes` is not called)."""
         del name, lanes
-        transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes, session,
-                                      lambda: on_lost(too_big(max_message_bytes)))
+        transport = _GuardedTransport(AddressPolicy(self.allow_private_network), max_message_bytes, session)
         client = httpx2.AsyncClient(headers=dict(self.headers), transport=transport, trust_env=False,
                                     auth=self._oauth_provider(),
                                     follow_redirects=False,
@@ -233,15 +233,13 @@ class _GuardedBackend(httpcore2.AsyncNetworkBackend):
 class _GuardedTransport(httpx2.AsyncHTTPTransport):
     """httpx2's HTTP transport over the guarded backend; a non-streamed (JSON) answer holds at most `max_bytes`."""
 
-    def __init__(self, policy: AddressPolicy, max_bytes: int, session: SessionWatch | None = None,
-                 too_big: Callable[[], None] | None = None) -> None:
+    def __init__(self, policy: AddressPolicy, max_bytes: int, session: SessionWatch | None = None) -> None:
         super().__init__(trust_env=False)
         # httpx2 takes no network backend; its pool is replaced by one that dials through the guard.
         self._pool = httpcore2.AsyncConnectionPool(ssl_context=httpx2.create_ssl_context(trust_env=False),
                                                    network_backend=_GuardedBackend(policy), http1=True, http2=False)
         self._max_bytes = max_bytes
         self._session = session
-        self._too_big = too_big
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await super().handle_async_request(request)
@@ -250,27 +248,28 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
         if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             return response  # SSE events are capped one by one by the SDK
         return httpx2.Response(status_code=response.status_code, headers=response.headers,
-                               stream=_CappedStream(response.stream, self._max_bytes, self._too_big),
+                               stream=_CappedStream(response.stream, self._max_bytes),
                                extensions=response.extensions)
 
 
-class _CappedStream(httpx2.AsyncByteStream):
-    """A response body that fails once it has given more than `limit` bytes (`too_big` is told first: the
-    transport's failure ends the connection, and the call it answered must not be sent again)."""
+class AnswerTooBig(httpx2.StreamError):
+    """A response body past the cap. A StreamError, so the SDK fails the one call it answered with this message
+    (as an answer it could not parse) and keeps the connection; `failures.past_cap` knows it by its end."""
 
-    def __init__(self, inner: Any, limit: int, too_big: Callable[[], None] | None = None) -> None:
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that fails (AnswerTooBig) once it has given more than `limit` bytes."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
         self._inner = inner
         self._limit = limit
-        self._too_big = too_big
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         total = 0
         async for chunk in self._inner:
             total += len(chunk)
             if total > self._limit:
-                if self._too_big is not None:
-                    self._too_big()
-                raise httpx2.ReadError(f"an answer over {self._limit:,} bytes {TOO_BIG}")
+                raise AnswerTooBig(too_big(self._limit))
             yield chunk
 
     async def aclose(self) -> None:

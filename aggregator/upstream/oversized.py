@@ -1,0 +1,108 @@
+"""A line from a stdio upstream past `maxMessageBytes`: skipped as it streams (never buffered), and the call it
+answered named, so that one call fails and the connection stays up for every other.
+
+A JSON-RPC answer's top-level keys are `jsonrpc`, `id` and `result` or `error`. Whatever order a server writes them
+in, the id comes before the big member or after it, so the line's first bytes or its last ones name it (Python's
+SDK writes `{"jsonrpc":"2.0","id":..,"result":..}`, TypeScript's `{"result":..,"jsonrpc":"2.0","id":..}`). A line
+whose id is not found there (a notification, a request, an unusual shape), or one that does not end within
+`skip_budget`, cannot be told: the caller ends the connection, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import ByteReceiveStream
+
+__all__ = ["MISSING", "Oversized", "answered_id", "lines", "skip_budget"]
+
+HEAD_BYTES = 256
+TAIL_BYTES = 256
+SKIP_FLOOR = 64 * 1024 * 1024
+MISSING = object()
+"""`answered_id`'s answer when the line names no call."""
+
+_ID = rb'(-?\d+|"(?:[^"\\]|\\.)*")'
+_VERSION = rb'"jsonrpc"\s*:\s*"2\.0"\s*'
+_ID_FIRST = re.compile(rb'\s*\{\s*(?:' + _VERSION + rb',\s*)?"id"\s*:\s*' + _ID + rb'\s*,\s*(?:' + _VERSION
+                       + rb',\s*)?"(?:result|error)"\s*:')
+_ANSWER_FIRST = re.compile(rb'\s*\{\s*(?:' + _VERSION + rb',\s*)?"(?:result|error)"\s*:')
+# The line ends with the one `}` that closes the message, so an id right before it is a top-level key.
+_ID_LAST = re.compile(rb',\s*"id"\s*:\s*' + _ID + rb'\s*(?:,\s*' + _VERSION + rb')?\}\s*$')
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A line past the cap: `head` is its first bytes; `tail` its last ones once it ended (None: still skipping)."""
+
+    head: bytes
+    tail: bytes | None
+
+
+def skip_budget(limit: int) -> int:
+    """How many bytes of one line past `limit` are skipped before the connection is given up."""
+    return max(8 * limit, SKIP_FLOOR)
+
+
+def answered_id(head: bytes, tail: bytes | None) -> object:
+    """The JSON-RPC id of the answer whose line starts with `head` and ends with `tail` (None: not seen yet), or
+    MISSING when the bytes do not name one."""
+    match = _ID_FIRST.match(head)
+    if match is None and tail is not None and _ANSWER_FIRST.match(head):
+        match = _ID_LAST.search(tail)
+    if match is None:
+        return MISSING
+    try:
+        return json.loads(match.group(1))
+    except ValueError:
+        return MISSING
+
+
+async def lines(stream: ByteReceiveStream, limit: int) -> AsyncIterator[bytes | Oversized | None]:
+    """Lines of `stream` (without the newline). A line past `limit` bytes is skipped: Oversized(head, None) when it
+    crosses the cap, Oversized(head, tail) when it ends; None (then the end) when it passes `skip_budget`."""
+    budget = skip_budget(limit)
+    buffer = bytearray()
+    scanned = 0
+    head: bytes | None = None  # set while a line past the cap is being skipped
+    tail = b""
+    skipped = 0
+    while True:
+        try:
+            chunk = await stream.receive()
+        except anyio.EndOfStream:
+            if buffer and head is None:
+                yield bytes(buffer)
+            return
+        if head is not None:
+            newline = chunk.find(b"\n")
+            end = len(chunk) if newline < 0 else newline
+            tail = (tail + chunk[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
+            skipped += end
+            if newline < 0:
+                if skipped > budget:
+                    yield None
+                    return
+                continue
+            yield Oversized(head, tail)
+            head = None
+            chunk = chunk[newline + 1:]
+        buffer += chunk
+        while (newline := buffer.find(b"\n", scanned)) >= 0:
+            if newline > limit:
+                yield Oversized(bytes(buffer[:min(newline, HEAD_BYTES)]),
+                                bytes(buffer[max(0, newline - TAIL_BYTES):newline]))
+            else:
+                yield bytes(buffer[:newline])
+            del buffer[:newline + 1]
+            scanned = 0
+        scanned = len(buffer)
+        if scanned > limit:
+            head, tail, skipped = bytes(buffer[:HEAD_BYTES]), bytes(buffer[-TAIL_BYTES:]), len(buffer)
+            buffer.clear()
+            scanned = 0
+            yield Oversized(head, None)
