@@ -27,8 +27,8 @@ from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
 
-__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "RowsPage", "Target", "TemplateEntry",
-           "TextTarget", "iso_time", "listed_fields"]
+__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "RowsPage", "Target",
+           "TemplateEntry", "TextTarget", "iso_time", "listed_fields"]
 
 logger = logging.getLogger("aggregator.catalog")
 

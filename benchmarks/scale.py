@@ -9,9 +9,10 @@ raw client on the legacy wire: ready (spawn to the first `resources/list` answer
 cold reads (distinct random files, each the server's first read of it; before each server's, the files are put
 in the OS page cache, or dropped from it with `--page-cache dropped`, for both peers and every size alike) and then
 warm reads (the same files again), 16 in flight, and the peak RSS. Then one aggregator (`scale_live`): a file
-added -> `list_changed`, the manifest saved -> `list_changed`, and churn. Figures are medians over rounds (peak RSS the largest); ratios are aggregator /
-floor, and reads at each size / the same reads at the run's smallest size. It prints its section and writes it
-into docs/benchmarks.md. Files: `scale_corpus` (made once per size, outside the repository).
+added -> `list_changed`, the manifest saved -> `list_changed`, and churn. Figures are medians over rounds (peak
+RSS the largest); ratios are aggregator / floor, and reads at each size / the same reads at the run's smallest
+size. It prints its section and writes it into docs/benchmarks.md. Files: `scale_corpus` (made once per size,
+outside the repository).
 """
 
 from __future__ import annotations
