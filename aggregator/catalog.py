@@ -27,8 +27,8 @@ from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
 
-__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
-           "TextTarget", "iso_time", "listed_fields"]
+__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "RowsPage", "Target",
+           "TemplateEntry", "TextTarget", "iso_time", "listed_fields"]
 
 logger = logging.getLogger("aggregator.catalog")
 
@@ -111,6 +111,16 @@ _Item = TypeVar("_Item", Entry, TemplateEntry)
 @dataclass(frozen=True, slots=True)
 class Page(Generic[_Item]):
     items: Sequence[_Item]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPage:
+    """A listing page as rows [start, stop) of the caller's view: what a page encodes without building entries."""
+
+    rows: Rows
+    start: int
+    stop: int
     next_cursor: str | None
 
 
@@ -226,8 +236,14 @@ class Catalog:
     def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
         """Up to `limit` entries after `cursor` that a caller holding `scopes` may see (None: every entry);
         InvalidCursor if the cursor was not made by a catalog."""
+        page = self.page_rows(cursor, limit, scopes)
+        return Page(page.rows[page.start:page.stop], page.next_cursor)
+
+    def page_rows(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> RowsPage:
+        """`page` as rows of the caller's view: O(log n), nothing built per row."""
         entries, uris = self.visible(scopes)
-        return _paginate(entries, uris, cursor, limit)
+        start, stop, next_cursor = _bounds(uris, cursor, limit)
+        return RowsPage(entries, start, stop, next_cursor)
 
     def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None
                       ) -> Page[TemplateEntry]:
@@ -424,7 +440,12 @@ def decode_cursor(cursor: str) -> str:
 
 
 def _paginate(items: Sequence[_Item], keys: Sequence[str], cursor: str | None, limit: int) -> Page[_Item]:
+    start, stop, next_cursor = _bounds(keys, cursor, limit)
+    return Page(items[start:stop], next_cursor)
+
+
+def _bounds(keys: Sequence[str], cursor: str | None, limit: int) -> tuple[int, int, str | None]:
+    """[start, stop) of the page of sorted `keys` after `cursor`, and the next page's cursor (None: none)."""
     start = find_right(keys, decode_cursor(cursor)) if cursor else 0
-    chunk = items[start : start + limit]
-    more = start + limit < len(items)
-    return Page(chunk, encode_cursor(keys[start + limit - 1]) if more else None)
+    more = start + limit < len(keys)
+    return start, min(start + limit, len(keys)), encode_cursor(keys[start + limit - 1]) if more else None

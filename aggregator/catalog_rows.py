@@ -18,13 +18,13 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from itertools import chain, islice
-from operator import attrgetter, eq, itemgetter, le
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Protocol, overload
 
 from aggregator.chunked import LOAD, Chunked, Layered
 from aggregator.entry import Entry, listed_fields
-from aggregator.row_blocks import Block, compressed, cut, insert_rows, joined_makers
+from aggregator.row_blocks import Block, compressed, cut, duplicates, insert_rows, is_sorted, joined_makers, runs
 
 __all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RETIRED", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
 
@@ -140,23 +140,25 @@ class Rows(Sequence[Entry]):
         return self._makers[kind - 1].row_entry(uri, _size(sizes[j]), _time(mtimes[j]))
 
     def _between(self, start: int, stop: int) -> list[Entry]:
-        """The entries of rows [start, stop): a page of one collection's compact rows built in one loop a block."""
+        """The entries of rows [start, stop): a run of one collection's compact rows built in one loop."""
         out: list[Entry] = []
-        if start >= stop:
-            return out
+        for kind, uris, sizes, mtimes in self.runs(start, stop):
+            if kind == EXPLICIT:
+                out += map(self._explicit.__getitem__, uris)
+            else:
+                out += self._makers[kind - 1].row_entries(uris, sizes, mtimes)
+        return out
+
+    def runs(self, start: int, stop: int) -> Iterator[tuple[int, list[str], array[int], array[float]]]:
+        """Rows [start, stop) as runs of rows of one `which` (EXPLICIT, or a maker's index plus one), each as
+        slices of its columns (uris, sizes, mtimes): one run a block unless the block mixes makers. O(log n + rows)."""
         c = bisect_right(self._starts, start) - 1
         while start < stop:
-            block, base = self._blocks[c], self._starts[c]
-            a, b = start - base, min(stop, self._starts[c + 1]) - base
-            uris, which, sizes, mtimes = block
-            part = which[a:b]
-            first = part[0]
-            if first != EXPLICIT and part.count(first) == len(part):
-                out += self._makers[first - 1].row_entries(uris[a:b], sizes[a:b], mtimes[a:b])
-            else:
-                out += [self._row(block, j) for j in range(a, b)]
-            start, c = base + b, c + 1
-        return out
+            base = self._starts[c]
+            uris, which, sizes, mtimes = self._blocks[c]
+            for kind, i, j in runs(which, start - base, min(stop, self._starts[c + 1]) - base):
+                yield kind, uris[i:j], sizes[i:j], mtimes[i:j]
+            start, c = self._starts[c + 1], c + 1
 
     def __iter__(self) -> Iterator[Entry]:
         explicit, makers = self._explicit, self._makers
@@ -424,18 +426,6 @@ def _sorted_concat(parts: Sequence[Block], makers: tuple[RowMaker, ...], explici
         sizes = array("q", map(sizes.__getitem__, order))
         mtimes = array("d", map(mtimes.__getitem__, order))
     return Rows(uris, which, sizes, mtimes, makers, explicit)
-
-
-def is_sorted(keys: Sequence[str]) -> bool:
-    """Whether `keys` never decrease (one C-level pass)."""
-    return all(map(le, keys, islice(keys, 1, None)))
-
-
-def duplicates(keys: Sequence[str]) -> set[str]:
-    """The keys sorted `keys` holds more than once (one C-level pass, then only the repeats)."""
-    if not any(map(eq, keys, islice(keys, 1, None))):
-        return set()
-    return {a for a, b in zip(keys, islice(keys, 1, None)) if a == b}
 
 
 class RowsBuilder:

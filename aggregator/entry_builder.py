@@ -123,15 +123,25 @@ class EntryBuilder:
         if not self._plain:
             return self._made(uri, path, size, mtime, None)
         spec = self.spec
-        mime = spec.display.mime_type
+        # The named tuple's fields in order (`_make` skips its keyword-taking __new__): a compact path is ASCII, so
+        # it is its own display name.
+        return Entry._make((uri, path, spec.display, None, self.row_mime(path), size, mtime, spec.source, path, None,
+                            spec.access, None, False, None))
+
+    def plain_bounds(self) -> tuple[str, str] | None:
+        """(prefix, suffix) around the path in a compact row's URI when the row's entry is *plain*: named by its path
+        (unreserved ASCII, `_COMPACT_PATH`), untitled, typed by `row_mime`, and otherwise only its size, its mtime
+        and what every entry of the collection shares; None when it is not."""
+        return (self._prefix, self._suffix) if self._plain and self._compact else None
+
+    def row_mime(self, path: str) -> str | None:
+        """The type of a plain compact row's entry (`plain_bounds`) at `path`: the declared one, else its name's."""
+        mime = self.spec.display.mime_type
         if mime is None:
             dot = path.rfind(".")
             ext = path[dot:] if dot > path.rfind("/") else ""
             mime = self._mime_by_ext[ext] if ext in self._mime_by_ext else self._mime_of(path, ext)
-        # The named tuple's fields in order (`_make` skips its keyword-taking __new__): a compact path is ASCII, so
-        # it is its own display name.
-        return Entry._make((uri, path, spec.display, None, mime, size, mtime, spec.source, path, None, spec.access,
-                            None, False, None))
+        return mime
 
     def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
         """`row_entry` of each compact row (columns as `catalog_rows` keeps them): a page's worth in one loop."""

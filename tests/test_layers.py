@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_query", "search_list",
                  "search_index", "search_indexer", "search_meta")),
     ("live and protocol", ("supervisor", "live", "live.*", "server", "handlers", "handlers.*", "mcp_shapes",
+                           "listing_json",
                            "metrics", "metrics_multiprocess", "auth", "callers", "http_app", "http_fast", "http_writes",
                            "http_limits", "wire_results", "stdio_fast", "stdio", "serve_http", "cli", "demo", "__main__", "console",
                            "console.*")),
