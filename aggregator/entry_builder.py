@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aggregator.catalog_rows import NO_SIZE
 from aggregator.content import file_mime_type, served_name
@@ -71,7 +72,7 @@ class EntryBuilder:
     entry is built again from them by the same code."""
 
     __slots__ = ("spec", "source", "access", "_uri", "_name", "_title", "_raw_keys", "_mime_by_ext", "_prefix",
-                 "_suffix", "_compact", "_plain_name", "_plain")
+                 "_suffix", "_compact", "_plain_name", "_plain", "row_formats")
 
     def __init__(self, spec: CollectionSpec) -> None:
         self.spec = spec
@@ -87,6 +88,9 @@ class EntryBuilder:
         self._plain_name = self._title is None and self._name.template == "{path}"
         # A compact row's entry is then its path, the type its extension says and the collection's constants.
         self._plain = self._plain_name and not spec.decompress and spec.convert is None
+        self.row_formats: dict[tuple[str | None, bool, bool], Any] = {}
+        """Each kind of compact row's item, encoded with slots (made and read by `listing_json`): they live as long
+        as the collection's builder, a handful a collection."""
 
     @property
     def listing_key(self) -> tuple[object, ...]:

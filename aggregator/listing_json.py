@@ -32,13 +32,10 @@ _PATH, _TIME, _SIZE = "\x00", "\x01", 7_340_033_777_777_777
 """What a sample entry holds in place of its path, listed time and size: control characters (never in a compact
 path or an ISO time; encoded as \\u0000 and \\u0001) and a size no file has."""
 _MARKS = re.compile(r"\\u0000|\\u0001|7340033777777777")
-_KEPT = 256
-"""Formats kept (collections x kinds of row); all are dropped when more are asked for."""
 
 Format = tuple[str, bool]
 """A row's item as a %-format whose slots are (the listed time, if `True`), the path, (the size, if the kind has
 one) and the path again: the order of the sorted keys annotations, name, size, uri."""
-_formats: dict[tuple[int, str | None, bool, bool], tuple[EntryBuilder, Format | None]] = {}
 
 
 def items_json(rows: Rows, start: int, stop: int) -> str:
@@ -105,14 +102,12 @@ def _one_type(maker: EntryBuilder, paths: list[str]) -> bool:
 
 def _format(maker: EntryBuilder, path: str, sized: bool, timed: bool) -> Format | None:
     """The format of the kind of row that `path` (a compact row of `maker`) is: made once per collection and kind."""
-    mime = maker.row_mime(path)
-    key = (id(maker), mime, sized, timed)
-    found = _formats.get(key)
-    if found is None or found[0] is not maker:
-        if len(_formats) >= _KEPT:
-            _formats.clear()
-        found = _formats[key] = (maker, _made_format(maker, path, sized, timed))
-    return found[1]
+    key = (maker.row_mime(path), sized, timed)
+    formats = maker.row_formats
+    if key not in formats:
+        formats[key] = _made_format(maker, path, sized, timed)
+    found: Format | None = formats[key]
+    return found
 
 
 def _made_format(maker: EntryBuilder, path: str, sized: bool, timed: bool) -> Format | None:
