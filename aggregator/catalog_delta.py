@@ -20,13 +20,13 @@ from aggregator.catalog_rows import Rows
 from aggregator.path_index import PathIndex
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
 from aggregator.globs import path_filter
-from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
+from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS
 from aggregator.paths import uri_path
 from aggregator.sources import FileInfo, Source
 
-__all__ = ["Delta", "NeedsRelist", "apply_files", "changed_files", "edit_sorted", "entries_of_files", "listed_under",
-           "stat_paths", "unlisted_files"]
+__all__ = ["Changes", "Delta", "NeedsRelist", "Producer", "apply_files", "changed_files", "edit_sorted",
+           "entries_of_files", "file_changes", "listed_under", "next_catalog", "stat_paths", "unlisted_files"]
 
 _URI = attrgetter("uri")
 _FILE_PLACEHOLDER = re.compile(r"\{(?:%s)\}" % "|".join(FILE_PLACEHOLDERS))
@@ -71,29 +71,56 @@ def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Ite
     not listed every collection of `source`; either way nothing changed, and since `catalog` no longer matches the
     folder the caller must relist with `compile_catalog` (which also reports the collision as a reload would).
     """
+    return next_catalog(catalog, manifest, file_changes(catalog, manifest, source, upserted, removed), now)
+
+
+Producer = CollectionSpec | SourceSpec | None
+"""What makes an entry: a collection, a source publishing it (an upstream), or None: a manifest resource."""
+
+
+@dataclass(slots=True)
+class Changes:
+    """What a change does to a catalog, gathered before the successor is built (`next_catalog`)."""
+
+    out: dict[str, Entry]
+    """Old entries leaving the listing or replaced, by URI."""
+    incoming: list[tuple[Producer, Entry]]
+    """New entries, each with what makes it (a collection, an upstream's source, None: a manifest resource)."""
+    paths: dict[CollectionSpec, PathIndex]
+    """Collections' new path indexes (every collection of the source listed again)."""
+
+
+def file_changes(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
+                 removed: Collection[str]) -> Changes:
+    """What `apply_files` applies (NeedsRelist if a collection of `source` was never listed in `catalog`)."""
     files = {info.path: info for info in upserted}
     gone_paths = set(removed) - files.keys()
     changed = files.keys() | gone_paths
-    out: dict[str, Entry] = {}  # old entries leaving the listing or replaced, by URI
-    incoming: list[tuple[CollectionSpec | None, Entry]] = []  # new entries, with the collection making them
-    paths: dict[CollectionSpec, PathIndex] = {}  # collections' new path indexes
+    found = Changes({}, [], {})
     for spec in manifest.collections:
         key = collection_key(spec)
-        if spec.source != source or key in paths:
+        if spec.source != source or key in found.paths:
             continue
         if key not in catalog.listed_at:
             raise NeedsRelist(f"{spec.key} was not listed")
-        paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, out, incoming)
+        found.paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, found.out,
+                                              found.incoming)
     for rspec in manifest.resources:
         if rspec.source == source and rspec.path in changed and (old := catalog.get(rspec.uri)) is not None:
             entry = resource_entry(rspec, files.get(rspec.path))
             if entry != old:
-                out[old.uri] = old
-                incoming.append((None, entry))
-    issues = _collisions(catalog, manifest, out, incoming)
+                found.out[old.uri] = old
+                found.incoming.append((None, entry))
+    return found
+
+
+def next_catalog(catalog: Catalog, manifest: Manifest, changes: Changes, now: float | None = None) -> Delta:
+    """The successor of `catalog` with `changes` applied, and what that changed; ManifestError (the issues
+    `compile_catalog` reports) if a new URI collides."""
+    issues = _collisions(catalog, manifest, changes.out, changes.incoming)
     if issues:
         raise ManifestError(issues)
-    return _next(catalog, out, [entry for _, entry in incoming], paths, now)
+    return _next(catalog, changes.out, [entry for _, entry in changes.incoming], changes.paths, now)
 
 
 async def stat_paths(source: Source, paths: Iterable[str]) -> tuple[list[FileInfo], set[str]]:
@@ -188,7 +215,7 @@ def _uri_start(pattern: str) -> tuple[str, bool]:
 
 
 def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str, FileInfo],
-                       gone: set[str], out: dict[str, Entry], incoming: list[tuple[CollectionSpec | None, Entry]]
+                       gone: set[str], out: dict[str, Entry], incoming: list[tuple[Producer, Entry]]
                        ) -> PathIndex:
     """One collection's path index after the change (`before` itself if nothing changed in it; else a copy sharing
     what did not change); records the entries it drops in `out` and the ones it makes in `incoming`."""
@@ -217,7 +244,7 @@ def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str,
 
 
 def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
-                incoming: list[tuple[CollectionSpec | None, Entry]]) -> list[ManifestIssue]:
+                incoming: list[tuple[Producer, Entry]]) -> list[ManifestIssue]:
     """The issues compile_catalog reports for the new entries' URIs: each may have one producer only."""
     issues: list[ManifestIssue] = []
     claimed: dict[str, tuple[int, int, str, Location]] = {}
@@ -232,7 +259,7 @@ def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
         if first is not None:
             early, late = sorted([first, mine])
             issues.append(uri_collision(uri, late[2:], early[2:]))
-        elif spec is not None:
+        elif isinstance(spec, CollectionSpec):
             # Collections listing exactly the same files (a copy in the manifest) collide on every file.
             twins = twins_of.get(id(spec))
             if twins is None:
@@ -252,16 +279,17 @@ def _owner(catalog: Catalog, manifest: Manifest, entry: Entry) -> CollectionSpec
     return None
 
 
-def _producer(manifest: Manifest, spec: CollectionSpec | None, entry: Entry) -> tuple[int, int, str, Location]:
+def _producer(manifest: Manifest, spec: Producer, entry: Entry) -> tuple[int, int, str, Location]:
     """(claim rank, position, name, where) of what produced `entry`: compile_catalog claims resources, then
-    collections in manifest order, then upstreams'."""
-    if spec is not None:
+    collections in manifest order, then upstreams' (None: a resource if one has its URI, else its source's)."""
+    if isinstance(spec, CollectionSpec):
         return _named(spec, next(i for i, c in enumerate(manifest.collections) if c is spec), entry)
-    for i, rspec in enumerate(manifest.resources):
-        if rspec.uri == entry.uri:
-            return 0, i, rspec.key, rspec.where
-    sspec = manifest.sources[entry.source or ""]
-    return 2, 0, f"{sspec.key} (upstream resource {entry.path!r})", sspec.where
+    if spec is None:
+        for i, rspec in enumerate(manifest.resources):
+            if rspec.uri == entry.uri:
+                return 0, i, rspec.key, rspec.where
+    sspec = spec if spec is not None else manifest.sources[entry.source or ""]
+    return 2, list(manifest.sources).index(sspec.id), f"{sspec.key} (upstream resource {entry.path!r})", sspec.where
 
 
 def _named(spec: CollectionSpec, position: int, entry: Entry) -> tuple[int, int, str, Location]:

@@ -1,25 +1,28 @@
-"""One source listed again (a poll of a remote source) and applied to the catalog in proportion to what changed.
+"""One source listed again (a poll of a remote source, an upstream's list_changed) and applied to the catalog in
+proportion to what changed.
 
 The listing is compared with what the catalog lists of the source: files that came, changed (size, modification time)
-or went are applied with catalog_delta.apply_files, and the rest of the catalog is not listed or built again. What it
-cannot apply so (a collision, a manifest changed meanwhile, a source that publishes its own list) it says with
-FullRelist.
+or went are applied with catalog_delta.apply_files (an upstream's own resources and templates with
+catalog_published.apply_upstream), and the rest of the catalog is not listed or built again. What it cannot apply so
+(a collision, a manifest changed meanwhile, a source that cannot be listed now) it says with FullRelist.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 from aggregator.catalog import Catalog, Entry
-from aggregator.catalog_delta import Delta
+from aggregator.catalog_delta import Delta, NeedsRelist
+from aggregator.catalog_published import apply_upstream
 from aggregator.compiler import collection_key
 from aggregator.live.delta import FullRelist, swap_applied
 from aggregator.manifest.model import CollectionSpec
 from aggregator.service import ResourceService
-from aggregator.sources import FileInfo
+from aggregator.sources import FileInfo, SourceError
 from aggregator.tracing import span
 
-__all__ = ["listing_changes", "relist_source"]
+__all__ = ["listing_changes", "relist_source", "relist_upstream"]
 
 
 async def relist_source(service: ResourceService, source: str) -> Delta | None:
@@ -46,6 +49,51 @@ async def relist_source(service: ResourceService, source: str) -> Delta | None:
             raise FullRelist(f"the collections of source {source!r} changed while it was listed")
         upserted, removed = listing_changes(now.catalog, listed)
         return swap_applied(service, source, upserted, removed) if upserted or removed else None
+
+
+async def relist_upstream(service: ResourceService, source: str) -> Delta | None:
+    """List a source that tells of its own changes (an MCP upstream) again: its collections' files, the files
+    resources name in it, and what it publishes; swap in the catalog with what came, changed or went. The Delta, or
+    None if nothing listed changed (no swap). FullRelist if the source cannot be listed now (compile_catalog keeps
+    or drops its last listing by its staleIfError) or the manifest changed meanwhile; ManifestError when a new URI
+    or template collides."""
+    snapshot = service.snapshot
+    manifest, src = snapshot.manifest, snapshot.sources.get(source)
+    if src is None:
+        raise FullRelist(f"source {source!r} is not in the current manifest")
+    specs = {collection_key(c): c for c in manifest.collections if c.source == source}
+    listed: dict[CollectionSpec, list[FileInfo]] = {}
+    try:  # outside the swap lock: a listing must not hold up other changes
+        for key, spec in specs.items():
+            with span("aggregator.source.list", source_id=source, source_kind=manifest.sources[source].kind,
+                      glob=spec.glob) as traced:
+                listed[key] = await src.list(spec.glob, spec.exclude, hidden=spec.hidden)
+                traced.set(files=len(listed[key]))
+        published = await src.published() if src.publishes else None
+    except SourceError as exc:
+        raise FullRelist(f"source {source!r} cannot be listed now ({exc})") from None
+    named = {r.path for r in manifest.resources if r.source == source and r.path is not None}
+    found, missing = await src.stat_many(named) if named else ([], set())
+    async with service.swapping():
+        now = service.snapshot
+        if now.manifest is not manifest or now.sources.get(source) is not src:
+            raise FullRelist(f"the manifest changed while source {source!r} was listed")
+        catalog, at = now.catalog, time.monotonic()
+        upserted, removed = listing_changes(catalog, listed)
+        try:
+            delta = apply_upstream(catalog, manifest, source, [*upserted, *found], removed | missing, published, at)
+        except NeedsRelist as exc:
+            raise FullRelist(str(exc)) from None
+        if not (delta.added or delta.removed or delta.updated or delta.listing_changed
+                or delta.catalog.templates is not catalog.templates):
+            # Nothing shows otherwise: the catalog served stays, now known current (staleIfError counts from here).
+            catalog.listed_at.update(dict.fromkeys(listed, at))
+            if published is not None:
+                catalog.published[source] = published
+                catalog.published_at[source] = at
+            return None
+        service.swap_catalog(delta.catalog, delta.gone, delta.added | delta.removed | delta.updated)
+        return delta
 
 
 def listing_changes(catalog: Catalog, listed: Mapping[CollectionSpec, Sequence[FileInfo]]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aggregator.cache_keys import Forget
 from aggregator.catalog_delta import Delta
 from aggregator.live.delta import FullRelist, apply_changed_files
-from aggregator.live.relisted import relist_source
+from aggregator.live.relisted import relist_source, relist_upstream
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
@@ -139,6 +139,26 @@ class CatalogUpdates:
         if delta.added or delta.removed:
             await self._tell_listing_changed()
         return delta
+
+    async def upstream_listed(self, source: str) -> None:
+        """A source that tells of its own changes (an MCP upstream) says its listing may have changed: list that
+        source again and apply what came, changed or went in place; list_changed (and `updated` to subscribed renders
+        over the listing) when the listing shows something else. A full relist when that cannot be done."""
+        try:
+            if self._stale:  # the last relist failed: the catalog does not follow the sources, only a relist can
+                raise FullRelist("the last relisting failed")
+            delta = await relist_upstream(self.service, source)
+        except (FullRelist, ManifestError) as exc:
+            if not isinstance(exc, ManifestError):
+                logger.info("full relist after source %r's listing changed: %s", source, exc)
+            self.full_relists += 1
+            await self.relist()
+            return
+        if delta is None:
+            return
+        self.incremental_relists += 1
+        if delta.listing_changed:
+            await self._tell_listing_changed()
 
     async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
         """These URIs read differently now (a poll saw new versions): invalidate them and tell those `subscribed`
