@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -91,11 +91,14 @@ class Changes:
 
 
 def file_changes(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
-                 removed: Collection[str]) -> Changes:
-    """What `apply_files` applies (NeedsRelist if a collection of `source` was never listed in `catalog`)."""
+                 removed: Collection[str], stated: Mapping[str, FileInfo | None] | None = None) -> Changes:
+    """What `apply_files` applies (NeedsRelist if a collection of `source` was never listed in `catalog`). With
+    `stated`, the manifest resources naming files of `source` take their stat from it (None: not found), not from
+    the files listed (a source whose listing does not show every file that reads: an upstream's templated URI)."""
     files = {info.path: info for info in upserted}
     gone_paths = set(removed) - files.keys()
-    changed = files.keys() | gone_paths
+    if stated is None:
+        stated = {**dict.fromkeys(gone_paths), **files}
     found = Changes({}, [], {})
     for spec in manifest.collections:
         key = collection_key(spec)
@@ -106,8 +109,10 @@ def file_changes(catalog: Catalog, manifest: Manifest, source: str, upserted: It
         found.paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, found.out,
                                               found.incoming)
     for rspec in manifest.resources:
-        if rspec.source == source and rspec.path in changed and (old := catalog.get(rspec.uri)) is not None:
-            entry = resource_entry(rspec, files.get(rspec.path))
+        path = rspec.path
+        if (rspec.source == source and path is not None and path in stated
+                and (old := catalog.get(rspec.uri)) is not None):
+            entry = resource_entry(rspec, stated[path])
             if entry != old:
                 found.out[old.uri] = old
                 found.incoming.append((None, entry))

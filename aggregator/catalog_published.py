@@ -11,7 +11,7 @@ again only when they changed.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
 from aggregator.catalog import Catalog
@@ -25,16 +25,18 @@ __all__ = ["apply_upstream"]
 
 
 def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
-                   removed: Collection[str], published: Published | None, now: float | None = None) -> Delta:
-    """Apply to `catalog` (compiled from `manifest`) what `source` lists now: files of its collections and of the
-    resources naming them (`upserted` and `removed`, as `catalog_delta.apply_files` takes them), and what it
-    publishes itself (`published`; None: nothing, as for a source that cannot be listed past its staleIfError).
+                   removed: Collection[str], stated: Mapping[str, FileInfo | None], published: Published | None,
+                   now: float | None = None) -> Delta:
+    """Apply to `catalog` (compiled from `manifest`) what `source` lists now: files of its collections (`upserted`
+    and `removed`, as `catalog_delta.apply_files` takes them), the stat of the files manifest resources name in it
+    (`stated`; None: not found), and what it publishes itself (`published`; None: nothing, as for a source that
+    cannot be listed past its staleIfError).
 
     The Delta's `listing_changed` covers the templates too. ManifestError (the issues compile_catalog reports) if a
     new URI or template collides, NeedsRelist if a collection of `source` was never listed; `catalog` is unchanged.
     """
     at = time.monotonic() if now is None else now
-    changes = file_changes(catalog, manifest, source, upserted, removed)
+    changes = file_changes(catalog, manifest, source, upserted, removed, stated)
     before = catalog.published.get(source)
     old = {res.uri: res for res in before.resources} if before is not None else {}
     new = {res.uri: res for res in published.resources} if published is not None else {}

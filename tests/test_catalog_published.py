@@ -28,7 +28,9 @@ from tests.test_catalog_delta import SCOPES, _collided, assert_same
 
 NAMES = ["a.md", "b.md", "c/one", "c/two", "d/a.md", "d/z.md", "x", "r", "deep/er/q"]
 """Paths the upstream picks from: under a collection over it (c/*, d/*.md: d/a.md collides with the folder's
-docs://d/a.md), the resource naming it (r), one whose published URI a manifest resource holds (x)."""
+docs://d/a.md), a resource naming it (r), one whose published URI a manifest resource holds (x)."""
+UNLISTED = "c/templated"
+"""A path a manifest resource names that the upstream answers but never lists (a templated URI)."""
 TEMPLATES = ["t/{id}", "u/{id}", "m/{id}"]
 """Templates it picks from: m/{id} is also the manifest's (a collision)."""
 
@@ -58,6 +60,8 @@ class Board(Source):
         return [FileInfo(path, size) for path, (size, _) in self.files.items() if keep(path)]
 
     async def stat(self, path: str) -> FileInfo:
+        if path == UNLISTED:  # it reads, so it exists, though the upstream never lists it
+            return FileInfo(path, 7)
         if path not in self.files:
             raise SourceNotFound(path)
         return FileInfo(path, self.files[path][0])
@@ -86,6 +90,7 @@ def _manifest(root: Path) -> Manifest:
     resources = (
         ResourceSpec("up+test://x", "x", Display(), _where(3), "resources[0]", text="held"),
         ResourceSpec("res://r", "r", Display(), _where(4), "resources[1]", source="up", path="r"),
+        ResourceSpec("res://t", "t", Display(), _where(5), "resources[2]", source="up", path=UNLISTED),
     )
     templates = (TemplateSpec("up+test://m/{id}", "m", "docs", "m/{id}", Display(), _where(5), "templates[0]"),)
     return Manifest(Path("m.yaml"), ServerSettings("t"), Defaults(), sources, resources, collections, templates)

@@ -81,7 +81,8 @@ async def relist_upstream(service: ResourceService, source: str) -> Delta | None
         catalog, at = now.catalog, time.monotonic()
         upserted, removed = listing_changes(catalog, listed)
         try:
-            delta = apply_upstream(catalog, manifest, source, [*upserted, *found], removed | missing, published, at)
+            stated = {**dict.fromkeys(missing), **{info.path: info for info in found}}
+            delta = apply_upstream(catalog, manifest, source, upserted, removed, stated, published, at)
         except NeedsRelist as exc:
             raise FullRelist(str(exc)) from None
         if not (delta.added or delta.removed or delta.updated or delta.listing_changed
