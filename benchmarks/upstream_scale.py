@@ -245,12 +245,12 @@ def main() -> None:
                 print(f"beside: an upstream's list_changed beside a folder of {args.folder_files:,} files "
                       f"({args.rounds} rounds; load {os.getloadavg()[0]:.2f})")
                 path = beside_manifest(folder, args.folder_files)
-                got = {name: await beside(code, path, args.rounds) for name, code in (("peer", args.peer),
-                                                                                       ("this", here))}
-                for name, figures in got.items():
+                measured = {name: await beside(code, path, args.rounds) for name, code in (("peer", args.peer),
+                                                                                            ("this", here))}
+                for name, figures in measured.items():
                     print(f"  {name:6} upstream change -> list_changed {figures['latency_s'] * 1000:8.1f} ms  "
                           f"gateway cpu {figures['cpu_s'] * 1000:8.1f} ms", flush=True)
-                peer, this = got["peer"], got["this"]
+                peer, this = measured["peer"], measured["this"]
                 print(f"  ratio peer/this: latency {peer['latency_s'] / this['latency_s']:.1f}x  "
                       f"cpu {peer['cpu_s'] / max(this['cpu_s'], 1e-3):.1f}x  (load {os.getloadavg()[0]:.2f})")
                 return
