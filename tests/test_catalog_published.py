@@ -22,7 +22,7 @@ from aggregator.live.relisted import relist_upstream
 from aggregator.manifest.model import (CollectionSpec, Defaults, Display, Location, Manifest, ManifestError,
                                        ResourceSpec, ServerSettings, SourceSpec, TemplateSpec)
 from aggregator.service import ResourceService
-from aggregator.sources import Blob, FileInfo, LocalSource, Source, SourceNotFound
+from aggregator.sources import Blob, FileInfo, LocalSource, Source, SourceError, SourceNotFound
 from aggregator.sources.base import Published, PublishedResource, PublishedTemplate
 from tests.test_catalog_delta import SCOPES, _collided, assert_same
 
@@ -45,21 +45,30 @@ class Board(Source):
         self.id = "up"
         self.files: dict[str, tuple[int, str]] = {}  # path -> (size, title)
         self.templates: set[str] = set()
+        self.down = False
+        """Every call fails (the connection is lost)."""
+
+    def _answer(self) -> None:
+        if self.down:
+            raise SourceError("connection lost")
 
     @property
     def publishes(self) -> bool:
         return True
 
     async def published(self) -> Published:
+        self._answer()
         return Published([PublishedResource(f"up+test://{path}", path, path.rsplit("/", 1)[-1], title, None, None,
                                             size) for path, (size, title) in sorted(self.files.items())],
                          [PublishedTemplate(f"up+test://{t}", t, t, None, None, None) for t in sorted(self.templates)])
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
+        self._answer()
         keep = path_filter(pattern, exclude, hidden)
         return [FileInfo(path, size) for path, (size, _) in self.files.items() if keep(path)]
 
     async def stat(self, path: str) -> FileInfo:
+        self._answer()
         if path == UNLISTED:  # it reads, so it exists, though the upstream never lists it
             return FileInfo(path, 7)
         if path not in self.files:
@@ -77,10 +86,10 @@ def _where(line: int) -> Location:
     return Location("m.yaml", line, 3)
 
 
-def _manifest(root: Path) -> Manifest:
+def _manifest(root: Path, stale_if_error: float) -> Manifest:
     sources = {"docs": SourceSpec("docs", str(root), "file", _where(1), "sources.docs"),
                "up": SourceSpec("up", "mcp+stdio:", "mcp", _where(2), "sources.up", kind="mcp",
-                                access=frozenset({"s"}))}
+                                access=frozenset({"s"}), stale_if_error=stale_if_error)}
     collections = (
         CollectionSpec("docs", "**/*.md", "docs://{path}", "{name}", Display(), _where(10), "collections[0]"),
         CollectionSpec("up", "c/*", "c://{name}", "{name}", Display(), _where(11), "collections[1]",
@@ -106,6 +115,7 @@ Step = list[tuple[str, str, int]]
 _steps = st.lists(st.lists(st.one_of(
     st.tuples(st.sampled_from(["put", "drop"]), st.sampled_from(NAMES), st.integers(0, 3)),
     st.tuples(st.sampled_from(["template", "untemplate"]), st.sampled_from(TEMPLATES), st.just(0)),
+    st.tuples(st.sampled_from(["down", "back"]), st.just(""), st.just(0)),
 ), min_size=1, max_size=4), min_size=1, max_size=6)
 
 
@@ -115,6 +125,8 @@ def _change(board: Board, step: Step) -> None:
             board.files[name] = (n, f"v{n % 2}")  # a size and a title that change apart
         elif op == "drop":
             board.files.pop(name, None)
+        elif op in ("down", "back"):
+            board.down = op == "down"
         elif op == "template":
             board.templates.add(name)
         else:
@@ -137,14 +149,16 @@ def _assert_templates(got: Catalog, want: Catalog) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(initial=st.sets(st.sampled_from(NAMES), max_size=5), steps=_steps)
-def test_an_upstream_relisted_in_place_equals_a_fresh_compile(tmp_path: Path, initial: set[str],
-                                                              steps: list[Step]) -> None:
+@given(initial=st.sets(st.sampled_from(NAMES), max_size=5), steps=_steps, stale_if_error=st.sampled_from([0, 3600]))
+def test_an_upstream_relisted_in_place_equals_a_fresh_compile(tmp_path: Path, initial: set[str], steps: list[Step],
+                                                              stale_if_error: float) -> None:
+    """staleIfError 0 drops what the upstream listed once it cannot be listed, an hour keeps it (the fresh compile
+    then builds on the catalog before it, as the supervisor's relist does)."""
     root = tmp_path / "f"
     (root / "d").mkdir(parents=True, exist_ok=True)
     (root / "a.md").write_text("a")
     (root / "d" / "a.md").write_text("da")
-    m = _manifest(root)
+    m = _manifest(root, stale_if_error)
     board = Board()
     board.files = {name: (1, "v1") for name in initial}
     sources: dict[str, Source] = {"docs": LocalSource("docs", str(root)), "up": board}
@@ -157,7 +171,7 @@ def test_an_upstream_relisted_in_place_equals_a_fresh_compile(tmp_path: Path, in
         for step in steps:
             _change(board, step)
             try:
-                want: Catalog | None = await compile_catalog(m, sources)
+                want: Catalog | None = await compile_catalog(m, sources, previous=catalog)
             except ManifestError as exc:
                 want, error = None, exc
             if catalog is None:  # out of step with the upstream: only a full relist catches up
@@ -190,6 +204,11 @@ def test_an_upstream_relisted_in_place_equals_a_fresh_compile(tmp_path: Path, in
             assert_same(got, want)
             _assert_templates(got, want)
             assert got.published == want.published
+            if board.down:  # what is kept counts its age from when it was listed, in both
+                event("down")
+                ages = [key for key in want.listed_at if key.source == "up"]
+                assert [got.listed_at[k] for k in ages] == [want.listed_at[k] for k in ages] or not stale_if_error
+                assert got.published_at == want.published_at or not stale_if_error
             catalog = got
 
     anyio.run(main)
