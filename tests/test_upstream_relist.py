@@ -1,7 +1,8 @@
 """An upstream's list_changed costs the upstream's listing, not the catalog's (issue 26): the gateway lists that
 upstream again and splices what came, changed or went into the catalog in place (catalog_published), in process with
 the official client on both wires. The folder beside it is never walked again (its walks are counted by
-`LISTINGS`), the catalog equals a fresh compile, and list_changed comes only when the listing shows something else."""
+`LISTINGS`), the catalog equals a fresh compile, and list_changed comes only when the listing shows something else
+(an upstream's list_changed that changed nothing is not passed on)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _manifest(tmp_path: Path) -> Path:
         sources:
           docs: {{url: ./docs}}
           up: {{url: "mcp+stdio:", namespace: up, prefix: "test://", command: {UPSTREAM!r},
-                env: {({**ENV, "UPSTREAM_CHANGES": "1"})!r}}}
+                env: {({**ENV, "UPSTREAM_CHANGES": "1", "UPSTREAM_FLOOD": "2", "UPSTREAM_FLOOD_SECONDS": "0.2"})!r}}}
         collections:
           - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
           - {{source: up, glob: "added/*", uri: "added://{{name}}"}}
@@ -77,6 +78,15 @@ def test_an_upstream_list_changed_relists_that_upstream_only(tmp_path: Path, mod
                 assert LISTINGS["docs"] == walks  # ... and the folder beside it was never walked
                 assert live.file_changes["relist"] == relists
                 assert live.file_changes["incremental"] > incremental
+
+                # list_changed upstream with nothing changed: listed again, and nothing told.
+                upstream_lists, incremental = LISTINGS["up"], live.file_changes["incremental"]
+                assert (await client.read_resource("up+test://flood/go")).contents[0].text == "2"
+                with anyio.fail_after(LISTED):
+                    while LISTINGS["up"] == upstream_lists:
+                        await anyio.sleep(0.05)
+                assert await inbox.next(QUIET) is None
+                assert live.file_changes["incremental"] == incremental and LISTINGS["docs"] == walks
                 # A fresh compile over the same sources (the same upstream process) lists what was spliced in.
                 service = live.service
                 want = await compile_catalog(service.manifest, service.sources)
