@@ -195,19 +195,45 @@ def entries_of_files(catalog: Catalog, manifest: Manifest, source: str, paths: C
 
 
 def unlisted_files(old: Catalog, new: Catalog) -> set[tuple[str, str]]:
-    """Files `old` lists that `new` may no longer list, for two catalogs of one manifest (a relisting, where a URI
-    names the same file in both unless an upstream moved it): the files of the URIs gone, and of upstreams' URIs
-    now naming another path. A superset of `old.targets() - new.targets()` (a file also listed under a URI kept
-    is named too: its cache is forgotten, no harm), at the cost of a C-level set difference of the URIs, not of
-    a (source, path) pair per row of both catalogs."""
+    """Files `old` lists that `new` may no longer list, for two catalogs of one manifest (a relisting): the files of
+    the URIs gone, and of the URIs kept that name another file now. A superset of `old.targets() - new.targets()` (a
+    file also listed under another URI is named too: its cache is forgotten, no harm), at the cost of a C-level set
+    difference of the URIs and a look at the explicit rows of both, not of a (source, path) pair per row: a compact
+    row names the same file under both catalogs unless two collections' compact URIs can coincide (then the rows of
+    those collections are looked at too)."""
     gone = set(old.entries.uris).difference(new.entries.uris)
-    files = {(e.source, e.path) for uri in gone if (e := old.get(uri)) is not None and e.source is not None
-             and e.path is not None}
-    for sid, offered in old.published.items():
-        for res in offered.resources:
-            if (now := new.get(res.uri)) is not None and (now.source, now.path) != (sid, res.path):
-                files.add((sid, res.path))
+    files = {file for uri in gone if (file := _file_of(old.get(uri))) is not None}
+    kept = (old.entries.explicit.keys() | new.entries.explicit.keys()) - gone
+    kept |= _shared_compact_uris(old, new)
+    for uri in kept:
+        before = _file_of(old.get(uri))
+        if before is not None and before != _file_of(new.get(uri)):
+            files.add(before)
     return files
+
+
+def _file_of(entry: Entry | None) -> tuple[str, str] | None:
+    if entry is None or entry.source is None or entry.path is None:
+        return None
+    return entry.source, entry.path
+
+
+def _shared_compact_uris(old: Catalog, new: Catalog) -> set[str]:
+    """URIs of `old`'s compact rows whose maker's space overlaps another space of either catalog (two collections'
+    compact URIs that can coincide, as `f://{path}` over two sources): only there may a compact row kept name
+    another file. None in the usual case, one compact pattern per URI prefix."""
+    spaces = {space for maker in (*old.entries.makers, *new.entries.makers) if (space := maker.uri_space) is not None}
+    shared = {a for a in spaces for b in spaces if a != b and _overlap(a, b)}
+    if not shared:
+        return set()
+    kinds = {kind for kind, maker in enumerate(old.entries.makers, start=1) if maker.uri_space in shared}
+    return {uri for uri, which in old.entries.kinds() if which in kinds}
+
+
+def _overlap(a: tuple[str, str, str], b: tuple[str, str, str]) -> bool:
+    """Whether one URI can be `prefix + path + suffix` of both spaces."""
+    (_, p, s), (_, q, t) = a, b
+    return (p.startswith(q) or q.startswith(p)) and (s.endswith(t) or t.endswith(s))
 
 
 def _uri_start(pattern: str) -> tuple[str, bool]:
