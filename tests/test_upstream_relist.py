@@ -13,12 +13,11 @@ import pytest
 
 from aggregator.compiler import compile_catalog
 from aggregator.sources.progress import LISTINGS
-from tests.conftest import MODES, write_manifest
+from tests.conftest import MODES
 from tests.test_live import QUIET, uris
 from tests.test_live_inprocess import running
 from tests.test_live_polling import heard
-from tests.test_upstream import ENV
-from tests.test_upstream_scale import UPSTREAM
+from tests.test_upstream_scale import gateway
 
 FILES = 50
 LISTED = 20.0
@@ -26,26 +25,18 @@ LISTED = 20.0
 
 
 def _manifest(tmp_path: Path) -> Path:
-    """A folder of FILES files, the upstream with UPSTREAM_CHANGES (namespace up, and a collection over it too),
-    and a render over the listing (told `updated` when the listing changes)."""
-    docs = tmp_path / "docs"
-    docs.mkdir()
+    """The scale tests' gateway (a folder and the upstream, namespace up) with UPSTREAM_CHANGES, FILES files in the
+    folder, a collection over the upstream too, and a render over the listing (told `updated` when it changes)."""
+    path = gateway(tmp_path, ', prefix: "test://"', UPSTREAM_CHANGES="1", UPSTREAM_FLOOD="2",
+                   UPSTREAM_FLOOD_SECONDS="0.2")
     for i in range(FILES):
-        (docs / f"f{i:03}.md").write_text(f"# {i}\n")
-    return write_manifest(tmp_path, f"""
-        version: 1
-        server: {{name: gateway}}
-        defaults: {{ttl: 0s}}
-        sources:
-          docs: {{url: ./docs}}
-          up: {{url: "mcp+stdio:", namespace: up, prefix: "test://", command: {UPSTREAM!r},
-                env: {({**ENV, "UPSTREAM_CHANGES": "1", "UPSTREAM_FLOOD": "2", "UPSTREAM_FLOOD_SECONDS": "0.2"})!r}}}
-        collections:
-          - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
-          - {{source: up, glob: "added/*", uri: "added://{{name}}"}}
-        resources:
-          - {{uri: "index://all", name: index, render: "{{{{ resources('up+') | map(attribute='uri') | join(' ') }}}}"}}
-        """)
+        (tmp_path / "docs" / f"f{i:03}.md").write_text(f"# {i}\n")
+    with path.open("a") as more:
+        more.write("""  - {source: up, glob: "added/*", uri: "added://{name}"}
+resources:
+  - {uri: "index://all", name: index, render: "{{ resources('up+') | map(attribute='uri') | join(' ') }}"}
+""")
+    return path
 
 
 @pytest.mark.parametrize("mode", MODES)
