@@ -159,6 +159,10 @@ class Catalog:
         self._views: dict[frozenset[str], tuple[Rows, Sequence[str]]] = {}
         self._access_count: int | None = None
         self._by_path: dict[CollectionSpec, PathIndex] = {}
+        self._index_templates(templates)
+
+    def _index_templates(self, templates: Iterable[TemplateEntry]) -> None:
+        """Hold `templates` and the tables that match URIs against them (new objects: a successor shares none)."""
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
@@ -171,6 +175,13 @@ class Catalog:
         for t in self._match_order:
             self._by_prefix.setdefault(t.uri_template.split("{", 1)[0], []).append(t)
         self._prefix_lengths = sorted({len(p) for p in self._by_prefix}, reverse=True)
+
+    def with_templates(self, templates: Iterable[TemplateEntry]) -> None:
+        """Hold these templates instead (O(templates)): only on a successor not yet served (an upstream relisted
+        published others); what is derived from the templates is derived again."""
+        self._index_templates(templates)
+        for derived in ("listing_signature", "restricted"):
+            self.__dict__.pop(derived, None)
 
     def __len__(self) -> int:
         return len(self.entries)

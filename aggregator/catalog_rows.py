@@ -60,6 +60,11 @@ class RowMaker(Protocol):
     def path_of(self, uri: str) -> str:
         """The path of the compact row `uri`."""
 
+    @property
+    def uri_space(self) -> tuple[str, str, str] | None:
+        """(source, prefix, suffix) of its compact rows (`prefix + path + suffix` is a row's URI), or None when it
+        makes none: makers with equal spaces give a URI the same file."""
+
     def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
         """`row_entry` of each row of these columns (sizes NO_SIZE and mtimes NO_TIME where there are none)."""
 
@@ -378,6 +383,7 @@ class _Retired:
     source = ""
     access: frozenset[str] = frozenset()
     listing_key = None
+    uri_space = None
 
     def row_entry(self, uri: str, size: int | None, mtime: float | None) -> Entry:
         raise AssertionError(f"no row uses a retired maker ({uri})")

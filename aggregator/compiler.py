@@ -23,13 +23,13 @@ from aggregator.manifest.model import (CollectionSpec, Display, Location, Manife
                                        ResourceSpec, SourceSpec, TemplateSpec)
 from aggregator.paths import url_start
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
-from aggregator.sources.base import Published
+from aggregator.sources.base import Published, PublishedResource
 from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
 
 __all__ = ["EntryBuilder", "build_templates", "catalog_of", "collection_key", "compile_catalog", "resource_entry",
-           "resource_key", "uri_collision"]
+           "resource_key", "upstream_entry", "uri_collision"]
 
 logger = logging.getLogger("aggregator.catalog")
 
@@ -230,9 +230,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     upstream: list[Entry] = []
     for sid, offered in published.items():
         sspec = manifest.sources[sid]
-        upstream += [Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
-                           res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime, sid, res.path,
-                           access=sspec.access) for res in offered.resources]
+        upstream += [upstream_entry(sspec, res) for res in offered.resources]
     resources = [e for e in resource_entries if e is not None]  # the task group built every resource or raised
     parts = [part for part in (Rows.of(resources), *built, Rows.of(upstream)) if len(part)]
     rows = Rows.merged(parts) if parts else _NO_ROWS
@@ -253,6 +251,13 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
     catalog.stated_at = {resource_key(r): now for r in manifest.resources if r.source is not None}
     return catalog
+
+
+def upstream_entry(spec: SourceSpec, res: PublishedResource) -> Entry:
+    """The entry of a resource source `spec` publishes itself (an upstream's, under its namespace)."""
+    return Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
+                 res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime, spec.id, res.path,
+                 access=spec.access)
 
 
 def catalog_of(entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int,

@@ -98,6 +98,11 @@ class EntryBuilder:
         spec = self.spec
         return spec.source, spec.uri, spec.name, spec.display, spec.access, spec.decompress, spec.convert
 
+    @property
+    def uri_space(self) -> tuple[str, str, str] | None:
+        """(source, prefix, suffix) of its compact rows, or None when its URI pattern makes none (`RowMaker`)."""
+        return (self.source, self._prefix, self._suffix) if self._compact else None
+
     def entry(self, info: FileInfo) -> Entry | None:
         """The entry `info` lists; None when its name could never be read back (listing it would promise what
         reads refuse)."""

@@ -196,7 +196,7 @@ class ResourceService:
             old = self._snapshot
             with span("aggregator.relist", generation=old.generation + 1):
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
-            # One manifest: a URI names the same file before and after, so the files gone are found by URI.
+            # One manifest: the files gone are those of the URIs gone and of kept URIs naming another file now.
             changed = self._swap(replace(old, catalog=catalog), replaced=(),
                                  changed=(unlisted_files(old.catalog, catalog), not old.catalog.same_listing(catalog)))
             heap.settle(len(catalog))  # a big catalog leaves the collector's full passes

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*", "cluster",
                            "cluster.*", "documents", "documents.*")),
     ("catalog", ("entry", "catalog_rows", "row_blocks", "path_index", "entry_builder", "catalog", "compiler", "catalog_delta",
-                 "recompile", "snapshot", "render", "completion", "diff", "tools")),
+                 "catalog_published", "recompile", "snapshot", "render", "completion", "diff", "tools")),
     ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_query", "search_list",
                  "search_index", "search_indexer", "search_meta")),
     ("live and protocol", ("supervisor", "live", "live.*", "server", "handlers", "handlers.*", "mcp_shapes",
