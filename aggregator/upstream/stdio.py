@@ -12,6 +12,7 @@ POSIX only (a process group per child).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -62,7 +63,22 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
         async with writing:
             await process.stdin.send(data)
 
-    lane = Lane(send)
+    def write_now(data: bytes) -> bool:
+        """Write a whole line at once when nothing waits to be written (the pipe holds nothing unsent, no `send` is
+        under way); False (nothing written) otherwise. BrokenPipeError when the pipe is gone."""
+        stream = getattr(process.stdin, "_stream", None)  # anyio's wrapper of asyncio's StreamWriter
+        if writing.locked() or not isinstance(stream, asyncio.StreamWriter):
+            return False
+        if stream.is_closing():
+            raise BrokenPipeError("the child's stdin is closed")
+        if stream.transport.get_write_buffer_size():
+            return False
+        stream.write(data)
+        if stream.is_closing():  # the write failed: asyncio closed the pipe
+            raise BrokenPipeError("the child's stdin is closed")
+        return True
+
+    lane = Lane(send, write_now)
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
