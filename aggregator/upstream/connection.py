@@ -79,6 +79,7 @@ class Upstream:
                  backoff: tuple[float, float] = (0.5, 30.0), health_interval: float = 15.0) -> None:
         self.name = name
         self.target = target
+        self._described = target.describe()  # named in every read's errors: made once
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.list_timeout = list_timeout if list_timeout is not None else timeout * 4
@@ -106,7 +107,7 @@ class Upstream:
     # ---- state ----
 
     def describe(self) -> str:
-        return self.target.describe()
+        return self._described
 
     @property
     def status(self) -> UpstreamStatus:
