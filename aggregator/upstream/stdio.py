@@ -31,6 +31,7 @@ from mcp.shared.message import SessionMessage
 from aggregator.upstream.failures import too_big
 from aggregator.upstream.lane import Lane
 from aggregator.upstream.oversized import MISSING, Oversized, answered_id, lines
+from aggregator.upstream.tap import tap
 
 __all__ = ["bounded_stdio"]
 
@@ -79,13 +80,15 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
         return True
 
     lane = Lane(send, write_now)
+    # Lane answers claimed as the pipe delivers them (`tap`); else the stream is read line by line as before.
+    stdout = tap(process, max_line, lane)
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
         told = False  # whether the call answered by the line being skipped was failed already
         async with read_writer:
             try:
-                async for line in lines(process.stdout, max_line):
+                async for line in stdout if stdout is not None else lines(process.stdout, max_line):
                     if isinstance(line, Oversized):
                         if not told and (request_id := answered_id(line.head, line.tail)) is not MISSING:
                             told = True
