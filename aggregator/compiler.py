@@ -27,6 +27,7 @@ from aggregator.sources.base import Published
 from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
+from aggregator.upstream_rows import published_rows
 
 __all__ = ["EntryBuilder", "build_templates", "catalog_of", "collection_key", "compile_catalog", "resource_entry",
            "resource_key", "uri_collision"]
@@ -227,14 +228,10 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             if sspec.id in sources and sources[sspec.id].publishes:
                 tg.start_soon(publish, sspec)
 
-    upstream: list[Entry] = []
-    for sid, offered in published.items():
-        sspec = manifest.sources[sid]
-        upstream += [Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
-                           res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime, sid, res.path,
-                           access=sspec.access) for res in offered.resources]
+    upstream = [published_rows(offered.resources, sid, manifest.sources[sid].access)
+                for sid, offered in published.items()]
     resources = [e for e in resource_entries if e is not None]  # the task group built every resource or raised
-    parts = [part for part in (Rows.of(resources), *built, Rows.of(upstream)) if len(part)]
+    parts = [part for part in (Rows.of(resources), *built, *upstream) if len(part)]
     rows = Rows.merged(parts) if parts else _NO_ROWS
     twice = duplicates(rows.uris)
     if twice:  # a URI produced twice: named in the order compile_catalog claims URIs (rare: worth a second pass)

@@ -30,12 +30,13 @@ import anyio
 from aggregator.globs import path_filter
 from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.model import namespaced_uri
-from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedResource, PublishedTemplate,
+from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedTemplate,
                                      Source, SourceError, SourceNotFound, SourceUnsupported)
 from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
 from aggregator.upstream.answers import ListedResource
+from aggregator.upstream.records import PublishedRecords, ResourceRecords
 from aggregator.upstream.values import UpstreamValues
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ class McpSource(Source):
         self.values = UpstreamValues(f"{upstream.describe()} ({id})")
         """What the upstream lists and reads is checked here before it is served."""
         self._generation = 0
+        self._prefix = namespaced_uri(namespace, "") if namespace else ""
+        """What the kept records' URIs start with: the namespace the catalog lists them under."""
         """Counts the upstream's ListChanged: a listing asked before the latest one is not kept (it may predate it)."""
 
     def describe(self) -> str:
@@ -105,7 +108,8 @@ class McpSource(Source):
             except SourceUnsupported:  # no resources capability: -32601, as an SDK server answers
                 self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
                 listing = Listing([])
-            listing = replace(listing, items=self.values.resources(listing.items))
+            # Kept as columns, URIs as the catalog lists them (with the namespace): the records go, the strings stay.
+            listing = replace(listing, items=ResourceRecords(self.values.resources(listing.items), self._prefix))
             progress.add(len(listing.items))
             progress.done(len(listing.items))
             if generation == self._generation:
@@ -141,14 +145,7 @@ class McpSource(Source):
         """Every upstream resource and template under `root`, as `<namespace>+<uri>`, described as upstream does."""
         if not self.namespace:
             return Published()
-        resources = []
-        for resource in (await self.listing()).items:
-            uri = resource.uri
-            path = self.path_of(uri)
-            if path is not None:
-                resources.append(PublishedResource(
-                    namespaced_uri(self.namespace, uri), path, resource.name, resource.title, resource.description,
-                    resource.mime_type, resource.size, resource.mtime))
+        resources = PublishedRecords((await self.listing()).items, self.root)
         templates = []
         for template in (await self.templates()).items:
             text = template.uri_template
@@ -173,18 +170,16 @@ class McpSource(Source):
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         keep = path_filter(pattern, exclude, hidden)
-        found = []
-        for resource in (await self.listing()).items:
-            path = self.path_of(resource.uri)
-            if path is not None and keep(path):
-                found.append(_info(path, resource))
-        return found
+        records: ResourceRecords = (await self.listing()).items
+        start = self._prefix + self.root
+        return [_info(uri[len(start):], records[i]) for i, uri in enumerate(records.uris)
+                if len(uri) > len(start) and uri.startswith(start) and keep(uri[len(start):])]
 
     async def stat(self, path: str) -> FileInfo:
-        uri = self.uri_of(path)
-        for resource in (await self.listing()).items:
-            if resource.uri == uri:
-                return _info(path, resource)
+        records: ResourceRecords = (await self.listing()).items
+        index = records.find(self._prefix + self.uri_of(path))
+        if index is not None:
+            return _info(path, records[index])
         # Not listed (a templated URI): it exists if it reads.
         blob = await self.read(path, self.upstream.max_message_bytes)
         return FileInfo(path, len(blob.data), None, blob.version, blob.mime_type)

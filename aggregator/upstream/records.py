@@ -1,0 +1,193 @@
+"""An upstream's listing kept as columns: about 40 bytes an entry beside its URI, where `ListedResource` records (and
+the strings and the catalog entries made of them) cost about 1.5 KB.
+
+`ResourceRecords` is an immutable `Sequence[ListedResource]` in URI order: the URIs (each with a `prefix`, the
+namespace a gateway lists them under, so that the catalog's rows share these strings), sizes and mtimes as arrays,
+and the display text of every entry (name, title, description, mimeType) encoded in one bytes object. A record is
+rebuilt when asked for, equal to the one kept. `PublishedRecords` is the same columns as what a source publishes
+(`PublishedResource`), under a root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from functools import cached_property
+from itertools import accumulate, compress
+from operator import attrgetter
+from typing import overload
+
+from aggregator.sources.base import PublishedResource
+from aggregator.upstream.answers import ListedResource
+
+__all__ = ["NO_SIZE", "NO_TIME", "PublishedRecords", "ResourceRecords", "as_records"]
+
+NO_SIZE = -1
+"""A size column's value for an entry without a size (as `catalog_rows`, whose rows share these columns)."""
+NO_TIME = math.nan
+"""An mtime column's value for an entry without an mtime (as `catalog_rows`)."""
+_SEP = "\x00"
+"""Between a record's fields: an upstream's display text has no control characters once `UpstreamValues` cleaned it
+(a record whose text has one anyway is kept whole, see `_odd`)."""
+_TAGS = (("t", 1), ("d", 2), ("m", 3))
+"""The letter that starts each optional field of a record (title, description, mimeType) and its place."""
+_URI = attrgetter("uri")
+
+
+def _encoded(item: ListedResource) -> bytes | None:
+    """`item`'s display text as one record (name, then each optional field present with its tag), None if a field
+    holds the separator."""
+    fields = (item.name, item.title, item.description, item.mime_type)
+    if any(f is not None and _SEP in f for f in fields):
+        return None
+    text = item.name
+    for (tag, at) in _TAGS:
+        value = fields[at]
+        if value is not None:
+            text += _SEP + tag + value
+    return text.encode("utf-8", "surrogatepass")
+
+
+class ResourceRecords(Sequence[ListedResource]):
+    """An upstream's resources in URI order (each URI once), as columns; `uris` hold `prefix` + the upstream URI."""
+
+    def __init__(self, items: Iterable[ListedResource], prefix: str = "") -> None:
+        ordered = sorted(items, key=_URI)
+        self.prefix = prefix
+        self.uris: list[str] = [prefix + item.uri for item in ordered] if prefix else list(map(_URI, ordered))
+        """The URIs, sorted, each `prefix` + the upstream's URI (the strings the catalog's rows hold)."""
+        self.sizes = array("q", [NO_SIZE if item.size is None else item.size for item in ordered])
+        self.mtimes = array("d", [NO_TIME if item.mtime is None else item.mtime for item in ordered])
+        records = [_encoded(item) for item in ordered]
+        self._odd = {i: item for i, (item, record) in enumerate(zip(ordered, records)) if record is None}
+        """Records kept whole, by index: those whose text holds the separator (none once cleaned)."""
+        parts = [b"" if record is None else record for record in records]
+        self._ends = array("Q", accumulate(map(len, parts)))
+        self._text = b"".join(parts)
+
+    @classmethod
+    def _of(cls, prefix: str, uris: list[str], sizes: array[int], mtimes: array[float], text: bytes,
+            ends: array[int], odd: dict[int, ListedResource]) -> ResourceRecords:
+        records = cls.__new__(cls)
+        records.prefix, records.uris, records.sizes, records.mtimes = prefix, uris, sizes, mtimes
+        records._text, records._ends, records._odd = text, ends, odd
+        return records
+
+    def __len__(self) -> int:
+        return len(self.uris)
+
+    @overload
+    def __getitem__(self, index: int) -> ListedResource: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ListedResource]: ...
+
+    def __getitem__(self, index: int | slice) -> ListedResource | Sequence[ListedResource]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        odd = self._odd.get(index)
+        if odd is not None:
+            return odd
+        name, title, description, mime_type = self.fields(index)
+        size, mtime = self.sizes[index], self.mtimes[index]
+        return ListedResource(self.uris[index][len(self.prefix):], name, title, description, mime_type,
+                              None if size == NO_SIZE else size, None if mtime != mtime else mtime)
+
+    def __iter__(self) -> Iterator[ListedResource]:
+        return map(self.__getitem__, range(len(self)))
+
+    def fields(self, index: int) -> tuple[str, str | None, str | None, str | None]:
+        """(name, title, description, mimeType) of the record at `index`."""
+        odd = self._odd.get(index)
+        if odd is not None:
+            return odd.name, odd.title, odd.description, odd.mime_type
+        start = self._ends[index - 1] if index else 0
+        name, *rest = self._text[start:self._ends[index]].decode("utf-8", "surrogatepass").split(_SEP)
+        found: list[str | None] = [name, None, None, None]
+        for field in rest:
+            found[next(at for tag, at in _TAGS if tag == field[0])] = field[1:]
+        return found[0], found[1], found[2], found[3]  # type: ignore[return-value]
+
+    def find(self, uri: str) -> int | None:
+        """The index of the record whose URI (with the prefix) is `uri`, None if none. O(log n)."""
+        i = bisect_left(self.uris, uri)
+        return i if i < len(self.uris) and self.uris[i] == uri else None
+
+    def under(self, start: str) -> ResourceRecords:
+        """The records whose URI (with the prefix) starts with `start` and goes past it (self when all do)."""
+        keep = [len(uri) > len(start) and uri.startswith(start) for uri in self.uris]
+        if all(keep):
+            return self
+        kept = [i for i, k in enumerate(keep) if k]
+        parts = [self._text[(self._ends[i - 1] if i else 0):self._ends[i]] for i in kept]
+        odd = {j: self._odd[i] for j, i in enumerate(kept) if i in self._odd}
+        return ResourceRecords._of(self.prefix, list(compress(self.uris, keep)), array("q", compress(self.sizes, keep)),
+                                   array("d", compress(self.mtimes, keep)), b"".join(parts),
+                                   array("Q", accumulate(map(len, parts))), odd)
+
+    @cached_property
+    def digest(self) -> bytes:
+        """Equal for records that rebuild equal `ListedResource`s at equal URIs (a hash of the columns)."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(self.prefix.encode("utf-8", "surrogatepass") + b"\x00")
+        h.update(_SEP.join(self.uris).encode("utf-8", "surrogatepass"))
+        for column in (self.sizes, self.mtimes, self._ends):
+            h.update(column.tobytes())
+        h.update(self._text)
+        h.update(repr(sorted(self._odd.items())).encode("utf-8", "surrogatepass"))
+        return h.digest()
+
+
+class PublishedRecords(Sequence[PublishedResource]):
+    """`records` as a source publishes them: the URI as the records hold it (the namespace's), the path what
+    follows `prefix` + `root` in it. Each `PublishedResource` is built when asked for."""
+
+    __slots__ = ("records", "start", "cut")
+
+    def __init__(self, records: ResourceRecords, root: str) -> None:
+        self.start = records.prefix + root
+        """What every URI starts with before its path."""
+        self.records = records.under(self.start)
+        self.cut = len(self.start)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> PublishedResource: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PublishedResource]: ...
+
+    def __getitem__(self, index: int | slice) -> PublishedResource | Sequence[PublishedResource]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        item = self.records[index]
+        uri = self.records.uris[index]
+        return PublishedResource(uri, uri[self.cut:], item.name, item.title, item.description, item.mime_type,
+                                 item.size, item.mtime)
+
+    def __iter__(self) -> Iterator[PublishedResource]:
+        return map(self.__getitem__, range(len(self)))
+
+    def locations(self) -> Iterator[tuple[str, str]]:
+        """(URI, path) of each, without building the rest."""
+        cut = self.cut
+        return ((uri, uri[cut:]) for uri in self.records.uris)
+
+
+def as_records(items: Sequence[ListedResource] | ResourceRecords, prefix: str) -> ResourceRecords:
+    """`items` as records with `prefix`."""
+    if isinstance(items, ResourceRecords) and items.prefix == prefix:
+        return items
+    return ResourceRecords(items, prefix)
+

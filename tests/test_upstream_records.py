@@ -1,0 +1,85 @@
+"""An upstream's listing kept as columns (`upstream.records`) and its published resources as compact catalog rows
+(`upstream_rows`): every record, published resource and catalog entry rebuilt from them equals the one built from
+`ListedResource` records as before, whatever text the upstream sent (control characters, lone surrogates, empty
+strings beside absent fields)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aggregator.catalog_rows import Rows
+from aggregator.entry import listed_fields
+from aggregator.manifest.model import namespaced_uri
+from aggregator.sources.base import PublishedResource
+from aggregator.upstream.answers import ListedResource
+from aggregator.upstream.records import PublishedRecords, ResourceRecords
+from aggregator.upstream_rows import published_entry, published_rows
+
+TEXT = st.text(st.characters(codec=None, blacklist_categories=()), max_size=12)
+"""Any text, with control characters, NUL and lone surrogates (what a hostile upstream may send uncleaned)."""
+URIS = st.sampled_from(["x://", "x://a/", "y:"]).flatmap(lambda start: st.text("ab/é.", min_size=0, max_size=6).map(
+    lambda rest: start + rest))
+RESOURCE = st.builds(ListedResource, uri=URIS, name=TEXT, title=st.none() | TEXT, description=st.none() | TEXT,
+                     mime_type=st.none() | st.sampled_from(["text/plain", "", "application/json; q=1"]),
+                     size=st.none() | st.integers(0, 2**62), mtime=st.none() | st.floats(0, 2e9))
+
+
+def unique(items: list[ListedResource]) -> list[ListedResource]:
+    """The first of each URI (as `UpstreamValues` keeps them)."""
+    seen: dict[str, ListedResource] = {}
+    for item in items:
+        seen.setdefault(item.uri, item)
+    return list(seen.values())
+
+
+def published_before(items: list[ListedResource], namespace: str, root: str) -> list[PublishedResource]:
+    """What `McpSource.published` built from the records before they were kept as columns."""
+    return [PublishedResource(namespaced_uri(namespace, r.uri), r.uri[len(root):], r.name, r.title, r.description,
+                              r.mime_type, r.size, r.mtime)
+            for r in items if r.uri.startswith(root) and len(r.uri) > len(root)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RESOURCE, max_size=20), st.sampled_from(["", "up+"]))
+def test_records_rebuild_what_was_listed(items: list[ListedResource], prefix: str) -> None:
+    items = unique(items)
+    records = ResourceRecords(items, prefix)
+    assert list(records) == sorted(items, key=lambda r: r.uri)
+    assert records.uris == sorted(prefix + r.uri for r in items)
+    for i, item in enumerate(records):
+        assert records[i] == item and records.find(prefix + item.uri) == i
+    assert records.find(prefix + "nowhere") is None
+    assert ResourceRecords(reversed(items), prefix).digest == records.digest
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RESOURCE, max_size=20), st.sampled_from(["", "x://", "x://a/"]),
+       st.sampled_from([frozenset(), frozenset({"team"})]))
+def test_published_rows_are_the_entries_built_before(items: list[ListedResource], root: str,
+                                                     access: frozenset[str]) -> None:
+    """The compact rows of a namespace's published records list and read as the explicit entries did."""
+    items = unique(items)
+    published = PublishedRecords(ResourceRecords(items, "up+"), root)
+    before = published_before(items, "up", root)
+    assert sorted(published, key=lambda r: r.uri) == sorted(before, key=lambda r: r.uri)
+    assert list(published.locations()) == [(r.uri, r.path) for r in published]
+    rows = published_rows(published, "up", access)
+    explicit = Rows.of(published_entry(res, "up", access) for res in before)
+    assert list(rows) == list(explicit) and rows[:] == explicit[:]
+    assert [listed_fields(e) for e in rows] == [listed_fields(e) for e in explicit]
+    assert rows.same_listing(explicit) and explicit.same_listing(rows)
+    for entry in explicit:
+        assert rows.get(entry.uri) == entry and rows.is_compact(entry.uri)
+    assert rows.files() == explicit.files()
+    assert rows.count_needing_scopes() == explicit.count_needing_scopes()
+    again = published_rows(PublishedRecords(ResourceRecords(list(reversed(items)), "up+"), root), "up", access)
+    assert rows.same_listing(again)
+
+
+def test_absent_and_empty_fields_stay_apart() -> None:
+    items = [ListedResource("x://a", "", "", None, ""), ListedResource("x://b", "b", None, "", None, 0, 0.0),
+             ListedResource("x://c", "c\x00d", "t\x00", "d", "m", None, math.inf)]
+    assert list(ResourceRecords(items)) == items
