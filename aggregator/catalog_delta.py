@@ -157,8 +157,8 @@ def entries_of_files(catalog: Catalog, manifest: Manifest, source: str, paths: C
             found.append(entry)
     published = catalog.published.get(source)
     if published is not None:  # an upstream's own resources: as many as it publishes, not the catalog
-        found += [entry for res in published.resources
-                  if res.path in paths and (entry := catalog.get(res.uri)) is not None and entry.source == source]
+        found += [entry for uri, _ in published.locations(paths)
+                  if (entry := catalog.get(uri)) is not None and entry.source == source]
     return found
 
 
@@ -172,9 +172,9 @@ def unlisted_files(old: Catalog, new: Catalog) -> set[tuple[str, str]]:
     files = {(e.source, e.path) for uri in gone if (e := old.get(uri)) is not None and e.source is not None
              and e.path is not None}
     for sid, offered in old.published.items():
-        for res in offered.resources:
-            if (now := new.get(res.uri)) is not None and (now.source, now.path) != (sid, res.path):
-                files.add((sid, res.path))
+        for uri, path in offered.locations():
+            if (now := new.get(uri)) is not None and (now.source, now.path) != (sid, path):
+                files.add((sid, path))
     return files
 
 

@@ -326,9 +326,9 @@ def _collisions(manifest: Manifest, twice: set[str], resources: list[Entry], lis
             claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where)
     for sid, offered in published.items():
         sspec = manifest.sources[sid]
-        for res in offered.resources:
-            if res.uri in twice:
-                claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where)
+        for uri, path in offered.locations():
+            if uri in twice:
+                claim(uri, f"{sspec.key} (upstream resource {path!r})", sspec.where)
     return issues
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from aggregator.catalog_rows import Rows
 from aggregator.entry import listed_fields
 from aggregator.manifest.model import namespaced_uri
-from aggregator.sources.base import PublishedResource
+from aggregator.sources.base import Published, PublishedResource
 from aggregator.upstream.answers import ListedResource
 from aggregator.upstream.records import PublishedRecords, ResourceRecords
 from aggregator.upstream_rows import published_entry, published_rows
@@ -52,7 +52,8 @@ def test_records_rebuild_what_was_listed(items: list[ListedResource], prefix: st
     for i, item in enumerate(records):
         assert records[i] == item and records.find(prefix + item.uri) == i
     assert records.find(prefix + "nowhere") is None
-    assert ResourceRecords(reversed(items), prefix).digest == records.digest
+    assert ResourceRecords(reversed(items), prefix) == records == list(records)
+    assert (ResourceRecords(items[1:], prefix) == records) == (len(items) < 2 and not items)
 
 
 @settings(max_examples=300, deadline=None)
@@ -65,7 +66,11 @@ def test_published_rows_are_the_entries_built_before(items: list[ListedResource]
     published = PublishedRecords(ResourceRecords(items, "up+"), root)
     before = published_before(items, "up", root)
     assert sorted(published, key=lambda r: r.uri) == sorted(before, key=lambda r: r.uri)
+    assert published == PublishedRecords(ResourceRecords(list(reversed(items)), "up+"), root) == list(published)
     assert list(published.locations()) == [(r.uri, r.path) for r in published]
+    for paths in ({r.path for r in before[::2]} | {"", "nowhere"}, set()):
+        assert set(Published(published).locations(paths)) == set(Published(before).locations(paths)) == {
+            (r.uri, r.path) for r in before if r.path in paths}
     rows = published_rows(published, "up", access)
     explicit = Rows.of(published_entry(res, "up", access) for res in before)
     assert list(rows) == list(explicit) and rows[:] == explicit[:]

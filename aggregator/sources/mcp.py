@@ -116,6 +116,12 @@ class McpSource(Source):
                 self._listing = (anyio.current_time(), listing)
             return listing
 
+    async def records(self) -> ResourceRecords:
+        """`listing().items`: the records, as columns."""
+        items = (await self.listing()).items
+        assert isinstance(items, ResourceRecords)
+        return items
+
     async def templates(self) -> Listing:
         """The upstream's resource templates (items are `mcp_types.ResourceTemplate`, checked as `listing`'s), one
         listing shared by calls within `listing_reuse` seconds (completion asks on every keystroke); none if it
@@ -145,7 +151,7 @@ class McpSource(Source):
         """Every upstream resource and template under `root`, as `<namespace>+<uri>`, described as upstream does."""
         if not self.namespace:
             return Published()
-        resources = PublishedRecords((await self.listing()).items, self.root)
+        resources = PublishedRecords(await self.records(), self.root)
         templates = []
         for template in (await self.templates()).items:
             text = template.uri_template
@@ -170,13 +176,13 @@ class McpSource(Source):
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         keep = path_filter(pattern, exclude, hidden)
-        records: ResourceRecords = (await self.listing()).items
+        records = await self.records()
         start = self._prefix + self.root
         return [_info(uri[len(start):], records[i]) for i, uri in enumerate(records.uris)
                 if len(uri) > len(start) and uri.startswith(start) and keep(uri[len(start):])]
 
     async def stat(self, path: str) -> FileInfo:
-        records: ResourceRecords = (await self.listing()).items
+        records = await self.records()
         index = records.find(self._prefix + self.uri_of(path))
         if index is not None:
             return _info(path, records[index])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,7 @@ def _timestamp(value: object) -> float | None:
 class Listing:
     """Every entry of a paginated listing, with the caching hints of its pages (modern wire only)."""
 
-    items: list[Any]
+    items: Sequence[Any]
     ttl_ms: int | None = None
     """The smallest ttlMs any page gave."""
     cache_scope: str | None = None

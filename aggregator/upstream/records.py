@@ -14,7 +14,7 @@ import hashlib
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from functools import cached_property
 from itertools import accumulate, compress
 from operator import attrgetter
@@ -132,6 +132,11 @@ class ResourceRecords(Sequence[ListedResource]):
                                    array("d", compress(self.mtimes, keep)), b"".join(parts),
                                    array("Q", accumulate(map(len, parts))), odd)
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ResourceRecords):
+            return self.prefix == other.prefix and self.digest == other.digest
+        return isinstance(other, Sequence) and list(self) == list(other)
+
     @cached_property
     def digest(self) -> bytes:
         """Equal for records that rebuild equal `ListedResource`s at equal URIs (a hash of the columns)."""
@@ -179,10 +184,18 @@ class PublishedRecords(Sequence[PublishedResource]):
     def __iter__(self) -> Iterator[PublishedResource]:
         return map(self.__getitem__, range(len(self)))
 
-    def locations(self) -> Iterator[tuple[str, str]]:
-        """(URI, path) of each, without building the rest."""
-        cut = self.cut
-        return ((uri, uri[cut:]) for uri in self.records.uris)
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PublishedRecords):
+            return self.start == other.start and self.records.digest == other.records.digest
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def locations(self, paths: Collection[str] | None = None) -> Iterable[tuple[str, str]]:
+        """(URI, path) of each (only those at `paths`, when given: looked up, O(log n) a path), without building
+        the rest."""
+        start, cut, records = self.start, self.cut, self.records
+        if paths is None:
+            return ((uri, uri[cut:]) for uri in records.uris)
+        return [(start + path, path) for path in paths if path and records.find(start + path) is not None]
 
 
 def as_records(items: Sequence[ListedResource] | ResourceRecords, prefix: str) -> ResourceRecords:
