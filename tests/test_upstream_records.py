@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import anyio
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,9 +16,12 @@ from aggregator.catalog_rows import Rows
 from aggregator.entry import listed_fields
 from aggregator.manifest.model import namespaced_uri
 from aggregator.sources.base import Published, PublishedResource
+from aggregator.sources.mcp import McpSource
+from aggregator.upstream import Upstream
 from aggregator.upstream.answers import ListedResource
 from aggregator.upstream.records import PublishedRecords, ResourceRecords
 from aggregator.upstream_rows import published_entry, published_rows
+from tests.test_upstream import FAST, mcpserver
 
 TEXT = st.text(st.characters(codec=None, blacklist_categories=()), max_size=12)
 """Any text, with control characters, NUL and lone surrogates (what a hostile upstream may send uncleaned)."""
@@ -88,3 +93,22 @@ def test_absent_and_empty_fields_stay_apart() -> None:
     items = [ListedResource("x://a", "", "", None, ""), ListedResource("x://b", "b", None, "", None, 0, 0.0),
              ListedResource("x://c", "c\x00d", "t\x00", "d", "m", None, math.inf)]
     assert list(ResourceRecords(items)) == items
+
+
+def test_an_unchanged_relisting_shares_the_records_kept() -> None:
+    """Listing an upstream again that lists the same gives the records listed before (the catalog holds those: one
+    copy, not one more each relisting); the upstream's records under the namespace, rebuilt as it listed them."""
+
+    async def main() -> None:
+        source = McpSource("up", Upstream("up", mcpserver(UPSTREAM_RESOURCES="30"), **FAST), namespace="up")
+        try:
+            first = await source.records()
+            assert len(first) >= 30 and first.prefix == "up+" and "up+test://res/7" in first.uris
+            assert first[first.find("up+test://res/7") or 0].uri == "test://res/7"
+            again = await source.records()  # within the reuse window: the listing itself
+            fresh = (await source.listing(fresh=True)).items
+            assert again is first and fresh is first
+        finally:
+            await source.aclose()
+
+    anyio.run(main)

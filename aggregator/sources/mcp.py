@@ -77,6 +77,8 @@ class McpSource(Source):
         self.values = UpstreamValues(f"{upstream.describe()} ({id})")
         """What the upstream lists and reads is checked here before it is served."""
         self._generation = 0
+        self._kept: ResourceRecords | None = None
+        """The last records listed (what the catalog most likely holds), for an equal listing to share them."""
         self._prefix = namespaced_uri(namespace, "") if namespace else ""
         """What the kept records' URIs start with: the namespace the catalog lists them under."""
         """Counts the upstream's ListChanged: a listing asked before the latest one is not kept (it may predate it)."""
@@ -109,7 +111,11 @@ class McpSource(Source):
                 self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
                 listing = Listing([])
             # Kept as columns, URIs as the catalog lists them (with the namespace): the records go, the strings stay.
-            listing = replace(listing, items=ResourceRecords(self.values.resources(listing.items), self._prefix))
+            records = ResourceRecords(self.values.resources(listing.items), self._prefix)
+            if records == self._kept:  # the catalog holds the last ones: one copy, not one more a relisting
+                records = self._kept
+            self._kept = records
+            listing = replace(listing, items=records)
             progress.add(len(listing.items))
             progress.done(len(listing.items))
             if generation == self._generation:
