@@ -21,8 +21,9 @@ __all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hint
 
 @dataclass(frozen=True, slots=True)
 class ListedResource:
-    """One resource of an upstream's listing as it is kept: what the catalog shows of it. A page's SDK models become
-    these as the page arrives, so a listing costs memory in proportion to what it keeps, not to the messages."""
+    """One resource of an upstream's listing: what the catalog shows of it. A page's SDK models become these as the
+    page arrives, so a listing costs memory in proportion to what it keeps, not to the messages; a source keeps
+    them as columns (`upstream.records`)."""
 
     uri: str
     name: str
