@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from functools import cached_property
 from itertools import accumulate, compress
 from operator import attrgetter
-from typing import overload
+from typing import TypeVar, overload
 
 from aggregator.sources.base import PublishedResource
 from aggregator.upstream.answers import ListedResource
@@ -35,6 +35,7 @@ _SEP = "\x00"
 _TAGS = (("t", 1), ("d", 2), ("m", 3))
 """The letter that starts each optional field of a record (title, description, mimeType) and its place."""
 _URI = attrgetter("uri")
+T = TypeVar("T")
 
 
 def _encoded(item: ListedResource) -> bytes | None:
@@ -51,7 +52,34 @@ def _encoded(item: ListedResource) -> bytes | None:
     return text.encode("utf-8", "surrogatepass")
 
 
-class ResourceRecords(Sequence[ListedResource]):
+class _Built(Sequence[T]):
+    """A sequence whose items are built when asked for (`_at`, of an index in range)."""
+
+    __slots__ = ()
+
+    def _at(self, index: int) -> T:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._at(index)
+
+    def __iter__(self) -> Iterator[T]:
+        return map(self._at, range(len(self)))
+
+
+class ResourceRecords(_Built[ListedResource]):
     """An upstream's resources in URI order (each URI once), as columns; `uris` hold `prefix` + the upstream URI."""
 
     def __init__(self, items: Iterable[ListedResource], prefix: str = "") -> None:
@@ -79,19 +107,7 @@ class ResourceRecords(Sequence[ListedResource]):
     def __len__(self) -> int:
         return len(self.uris)
 
-    @overload
-    def __getitem__(self, index: int) -> ListedResource: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[ListedResource]: ...
-
-    def __getitem__(self, index: int | slice) -> ListedResource | Sequence[ListedResource]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
+    def _at(self, index: int) -> ListedResource:
         odd = self._odd.get(index)
         if odd is not None:
             return odd
@@ -99,9 +115,6 @@ class ResourceRecords(Sequence[ListedResource]):
         size, mtime = self.sizes[index], self.mtimes[index]
         return ListedResource(self.uris[index][len(self.prefix):], name, title, description, mime_type,
                               None if size == NO_SIZE else size, None if mtime != mtime else mtime)
-
-    def __iter__(self) -> Iterator[ListedResource]:
-        return map(self.__getitem__, range(len(self)))
 
     def fields(self, index: int) -> tuple[str, str | None, str | None, str | None]:
         """(name, title, description, mimeType) of the record at `index`."""
@@ -150,7 +163,7 @@ class ResourceRecords(Sequence[ListedResource]):
         return h.digest()
 
 
-class PublishedRecords(Sequence[PublishedResource]):
+class PublishedRecords(_Built[PublishedResource]):
     """`records` as a source publishes them: the URI as the records hold it (the namespace's), the path what
     follows `prefix` + `root` in it. Each `PublishedResource` is built when asked for."""
 
@@ -165,24 +178,12 @@ class PublishedRecords(Sequence[PublishedResource]):
     def __len__(self) -> int:
         return len(self.records)
 
-    @overload
-    def __getitem__(self, index: int) -> PublishedResource: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[PublishedResource]: ...
-
-    def __getitem__(self, index: int | slice) -> PublishedResource | Sequence[PublishedResource]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
+    def _at(self, index: int) -> PublishedResource:
         item = self.records[index]
         uri = self.records.uris[index]
         return PublishedResource(uri, uri[self.cut:], item.name, item.title, item.description, item.mime_type,
                                  item.size, item.mtime)
 
-    def __iter__(self) -> Iterator[PublishedResource]:
-        return map(self.__getitem__, range(len(self)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PublishedRecords):
