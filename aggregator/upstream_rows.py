@@ -63,8 +63,19 @@ class UpstreamRows:
         return uri[self.cut:]
 
     def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
-        return [self.row_entry(uri, None if size == NO_SIZE else size, None if mtime != mtime else mtime)
-                for uri, size, mtime in zip(uris, sizes, mtimes)]
+        records, source, access, cut = self.records, self.source, self.access, self.cut
+        first = records.find(uris[0]) if uris else None
+        # A page of these rows is most often a run of the records: one lookup, not one a row.
+        indexes: Sequence[int | None] = (range(first, first + len(uris)) if first is not None
+                                         and records.uris[first:first + len(uris)] == list(uris)
+                                         else [records.find(uri) for uri in uris])
+        out = []
+        for uri, index, size, mtime in zip(uris, indexes, sizes, mtimes):
+            if index is None:
+                raise KeyError(uri)
+            out.append(_entry(uri, uri[cut:], *records.fields(index), None if size == NO_SIZE else size,
+                              None if mtime != mtime else mtime, source, access))
+        return out
 
 
 def published_rows(published: Sequence[PublishedResource], source: str, access: frozenset[str]) -> Rows:

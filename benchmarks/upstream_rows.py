@@ -66,7 +66,7 @@ def main() -> None:
                     got = await memory(code, manifest(folder, n, ""))
                     per = (got["rss_mb"] - floor[name]) * 2**20 / n
                     print(f"  {n:>9,} {name:5} listed {got['listed']:>9,}  rss {got['rss_mb']:6.0f} MB  "
-                          f"peak {got['peak_mb']:6.0f} MB  {per:6.0f} B/entry", flush=True)
+                          f"peak {got['peak_mb']:6.0f} MB  {per:6.0f} B/entry  ready {got['ready_s']:5.1f} s", flush=True)
             if args.profile:
                 await profile(manifest(folder, sizes[-1], ""), args.profile)
 
