@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import anyio
+import mcp_types as types
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from aggregator.manifest.model import namespaced_uri
 from aggregator.sources.base import Published, PublishedResource
 from aggregator.sources.mcp import McpSource
 from aggregator.upstream import Upstream
-from aggregator.upstream.answers import ListedResource
+from aggregator.upstream.answers import ListedResource, listed
 from aggregator.upstream.records import PublishedRecords, ResourceRecords
 from aggregator.upstream_rows import published_entry, published_rows
 from tests.test_upstream import FAST, mcpserver
@@ -115,3 +116,10 @@ def test_an_unchanged_relisting_shares_the_records_kept() -> None:
             await source.aclose()
 
     anyio.run(main)
+
+
+def test_a_size_past_64_bits_is_no_size() -> None:
+    """A hostile upstream's size of 2**70 bytes is listed as none (the columns hold signed 64-bit sizes)."""
+    for size, kept in ((2**70, None), (2**63, None), (2**63 - 1, 2**63 - 1), (-1, None), (0, 0)):
+        resource = listed(types.Resource(uri="x://a", name="a", size=size))
+        assert resource.size == kept and ResourceRecords([resource])[0] == resource

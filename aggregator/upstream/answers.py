@@ -18,6 +18,9 @@ from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_result"]
 
+MAX_SIZE = 2**63
+"""Sizes from here on are no size (an array of signed 64-bit integers keeps them)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ListedResource:
@@ -31,7 +34,8 @@ class ListedResource:
     description: str | None = None
     mime_type: str | None = None
     size: int | None = None
-    """Bytes, when the upstream gave a size that is one (a whole number, not negative)."""
+    """Bytes, when the upstream gave a size that is one (a whole number, not negative, below 2**63: what a catalog
+    row's size column holds)."""
     mtime: float | None = None
     """`annotations.lastModified` as a timestamp, when it parses."""
 
@@ -41,7 +45,7 @@ def listed(resource: types.Resource) -> ListedResource:
     size = resource.size
     annotations = resource.annotations
     return ListedResource(str(resource.uri), resource.name, resource.title, resource.description,
-                          resource.mime_type, size if isinstance(size, int) and size >= 0 else None,
+                          resource.mime_type, size if isinstance(size, int) and 0 <= size < MAX_SIZE else None,
                           _timestamp(annotations.last_modified if annotations is not None else None))
 
 
