@@ -3,7 +3,7 @@ upstream of N entries under a namespace, minus the same gateway over an upstream
 checkout and a peer (`--peer`, e.g. /work/main) in the same run. `--profile OUT` also writes where the live Python
 allocations are (`benchmarks.memory_profile`, one frame a trace) for this checkout at the largest N.
 
-`python -m benchmarks.upstream_rows [--entries 100000,1000000] [--peer /work/main]`
+`python -m benchmarks.upstream_rows [--entries 100000,1000000] [--peer /work/main] [--page 10000]`
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--peer", type=Path, default=Path("/work/main"))
     parser.add_argument("--profile", type=Path)
     parser.add_argument("--only", choices=("peer", "this"))
+    parser.add_argument("--page", type=int, default=0, help="the upstream's page size (default: one page)")
     args = parser.parse_args()
     sizes = [int(n) for n in args.entries.split(",")]
     codes = [(name, code) for name, code in (("peer", args.peer), ("this", REPO)) if args.only in (None, name)]
@@ -63,12 +64,12 @@ def main() -> None:
             print("floor (no entries): " + ", ".join(f"{name} {mb:.0f} MB" for name, mb in floor.items()))
             for n in sizes:
                 for name, code in codes:
-                    got = await memory(code, manifest(folder, n, ""))
+                    got = await memory(code, manifest(folder, n, "", args.page))
                     per = (got["rss_mb"] - floor[name]) * 2**20 / n
                     print(f"  {n:>9,} {name:5} listed {got['listed']:>9,}  rss {got['rss_mb']:6.0f} MB  "
                           f"peak {got['peak_mb']:6.0f} MB  {per:6.0f} B/entry  ready {got['ready_s']:5.1f} s", flush=True)
             if args.profile:
-                await profile(manifest(folder, sizes[-1], ""), args.profile)
+                await profile(manifest(folder, sizes[-1], "", args.page), args.profile)
 
     anyio.run(run)
 
