@@ -27,8 +27,8 @@ from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
 from aggregator.templates import UriTemplate, Value
 
-__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "Target", "TemplateEntry",
-           "TextTarget", "iso_time", "listed_fields"]
+__all__ = ["FILE_MTIME", "Catalog", "Entry", "FileTarget", "Page", "QueryTarget", "RenderTarget", "RowsPage", "Target",
+           "TemplateEntry", "TextTarget", "iso_time", "listed_fields"]
 
 logger = logging.getLogger("aggregator.catalog")
 
@@ -114,6 +114,16 @@ class Page(Generic[_Item]):
     next_cursor: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class RowsPage:
+    """A listing page as rows [start, stop) of the caller's view: what a page encodes without building entries."""
+
+    rows: Rows
+    start: int
+    stop: int
+    next_cursor: str | None
+
+
 class Catalog:
     """Listed entries in URI order, templates in match order, and lookup of both."""
 
@@ -149,6 +159,10 @@ class Catalog:
         self._views: dict[frozenset[str], tuple[Rows, Sequence[str]]] = {}
         self._access_count: int | None = None
         self._by_path: dict[CollectionSpec, PathIndex] = {}
+        self._index_templates(templates)
+
+    def _index_templates(self, templates: Iterable[TemplateEntry]) -> None:
+        """Hold `templates` and the tables that match URIs against them (new objects: a successor shares none)."""
         self.templates: tuple[TemplateEntry, ...] = tuple(sorted(templates, key=lambda t: t.uri_template))
         # The most literal template wins; ties go to the one with fewer variables, then manifest order.
         self._match_order = tuple(
@@ -161,6 +175,13 @@ class Catalog:
         for t in self._match_order:
             self._by_prefix.setdefault(t.uri_template.split("{", 1)[0], []).append(t)
         self._prefix_lengths = sorted({len(p) for p in self._by_prefix}, reverse=True)
+
+    def with_templates(self, templates: Iterable[TemplateEntry]) -> None:
+        """Hold these templates instead (O(templates)): only on a successor not yet served (an upstream relisted
+        published others); what is derived from the templates is derived again."""
+        self._index_templates(templates)
+        for derived in ("listing_signature", "restricted"):
+            self.__dict__.pop(derived, None)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -226,8 +247,14 @@ class Catalog:
     def page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> Page[Entry]:
         """Up to `limit` entries after `cursor` that a caller holding `scopes` may see (None: every entry);
         InvalidCursor if the cursor was not made by a catalog."""
+        page = self.page_rows(cursor, limit, scopes)
+        return Page(page.rows[page.start:page.stop], page.next_cursor)
+
+    def page_rows(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None) -> RowsPage:
+        """`page` as rows of the caller's view: O(log n), nothing built per row."""
         entries, uris = self.visible(scopes)
-        return _paginate(entries, uris, cursor, limit)
+        start, stop, next_cursor = _bounds(uris, cursor, limit)
+        return RowsPage(entries, start, stop, next_cursor)
 
     def template_page(self, cursor: str | None, limit: int, scopes: frozenset[str] | None = None
                       ) -> Page[TemplateEntry]:
@@ -424,7 +451,12 @@ def decode_cursor(cursor: str) -> str:
 
 
 def _paginate(items: Sequence[_Item], keys: Sequence[str], cursor: str | None, limit: int) -> Page[_Item]:
+    start, stop, next_cursor = _bounds(keys, cursor, limit)
+    return Page(items[start:stop], next_cursor)
+
+
+def _bounds(keys: Sequence[str], cursor: str | None, limit: int) -> tuple[int, int, str | None]:
+    """[start, stop) of the page of sorted `keys` after `cursor`, and the next page's cursor (None: none)."""
     start = find_right(keys, decode_cursor(cursor)) if cursor else 0
-    chunk = items[start : start + limit]
-    more = start + limit < len(items)
-    return Page(chunk, encode_cursor(keys[start + limit - 1]) if more else None)
+    more = start + limit < len(keys)
+    return start, min(start + limit, len(keys)), encode_cursor(keys[start + limit - 1]) if more else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -20,13 +20,13 @@ from aggregator.catalog_rows import Rows
 from aggregator.path_index import PathIndex
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
 from aggregator.globs import path_filter
-from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue
+from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS
 from aggregator.paths import uri_path
 from aggregator.sources import FileInfo, Source
 
-__all__ = ["Delta", "NeedsRelist", "apply_files", "changed_files", "edit_sorted", "entries_of_files", "listed_under",
-           "stat_paths", "unlisted_files"]
+__all__ = ["Changes", "Delta", "NeedsRelist", "Producer", "apply_files", "changed_files", "edit_sorted",
+           "entries_of_files", "file_changes", "listed_under", "next_catalog", "stat_paths", "unlisted_files"]
 
 _URI = attrgetter("uri")
 _FILE_PLACEHOLDER = re.compile(r"\{(?:%s)\}" % "|".join(FILE_PLACEHOLDERS))
@@ -71,29 +71,61 @@ def apply_files(catalog: Catalog, manifest: Manifest, source: str, upserted: Ite
     not listed every collection of `source`; either way nothing changed, and since `catalog` no longer matches the
     folder the caller must relist with `compile_catalog` (which also reports the collision as a reload would).
     """
+    return next_catalog(catalog, manifest, file_changes(catalog, manifest, source, upserted, removed), now)
+
+
+Producer = CollectionSpec | SourceSpec | None
+"""What makes an entry: a collection, a source publishing it (an upstream), or None: a manifest resource."""
+
+
+@dataclass(slots=True)
+class Changes:
+    """What a change does to a catalog, gathered before the successor is built (`next_catalog`)."""
+
+    out: dict[str, Entry]
+    """Old entries leaving the listing or replaced, by URI."""
+    incoming: list[tuple[Producer, Entry]]
+    """New entries, each with what makes it (a collection, an upstream's source, None: a manifest resource)."""
+    paths: dict[CollectionSpec, PathIndex]
+    """Collections' new path indexes (every collection of the source listed again)."""
+
+
+def file_changes(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
+                 removed: Collection[str], stated: Mapping[str, FileInfo | None] | None = None) -> Changes:
+    """What `apply_files` applies (NeedsRelist if a collection of `source` was never listed in `catalog`). With
+    `stated`, the manifest resources naming files of `source` take their stat from it (None: not found), not from
+    the files listed (a source whose listing does not show every file that reads: an upstream's templated URI)."""
     files = {info.path: info for info in upserted}
     gone_paths = set(removed) - files.keys()
-    changed = files.keys() | gone_paths
-    out: dict[str, Entry] = {}  # old entries leaving the listing or replaced, by URI
-    incoming: list[tuple[CollectionSpec | None, Entry]] = []  # new entries, with the collection making them
-    paths: dict[CollectionSpec, PathIndex] = {}  # collections' new path indexes
+    if stated is None:
+        stated = {**dict.fromkeys(gone_paths), **files}
+    found = Changes({}, [], {})
     for spec in manifest.collections:
         key = collection_key(spec)
-        if spec.source != source or key in paths:
+        if spec.source != source or key in found.paths:
             continue
         if key not in catalog.listed_at:
             raise NeedsRelist(f"{spec.key} was not listed")
-        paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, out, incoming)
+        found.paths[key] = _change_collection(spec, catalog.paths_of(key), files, gone_paths, found.out,
+                                              found.incoming)
     for rspec in manifest.resources:
-        if rspec.source == source and rspec.path in changed and (old := catalog.get(rspec.uri)) is not None:
-            entry = resource_entry(rspec, files.get(rspec.path))
+        path = rspec.path
+        if (rspec.source == source and path is not None and path in stated
+                and (old := catalog.get(rspec.uri)) is not None):
+            entry = resource_entry(rspec, stated[path])
             if entry != old:
-                out[old.uri] = old
-                incoming.append((None, entry))
-    issues = _collisions(catalog, manifest, out, incoming)
+                found.out[old.uri] = old
+                found.incoming.append((None, entry))
+    return found
+
+
+def next_catalog(catalog: Catalog, manifest: Manifest, changes: Changes, now: float | None = None) -> Delta:
+    """The successor of `catalog` with `changes` applied, and what that changed; ManifestError (the issues
+    `compile_catalog` reports) if a new URI collides."""
+    issues = _collisions(catalog, manifest, changes.out, changes.incoming)
     if issues:
         raise ManifestError(issues)
-    return _next(catalog, out, [entry for _, entry in incoming], paths, now)
+    return _next(catalog, changes.out, [entry for _, entry in changes.incoming], changes.paths, now)
 
 
 async def stat_paths(source: Source, paths: Iterable[str]) -> tuple[list[FileInfo], set[str]]:
@@ -163,19 +195,45 @@ def entries_of_files(catalog: Catalog, manifest: Manifest, source: str, paths: C
 
 
 def unlisted_files(old: Catalog, new: Catalog) -> set[tuple[str, str]]:
-    """Files `old` lists that `new` may no longer list, for two catalogs of one manifest (a relisting, where a URI
-    names the same file in both unless an upstream moved it): the files of the URIs gone, and of upstreams' URIs
-    now naming another path. A superset of `old.targets() - new.targets()` (a file also listed under a URI kept
-    is named too: its cache is forgotten, no harm), at the cost of a C-level set difference of the URIs, not of
-    a (source, path) pair per row of both catalogs."""
+    """Files `old` lists that `new` may no longer list, for two catalogs of one manifest (a relisting): the files of
+    the URIs gone, and of the URIs kept that name another file now. A superset of `old.targets() - new.targets()` (a
+    file also listed under another URI is named too: its cache is forgotten, no harm), at the cost of a C-level set
+    difference of the URIs and a look at the explicit rows of both, not of a (source, path) pair per row: a compact
+    row names the same file under both catalogs unless two collections' compact URIs can coincide (then the rows of
+    those collections are looked at too)."""
     gone = set(old.entries.uris).difference(new.entries.uris)
-    files = {(e.source, e.path) for uri in gone if (e := old.get(uri)) is not None and e.source is not None
-             and e.path is not None}
-    for sid, offered in old.published.items():
-        for uri, path in offered.locations():
-            if (now := new.get(uri)) is not None and (now.source, now.path) != (sid, path):
-                files.add((sid, path))
+    files = {file for uri in gone if (file := _file_of(old.get(uri))) is not None}
+    kept = (old.entries.explicit.keys() | new.entries.explicit.keys()) - gone
+    kept |= _shared_compact_uris(old, new)
+    for uri in kept:
+        before = _file_of(old.get(uri))
+        if before is not None and before != _file_of(new.get(uri)):
+            files.add(before)
     return files
+
+
+def _file_of(entry: Entry | None) -> tuple[str, str] | None:
+    if entry is None or entry.source is None or entry.path is None:
+        return None
+    return entry.source, entry.path
+
+
+def _shared_compact_uris(old: Catalog, new: Catalog) -> set[str]:
+    """URIs of `old`'s compact rows whose maker's space overlaps another space of either catalog (two collections'
+    compact URIs that can coincide, as `f://{path}` over two sources): only there may a compact row kept name
+    another file. None in the usual case, one compact pattern per URI prefix."""
+    spaces = {space for maker in (*old.entries.makers, *new.entries.makers) if (space := maker.uri_space) is not None}
+    shared = {a for a in spaces for b in spaces if a != b and _overlap(a, b)}
+    if not shared:
+        return set()
+    kinds = {kind for kind, maker in enumerate(old.entries.makers, start=1) if maker.uri_space in shared}
+    return {uri for uri, which in old.entries.kinds() if which in kinds}
+
+
+def _overlap(a: tuple[str, str, str], b: tuple[str, str, str]) -> bool:
+    """Whether one URI can be `prefix + path + suffix` of both spaces."""
+    (_, p, s), (_, q, t) = a, b
+    return (p.startswith(q) or q.startswith(p)) and (s.endswith(t) or t.endswith(s))
 
 
 def _uri_start(pattern: str) -> tuple[str, bool]:
@@ -188,7 +246,7 @@ def _uri_start(pattern: str) -> tuple[str, bool]:
 
 
 def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str, FileInfo],
-                       gone: set[str], out: dict[str, Entry], incoming: list[tuple[CollectionSpec | None, Entry]]
+                       gone: set[str], out: dict[str, Entry], incoming: list[tuple[Producer, Entry]]
                        ) -> PathIndex:
     """One collection's path index after the change (`before` itself if nothing changed in it; else a copy sharing
     what did not change); records the entries it drops in `out` and the ones it makes in `incoming`."""
@@ -217,7 +275,7 @@ def _change_collection(spec: CollectionSpec, before: PathIndex, files: dict[str,
 
 
 def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
-                incoming: list[tuple[CollectionSpec | None, Entry]]) -> list[ManifestIssue]:
+                incoming: list[tuple[Producer, Entry]]) -> list[ManifestIssue]:
     """The issues compile_catalog reports for the new entries' URIs: each may have one producer only."""
     issues: list[ManifestIssue] = []
     claimed: dict[str, tuple[int, int, str, Location]] = {}
@@ -232,7 +290,7 @@ def _collisions(catalog: Catalog, manifest: Manifest, out: dict[str, Entry],
         if first is not None:
             early, late = sorted([first, mine])
             issues.append(uri_collision(uri, late[2:], early[2:]))
-        elif spec is not None:
+        elif isinstance(spec, CollectionSpec):
             # Collections listing exactly the same files (a copy in the manifest) collide on every file.
             twins = twins_of.get(id(spec))
             if twins is None:
@@ -252,16 +310,17 @@ def _owner(catalog: Catalog, manifest: Manifest, entry: Entry) -> CollectionSpec
     return None
 
 
-def _producer(manifest: Manifest, spec: CollectionSpec | None, entry: Entry) -> tuple[int, int, str, Location]:
+def _producer(manifest: Manifest, spec: Producer, entry: Entry) -> tuple[int, int, str, Location]:
     """(claim rank, position, name, where) of what produced `entry`: compile_catalog claims resources, then
-    collections in manifest order, then upstreams'."""
-    if spec is not None:
+    collections in manifest order, then upstreams' (None: a resource if one has its URI, else its source's)."""
+    if isinstance(spec, CollectionSpec):
         return _named(spec, next(i for i, c in enumerate(manifest.collections) if c is spec), entry)
-    for i, rspec in enumerate(manifest.resources):
-        if rspec.uri == entry.uri:
-            return 0, i, rspec.key, rspec.where
-    sspec = manifest.sources[entry.source or ""]
-    return 2, 0, f"{sspec.key} (upstream resource {entry.path!r})", sspec.where
+    if spec is None:
+        for i, rspec in enumerate(manifest.resources):
+            if rspec.uri == entry.uri:
+                return 0, i, rspec.key, rspec.where
+    sspec = spec if spec is not None else manifest.sources[entry.source or ""]
+    return 2, list(manifest.sources).index(sspec.id), f"{sspec.key} (upstream resource {entry.path!r})", sspec.where
 
 
 def _named(spec: CollectionSpec, position: int, entry: Entry) -> tuple[int, int, str, Location]:

@@ -18,13 +18,13 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from itertools import chain, islice
-from operator import attrgetter, eq, itemgetter, le
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Protocol, overload
 
 from aggregator.chunked import LOAD, Chunked, Layered
 from aggregator.entry import Entry, listed_fields
-from aggregator.row_blocks import Block, compressed, cut, insert_rows, joined_makers
+from aggregator.row_blocks import Block, compressed, cut, duplicates, insert_rows, is_sorted, joined_makers, runs
 
 __all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RETIRED", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
 
@@ -59,6 +59,11 @@ class RowMaker(Protocol):
 
     def path_of(self, uri: str) -> str:
         """The path of the compact row `uri`."""
+
+    @property
+    def uri_space(self) -> tuple[str, str, str] | None:
+        """(source, prefix, suffix) of its compact rows (`prefix + path + suffix` is a row's URI), or None when it
+        makes none: makers with equal spaces give a URI the same file."""
 
     def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
         """`row_entry` of each row of these columns (sizes NO_SIZE and mtimes NO_TIME where there are none)."""
@@ -140,23 +145,25 @@ class Rows(Sequence[Entry]):
         return self._makers[kind - 1].row_entry(uri, _size(sizes[j]), _time(mtimes[j]))
 
     def _between(self, start: int, stop: int) -> list[Entry]:
-        """The entries of rows [start, stop): a page of one collection's compact rows built in one loop a block."""
+        """The entries of rows [start, stop): a run of one collection's compact rows built in one loop."""
         out: list[Entry] = []
-        if start >= stop:
-            return out
+        for kind, uris, sizes, mtimes in self.runs(start, stop):
+            if kind == EXPLICIT:
+                out += map(self._explicit.__getitem__, uris)
+            else:
+                out += self._makers[kind - 1].row_entries(uris, sizes, mtimes)
+        return out
+
+    def runs(self, start: int, stop: int) -> Iterator[tuple[int, list[str], array[int], array[float]]]:
+        """Rows [start, stop) as runs of rows of one `which` (EXPLICIT, or a maker's index plus one), each as
+        slices of its columns (uris, sizes, mtimes): one run a block unless the block mixes makers. O(log n + rows)."""
         c = bisect_right(self._starts, start) - 1
         while start < stop:
-            block, base = self._blocks[c], self._starts[c]
-            a, b = start - base, min(stop, self._starts[c + 1]) - base
-            uris, which, sizes, mtimes = block
-            part = which[a:b]
-            first = part[0]
-            if first != EXPLICIT and part.count(first) == len(part):
-                out += self._makers[first - 1].row_entries(uris[a:b], sizes[a:b], mtimes[a:b])
-            else:
-                out += [self._row(block, j) for j in range(a, b)]
-            start, c = base + b, c + 1
-        return out
+            base = self._starts[c]
+            uris, which, sizes, mtimes = self._blocks[c]
+            for kind, i, j in runs(which, start - base, min(stop, self._starts[c + 1]) - base):
+                yield kind, uris[i:j], sizes[i:j], mtimes[i:j]
+            start, c = self._starts[c + 1], c + 1
 
     def __iter__(self) -> Iterator[Entry]:
         explicit, makers = self._explicit, self._makers
@@ -376,6 +383,7 @@ class _Retired:
     source = ""
     access: frozenset[str] = frozenset()
     listing_key = None
+    uri_space = None
 
     def row_entry(self, uri: str, size: int | None, mtime: float | None) -> Entry:
         raise AssertionError(f"no row uses a retired maker ({uri})")
@@ -424,18 +432,6 @@ def _sorted_concat(parts: Sequence[Block], makers: tuple[RowMaker, ...], explici
         sizes = array("q", map(sizes.__getitem__, order))
         mtimes = array("d", map(mtimes.__getitem__, order))
     return Rows(uris, which, sizes, mtimes, makers, explicit)
-
-
-def is_sorted(keys: Sequence[str]) -> bool:
-    """Whether `keys` never decrease (one C-level pass)."""
-    return all(map(le, keys, islice(keys, 1, None)))
-
-
-def duplicates(keys: Sequence[str]) -> set[str]:
-    """The keys sorted `keys` holds more than once (one C-level pass, then only the repeats)."""
-    if not any(map(eq, keys, islice(keys, 1, None))):
-        return set()
-    return {a for a, b in zip(keys, islice(keys, 1, None)) if a == b}
 
 
 class RowsBuilder:

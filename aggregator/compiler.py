@@ -23,14 +23,14 @@ from aggregator.manifest.model import (CollectionSpec, Display, Location, Manife
                                        ResourceSpec, SourceSpec, TemplateSpec)
 from aggregator.paths import url_start
 from aggregator.sources import FileInfo, Source, SourceError, SourceNotFound
-from aggregator.sources.base import Published
+from aggregator.sources.base import Published, PublishedResource
 from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
-from aggregator.upstream_rows import published_rows
+from aggregator.upstream_rows import published_entry, published_rows
 
 __all__ = ["EntryBuilder", "build_templates", "catalog_of", "collection_key", "compile_catalog", "resource_entry",
-           "resource_key", "uri_collision"]
+           "resource_key", "upstream_entry", "uri_collision"]
 
 logger = logging.getLogger("aggregator.catalog")
 
@@ -250,6 +250,11 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
     catalog.published_at = {sid: stale_at.get(sid, now) for sid in published}
     catalog.stated_at = {resource_key(r): now for r in manifest.resources if r.source is not None}
     return catalog
+
+
+def upstream_entry(spec: SourceSpec, res: PublishedResource) -> Entry:
+    """The entry of a resource source `spec` publishes itself (an upstream's, under its namespace)."""
+    return published_entry(res, spec.id, spec.access)
 
 
 def catalog_of(entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int,

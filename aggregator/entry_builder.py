@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aggregator.catalog_rows import NO_SIZE
 from aggregator.content import file_mime_type, served_name
@@ -71,7 +72,7 @@ class EntryBuilder:
     entry is built again from them by the same code."""
 
     __slots__ = ("spec", "source", "access", "_uri", "_name", "_title", "_raw_keys", "_mime_by_ext", "_prefix",
-                 "_suffix", "_compact", "_plain_name", "_plain")
+                 "_suffix", "_compact", "_plain_name", "_plain", "row_formats")
 
     def __init__(self, spec: CollectionSpec) -> None:
         self.spec = spec
@@ -87,12 +88,20 @@ class EntryBuilder:
         self._plain_name = self._title is None and self._name.template == "{path}"
         # A compact row's entry is then its path, the type its extension says and the collection's constants.
         self._plain = self._plain_name and not spec.decompress and spec.convert is None
+        self.row_formats: dict[tuple[str | None, bool, bool], Any] = {}
+        """Each kind of compact row's item, encoded with slots (made and read by `listing_json`): they live as long
+        as the collection's builder, a handful a collection."""
 
     @property
     def listing_key(self) -> tuple[object, ...]:
         """What a compact row's listed fields depend on besides its columns (`RowMaker.listing_key`)."""
         spec = self.spec
         return spec.source, spec.uri, spec.name, spec.display, spec.access, spec.decompress, spec.convert
+
+    @property
+    def uri_space(self) -> tuple[str, str, str] | None:
+        """(source, prefix, suffix) of its compact rows, or None when its URI pattern makes none (`RowMaker`)."""
+        return (self.source, self._prefix, self._suffix) if self._compact else None
 
     def entry(self, info: FileInfo) -> Entry | None:
         """The entry `info` lists; None when its name could never be read back (listing it would promise what
@@ -123,15 +132,25 @@ class EntryBuilder:
         if not self._plain:
             return self._made(uri, path, size, mtime, None)
         spec = self.spec
-        mime = spec.display.mime_type
+        # The named tuple's fields in order (`_make` skips its keyword-taking __new__): a compact path is ASCII, so
+        # it is its own display name.
+        return Entry._make((uri, path, spec.display, None, self.row_mime(path), size, mtime, spec.source, path, None,
+                            spec.access, None, False, None))
+
+    def plain_bounds(self) -> tuple[str, str] | None:
+        """(prefix, suffix) around the path in a compact row's URI when the row's entry is *plain*: named by its path
+        (unreserved ASCII, `_COMPACT_PATH`), untitled, typed by `row_mime`, and otherwise only its size, its mtime
+        and what every entry of the collection shares; None when it is not."""
+        return (self._prefix, self._suffix) if self._plain and self._compact else None
+
+    def row_mime(self, path: str) -> str | None:
+        """The type of a plain compact row's entry (`plain_bounds`) at `path`: the declared one, else its name's."""
+        mime = self.spec.display.mime_type
         if mime is None:
             dot = path.rfind(".")
             ext = path[dot:] if dot > path.rfind("/") else ""
             mime = self._mime_by_ext[ext] if ext in self._mime_by_ext else self._mime_of(path, ext)
-        # The named tuple's fields in order (`_make` skips its keyword-taking __new__): a compact path is ASCII, so
-        # it is its own display name.
-        return Entry._make((uri, path, spec.display, None, mime, size, mtime, spec.source, path, None, spec.access,
-                            None, False, None))
+        return mime
 
     def row_entries(self, uris: Sequence[str], sizes: Sequence[int], mtimes: Sequence[float]) -> list[Entry]:
         """`row_entry` of each compact row (columns as `catalog_rows` keeps them): a page's worth in one loop."""

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Collection, Sequence
-from itertools import chain, compress
-from operator import itemgetter
+from collections.abc import Collection, Iterator, Sequence
+from itertools import chain, compress, groupby, islice
+from operator import eq, itemgetter, le
 from typing import TypeVar
 
-__all__ = ["Block", "compressed", "cut", "insert_rows", "joined_makers"]
+__all__ = ["Block", "compressed", "cut", "duplicates", "insert_rows", "is_sorted", "joined_makers", "runs"]
 
 Block = tuple[list[str], "array[int]", "array[int]", "array[float]"]
 """One block of rows: URIs (sorted), which, sizes, mtimes."""
@@ -90,3 +90,31 @@ def joined_makers(mine: tuple[M, ...], theirs: tuple[M, ...], used: Collection[i
                 makers[at] = maker
         remap.append(at + 1)
     return tuple(makers), remap
+
+
+def runs(column: array[int], start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+    """(value, i, j) for each run of equal values in column[start:stop] (i, j: where it starts and ends): one C-level
+    count when the part is a single run."""
+    part = column[start:stop]
+    if not part:
+        return
+    if part.count(part[0]) == len(part):
+        yield part[0], start, stop
+        return
+    i = start
+    for value, group in groupby(part):
+        j = i + sum(1 for _ in group)
+        yield value, i, j
+        i = j
+
+
+def is_sorted(keys: Sequence[str]) -> bool:
+    """Whether `keys` never decrease (one C-level pass)."""
+    return all(map(le, keys, islice(keys, 1, None)))
+
+
+def duplicates(keys: Sequence[str]) -> set[str]:
+    """The keys sorted `keys` holds more than once (one C-level pass, then only the repeats)."""
+    if not any(map(eq, keys, islice(keys, 1, None))):
+        return set()
+    return {a for a, b in zip(keys, islice(keys, 1, None)) if a == b}

@@ -12,14 +12,14 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
 from aggregator import heap
 from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey, Forget
-from aggregator.catalog import Catalog, FileTarget, Page, QueryTarget, Target, TemplateEntry
+from aggregator.catalog import Catalog, Entry, FileTarget, Page, QueryTarget, RowsPage, Target, TemplateEntry
 from aggregator.catalog_delta import entries_of_files, unlisted_files
 from aggregator.compiler import compile_catalog
 from aggregator.content import Content
@@ -39,11 +39,14 @@ if TYPE_CHECKING:  # the cluster's modules are imported only with `server.cluste
 __all__ = ["ResourceService", "Served", "ServedPage", "SuspiciousReload", "open_sources"]
 
 
+P = TypeVar("P")
+
+
 @dataclass(frozen=True, slots=True)
-class ServedPage:
+class ServedPage(Generic[P]):
     """A listing page with its ttl and cache scope, from the snapshot it was paged from."""
 
-    page: Page
+    page: P
     ttl: float
     private: bool
 
@@ -193,7 +196,7 @@ class ResourceService:
             old = self._snapshot
             with span("aggregator.relist", generation=old.generation + 1):
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
-            # One manifest: a URI names the same file before and after, so the files gone are found by URI.
+            # One manifest: the files gone are those of the URIs gone and of kept URIs naming another file now.
             changed = self._swap(replace(old, catalog=catalog), replaced=(),
                                  changed=(unlisted_files(old.catalog, catalog), not old.catalog.same_listing(catalog)))
             heap.settle(len(catalog))  # a big catalog leaves the collector's full passes
@@ -304,13 +307,20 @@ class ResourceService:
 
     # --- serving -----------------------------------------------------------------------------------------
 
-    def list_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> ServedPage:
+    def list_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> ServedPage[Page[Entry]]:
         """A listing page of what a caller holding `scopes` may see (None: a trusted caller who sees everything)."""
         snapshot = self._snapshot
         return ServedPage(snapshot.catalog.page(cursor, snapshot.manifest.server.page_size, scopes),
                           snapshot.manifest.defaults.ttl, snapshot.listing_private(scopes))
 
-    def template_page(self, cursor: str | None, scopes: frozenset[str] | None = None) -> ServedPage:
+    def list_rows(self, cursor: str | None, scopes: frozenset[str] | None = None) -> ServedPage[RowsPage]:
+        """`list_page` as rows of the caller's view (`Catalog.page_rows`): for encoding without entries."""
+        snapshot = self._snapshot
+        return ServedPage(snapshot.catalog.page_rows(cursor, snapshot.manifest.server.page_size, scopes),
+                          snapshot.manifest.defaults.ttl, snapshot.listing_private(scopes))
+
+    def template_page(self, cursor: str | None, scopes: frozenset[str] | None = None
+                      ) -> ServedPage[Page[TemplateEntry]]:
         snapshot = self._snapshot
         return ServedPage(snapshot.catalog.template_page(cursor, snapshot.manifest.server.page_size, scopes),
                           snapshot.manifest.defaults.ttl, snapshot.listing_private(scopes))

@@ -48,12 +48,14 @@ Answer = Callable[[types.RequestId, bytes | None, types.ErrorData | None], Await
 
 @dataclass(frozen=True, slots=True)
 class _Context:
-    """What the read handler uses of the SDK's request context: the method, the wire's version, no HTTP request."""
+    """What the read handler uses of the SDK's request context: the method, the wire's version, no HTTP request;
+    and that a listing's items may come as `ItemsText` (`page_line` writes them as they are)."""
 
     method: str
     protocol_version: str
     request: None = None
     request_id: types.RequestId | None = None
+    items_text: bool = True
 
 
 @dataclass(frozen=True, slots=True)

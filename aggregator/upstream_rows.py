@@ -47,6 +47,11 @@ class UpstreamRows:
         """Equal for makers over equal records (a digest: what they build depends on every record)."""
         return ("upstream", self.source, self.cut, self.records.digest)
 
+    @property
+    def uri_space(self) -> tuple[str, str, str]:
+        """A row's URI is the records' start (namespace and root) and its path: it names that path of the source."""
+        return self.source, self.start, ""
+
     def row_entry(self, uri: str, size: int | None, mtime: float | None) -> Entry:
         index = self.records.find(uri)
         if index is None:

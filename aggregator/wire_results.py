@@ -22,7 +22,7 @@ from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-__all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "Envelopes", "encode_response", "page_line", "shaped"]
+__all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "Envelopes", "ItemsText", "encode_response", "page_line", "shaped"]
 
 logger = logging.getLogger("aggregator.stdio")
 
@@ -34,6 +34,13 @@ _SPLICE = "\x00items\x00"
 _SPLICE_JSON = json.dumps(_SPLICE).encode("utf-8")
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _encode_sorted = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+
+
+class ItemsText(str):
+    """A listing's items already encoded as the JSON array `page_line` would write (keys sorted, UTF-8 as it is):
+    what a handler answering the fast path gives instead of the items (`listing_json`), spliced in as it is."""
+
+    __slots__ = ()
 
 
 class Envelopes:
@@ -99,6 +106,6 @@ def page_line(server: Any, method: str, version: str, request_id: types.RequestI
     line = encode_response(request_id, envelope)
     head, marker, tail = line.partition(_SPLICE_JSON)
     if not marker or _SPLICE_JSON in tail:  # a string of the envelope holds the marker: never in practice
-        envelope[key] = items
+        envelope[key] = json.loads(items) if isinstance(items, ItemsText) else items
         return _encode({"jsonrpc": "2.0", "id": request_id, "result": envelope}).encode("utf-8") + b"\n"
-    return head + _encode_sorted(items).encode("utf-8") + tail
+    return head + (items if isinstance(items, ItemsText) else _encode_sorted(items)).encode("utf-8") + tail

@@ -1,16 +1,18 @@
 """Catalog size against a stdlib floor: 10,000 to 1,000,000 files over stdio, aggregator and the floor in one run.
 
 `python -m benchmarks.scale [--sizes 10k,100k,1M] [--rounds 3] [--live-rounds 5] [--churn-seconds 60]
-[--quick] [--profile-memory 100k] [--baseline]`
+[--page-cache held|dropped] [--quick] [--profile-memory 100k] [--baseline]`
 
 Per size, `--rounds` rounds each start one fresh aggregator and one fresh `floor-stdlib` (a stdlib-only JSON-RPC
 loop that walks the folder, lists it in pages and opens the file on every read), taking turns, and time through a
 raw client on the legacy wire: ready (spawn to the first `resources/list` answer), a full listing (500 a page),
-cold reads (distinct random files, each the server's first read of it) and then warm reads (the same files again),
-16 in flight, and the peak RSS. Then one aggregator (`scale_live`): a file added -> `list_changed`, the manifest
-saved -> `list_changed`, and churn. Figures are medians over rounds (peak RSS the largest); ratios are aggregator /
-floor, and reads at each size / the same reads at the run's smallest size. It prints its section and writes it
-into docs/benchmarks.md. Files: `scale_corpus` (made once per size, outside the repository).
+cold reads (distinct random files, each the server's first read of it; before each server's, the files are put
+in the OS page cache, or dropped from it with `--page-cache dropped`, for both peers and every size alike) and then
+warm reads (the same files again), 16 in flight, and the peak RSS. Then one aggregator (`scale_live`): a file
+added -> `list_changed`, the manifest saved -> `list_changed`, and churn. Figures are medians over rounds (peak
+RSS the largest); ratios are aggregator / floor, and reads at each size / the same reads at the run's smallest
+size. It prints its section and writes it into docs/benchmarks.md. Files: `scale_corpus` (made once per size,
+outside the repository).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from benchmarks.measure import describe
 from benchmarks.peers import PEERS, Launch
 from benchmarks.rss import cpu_seconds, peak_rss_mb
 from benchmarks.run import RESULTS
-from benchmarks.scale_corpus import CACHE, body, corpus
+from benchmarks.scale_corpus import CACHE, PAGE_CACHE_STATES, body, corpus, set_page_cache
 from benchmarks.scale_report import section
 from benchmarks.sections import DOCS, write_section
 from benchmarks.stdio_rpc import RawClient, ReadPhase, pipelined
@@ -89,8 +91,9 @@ def checker(indices: list[int]) -> Callable[[str, str], None]:
 
 
 async def static_round(peer: str, root: Path, cold: list[int], warm: list[int], in_flight: int,
-                       errlog: IO[str]) -> Static:
-    """Spawn `peer` on `root`, time it to ready, list everything, read `cold` then `warm`, and take its peak RSS."""
+                       errlog: IO[str], page_cache: str = "held") -> Static:
+    """Spawn `peer` on `root`, time it to ready, list everything, read `cold` (its files put in the `page_cache`
+    state first: `scale_corpus.set_page_cache`) then `warm`, and take its peak RSS."""
     started = time.perf_counter()
     client = await RawClient.spawn(PEERS[peer].launch(root, PAGE_SIZE, None), errlog)
     try:
@@ -100,6 +103,7 @@ async def static_round(peer: str, root: Path, cold: list[int], warm: list[int], 
         cpu, started = cpu_seconds([client.pid]), time.perf_counter()
         listed = len(await client.list_all())
         listing, listing_cpu = time.perf_counter() - started, cpu_seconds([client.pid]) - cpu
+        set_page_cache(root, cold, page_cache)
         cold_phase = await pipelined(client, [uri_of(i) for i in cold], in_flight, checker(cold))
         cpu = cpu_seconds([client.pid])
         warm_phase = await pipelined(client, [uri_of(i) for i in warm], in_flight, checker(warm))
@@ -153,7 +157,7 @@ async def measure_size(size: int, options: argparse.Namespace) -> SizeResult:
         for peer in (SUBJECT, FLOOR) if r % 2 == 0 else (FLOOR, SUBJECT):
             with _log(peer, size) as errlog:
                 try:
-                    got = await static_round(peer, root, cold, warm, options.in_flight, errlog)
+                    got = await static_round(peer, root, cold, warm, options.in_flight, errlog, options.page_cache)
                 except Exception as exc:  # noqa: BLE001 - a failed round is a reported result
                     result.errors.append(f"{peer}, round {r + 1}: {describe(exc)}")
                     print(f"{size:,} round {r + 1} {peer} failed: {describe(exc)}", file=sys.stderr, flush=True)
@@ -233,6 +237,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--churn-rate", type=int, default=100, help="file changes a second during churn")
     parser.add_argument("--reads", type=int, default=2000, help="cold reads per round (then as many warm ones)")
     parser.add_argument("--in-flight", type=int, default=16, help="reads kept in flight on the one pipe")
+    parser.add_argument("--page-cache", choices=PAGE_CACHE_STATES, default="held",
+                        help="where the cold reads' files are before each server's cold reads: held in the OS page "
+                             "cache (read once before) or dropped from it (posix_fadvise DONTNEED: read from disk)")
     parser.add_argument("--quick", action="store_true",
                         help="10k only, 1 round, 3 live rounds, 10 s of churn, 500 reads (about 1 min)")
     parser.add_argument("--profile-memory", type=parse_size, metavar="SIZE",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from collections.abc import Iterable
 from typing import IO
 
 from benchmarks.workload import FILES_PER_FOLDER, URI_SCHEME, generate, relative_path
@@ -35,6 +36,28 @@ def corpus(count: int, base: Path = CACHE) -> Path:
     root = generate(base, count, prefix=PREFIX, body=body, processes=max(2, os.cpu_count() or 2))
     Journal(root).repair()
     return root
+
+
+PAGE_CACHE_STATES = ("held", "dropped")
+
+
+def set_page_cache(root: Path, indices: Iterable[int], state: str) -> None:
+    """Put the files of `indices` in the OS page cache ("held": each read once here) or out of it ("dropped":
+    posix_fadvise DONTNEED, so that the next read goes to the disk; the corpus's files are clean, written once).
+    Done before each server's cold reads, for every peer and size alike: otherwise the first peer of a round pays
+    the disk for both, and a catalog that outgrows the page cache is read from the disk where a small one is not."""
+    if state not in PAGE_CACHE_STATES:
+        raise ValueError(f"page cache state {state!r}: one of {', '.join(PAGE_CACHE_STATES)}")
+    for i in indices:
+        fd = os.open(root / relative_path(i), os.O_RDONLY)
+        try:
+            if state == "held":
+                while os.read(fd, 1 << 16):
+                    pass
+            else:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def uri_of_path(relative: str) -> str:

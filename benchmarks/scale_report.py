@@ -30,6 +30,14 @@ CHURN_CORES = 0.5
 CHURN_READ_P99_MS = 50
 
 
+PAGE_CACHE_TEXT = {
+    "held": "Before each server's cold reads their files are read once into the OS page cache, for both peers "
+            "and every size alike (so no peer pays the disk for the other, and a large catalog is not read from "
+            "the disk where a small one is read from memory).",
+    "dropped": "Before each server's cold reads their files are dropped from the OS page cache (posix_fadvise "
+               "DONTNEED), for both peers and every size alike: cold reads go to the disk."}
+
+
 def verdict(ok: bool | None, bound: str) -> str:
     """`pass`/`FAIL` with the bound, or '' when there is nothing to judge."""
     return "" if ok is None else f"{'pass' if ok else 'FAIL'} ({bound})"
@@ -184,8 +192,9 @@ def section(results: list[SizeResult], bases: dict[str, float], profile: dict[st
         f"round, each the server's first read of it) and the same files again (**warm**), {options.in_flight} in "
         "flight on the one pipe; peak RSS is `VmHWM`. Medians over rounds, peak RSS the largest; bytes per listed "
         f"entry is the peak RSS above each peer's own on a {BASE_LABEL} catalog, divided by the files. Reads "
-        "\"vs the same at\" the run's smallest size must not fall as the catalog grows. The OS page cache holds "
-        "the files. Targets are issue 26's for 1,000,000 files; the verdict is shown at every size.", "",
+        "\"vs the same at\" the run's smallest size must not fall as the catalog grows. "
+        f"{PAGE_CACHE_TEXT[getattr(options, 'page_cache', 'held')]} Targets are issue 26's for 1,000,000 files; "
+        "the verdict is shown at every size.", "",
         f"| files | figure | aggregator | floor | aggregator / floor | target |", "|---|---|---|---|---|---|"]
     for result in results:
         lines += static_rows(result, smallest, bases)

@@ -25,10 +25,10 @@ from benchmarks.machine import describe as describe_machine
 from benchmarks.peers import PEERS
 from benchmarks.rss import cpu_seconds
 from benchmarks.scale import FLOOR, PAGE_SIZE, SUBJECT, checker, parse_size, picks
-from benchmarks.scale_corpus import CACHE, corpus
+from benchmarks.scale_corpus import CACHE, corpus, set_page_cache
 from benchmarks.sections import DOCS, STDIO_FLOOR, write_section
 from benchmarks.stdio_rpc import RawClient, pipelined
-from benchmarks.workload import relative_path, uri_of
+from benchmarks.workload import uri_of
 
 
 @dataclass(frozen=True)
@@ -57,22 +57,15 @@ async def one_round(peer: str, root: Path, cold: list[int], warm: list[int], in_
         await client.close()
 
 
-def into_page_cache(root: Path, indices: list[int]) -> None:
-    """Read the files once here, so that both peers' cold reads (each server's first read of a file) find them in
-    the page cache whichever goes first: without it the first peer of a round pays the disk for both (a thread hop
-    per file for the aggregator, whose reads wait on the disk only off the event loop)."""
-    for i in indices:
-        with open(root / relative_path(i), "rb") as handle:
-            handle.read()
-
-
 async def run(options: argparse.Namespace) -> None:
     root = corpus(options.size, options.data)
     runs: dict[str, list[Round]] = {SUBJECT: [], FLOOR: []}
     ratios: list[tuple[float, float]] = []
     for r in range(options.rounds):
         cold, warm = picks(options.size, options.reads, r)
-        into_page_cache(root, cold)
+        # Both peers' cold reads (each server's first read of a file) find the files in the page cache whichever
+        # goes first: else the first pays the disk for both (a thread hop per file for the aggregator).
+        set_page_cache(root, cold, "held")
         got = {}
         for peer in (SUBJECT, FLOOR) if r % 2 == 0 else (FLOOR, SUBJECT):
             got[peer] = await one_round(peer, root, cold, warm, options.in_flight)

@@ -130,8 +130,11 @@ hits.
 An uncached hop pays the gateway's own serving plus its call upstream. Over stdio that call is a lean lane
 (`aggregator/upstream/lane.py`: the request written to the pipe and its answer taken off it, past the SDK client's
 dispatcher, models and tasks); through the SDK's client the gateway spent 625-750 us of CPU a read (2026-11-25, load
-8), about half of it in that client. The hop still crosses two servers and two more pipes than `direct`, so it costs
-at least about twice `direct`'s median; the target of 1.3x is not reached.
+8), about half of it in that client. Since 2026-11-28 the lane writes its line at once, takes a slot of the cap
+without waiting when one is free, has its answer claimed where the pipe delivers it (`upstream/tap.py`) and checked
+on the wire's dict (`answers.read_answer`): about 220 us against 300 before (load 6). The hop still crosses two
+servers and two more pipes than `direct`, and the gateway's own serving of a read costs about what `direct`'s does,
+so it costs at least about twice `direct`'s median; the target of 1.3x is not reached.
 """)
 
 

@@ -2,6 +2,7 @@
 list_changed costs its CPU, with the code of another checkout (`--peer`, e.g. /work/main) measured in the same run.
 
 `python -m benchmarks.upstream_scale [--entries 1450000] [--flood-seconds 10] [--peer /work/main]`
+`python -m benchmarks.upstream_scale --only beside --folder-files 100000 [--rounds 5]`
 
 For memory the upstream is a stdlib-only JSON-RPC loop over stdio (`--upstream` runs it): the legacy handshake,
 one resources/list page of all its entries (prebuilt, about 50 MB at 1.45M), reads answered from memory. For the
@@ -13,6 +14,10 @@ client in front) publishes each under a namespace.
   (1,000,000). Ready: connected and listed.
 - flood: the gateway's CPU seconds and the upstream's listings during `--flood-seconds` of 1,000 list_changed a
   second over a small upstream (`--flood-entries` more), for the peer and this checkout.
+- beside: an upstream's list_changed beside a folder of `--folder-files` files (tests/upstream_server.py with
+  `UPSTREAM_CHANGES`: reading `test://add/{name}` lists a new resource and tells list_changed): per round, from the
+  read to the gateway's own list_changed (legacy wire), and the gateway's CPU seconds over that window; median
+  latency and mean CPU of `--rounds`, the peer and this checkout, and their ratio. Each round starts after the relisting pace let go.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -162,6 +168,64 @@ async def flood(code: Path, path: Path) -> dict[str, float]:
         return {"cpu_s": spent, "seconds": took, "listings": listings, "told": told}
 
 
+def beside_manifest(folder: Path, files: int) -> Path:
+    """The gateway over a folder of `files` files and tests/upstream_server.py with UPSTREAM_CHANGES (namespace up);
+    the folder is made once and shared by both runs."""
+    docs = folder / "docs"
+    if not docs.exists():
+        for i in range(0, files, 1000):
+            part = docs / f"d{i // 1000:04}"
+            part.mkdir(parents=True)
+            for j in range(i, min(i + 1000, files)):
+                (part / f"f{j}.md").write_bytes(b"# f\n")
+    command = [sys.executable, str(REPO / "tests" / "upstream_server.py"), "stdio"]
+    env = {"PYTHONPATH": str(REPO), "UPSTREAM_CHANGES": "1"}
+    path = folder / "beside.yaml"
+    path.write_text(f"version: 1\nserver: {{name: gw}}\ndefaults: {{ttl: 0s, timeout: 60s}}\nsources:\n"
+                    f"  docs: {{url: '{docs}'}}\n"
+                    f"  up: {{url: 'mcp+stdio:', namespace: up, command: {json.dumps(command)}, "
+                    f"env: {json.dumps(env)}}}\n"
+                    "collections:\n  - {source: docs, glob: '**/*.md', uri: 'docs://{path}'}\n")
+    return path
+
+
+async def beside(code: Path, path: Path, rounds: int) -> dict[str, float]:
+    """Median latency (s) from an upstream change to the gateway's list_changed, and the gateway's mean CPU seconds
+    over that window, over `rounds` (each after the pace let go of the last)."""
+    told = anyio.Event()
+
+    async def heard(message: Any) -> None:
+        if type(message).__name__ == "ResourceListChangedNotification":
+            told.set()
+
+    before = children()
+    latencies: list[float] = []
+    cpus: list[float] = []
+    async with Client(gateway(code, path), mode="legacy", cache=None, message_handler=heard) as client:
+        pid = new_children(before)[0]
+        await anyio.sleep(5.0)  # settled after start (the relist a first listener asks for)
+        for i in range(rounds):
+            told = anyio.Event()
+            cpu, started = cpu_seconds([pid]), time.monotonic()
+            await text(client, f"up+test://add/bench{i}")
+            with anyio.fail_after(300):
+                await told.wait()
+            took = time.monotonic() - started
+            latencies.append(took)
+            cpus.append(cpu_seconds([pid]) - cpu)
+            await anyio.sleep(max(1.5, 2.5 * took))  # past RelistPace's gap: the next round relists at once
+        listed = 0
+        cursor = None
+        while True:
+            page = await client.list_resources(cursor=cursor)
+            listed += sum(1 for r in page.resources if str(r.uri).startswith("up+test://added/bench"))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert listed == rounds, listed
+    return {"latency_s": statistics.median(latencies), "cpu_s": sum(cpus) / rounds}  # CPU: clock ticks, summed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
@@ -171,6 +235,9 @@ def main() -> None:
     parser.add_argument("--peer", type=Path, default=Path("/work/main"), help="another checkout to compare with")
     parser.add_argument("--flood-entries", type=int, default=0)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--only", choices=("beside",), help="run only this phase")
+    parser.add_argument("--folder-files", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     if args.upstream is not None:
         upstream_main(args.upstream, args.upstream_page)
@@ -180,6 +247,19 @@ def main() -> None:
     async def run() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
+            if args.only == "beside":
+                print(f"beside: an upstream's list_changed beside a folder of {args.folder_files:,} files "
+                      f"({args.rounds} rounds; load {os.getloadavg()[0]:.2f})")
+                path = beside_manifest(folder, args.folder_files)
+                measured = {name: await beside(code, path, args.rounds) for name, code in (("peer", args.peer),
+                                                                                            ("this", here))}
+                for name, figures in measured.items():
+                    print(f"  {name:6} upstream change -> list_changed {figures['latency_s'] * 1000:8.1f} ms  "
+                          f"gateway cpu {figures['cpu_s'] * 1000:8.1f} ms", flush=True)
+                peer, this = measured["peer"], measured["this"]
+                print(f"  ratio peer/this: latency {peer['latency_s'] / this['latency_s']:.1f}x  "
+                      f"cpu {peer['cpu_s'] / max(this['cpu_s'], 1e-3):.1f}x  (load {os.getloadavg()[0]:.2f})")
+                return
             if not args.skip_memory:
                 print(f"memory, one page of {args.entries:,} entries (MB; ready = connected and listed)")
                 for name, code, settings in (("peer", args.peer, ""), ("this, maxEntries 10,000", here,

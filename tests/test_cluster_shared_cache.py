@@ -356,6 +356,36 @@ def test_redis_down_reads_still_work_errors_counted_outage_logged_once(
     anyio.run(main)
 
 
+def test_forgets_owed_past_the_cap_become_one_forget_of_the_whole_source(
+        tmp_path: Path, upstream: Upstream, own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis stalls while a busy source changes: the forgets it cannot take are owed, at most MAX_OWED_KEYS keys a
+    source; past that the source owes one forget of everything it stored, done when Redis is back (a body of
+    a file never named is dropped too; none is served stale)."""
+    monkeypatch.setattr(shared_cache, "MAX_OWED_KEYS", 5)
+    monkeypatch.setattr(shared_cache, "RETRY_AFTER", 0.2)
+    paths = three(tmp_path, upstream, f"redis://127.0.0.1:{own_redis.port}/0", "test", timeout="0.3s")
+
+    async def main() -> None:
+        async with replicas(*paths[:2]) as (a, b):
+            await a.read("api://a")
+            await a.read("api://blob")
+            assert shared(a).stores == 2 and upstream.hits["GET blob"] == 1
+            await anyio.to_thread.run_sync(own_redis.pause, 1500)
+            started = anyio.current_time()
+            upstream.body, upstream.etag = "# A\n\nchanged while Redis stalled\n", '"v2"'
+            for batch in range(4):
+                await a.forget_shared("api", [f"docs/n{batch}-{i}.md" for i in range(3)] + ["docs/a.md"])
+            assert shared(a).owed() == (0, 1)  # no keys kept: the whole source is owed
+            await anyio.sleep(max(0.0, started + 1.6 - anyio.current_time()))
+            await shared(a).settle()
+            assert shared(a).owed() == (0, 0)
+            assert (await b.read("api://a")).content.text == upstream.body
+            await b.read("api://blob")
+            assert upstream.hits["GET blob"] == 2  # dropped with the rest of the source
+
+    anyio.run(main)
+
+
 def test_no_redis_at_all_reads_work_and_wait_for_nothing(tmp_path: Path, upstream: Upstream,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     """A port nothing listens on: every read loads by itself; later reads within the retry window skip Redis."""

@@ -507,8 +507,19 @@ def test_a_rolling_restart_behind_haproxy_costs_modern_clients_no_failed_call(tm
             done.set()
 
     with cluster(manifest, 3, tmp_path) as c:
-        anyio.run(main, c)
+        try:
+            anyio.run(main, c)
+        finally:  # what the balancer saw goes with any failure (a client that crashed included)
+            print("haproxy, requests not answered 200 cleanly:", *_balancer_trouble(tmp_path / "haproxy.log"),
+                  sep="\n  ")
         fresh = [r.requests("resources/read") for r in c.replicas]
     print(f"haproxy, rolling restart: {outcome['failed']} of {sum(outcome.values())} reads failed; "
           f"reads on the new replicas {fresh}")
     assert outcome["failed"] == 0 and outcome["ok"] > 100, (outcome, errors[:5])
+
+
+def _balancer_trouble(log: Path, most: int = 40) -> list[str]:
+    """HAProxy's log lines (httplog) of requests not answered 200 or not ended cleanly (termination state not
+    `----`), the last `most` of them."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [line for line in lines if not re.search(r" 200 \d+ \S+ \S+ ---- ", line)][-most:]

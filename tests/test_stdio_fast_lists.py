@@ -92,11 +92,11 @@ def _script(wire: str) -> list[dict[str, Any]]:
     return [*opening, *pages, *templates, *odd]
 
 
-def _answers(manifest: Path, wire: str, fast: bool) -> dict[Any, str]:
-    """Each answer's line as the server wrote it, by request id."""
+def _answers(manifest: Path, wire: str, fast: bool, script: list[dict[str, Any]] | None = None) -> dict[Any, str]:
+    """Each answer's line as the server wrote it, by request id (to `script`, by default `_script(wire)`)."""
     params = server_params(manifest, "--no-reload")
     env = {**os.environ, **(params.env or {}), "AGGREGATOR_STDIO_FAST": "1" if fast else "0"}
-    lines = "".join(json.dumps(m) + "\n" for m in _script(wire))
+    lines = "".join(json.dumps(m) + "\n" for m in (script if script is not None else _script(wire)))
     done = subprocess.run([params.command, *params.args], input=lines.encode(), capture_output=True, env=env,
                           timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -143,3 +143,46 @@ async def test_takes_only_well_formed_listings() -> None:
     assert _taken(fast, _request("6", "resources/list", cursor="abc")) == "6"
     for task in list(fast.tasks.values()):
         task.cancel()
+
+
+@pytest.fixture
+def plain_manifest(docs_tree: Path) -> Path:
+    """Collections whose names are their paths (their pages are encoded from the rows' columns, `listing_json`):
+    mixed types, a description to escape, icons, annotations with each file's time, a declared type."""
+    return write_manifest(docs_tree.parent, """
+        version: 1
+        server: {name: plain, version: "1.0", pageSize: 3}
+        sources:
+          docs: {url: ./docs}
+        resources:
+          - {uri: "all://guides/page01.md0", name: between, text: "x", title: Between}
+        collections:
+          - source: docs
+            glob: "**/*"
+            uri: "all://{path}"
+            name: "{path}"
+            description: 'Every "file" at 100% ✓'
+            icons: [{src: "https://example.com/i.png", mimeType: image/png}]
+            annotations: {audience: [user], priority: 0.5, lastModified: file}
+          - {source: docs, glob: "ref/*.md", uri: "ref://{path}?v=1", name: "{path}", mimeType: text/x-ref}
+        """)
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_plain_collections_pages_are_the_sdks_byte_for_byte(plain_manifest: Path, wire: str) -> None:
+    """Pages after cursors anywhere in the listing (every kind of row: compact rows of both collections, rows that
+    need percent-encoding, a manifest resource among them) are the SDK's, byte for byte, on both wires."""
+    after = ["", "all://", "all://d", "all://guides/page01.md", "all://guides/page05.md", "all://n", "all://ref/",
+             "ref://ref/page04.md?v=1", "zzz"]
+    meta: dict[str, Any] = {} if wire == "legacy" else {"_meta": MODERN_META}
+    pages = [_request(100 + n, "resources/list", **({"cursor": encode_cursor(key)} if key else {}), **meta)
+             for n, key in enumerate(after)]
+    opening = _script(wire)[:3 if wire == "legacy" else 1]  # the handshake (legacy: and a request before it)
+    slow, fast = (_answers(plain_manifest, wire, False, [*opening, *pages]),
+                  _answers(plain_manifest, wire, True, [*opening, *pages]))
+    assert set(fast) == set(slow) and len(fast) == len(pages) + (2 if wire == "legacy" else 1)
+    for request_id, line in slow.items():
+        assert fast[request_id] == line, (request_id, fast[request_id], line)
+    first = json.loads(fast[100])["result"]["resources"]
+    assert [r["uri"] for r in first] == ["all://README.md", "all://big.bin", "all://data.json"]
+    assert first[0]["annotations"]["lastModified"].endswith("Z") and first[0]["description"].endswith("100% ✓")

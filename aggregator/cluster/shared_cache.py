@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -52,6 +52,10 @@ LOCK_SLEEP = 0.015
 RETRY_AFTER = 2.0
 """Seconds a replica leaves Redis alone after a failed call, so an outage costs each read nothing."""
 GEN_KEPT_MS = 7 * 24 * 3600 * 1000
+MAX_OWED_KEYS = 10_000
+"""Forgets Redis could not take are kept by key up to this many a source; past it the source owes one forget of
+everything it stored (a Redis outage under a busy folder must not grow memory without end)."""
+SCAN_BATCH = 1000
 """A fingerprint's forget counter is kept this long after its last forget (it only has to outlive a load)."""
 
 # Store only if no forget happened since the load began (the generation is still what it was then).
@@ -113,7 +117,9 @@ class SharedContent:
         self._retry_at = 0.0
         self._owed: dict[str, set[str]] = {}
         """Forgets Redis has not taken yet, by the forget counter of their source: the keys to drop. Each is done
-        before this replica reads that source from Redis again (at most the source's polled paths)."""
+        before this replica reads that source from Redis again (at most MAX_OWED_KEYS a source)."""
+        self._owed_all: set[str] = set()
+        """Forget counters of sources past MAX_OWED_KEYS: everything they stored is owed."""
         self.hits = self.misses = self.stores = self.skipped = self.rejected = self.errors = 0
 
     def counts(self) -> dict[str, int]:
@@ -187,7 +193,7 @@ class SharedContent:
         if not self._usable():
             return None, None
         # A body this replica was told changed while Redis could not be told to forget it is still there.
-        if item.gen in self._owed and not await self._settle(item.gen):
+        if (item.gen in self._owed or item.gen in self._owed_all) and not await self._settle(item.gen):
             return None, None
         try:
             async with self.link.client.pipeline(transaction=False) as pipe:
@@ -282,17 +288,28 @@ class SharedContent:
         if not keys:
             return
         gen = self.link.key("content", tag, "gen")
-        self._owed.setdefault(gen, set()).update(keys)
+        if gen not in self._owed_all:
+            owed = self._owed.setdefault(gen, set())
+            owed.update(keys)
+            if len(owed) > MAX_OWED_KEYS:
+                del self._owed[gen]
+                self._owed_all.add(gen)
         await self._settle(gen)
+
+    def owed(self) -> tuple[int, int]:
+        """Forgets Redis has not taken yet: keys owed, and sources owing everything they stored."""
+        return sum(len(keys) for keys in self._owed.values()), len(self._owed_all)
 
     async def settle(self) -> None:
         """Do every owed forget Redis takes now (when it is back after an outage)."""
-        for gen in list(self._owed):
+        for gen in [*self._owed_all, *self._owed]:
             if not await self._settle(gen):
                 return
 
     async def _settle(self, gen: str) -> bool:
         """Do the forgets owed for the source whose forget counter is `gen`; False if Redis failed (still owed)."""
+        if gen in self._owed_all:
+            return await self._forget_all(gen)
         keys = self._owed.get(gen)
         if not keys:
             return True
@@ -312,6 +329,31 @@ class SharedContent:
             del self._owed[gen]
         return True
 
+    async def _forget_all(self, gen: str) -> bool:
+        """Drop everything the source whose forget counter is `gen` stored (its keys share the counter's hash tag),
+        after bumping the counter so no load under way stores; False if Redis failed (still owed)."""
+        pattern = _glob_escaped(gen.removesuffix(":gen")) + ":*"
+        try:
+            async with self.link.client.pipeline(transaction=True) as pipe:
+                pipe.incr(gen)
+                pipe.pexpire(gen, GEN_KEPT_MS)
+                await pipe.execute()
+            batch: list[Any] = []
+            async for key in self.link.client.scan_iter(match=pattern, count=SCAN_BATCH):
+                if key not in (gen, gen.encode()):
+                    batch.append(key)
+                if len(batch) >= SCAN_BATCH:
+                    await self.link.client.delete(*batch)
+                    batch.clear()
+            if batch:
+                await self.link.client.delete(*batch)
+        except self._failures as exc:
+            self._failed(exc)
+            return False
+        self._recovered()
+        self._owed_all.discard(gen)
+        return True
+
     # --- outages -------------------------------------------------------------------------------------------------
 
     def _usable(self) -> bool:
@@ -329,6 +371,11 @@ class SharedContent:
         if self._down:
             self._down = False
             logger.info("shared cache: Redis at %s is back", self.link.describe())
+
+
+def _glob_escaped(text: str) -> str:
+    """`text` matched literally by a SCAN pattern (the deployment's prefix may hold glob characters)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def shareable(source: Source) -> bool:

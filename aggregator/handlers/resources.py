@@ -13,11 +13,13 @@ from mcp.server.context import ServerRequestContext
 from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.completion import Completer
 from aggregator.handlers.running import run_handler, scopes_of
+from aggregator.listing_json import items_json
 from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, cache_scope, contents_dict, resource_dict,
                                    search_result, template_dict, ttl_ms)
 from aggregator.metrics import Metrics
 from aggregator.search import Discovery
 from aggregator.service import ResourceService, ServedPage
+from aggregator.wire_results import ItemsText
 
 __all__ = ["ResourceHandlers"]
 
@@ -32,8 +34,13 @@ class ResourceHandlers:
     async def list_resources(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
                              ) -> dict[str, Any]:
         cursor = params.cursor if params else None
+        as_text = getattr(ctx, "items_text", False)  # the stdio fast path: its page_line writes ItemsText as it is
 
         async def body() -> dict[str, Any]:
+            if as_text:  # encoded from the rows' columns, no Entry or dict per row (`listing_json`)
+                rows = self.service.list_rows(cursor, scopes_of(ctx))
+                page = rows.page
+                return _listing(ItemsText(items_json(page.rows, page.start, page.stop)), "resources", rows)
             served = self.service.list_page(cursor, scopes_of(ctx))
             return _listing([resource_dict(e) for e in served.page.items], "resources", served)
 
@@ -91,7 +98,7 @@ class ResourceHandlers:
         return await run_handler(ctx, None, body, self.metrics)
 
 
-def _listing(items: list[dict[str, Any]], key: str, served: ServedPage) -> dict[str, Any]:
+def _listing(items: list[dict[str, Any]] | ItemsText, key: str, served: ServedPage[Any]) -> dict[str, Any]:
     result = {key: items, "ttlMs": ttl_ms(served.ttl), "cacheScope": cache_scope(served.private), **COMPLETE}
     if served.page.next_cursor is not None:
         result["nextCursor"] = served.page.next_cursor

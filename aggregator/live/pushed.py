@@ -73,13 +73,15 @@ class PushedChanges:
                 for sid, changed in paths.items():
                     if sid in self.service.sources:
                         await self.updates.files_changed(sid, {(Change.modified, path) for path in changed})
-                # Our own list_changed only when our listing changed (an upstream's may not touch what we list).
-                if any(self.updates.has_collection(sid) for sid in listings):
-                    started = anyio.current_time()
-                    try:
-                        await self.updates.relist()
-                    finally:
-                        self.pace.relisted(listings, started, anyio.current_time())
+                # Each source listed again alone, spliced into the catalog in place; our own list_changed only when
+                # our listing changed (an upstream's may not touch what we list).
+                for sid in sorted(listings):
+                    if sid in self.service.sources and self.updates.has_collection(sid):
+                        started = anyio.current_time()
+                        try:
+                            await self.updates.upstream_listed(sid)
+                        finally:
+                            self.pace.relisted({sid}, started, anyio.current_time())
             except Exception:
                 logger.exception("handling the change events of source(s) %s failed",
                                  ", ".join(map(repr, sorted({*paths, *listings}))))

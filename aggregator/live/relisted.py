@@ -1,25 +1,31 @@
-"""One source listed again (a poll of a remote source) and applied to the catalog in proportion to what changed.
+"""One source listed again (a poll of a remote source, an upstream's list_changed) and applied to the catalog in
+proportion to what changed.
 
 The listing is compared with what the catalog lists of the source: files that came, changed (size, modification time)
-or went are applied with catalog_delta.apply_files, and the rest of the catalog is not listed or built again. What it
-cannot apply so (a collision, a manifest changed meanwhile, a source that publishes its own list) it says with
-FullRelist.
+or went are applied with catalog_delta.apply_files (an upstream's own resources and templates with
+catalog_published.apply_upstream), and the rest of the catalog is not listed or built again. What it cannot apply so
+(a collision, a manifest changed meanwhile, a source that cannot be listed now) it says with FullRelist.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import time
+from collections.abc import Collection, Mapping, Sequence
 
 from aggregator.catalog import Catalog, Entry
-from aggregator.catalog_delta import Delta
+from aggregator.catalog_delta import Delta, NeedsRelist
+from aggregator.catalog_published import apply_upstream
 from aggregator.compiler import collection_key
 from aggregator.live.delta import FullRelist, swap_applied
-from aggregator.manifest.model import CollectionSpec
+from aggregator.manifest.model import CollectionSpec, Manifest
 from aggregator.service import ResourceService
-from aggregator.sources import FileInfo
+from aggregator.sources import FileInfo, SourceError
 from aggregator.tracing import span
 
-__all__ = ["listing_changes", "relist_source"]
+__all__ = ["listing_changes", "relist_source", "relist_upstream"]
+
+logger = logging.getLogger("aggregator.catalog")  # where compile_catalog says what it keeps of a source that is down
 
 
 async def relist_source(service: ResourceService, source: str) -> Delta | None:
@@ -46,6 +52,84 @@ async def relist_source(service: ResourceService, source: str) -> Delta | None:
             raise FullRelist(f"the collections of source {source!r} changed while it was listed")
         upserted, removed = listing_changes(now.catalog, listed)
         return swap_applied(service, source, upserted, removed) if upserted or removed else None
+
+
+async def relist_upstream(service: ResourceService, source: str) -> Delta | None:
+    """List a source that tells of its own changes (an MCP upstream) again: its collections' files, the files
+    resources name in it, and what it publishes; swap in the catalog with what came, changed or went. The Delta, or
+    None if nothing listed changed (no swap). A source that cannot be listed now keeps what it listed while that is
+    younger than its staleIfError, else lists nothing, as compile_catalog decides. FullRelist if the manifest
+    changed meanwhile (or the source's parts fall on both sides of staleIfError); ManifestError when a new URI or
+    template collides."""
+    snapshot = service.snapshot
+    manifest, src = snapshot.manifest, snapshot.sources.get(source)
+    if src is None:
+        raise FullRelist(f"source {source!r} is not in the current manifest")
+    specs = {collection_key(c): c for c in manifest.collections if c.source == source}
+    named = {r.path for r in manifest.resources if r.source == source and r.path is not None}
+    listed: dict[CollectionSpec, list[FileInfo]] = {}
+    stated: dict[str, FileInfo | None] = dict.fromkeys(named)  # not found, unless stat'ed below
+    down: SourceError | None = None
+    try:  # outside the swap lock: a listing must not hold up other changes
+        for key, spec in specs.items():
+            with span("aggregator.source.list", source_id=source, source_kind=manifest.sources[source].kind,
+                      glob=spec.glob) as traced:
+                listed[key] = await src.list(spec.glob, spec.exclude, hidden=spec.hidden)
+                traced.set(files=len(listed[key]))
+        published = await src.published() if src.publishes else None
+        found, _ = await src.stat_many(named) if named else ([], set())
+        stated.update((info.path, info) for info in found)
+    except SourceError as exc:
+        down = exc
+    async with service.swapping():
+        now = service.snapshot
+        if now.manifest is not manifest or now.sources.get(source) is not src:
+            raise FullRelist(f"the manifest changed while source {source!r} was listed")
+        catalog, at = now.catalog, time.monotonic()
+        kept = False
+        if down is not None:
+            if not src.pushes_changes:  # compile_catalog reports it (or skips it, if optional)
+                raise FullRelist(f"source {source!r} cannot be listed now ({down})")
+            kept = _kept_while_down(catalog, manifest, source, specs, down, at)
+            listed = {} if kept else dict.fromkeys(specs, [])
+            published = catalog.published.get(source) if kept else None
+        upserted, removed = listing_changes(catalog, listed)
+        try:
+            delta = apply_upstream(catalog, manifest, source, upserted, removed, stated, published, at)
+        except NeedsRelist as exc:
+            raise FullRelist(str(exc)) from None
+        if kept:  # what was kept counts its age from when it was listed, as compile_catalog's does
+            delta.catalog.listed_at.update((key, catalog.listed_at[key]) for key in specs)
+            if source in catalog.published_at:
+                delta.catalog.published_at[source] = catalog.published_at[source]
+        if not (delta.added or delta.removed or delta.updated or delta.listing_changed
+                or delta.catalog.templates is not catalog.templates):
+            if down is None:  # the catalog served stays, now known current (staleIfError counts from here)
+                catalog.listed_at.update(dict.fromkeys(listed, at))
+                if published is not None:
+                    catalog.published[source] = published
+                    catalog.published_at[source] = at
+            return None
+        service.swap_catalog(delta.catalog, delta.gone, delta.added | delta.removed | delta.updated)
+        return delta
+
+
+def _kept_while_down(catalog: Catalog, manifest: Manifest, source: str, specs: Collection[CollectionSpec],
+                     down: SourceError, at: float) -> bool:
+    """Whether what `catalog` lists of `source`, which cannot be listed now, is kept (younger than its
+    staleIfError) rather than dropped, as compile_catalog decides per collection and for what it publishes (said
+    in the log as compile_catalog says it); FullRelist when its parts fall on both sides."""
+    spec = manifest.sources[source]
+    listed_at = [catalog.listed_at.get(key) for key in specs]
+    if source in catalog.published:
+        listed_at.append(catalog.published_at.get(source))
+    young = {when is not None and at - when <= spec.stale_if_error for when in listed_at}
+    if len(young) > 1:
+        raise FullRelist(f"source {source!r} cannot be listed now ({down}), and only part of its listing is kept")
+    kept = young != {False}
+    logger.warning("%s: %s: source %r cannot be listed (%s); %s", spec.where, spec.key, source, down,
+                   "serving its last listing (staleIfError)" if kept else "its listing is empty until it is back")
+    return kept
 
 
 def listing_changes(catalog: Catalog, listed: Mapping[CollectionSpec, Sequence[FileInfo]]

@@ -8,12 +8,13 @@ subscribers and sessions it concerns, on both wires with their scope filters.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
 from aggregator.catalog_delta import Delta
 from aggregator.live.delta import FullRelist, apply_changed_files
-from aggregator.live.relisted import relist_source
+from aggregator.live.relisted import relist_source, relist_upstream
 from aggregator.manifest.model import ManifestError
 from aggregator.notify import Notifier
 from aggregator.service import ResourceService
@@ -87,22 +88,29 @@ class CatalogUpdates:
     async def apply_files(self, source: str, paths: set[str]) -> None:
         """Apply these files of `source` to the catalog in proportion to the change; list_changed when entries
         came or went, `updated` to subscribed renders over the listing. A full relist when that cannot be done."""
+        delta = await self._in_place(lambda: apply_changed_files(self.service, source, paths),
+                                     f"changes in source {source!r}")
+        if delta is not None and (delta.added or delta.removed):
+            await self._tell_listing_changed()
+
+    async def _in_place(self, apply: Callable[[], Awaitable[Delta | None]], after: str) -> Delta | None:
+        """Run `apply` (a change applied to the catalog in place) and count it; a full relist instead when it cannot
+        be done, or the last relist failed (the catalog does not follow the sources then, only a relist can). The
+        Delta applied, if any."""
         try:
-            if self._stale:  # the last relist failed: the catalog does not follow the folders, only a relist can
+            if self._stale:
                 raise FullRelist("the last relisting failed")
-            delta = await apply_changed_files(self.service, source, paths)
+            delta = await apply()
         except (FullRelist, ManifestError) as exc:
             # A collision is reported located by the relist (said once); the other reasons are said here.
             if not isinstance(exc, ManifestError):
-                logger.info("full relist after changes in source %r: %s", source, exc)
+                logger.info("full relist after %s: %s", after, exc)
             self.full_relists += 1
             await self.relist()
-            return
-        if delta is None:
-            return
-        self.incremental_relists += 1
-        if delta.added or delta.removed:
-            await self._tell_listing_changed()
+            return None
+        if delta is not None:
+            self.incremental_relists += 1
+        return delta
 
     async def source_polled(self, source: str) -> Delta | None:
         """List the collections of `source` again (a poll) and apply what came, changed or went in place: the files
@@ -139,6 +147,16 @@ class CatalogUpdates:
         if delta.added or delta.removed:
             await self._tell_listing_changed()
         return delta
+
+    async def upstream_listed(self, source: str) -> None:
+        """A source that tells of its own changes (an MCP upstream) says its listing may have changed: list that
+        source again and apply what came, changed or went in place; list_changed (and `updated` to subscribed renders
+        over the listing) when the listing shows something else, as a full relist tells. A full relist when that
+        cannot be done."""
+        delta = await self._in_place(lambda: relist_upstream(self.service, source),
+                                     f"source {source!r}'s listing changed")
+        if delta is not None and delta.listing_changed:
+            await self._tell_listing_changed()
 
     async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
         """These URIs read differently now (a poll saw new versions): invalidate them and tell those `subscribed`

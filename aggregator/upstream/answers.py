@@ -16,7 +16,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 
-__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_result"]
+__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_answer", "read_result"]
 
 MAX_SIZE = 2**63
 """Sizes from here on are no size (an array of signed 64-bit integers keeps them)."""
@@ -108,24 +108,64 @@ def hints(client: Client, result: Any) -> tuple[int | None, str | None]:
 def read_result(label: str, uri: str, result: types.ReadResourceResult, max_bytes: int, ttl_ms: int | None = None,
                 cache_scope: str | None = None) -> UpstreamRead:
     """A read's contents as bytes, the one for `uri` first; SourceNotFound if none, SourceTooLarge past `max_bytes`."""
-    if not result.contents:
+    return _read(label, uri, [(str(item.uri), item.mime_type, getattr(item, "text", None), getattr(item, "blob", ""))
+                              for item in result.contents], max_bytes, ttl_ms, cache_scope)
+
+
+def read_answer(label: str, uri: str, result: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead | None:
+    """`read_result` of a read's `result` as the wire gave it (a parsed dict), without the SDK's models, for the shape
+    upstreams answer: text or blob contents of plain values, valid hints (`modern`: the wire that has them). None for
+    any other shape: the model decides those (it rejects or coerces them), so what this takes it would take alike."""
+    contents = result.get("contents")
+    if type(contents) is not list or not _plain_meta(result):
+        return None
+    ttl_ms, cache_scope = result.get("ttlMs"), result.get("cacheScope")
+    if ("ttlMs" in result and (type(ttl_ms) is not int or ttl_ms < 0)) or (
+            "cacheScope" in result and cache_scope not in _SCOPES):
+        return None
+    items: list[tuple[str, str | None, str | None, str]] = []
+    for item in contents:
+        if type(item) is not dict or not _plain_meta(item):
+            return None
+        item_uri, mime_type, text, blob = item.get("uri"), item.get("mimeType"), item.get("text"), item.get("blob")
+        if (type(item_uri) is not str or (mime_type is not None and type(mime_type) is not str)
+                or (text is None) == (blob is None) or type(text if blob is None else blob) is not str):
+            return None
+        items.append((item_uri, mime_type, text, blob or ""))
+    if not modern:
+        return _read(label, uri, items, max_bytes)
+    return _read(label, uri, items, max_bytes, ttl_ms, cache_scope)
+
+
+_SCOPES = ("public", "private")
+
+
+def _plain_meta(value: dict[str, Any]) -> bool:
+    meta = value.get("_meta")
+    return meta is None or type(meta) is dict
+
+
+def _read(label: str, uri: str, items: list[tuple[str, str | None, str | None, str]], max_bytes: int,
+          ttl_ms: int | None = None, cache_scope: str | None = None) -> UpstreamRead:
+    """The read of `items` (uri, MIME type, text or None, base64 blob), checked and bounded as `read_result` says."""
+    if not items:
         raise SourceNotFound(f"{label}: resources/read {uri}: no contents")
     contents: list[UpstreamContent] = []
-    for item in result.contents:
-        if isinstance(item, types.TextResourceContents):
-            if len(item.text) > max_bytes:  # a character is at least one byte
-                raise SourceTooLarge(len(item.text), max_bytes)
-            data, is_text = item.text.encode("utf-8", "surrogatepass"), True
+    for item_uri, mime_type, text, blob in items:
+        if text is not None:
+            if len(text) > max_bytes:  # a character is at least one byte
+                raise SourceTooLarge(len(text), max_bytes)
+            data, is_text = text.encode("utf-8", "surrogatepass"), True
         else:
-            if len(item.blob) // 4 * 3 > max_bytes + 3:
-                raise SourceTooLarge(len(item.blob) // 4 * 3, max_bytes)
+            if len(blob) // 4 * 3 > max_bytes + 3:
+                raise SourceTooLarge(len(blob) // 4 * 3, max_bytes)
             try:
-                data, is_text = base64.b64decode(item.blob, validate=True), False
+                data, is_text = base64.b64decode(blob, validate=True), False
             except (binascii.Error, ValueError):
                 raise SourceError(f"{label}: resources/read {uri}: a blob that is not base64") from None
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
-        contents.append(UpstreamContent(str(item.uri), item.mime_type, data, is_text))
+        contents.append(UpstreamContent(item_uri, mime_type, data, is_text))
     # The content for the URI asked comes first; a read may return sub-resources beside it.
     contents.sort(key=lambda c: c.uri != uri)
     return UpstreamRead(contents, ttl_ms, cache_scope)

@@ -28,7 +28,8 @@ from pydantic import ValidationError
 
 from aggregator import tracing
 from aggregator.sources.base import SourceError, SourceNotFound, SourceUnsupported
-from aggregator.upstream.answers import Listing, UpstreamContent, UpstreamRead, hints, listed, read_result
+from aggregator.upstream.answers import (Listing, UpstreamContent, UpstreamRead, hints, listed, read_answer,
+                                         read_result)
 from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
 from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, past_cap, quote, too_big
@@ -78,6 +79,7 @@ class Upstream:
                  backoff: tuple[float, float] = (0.5, 30.0), health_interval: float = 15.0) -> None:
         self.name = name
         self.target = target
+        self._described = target.describe()  # named in every read's errors: made once
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.list_timeout = list_timeout if list_timeout is not None else timeout * 4
@@ -105,7 +107,7 @@ class Upstream:
     # ---- state ----
 
     def describe(self) -> str:
-        return self.target.describe()
+        return self._described
 
     @property
     def status(self) -> UpstreamStatus:
@@ -257,44 +259,59 @@ class Upstream:
 
     # ---- calls ----
 
-    async def _call(self, what: str, fn: Callable[[Client], Awaitable[T]], timeout: float | None = None) -> T:
-        """Run `fn` on a ready connection within the timeout and the concurrency cap; errors mapped to SourceError."""
+    async def _call(self, what: str, fn: Callable[[Client], Awaitable[T]], timeout: float | None = None,
+                    retried: bool = False) -> T:
+        """Run `fn` on a ready connection within the timeout and the concurrency cap; errors mapped to SourceError.
+        `retried`: this is already the call's second attempt (it is not sent again)."""
         limit = self.timeout if timeout is None else timeout
         try:
             with anyio.fail_after(limit):
                 async with self._limiter:
-                    for attempt in (0, 1):
+                    for attempt in (1,) if retried else (0, 1):
                         conn = await self._ready()
                         try:
                             return await fn(conn.client)
                         except MCPError as exc:
-                            if past_cap(exc) or (conn.reason is not None and conn.reason.endswith(TOO_BIG)):
-                                # Sending it again would bring the same message: this call fails, and only this one
-                                # unless the connection ended for it (a message that named no call).
-                                raise SourceError(f"{self.describe()} ({self.name}): {what}: "
-                                                  f"{too_big(self.max_message_bytes)}") from None
-                            # Lost under the call: closed, the session forgotten (the transport saw the refusal and
-                            # marked it), or failed while a session's event stream was down (the server went away).
-                            if attempt == 0 and (exc.code in LOST or conn.lost.is_set() or (
-                                    conn.session is not None and conn.session.stream_down)):
-                                conn.mark_lost(f"{what}: {quote(exc)}")
+                            if attempt == 0 and self._again(what, conn, exc):
                                 continue
                             raise
                     raise AssertionError("unreachable")
-        except TimeoutError:
-            raise SourceError(f"{self.describe()}: no answer to {what} within {limit:g}s") from None
-        except MCPError as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is mapped (cancellation is no Exception)
+            failure = self._failure(what, exc, limit)
+            if failure is exc:
+                raise
+            raise failure from None
+
+    def _again(self, what: str, conn: Link, exc: MCPError) -> bool:
+        """Whether a call that failed with `exc` on `conn` goes to the next connection (this one is marked lost); a
+        call whose answer was past the cap fails here (sending it again would bring the same message)."""
+        if past_cap(exc) or (conn.reason is not None and conn.reason.endswith(TOO_BIG)):
+            # This call fails, and only this one unless the connection ended for it (a message that named no call).
+            raise SourceError(f"{self.describe()} ({self.name}): {what}: {too_big(self.max_message_bytes)}") from None
+        # Lost under the call: closed, the session forgotten (the transport saw the refusal and marked it), or failed
+        # while a session's event stream was down (the server went away).
+        if exc.code in LOST or conn.lost.is_set() or (conn.session is not None and conn.session.stream_down):
+            conn.mark_lost(f"{what}: {quote(exc)}")
+            return True
+        return False
+
+    def _failure(self, what: str, exc: Exception, limit: float) -> Exception:
+        """What a call's caller sees of `exc`: a SourceError (not found, unsupported, or neither), `exc` itself when
+        it is one already."""
+        if isinstance(exc, TimeoutError):
+            return SourceError(f"{self.describe()}: no answer to {what} within {limit:g}s")
+        if isinstance(exc, MCPError):
             if not_found(exc):
-                raise SourceNotFound(f"{self.describe()}: {what}: {quote(exc)}") from None
+                return SourceNotFound(f"{self.describe()}: {what}: {quote(exc)}")
             if exc.code == types.METHOD_NOT_FOUND:  # the upstream has none of what was asked (no templates...)
-                raise SourceUnsupported(f"{self.describe()}: {what}: {quote(exc)}") from None
-            raise SourceError(f"{self.describe()}: {what}: {quote(exc)}") from None
-        except ValidationError as exc:
-            raise SourceError(f"{self.describe()}: {what}: malformed answer ({exc.error_count()} errors)") from None
-        except (SourceError, anyio.get_cancelled_exc_class()):
-            raise
-        except Exception as exc:  # noqa: BLE001 - a transport failure under a call: the caller sees SourceError
-            raise SourceError(f"{self.describe()}: {what}: {describe_failure(exc)}") from None
+                return SourceUnsupported(f"{self.describe()}: {what}: {quote(exc)}")
+            return SourceError(f"{self.describe()}: {what}: {quote(exc)}")
+        if isinstance(exc, ValidationError):
+            return SourceError(f"{self.describe()}: {what}: malformed answer ({exc.error_count()} errors)")
+        if isinstance(exc, SourceError):
+            return exc
+        # A transport failure under a call: the caller sees SourceError.
+        return SourceError(f"{self.describe()}: {what}: {describe_failure(exc)}")
 
     async def _paginate(self, what: str, page: Callable[[Client, str | None], Awaitable[Any]],
                         items: Callable[[Any], list[Any]]) -> Listing:
@@ -316,17 +333,62 @@ class Upstream:
             lambda r: list(r.resource_templates))
 
     async def read(self, uri: str, max_bytes: int) -> UpstreamRead:
-        """The contents of `uri`; SourceNotFound if the upstream has none, SourceTooLarge past `max_bytes`."""
-        async def read(client: Client) -> tuple[types.ReadResourceResult, tuple[int | None, str | None]]:
+        """The contents of `uri`; SourceNotFound if the upstream has none, SourceTooLarge past `max_bytes`.
+
+        Over stdio, a read on a connection that is up while the cap has room is sent at once on the lean lane, its
+        timeout the lane's own: no cancel scope, no wait for a slot, no task hop. Any other read waits as `_call`
+        says (a slot, a connection), and one the lane lost goes to the next connection that way."""
+        what = "resources/read"
+        conn, lane = self._conn, self._free_lane()
+        if conn is not None and lane is not None:
+            try:
+                try:
+                    answer = await lane.read(uri, self.timeout)
+                finally:
+                    self._limiter.release()
+                return self._answer(uri, answer, max_bytes, lane.modern)
+            except MCPError as exc:
+                if not self._again(what, conn, exc):
+                    raise self._failure(what, exc, self.timeout) from None
+            except Exception as exc:  # noqa: BLE001 - mapped as `_call` maps it (cancellation is no Exception)
+                failure = self._failure(what, exc, self.timeout)
+                if failure is exc:
+                    raise
+                raise failure from None
+
+        async def read(client: Client) -> UpstreamRead:
             lane = self._conn.lane if self._conn is not None and self._conn.client is client else None
             # With tracing on, a read keeps the SDK client's span and sends its trace context upstream.
             if lane is not None and lane.ready and not tracing.enabled():
-                result = await lane.read(uri)
-            else:
-                result = await client.read_resource(uri, cache_mode="bypass")
-            return result, hints(client, result)
+                return self._answer(uri, await lane.read(uri), max_bytes, lane.modern)
+            result = await client.read_resource(uri, cache_mode="bypass")
+            return read_result(self.describe(), uri, result, max_bytes, *hints(client, result))
 
-        result, given = await self._call("resources/read", read)
+        return await self._call(what, read, retried=conn is not None and lane is not None)
+
+    def _free_lane(self) -> Lane | None:
+        """The lean lane of the connection that is up, with a slot of the cap taken for the read (the caller releases
+        it); None when the read must wait (no connection up, no lane, the cap full) or keep the SDK's span."""
+        conn = self._conn
+        lane = conn.lane if conn is not None else None
+        if (lane is None or not lane.ready or self._state != "connected" or conn is None or conn.lost.is_set()
+                or tracing.enabled()):
+            return None
+        try:
+            self._limiter.acquire_nowait()
+        except (anyio.WouldBlock, RuntimeError):  # full, or this task holds a slot already: `_call` waits
+            return None
+        return lane
+
+    def _answer(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
+        """A read's answer from the lane, checked as the SDK's model checks it (ValidationError when it fails)."""
+        read = read_answer(self.describe(), uri, answer, max_bytes, modern)
+        if read is not None:
+            return read
+        result = types.ReadResourceResult.model_validate(answer, by_name=False)
+        sent = result.model_fields_set
+        given = ((result.ttl_ms if "ttl_ms" in sent else None, result.cache_scope if "cache_scope" in sent else None)
+                 if modern else (None, None))
         return read_result(self.describe(), uri, result, max_bytes, *given)
 
     async def complete(self, uri_template: str, name: str, value: str,

@@ -4,10 +4,14 @@ answer taken off stdout before the SDK's session sees it, beside the SDK's own t
 Through the SDK's client a read cost the gateway about five times a bare JSON-RPC exchange (request and result
 models, the dispatcher's span, memory streams and the writer task between them; benchmarks/upstream_hop.py), most
 of a hop. The lane's ids are strings (`agg-N`) the SDK never mints (its ids are integers), so the two never claim
-each other's answers. The answer is still checked by the SDK's own result model before it is used; an error answer
-becomes the `MCPError` the SDK would raise, and a connection that ends fails every read waiting (CONNECTION_CLOSED,
+each other's answers. An error answer becomes the `MCPError` the SDK would raise, a result is handed over as the
+wire's dict (the caller checks it: `answers.read_answer`, else the SDK's result model), and a connection that ends fails every read waiting (CONNECTION_CLOSED,
 as the SDK's), so `Upstream._call`'s retry and error mapping apply unchanged. A read given up (timeout,
 cancellation) is cancelled upstream with `notifications/cancelled`, as the SDK does.
+
+A read costs no task hop of its own: the line is written at once when the pipe holds nothing unsent (`write_now`;
+else it waits its turn behind the SDK's writes), and its answer comes through a future the reader resolves, which a
+`timeout` given to `read` fails in place of a cancel scope.
 
 On the modern wire each request carries the envelope the SDK's client stamps (`_meta`: protocol version, client
 info, capabilities), built from what the handshake negotiated. With tracing on, reads keep the SDK's client (its span
@@ -16,6 +20,7 @@ and the trace context it sends upstream): `Upstream.read` decides.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import Awaitable, Callable
@@ -35,16 +40,21 @@ _CLIENT_CAPABILITIES: dict[str, Any] = {}
 
 class Lane:
     """Reads over one stdio connection, sharing its pipe with the SDK's session (`write` is the pipe's writer, which
-    serializes whole lines with the SDK's own writes)."""
+    serializes whole lines with the SDK's own writes; `write_now` writes a whole line at once and says whether it
+    could, without waiting)."""
 
-    def __init__(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+    def __init__(self, write: Callable[[bytes], Awaitable[None]],
+                 write_now: Callable[[bytes], bool] | None = None) -> None:
         self._write = write
+        self._write_now = write_now
         self._ids = itertools.count(1)
-        self._waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._waiting: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
         self._closed = False
         self._meta: dict[str, Any] | None = None
         self.ready = False
         """Whether reads may take the lane: set once the handshake is known (`negotiated`)."""
+        self.modern = False
+        """Whether the modern wire was negotiated (its results carry caching hints)."""
 
     def negotiated(self, protocol_version: str | None, client_info: dict[str, Any]) -> None:
         """The handshake's outcome: the modern wire's envelope, or none on the legacy wire."""
@@ -54,6 +64,7 @@ class Lane:
             self._meta = {"io.modelcontextprotocol/protocolVersion": protocol_version,
                           "io.modelcontextprotocol/clientInfo": client_info,
                           "io.modelcontextprotocol/clientCapabilities": _CLIENT_CAPABILITIES}
+            self.modern = True
         self.ready = True
 
     def claims(self, message: object) -> bool:
@@ -64,21 +75,21 @@ class Lane:
         if not isinstance(request_id, str) or not request_id.startswith(_PREFIX) or "method" in message:
             return False
         waiting = self._waiting.pop(request_id, None)
-        if waiting is not None:  # an answer to a read given up is dropped
-            waiting[1].append(message)
-            waiting[0].set()
+        if waiting is not None and not waiting.done():  # an answer to a read given up is dropped
+            waiting.set_result(message)
         return True
 
     def close(self) -> None:
         """The connection ended: every read waiting fails as the SDK's do (CONNECTION_CLOSED)."""
         self._closed = True
-        for event, _ in self._waiting.values():
-            event.set()
+        for waiting in self._waiting.values():
+            if not waiting.done():
+                waiting.set_result(None)
         self._waiting.clear()
 
-    async def read(self, uri: str) -> types.ReadResourceResult:
-        """The upstream's answer to `resources/read` of `uri`, checked by the SDK's result model; MCPError for an
-        error answer or a connection that ended."""
+    async def read(self, uri: str, timeout: float | None = None) -> dict[str, Any]:
+        """The upstream's result for `resources/read` of `uri` (a complete one, as the wire gave it); MCPError for an
+        error answer or a connection that ended, TimeoutError past `timeout` seconds (None: the caller bounds it)."""
         if self._closed:
             raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
         request_id = f"{_PREFIX}{next(self._ids)}"
@@ -87,23 +98,28 @@ class Lane:
             params["_meta"] = self._meta
         line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": params},
                           separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
-        event, answer = anyio.Event(), list[dict[str, Any]]()
-        self._waiting[request_id] = (event, answer)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[dict[str, Any] | None] = loop.create_future()
+        self._waiting[request_id] = answer
+        expiry = None if timeout is None else loop.call_later(timeout, _expire, answer)
         answered = False
         try:
             try:
-                await self._write(line)
+                if self._write_now is None or not self._write_now(line):
+                    await self._write(line)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 # The child stopped reading: as the SDK says of a connection gone (the call goes to the next one).
                 raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
-            await event.wait()
+            message = await answer
             answered = True
         finally:
+            if expiry is not None:
+                expiry.cancel()
             if not answered and self._waiting.pop(request_id, None) is not None and not self._closed:
                 await self._cancel(request_id)
-        if not answer:
+        if message is None:
             raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
-        return _result(answer[0])
+        return _result(message)
 
     async def _cancel(self, request_id: str) -> None:
         """Tell the upstream a read was given up (best effort: the pipe may be gone, and we may be cancelled)."""
@@ -115,7 +131,12 @@ class Lane:
                 pass
 
 
-def _result(message: dict[str, Any]) -> types.ReadResourceResult:
+def _expire(answer: asyncio.Future[dict[str, Any] | None]) -> None:
+    if not answer.done():
+        answer.set_exception(TimeoutError())
+
+
+def _result(message: dict[str, Any]) -> dict[str, Any]:
     error = message.get("error")
     if error is not None:
         if not isinstance(error, dict) or not isinstance(code := error.get("code"), int):
@@ -125,4 +146,4 @@ def _result(message: dict[str, Any]) -> types.ReadResourceResult:
     if not isinstance(result, dict) or result.get("resultType", "complete") != "complete":
         # An input_required answer (or none): the SDK's client refuses it too.
         raise MCPError(types.INTERNAL_ERROR, "resources/read: not a complete result")
-    return types.ReadResourceResult.model_validate(result, by_name=False)
+    return result

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import ByteReceiveStream
 
-__all__ = ["MISSING", "Oversized", "answered_id", "lines", "skip_budget"]
+__all__ = ["MISSING", "LineSplitter", "Oversized", "answered_id", "lines", "skip_budget"]
 
 HEAD_BYTES = 256
 TAIL_BYTES = 256
@@ -62,47 +62,69 @@ def answered_id(head: bytes, tail: bytes | None) -> object:
         return MISSING
 
 
+class LineSplitter:
+    """`lines` without the stream: chunks fed in, the items they complete handed back (for a caller that is given
+    bytes as they arrive rather than awaiting them)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._budget = skip_budget(limit)
+        self._buffer = bytearray()
+        self._scanned = 0
+        self._head: bytes | None = None  # set while a line past the cap is being skipped
+        self._tail = b""
+        self._skipped = 0
+
+    def feed(self, chunk: bytes) -> list[bytes | Oversized | None]:
+        """The items `chunk` completes, as `lines` yields them; a None (past the skip budget) is the last one."""
+        items: list[bytes | Oversized | None] = []
+        if self._head is not None:
+            newline = chunk.find(b"\n")
+            end = len(chunk) if newline < 0 else newline
+            self._tail = (self._tail + chunk[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
+            self._skipped += end
+            if newline < 0:
+                if self._skipped > self._budget:
+                    items.append(None)
+                return items
+            items.append(Oversized(self._head, self._tail))
+            self._head = None
+            chunk = chunk[newline + 1:]
+        buffer, limit = self._buffer, self.limit
+        buffer += chunk
+        while (newline := buffer.find(b"\n", self._scanned)) >= 0:
+            if newline > limit:
+                items.append(Oversized(bytes(buffer[:min(newline, HEAD_BYTES)]),
+                                       bytes(buffer[max(0, newline - TAIL_BYTES):newline])))
+            else:
+                items.append(bytes(buffer[:newline]))
+            del buffer[:newline + 1]
+            self._scanned = 0
+        self._scanned = len(buffer)
+        if self._scanned > limit:
+            self._head, self._tail, self._skipped = bytes(buffer[:HEAD_BYTES]), bytes(buffer[-TAIL_BYTES:]), len(buffer)
+            buffer.clear()
+            self._scanned = 0
+            items.append(Oversized(self._head, None))
+        return items
+
+    def end(self) -> list[bytes | Oversized | None]:
+        """The items the end of the stream completes: an unterminated last line (not one being skipped)."""
+        return [bytes(self._buffer)] if self._buffer and self._head is None else []
+
+
 async def lines(stream: ByteReceiveStream, limit: int) -> AsyncIterator[bytes | Oversized | None]:
     """Lines of `stream` (without the newline). A line past `limit` bytes is skipped: Oversized(head, None) when it
     crosses the cap, Oversized(head, tail) when it ends; None (then the end) when it passes `skip_budget`."""
-    budget = skip_budget(limit)
-    buffer = bytearray()
-    scanned = 0
-    head: bytes | None = None  # set while a line past the cap is being skipped
-    tail = b""
-    skipped = 0
+    splitter = LineSplitter(limit)
     while True:
         try:
             chunk = await stream.receive()
         except anyio.EndOfStream:
-            if buffer and head is None:
-                yield bytes(buffer)
+            for item in splitter.end():
+                yield item
             return
-        if head is not None:
-            newline = chunk.find(b"\n")
-            end = len(chunk) if newline < 0 else newline
-            tail = (tail + chunk[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
-            skipped += end
-            if newline < 0:
-                if skipped > budget:
-                    yield None
-                    return
-                continue
-            yield Oversized(head, tail)
-            head = None
-            chunk = chunk[newline + 1:]
-        buffer += chunk
-        while (newline := buffer.find(b"\n", scanned)) >= 0:
-            if newline > limit:
-                yield Oversized(bytes(buffer[:min(newline, HEAD_BYTES)]),
-                                bytes(buffer[max(0, newline - TAIL_BYTES):newline]))
-            else:
-                yield bytes(buffer[:newline])
-            del buffer[:newline + 1]
-            scanned = 0
-        scanned = len(buffer)
-        if scanned > limit:
-            head, tail, skipped = bytes(buffer[:HEAD_BYTES]), bytes(buffer[-TAIL_BYTES:]), len(buffer)
-            buffer.clear()
-            scanned = 0
-            yield Oversized(head, None)
+        for item in splitter.feed(chunk):
+            yield item
+            if item is None:
+                return

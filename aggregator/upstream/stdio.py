@@ -12,6 +12,7 @@ POSIX only (a process group per child).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -30,6 +31,7 @@ from mcp.shared.message import SessionMessage
 from aggregator.upstream.failures import too_big
 from aggregator.upstream.lane import Lane
 from aggregator.upstream.oversized import MISSING, Oversized, answered_id, lines
+from aggregator.upstream.tap import tap
 
 __all__ = ["bounded_stdio"]
 
@@ -62,14 +64,31 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
         async with writing:
             await process.stdin.send(data)
 
-    lane = Lane(send)
+    def write_now(data: bytes) -> bool:
+        """Write a whole line at once when nothing waits to be written (the pipe holds nothing unsent, no `send` is
+        under way); False (nothing written) otherwise. BrokenPipeError when the pipe is gone."""
+        stream = getattr(process.stdin, "_stream", None)  # anyio's wrapper of asyncio's StreamWriter
+        if writing.locked() or not isinstance(stream, asyncio.StreamWriter):
+            return False
+        if stream.is_closing():
+            raise BrokenPipeError("the child's stdin is closed")
+        if stream.transport.get_write_buffer_size():
+            return False
+        stream.write(data)
+        if stream.is_closing():  # the write failed: asyncio closed the pipe
+            raise BrokenPipeError("the child's stdin is closed")
+        return True
+
+    lane = Lane(send, write_now)
+    # Lane answers claimed as the pipe delivers them (`tap`); else the stream is read line by line as before.
+    stdout = tap(process, max_line, lane)
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
         told = False  # whether the call answered by the line being skipped was failed already
         async with read_writer:
             try:
-                async for line in lines(process.stdout, max_line):
+                async for line in stdout if stdout is not None else lines(process.stdout, max_line):
                     if isinstance(line, Oversized):
                         if not told and (request_id := answered_id(line.head, line.tail)) is not MISSING:
                             told = True

@@ -1,0 +1,74 @@
+"""An upstream listed again (its list_changed, a reconnect): the next catalog with what that one source lists now,
+spliced in place of what it listed, without listing or building the rest of the catalog again.
+
+`apply_upstream` gives the catalog `compile_catalog` would build when only `source` lists otherwise now (same
+entries, order, lookups, pages, scope views, templates; a URI or template collision is the same ManifestError),
+doing work in proportion to the source's listing: its collections' files go through catalog_delta, what it
+publishes itself (resources under its namespace) is compared resource by resource, and its templates are indexed
+again only when they changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
+
+from aggregator.catalog import Catalog
+from aggregator.catalog_delta import Delta, file_changes, next_catalog
+from aggregator.compiler import build_templates, upstream_entry
+from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue
+from aggregator.sources import FileInfo
+from aggregator.sources.base import Published
+
+__all__ = ["apply_upstream"]
+
+
+def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
+                   removed: Collection[str], stated: Mapping[str, FileInfo | None], published: Published | None,
+                   now: float | None = None) -> Delta:
+    """Apply to `catalog` (compiled from `manifest`) what `source` lists now: files of its collections (`upserted`
+    and `removed`, as `catalog_delta.apply_files` takes them), the stat of the files manifest resources name in it
+    (`stated`; None: not found), and what it publishes itself (`published`; None: nothing, as for a source that
+    cannot be listed past its staleIfError).
+
+    The Delta's `listing_changed` covers the templates too. ManifestError (the issues compile_catalog reports) if a
+    new URI or template collides, NeedsRelist if a collection of `source` was never listed; `catalog` is unchanged.
+    """
+    at = time.monotonic() if now is None else now
+    changes = file_changes(catalog, manifest, source, upserted, removed, stated)
+    before = catalog.published.get(source)
+    same = before is not None and published is not None and before.resources == published.resources
+    # Equal published records compare by their digest (an unchanged relisting shares them): no resource built.
+    old = {res.uri: res for res in before.resources} if before is not None and not same else {}
+    new = {res.uri: res for res in published.resources} if published is not None and not same else {}
+    for uri, res in old.items():  # those that went or read otherwise: out (their URI may come back just below)
+        if new.get(uri) != res and (entry := catalog.get(uri)) is not None:
+            changes.out[uri] = entry
+    sspec = manifest.sources[source]
+    changes.incoming += [(sspec, upstream_entry(sspec, res)) for uri, res in new.items() if old.get(uri) != res]
+    offered = dict(catalog.published)
+    if published is None:
+        offered.pop(source, None)
+    else:
+        offered[source] = published
+    templates, issues = None, list[ManifestIssue]()
+    if (before.templates if before is not None else ()) != (published.templates if published is not None else ()):
+        templates = build_templates(manifest, offered, issues)
+    try:
+        delta = next_catalog(catalog, manifest, changes, at)
+    except ManifestError as exc:
+        raise ManifestError([*exc.issues, *issues]) from None
+    if issues:
+        raise ManifestError(issues)
+    successor = delta.catalog  # not served yet: what it holds of the source is set here
+    successor.published = offered
+    if published is None:
+        successor.published_at.pop(source, None)
+    else:
+        successor.published_at[source] = at
+    if templates is None:
+        return delta
+    successor.with_templates(templates)
+    return replace(delta, listing_changed=delta.listing_changed
+                   or successor.templates_shown() != catalog.templates_shown())

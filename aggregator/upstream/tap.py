@@ -1,0 +1,126 @@
+"""A stdio child's stdout taken as the pipe delivers it: the lines that answer the read lane are claimed in the
+pipe's own callback, everything else goes to the reader task in order.
+
+Through the stream a lane answer woke the reader task, which parsed it and woke the read: two turns of the event
+loop and the stream's and the line iterator's machinery per read, a good part of a hop (benchmarks/upstream_hop.py).
+Here the answer resolves the read's future where the bytes arrive. Lines are split and bounded as
+`oversized.lines` does (a line past the cap is skipped as it streams, never buffered). What waits for the reader task
+is bounded too: past `QUEUED_BYTES` the pipe stops being read until the task catches up, as the stream's own buffer
+did.
+
+It is installed on asyncio's `StreamReader` of the child's stdout (the one anyio's process wraps), whose protocol
+hands it every chunk (`feed_data`), the end (`feed_eof`) or a failure (`set_exception`); where that is not what
+the process offers, `tap` returns None and the stream is read as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from typing import Any
+
+from aggregator.upstream.lane import Lane
+from aggregator.upstream.oversized import LineSplitter, Oversized
+
+__all__ = ["QUEUED_BYTES", "StdoutTap", "tap"]
+
+QUEUED_BYTES = 256 * 1024
+"""Bytes of lines waiting for the reader task past which the pipe is no longer read (until the task takes them)."""
+
+Item = bytes | Oversized | None
+
+
+class StdoutTap:
+    """The lines of one child's stdout: lane answers claimed as they arrive, the rest iterated by one reader task
+    (`async for`), ending when the pipe does (after a None: a line past the skip budget)."""
+
+    def __init__(self, reader: asyncio.StreamReader, limit: int, lane: Lane) -> None:
+        self._reader = reader
+        self._splitter = LineSplitter(limit)
+        self._lane = lane
+        self._items: deque[Item] = deque()
+        self._queued = 0
+        self._paused = False
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+        reader.feed_data = self._feed  # type: ignore[method-assign, assignment]
+        reader.feed_eof = self._eof  # type: ignore[method-assign]
+        reader.set_exception = self._failed  # type: ignore[method-assign]
+        pending = getattr(reader, "_buffer", None)  # what came before the tap was in place
+        if pending:
+            data = bytes(pending)
+            pending.clear()
+            self._feed(data)
+        if getattr(reader, "_eof", False):
+            self._eof()
+
+    def _feed(self, data: bytes) -> None:
+        if self._ended:
+            return
+        waiting = len(self._items)
+        for item in self._splitter.feed(data):
+            if type(item) is bytes and self._claimed(item):
+                continue
+            self._items.append(item)
+            self._queued += len(item) if type(item) is bytes else 0
+            if item is None:
+                self._ended = True
+                break
+        if self._queued > QUEUED_BYTES and not self._paused:
+            transport = getattr(self._reader, "_transport", None)
+            if transport is not None:
+                transport.pause_reading()
+                self._paused = True
+        if len(self._items) > waiting:  # the reader task has something to take (a claimed answer is not its)
+            self._wake()
+
+    def _claimed(self, line: bytes) -> bool:
+        """Whether `line` answers a lane read (it is delivered then); anything else, a line that does not parse
+        included, is the reader task's."""
+        if b'"agg-' not in line:  # the lane's ids: most of the SDK's traffic is not parsed twice
+            return False
+        try:
+            return self._lane.claims(json.loads(line))
+        except (ValueError, RecursionError):
+            return False
+
+    def _eof(self) -> None:
+        if not self._ended:
+            self._items.extend(self._splitter.end())
+            self._ended = True
+        self._wake()
+
+    def _failed(self, exc: BaseException) -> None:
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> StdoutTap:
+        return self
+
+    async def __anext__(self) -> Item:
+        while not self._items:
+            if self._ended:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        item = self._items.popleft()
+        if type(item) is bytes:
+            self._queued -= len(item)
+            if self._paused and self._queued <= QUEUED_BYTES // 2:
+                self._paused = False
+                transport = getattr(self._reader, "_transport", None)
+                if transport is not None:
+                    transport.resume_reading()
+        return item
+
+
+def tap(process: Any, limit: int, lane: Lane) -> StdoutTap | None:
+    """A tap on the stdout of `process` (anyio's, on asyncio), None when it has no asyncio StreamReader there."""
+    reader = getattr(getattr(process, "_process", None), "stdout", None)
+    return StdoutTap(reader, limit, lane) if isinstance(reader, asyncio.StreamReader) else None

@@ -1,0 +1,79 @@
+"""aggregator.upstream.tap over a real child's stdout: the lane's answers are claimed as the pipe delivers them,
+every other line reaches the reader in order (cut at the cap, the last one without its newline too), and a reader
+that lags stops the pipe being read until it catches up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import pytest
+
+from aggregator.upstream.lane import Lane
+from aggregator.upstream.oversized import Oversized
+from aggregator.upstream.tap import QUEUED_BYTES, tap
+
+ANSWERING = r"""
+import json, sys
+print(json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    answer = {"contents": [{"uri": request["params"]["uri"], "text": "hi"}]}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": answer}) + "\n")
+    sys.stdout.write("x" * 2000 + "\n")
+    sys.stdout.write('{"jsonrpc":"2.0","id":7,"result":{}}\n')
+    sys.stdout.flush()
+sys.stdout.write("no newline")
+"""
+
+FLOODING = r"""
+import sys
+for i in range(LINES):
+    sys.stdout.write(f"{i:08d}" + "y" * 992 + "\n")
+sys.stdout.flush()
+"""
+
+
+async def _child(script: str) -> Any:
+    return await anyio.open_process([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def test_lane_answers_are_claimed_and_the_rest_reaches_the_reader() -> None:
+    async def main() -> None:
+        async with await _child(ANSWERING) as process:
+            lane = Lane(process.stdin.send)
+            lane.negotiated("2025-11-25", {})
+            stdout = tap(process, 1000, lane)
+            assert stdout is not None
+            with anyio.fail_after(30):
+                answer = await lane.read("test://a", timeout=30)
+            assert answer == {"contents": [{"uri": "test://a", "text": "hi"}]}
+            await process.stdin.aclose()
+            with anyio.fail_after(30):
+                items = [item async for item in stdout]
+        assert items[0] == b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {}}'
+        assert isinstance(items[1], Oversized) and items[1].head.startswith(b"x") and items[1].tail
+        assert items[2:] == [b'{"jsonrpc":"2.0","id":7,"result":{}}', b"no newline"]
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("lines", [4 * QUEUED_BYTES // 1000])
+def test_a_lagging_reader_pauses_the_pipe(lines: int) -> None:
+    async def main() -> None:
+        async with await _child(FLOODING.replace("LINES", str(lines))) as process:
+            stdout = tap(process, 4096, Lane(process.stdin.send))
+            assert stdout is not None
+            transport = process._process.stdout._transport
+            with anyio.fail_after(30):
+                while transport.is_reading():  # nobody takes the lines: the pipe stops being read
+                    await anyio.sleep(0.02)
+            assert stdout._queued <= QUEUED_BYTES + 256 * 1024  # at most one read of the pipe past the bound
+            with anyio.fail_after(30):
+                got = [item async for item in stdout]
+                await process.wait()
+        assert len(got) == lines and all(isinstance(g, bytes) and g.startswith(b"%08d" % i) for i, g in enumerate(got))
+
+    anyio.run(main)
