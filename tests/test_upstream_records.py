@@ -97,6 +97,10 @@ def test_absent_and_empty_fields_stay_apart() -> None:
     items = [ListedResource("x://a", "", "", None, ""), ListedResource("x://b", "b", None, "", None, 0, 0.0),
              ListedResource("x://c", "c\x00d", "t\x00", "d", "m", None, math.inf)]
     assert list(ResourceRecords(items)) == items
+    broken = [ListedResource("x://a\nb", "a"), ListedResource("x://c", "c")]  # a line break (none once cleaned)
+    assert list(ResourceRecords(broken, "up+")) == broken and ResourceRecords(broken, "up+").uris[0] == "up+x://a\nb"
+    assert ResourceRecords([], "up+").uris == [] and list(ResourceRecords([ListedResource("", "")], "up+")) == [
+        ListedResource("", "")]
 
 
 def test_an_unchanged_relisting_shares_the_records_kept() -> None:

@@ -36,7 +36,7 @@ from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
 from aggregator.upstream.answers import ListedResource
-from aggregator.upstream.records import PublishedRecords, ResourceRecords
+from aggregator.upstream.records import Packed, PublishedRecords, ResourceRecords
 from aggregator.upstream.values import UpstreamValues
 
 if TYPE_CHECKING:
@@ -110,8 +110,12 @@ class McpSource(Source):
             except SourceUnsupported:  # no resources capability: -32601, as an SDK server answers
                 self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
                 listing = Listing([])
-            # Kept as columns, URIs as the catalog lists them (with the namespace): the records go, the strings stay.
-            records = ResourceRecords(self.values.resources(listing.items), self._prefix)
+            # Kept as columns, URIs as the catalog lists them (with the namespace): the records go before the URI
+            # strings are made, so that those fill the heap the records left (`Packed`).
+            packed = Packed(self.values.resources(listing.items), self._prefix)
+            listing = replace(listing, items=())
+            records = packed.records()
+            del packed
             if records == self._kept:  # the catalog holds the last ones: one copy, not one more a relisting
                 records = self._kept
             self._kept = records

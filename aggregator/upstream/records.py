@@ -23,7 +23,7 @@ from typing import TypeVar, overload
 from aggregator.sources.base import PublishedResource
 from aggregator.upstream.answers import ListedResource
 
-__all__ = ["NO_SIZE", "NO_TIME", "PublishedRecords", "ResourceRecords", "as_records"]
+__all__ = ["NO_SIZE", "NO_TIME", "Packed", "PublishedRecords", "ResourceRecords", "as_records"]
 
 NO_SIZE = -1
 """A size column's value for an entry without a size (as `catalog_rows`, whose rows share these columns)."""
@@ -83,25 +83,24 @@ class ResourceRecords(_Built[ListedResource]):
     """An upstream's resources in URI order (each URI once), as columns; `uris` hold `prefix` + the upstream URI."""
 
     def __init__(self, items: Iterable[ListedResource], prefix: str = "") -> None:
-        ordered = sorted(items, key=_URI)
+        packed = Packed(items, prefix)
+        self._set(prefix, packed.uri_list(), packed.sizes, packed.mtimes, packed.text, packed.ends, packed.odd)
+
+    def _set(self, prefix: str, uris: list[str], sizes: array[int], mtimes: array[float], text: bytes,
+             ends: array[int], odd: dict[int, ListedResource]) -> None:
         self.prefix = prefix
-        self.uris: list[str] = [prefix + item.uri for item in ordered] if prefix else list(map(_URI, ordered))
+        self.uris = uris
         """The URIs, sorted, each `prefix` + the upstream's URI (the strings the catalog's rows hold)."""
-        self.sizes = array("q", [NO_SIZE if item.size is None else item.size for item in ordered])
-        self.mtimes = array("d", [NO_TIME if item.mtime is None else item.mtime for item in ordered])
-        records = [_encoded(item) for item in ordered]
-        self._odd = {i: item for i, (item, record) in enumerate(zip(ordered, records)) if record is None}
+        self.sizes, self.mtimes = sizes, mtimes
+        self._text, self._ends = text, ends
+        self._odd = odd
         """Records kept whole, by index: those whose text holds the separator (none once cleaned)."""
-        parts = [b"" if record is None else record for record in records]
-        self._ends = array("Q", accumulate(map(len, parts)))
-        self._text = b"".join(parts)
 
     @classmethod
     def _of(cls, prefix: str, uris: list[str], sizes: array[int], mtimes: array[float], text: bytes,
             ends: array[int], odd: dict[int, ListedResource]) -> ResourceRecords:
         records = cls.__new__(cls)
-        records.prefix, records.uris, records.sizes, records.mtimes = prefix, uris, sizes, mtimes
-        records._text, records._ends, records._odd = text, ends, odd
+        records._set(prefix, uris, sizes, mtimes, text, ends, odd)
         return records
 
     def __len__(self) -> int:
@@ -161,6 +160,39 @@ class ResourceRecords(_Built[ListedResource]):
         h.update(self._text)
         h.update(repr(sorted(self._odd.items())).encode("utf-8", "surrogatepass"))
         return h.digest()
+
+
+class Packed:
+    """A listing's records encoded in a few big objects, the URIs in one string: what `ResourceRecords` are made of
+    (`records()`) once the `ListedResource`s are gone. Made while those were alive, a million URI strings would be
+    strewn over the memory they took, which would then stay the process's; made after, they fill the heap in
+    order."""
+
+    def __init__(self, items: Iterable[ListedResource], prefix: str) -> None:
+        ordered = sorted(items, key=_URI)
+        self.prefix = prefix
+        self.count = len(ordered)
+        uris = list(map(_URI, ordered))
+        self.uris: str | list[str] = (prefix + "\n".join(uris).replace("\n", "\n" + prefix) if prefix else
+                                      "\n".join(uris)) if not any("\n" in uri for uri in uris) else \
+            [prefix + uri for uri in uris]  # a URI with a line break (none once cleaned): strings as they are
+        del uris
+        self.sizes = array("q", [NO_SIZE if item.size is None else item.size for item in ordered])
+        self.mtimes = array("d", [NO_TIME if item.mtime is None else item.mtime for item in ordered])
+        records = [_encoded(item) for item in ordered]
+        self.odd = {i: item for i, (item, record) in enumerate(zip(ordered, records)) if record is None}
+        parts = [b"" if record is None else record for record in records]
+        self.ends = array("Q", accumulate(map(len, parts)))
+        self.text = b"".join(parts)
+
+    def uri_list(self) -> list[str]:
+        """The URI strings (made now)."""
+        return self.uris if isinstance(self.uris, list) else self.uris.split("\n") if self.count else []
+
+    def records(self) -> ResourceRecords:
+        """The records (their URI strings made now)."""
+        return ResourceRecords._of(self.prefix, self.uri_list(), self.sizes, self.mtimes, self.text, self.ends,
+                                   self.odd)
 
 
 class PublishedRecords(_Built[PublishedResource]):
