@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aggregator import heap
 from aggregator.globs import path_filter
 from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.model import namespaced_uri
@@ -116,6 +117,8 @@ class McpSource(Source):
             listing = replace(listing, items=())
             records = packed.records()
             del packed
+            if len(records) >= heap.BIG_LISTING:
+                heap.trim()  # what the records took goes back to the system
             if records == self._kept:  # the catalog holds the last ones: one copy, not one more a relisting
                 records = self._kept
             self._kept = records
