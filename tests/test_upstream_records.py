@@ -127,3 +127,16 @@ def test_a_size_past_64_bits_is_no_size() -> None:
     for size, kept in ((2**70, None), (2**63, None), (2**63 - 1, 2**63 - 1), (-1, None), (0, 0)):
         resource = listed(types.Resource(uri="x://a", name="a", size=size))
         assert resource.size == kept and ResourceRecords([resource])[0] == resource
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RESOURCE, max_size=12), st.lists(RESOURCE, max_size=12))
+def test_changed_records_are_what_differs_resource_by_resource(before: list[ListedResource],
+                                                                now: list[ListedResource]) -> None:
+    """`PublishedRecords.changed` (one walk of the columns) names what comparing every resource names."""
+    old, new = (PublishedRecords(ResourceRecords(unique(items), "up+"), "x://") for items in (before, now))
+    by_uri_old, by_uri_new = {r.uri: r for r in old}, {r.uri: r for r in new}
+    gone, came = new.changed(old)
+    assert set(gone) == {uri for uri, r in by_uri_old.items() if by_uri_new.get(uri) != r}
+    assert came == [r for uri, r in by_uri_new.items() if by_uri_old.get(uri) != r]
+    assert new.changed(new) == ([], [])

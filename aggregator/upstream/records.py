@@ -129,6 +129,15 @@ class ResourceRecords(_Built[ListedResource]):
             found[next(at for tag, at in _TAGS if tag == field[0])] = field[1:]
         return found[0], found[1], found[2], found[3]  # type: ignore[return-value]
 
+    def same(self, index: int, other: ResourceRecords, at: int) -> bool:
+        """Whether record `index` rebuilds equal to `other`'s record `at` but for the URI (compared by the caller)."""
+        if self._odd or other._odd:
+            return self[index] == other[at]
+        mine, theirs = self.mtimes[index], other.mtimes[at]
+        return (self.sizes[index] == other.sizes[at] and (mine == theirs or (mine != mine and theirs != theirs))
+                and self._text[(self._ends[index - 1] if index else 0):self._ends[index]]
+                == other._text[(other._ends[at - 1] if at else 0):other._ends[at]])
+
     def find(self, uri: str) -> int | None:
         """The index of the record whose URI (with the prefix) is `uri`, None if none. O(log n)."""
         i = bisect_left(self.uris, uri)
@@ -218,6 +227,27 @@ class PublishedRecords(_Built[PublishedResource]):
         return PublishedResource(uri, uri[self.cut:], item.name, item.title, item.description, item.mime_type,
                                  item.size, item.mtime)
 
+    def changed(self, before: PublishedRecords) -> tuple[list[str], list[PublishedResource]]:
+        """What differs from `before` (of the same start): the URIs of `before` gone or changed, and the resources
+        new or changed, in one walk of both URI lists (only those resources built)."""
+        a, b = before.records, self.records
+        old, new = a.uris, b.uris
+        gone: list[str] = []
+        came: list[int] = []
+        i = j = 0
+        while i < len(old) or j < len(new):
+            if j == len(new) or (i < len(old) and old[i] < new[j]):
+                gone.append(old[i])
+                i += 1
+            elif i == len(old) or new[j] < old[i]:
+                came.append(j)
+                j += 1
+            else:
+                if not b.same(j, a, i):
+                    gone.append(old[i])
+                    came.append(j)
+                i, j = i + 1, j + 1
+        return gone, [self._at(j) for j in came]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PublishedRecords):
