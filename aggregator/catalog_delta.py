@@ -189,8 +189,8 @@ def entries_of_files(catalog: Catalog, manifest: Manifest, source: str, paths: C
             found.append(entry)
     published = catalog.published.get(source)
     if published is not None:  # an upstream's own resources: as many as it publishes, not the catalog
-        found += [entry for res in published.resources
-                  if res.path in paths and (entry := catalog.get(res.uri)) is not None and entry.source == source]
+        found += [entry for uri, _ in published.locations(paths)
+                  if (entry := catalog.get(uri)) is not None and entry.source == source]
     return found
 
 

@@ -11,7 +11,7 @@ again only when they changed.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from aggregator.catalog import Catalog
@@ -19,7 +19,8 @@ from aggregator.catalog_delta import Delta, file_changes, next_catalog
 from aggregator.compiler import build_templates, upstream_entry
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue
 from aggregator.sources import FileInfo
-from aggregator.sources.base import Published
+from aggregator.sources.base import Published, PublishedResource
+from aggregator.upstream.records import PublishedRecords
 
 __all__ = ["apply_upstream"]
 
@@ -38,13 +39,13 @@ def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: 
     at = time.monotonic() if now is None else now
     changes = file_changes(catalog, manifest, source, upserted, removed, stated)
     before = catalog.published.get(source)
-    old = {res.uri: res for res in before.resources} if before is not None else {}
-    new = {res.uri: res for res in published.resources} if published is not None else {}
-    for uri, res in old.items():  # those that went or read otherwise: out (their URI may come back just below)
-        if new.get(uri) != res and (entry := catalog.get(uri)) is not None:
+    gone, came = _changed(before.resources if before is not None else (),
+                          published.resources if published is not None else ())
+    for uri in gone:  # those that went or read otherwise: out (their URI may come back just below)
+        if (entry := catalog.get(uri)) is not None:
             changes.out[uri] = entry
     sspec = manifest.sources[source]
-    changes.incoming += [(sspec, upstream_entry(sspec, res)) for uri, res in new.items() if old.get(uri) != res]
+    changes.incoming += [(sspec, upstream_entry(sspec, res)) for res in came]
     offered = dict(catalog.published)
     if published is None:
         offered.pop(source, None)
@@ -70,3 +71,15 @@ def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: 
     successor.with_templates(templates)
     return replace(delta, listing_changed=delta.listing_changed
                    or successor.templates_shown() != catalog.templates_shown())
+
+
+def _changed(before: Sequence[PublishedResource], now: Sequence[PublishedResource]
+             ) -> tuple[Iterable[str], list[PublishedResource]]:
+    """The URIs of `before` gone or changed in `now`, and the resources of `now` new or changed. Records (an mcp
+    source's columns) compare by digest, then in one walk of their URIs: no resource built but those that changed."""
+    if isinstance(before, PublishedRecords) and isinstance(now, PublishedRecords) and before.start == now.start:
+        return ((), []) if before == now else now.changed(before)
+    old = {res.uri: res for res in before}
+    new = {res.uri: res for res in now}
+    return [uri for uri, res in old.items() if new.get(uri) != res], [
+        res for uri, res in new.items() if old.get(uri) != res]

@@ -27,6 +27,7 @@ from aggregator.sources.base import Published, PublishedResource
 from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
+from aggregator.upstream_rows import published_entry, published_rows
 
 __all__ = ["EntryBuilder", "build_templates", "catalog_of", "collection_key", "compile_catalog", "resource_entry",
            "resource_key", "upstream_entry", "uri_collision"]
@@ -227,12 +228,10 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             if sspec.id in sources and sources[sspec.id].publishes:
                 tg.start_soon(publish, sspec)
 
-    upstream: list[Entry] = []
-    for sid, offered in published.items():
-        sspec = manifest.sources[sid]
-        upstream += [upstream_entry(sspec, res) for res in offered.resources]
+    upstream = [published_rows(offered.resources, sid, manifest.sources[sid].access)
+                for sid, offered in published.items()]
     resources = [e for e in resource_entries if e is not None]  # the task group built every resource or raised
-    parts = [part for part in (Rows.of(resources), *built, Rows.of(upstream)) if len(part)]
+    parts = [part for part in (Rows.of(resources), *built, *upstream) if len(part)]
     rows = Rows.merged(parts) if parts else _NO_ROWS
     twice = duplicates(rows.uris)
     if twice:  # a URI produced twice: named in the order compile_catalog claims URIs (rare: worth a second pass)
@@ -255,9 +254,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
 def upstream_entry(spec: SourceSpec, res: PublishedResource) -> Entry:
     """The entry of a resource source `spec` publishes itself (an upstream's, under its namespace)."""
-    return Entry(res.uri, res.name, Display(res.title, res.description, res.mime_type), res.title,
-                 res.mime_type or file_mime_type(res.path, None, False), res.size, res.mtime, spec.id, res.path,
-                 access=spec.access)
+    return published_entry(res, spec.id, spec.access)
 
 
 def catalog_of(entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int,
@@ -334,9 +331,9 @@ def _collisions(manifest: Manifest, twice: set[str], resources: list[Entry], lis
             claim(entry.uri, f"{cspec.key} (file {entry.path!r})", cspec.where)
     for sid, offered in published.items():
         sspec = manifest.sources[sid]
-        for res in offered.resources:
-            if res.uri in twice:
-                claim(res.uri, f"{sspec.key} (upstream resource {res.path!r})", sspec.where)
+        for uri, path in offered.locations():
+            if uri in twice:
+                claim(uri, f"{sspec.key} (upstream resource {path!r})", sspec.where)
     return issues
 
 

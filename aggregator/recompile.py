@@ -137,8 +137,8 @@ def _plan(previous: Catalog, old: Manifest, manifest: Manifest, sources: Mapping
                    and sid in current and sid in previous.published and sid not in needed}
     for sid, offered in previous.published.items():
         if sid not in republished:
-            out.update((e.uri, e) for res in offered.resources
-                       if (e := previous.get(res.uri)) is not None and e.source == sid)
+            out.update((e.uri, e) for uri, _ in offered.locations()
+                       if (e := previous.get(uri)) is not None and e.source == sid)
     return _Plan(reused, tuple(c for c, key in zip(manifest.collections, keys, strict=True) if key not in reused),
                  kept_resources, tuple(to_stat), republished, out)
 

@@ -42,12 +42,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 # ---- the upstream (stdlib only) ----
 
-def upstream_main(entries: int) -> None:
-    """Serve `entries` resources x://r/{i} in one page on stdin/stdout until stdin ends."""
+def upstream_main(entries: int, page: int = 0) -> None:
+    """Serve `entries` resources x://r/{i} in one page (or pages of `page`) on stdin/stdout until stdin ends."""
     out = sys.stdout.buffer
     listings = 0
-    body = b",".join([b'{"uri":"x://listings","name":"listings"}'] + [
-        b'{"uri":"x://r/%d","name":"r%d"}' % (i, i) for i in range(entries)])
+    items = [b'{"uri":"x://listings","name":"listings"}'] + [b'{"uri":"x://r/%d","name":"r%d"}' % (i, i)
+                                                             for i in range(entries)]
+    page = page or len(items)
 
     def send(raw: bytes) -> None:
         out.write(raw + b"\n")
@@ -67,8 +68,11 @@ def upstream_main(entries: int) -> None:
             reply(rid, {"protocolVersion": "2025-11-25", "serverInfo": {"name": "raw", "version": "1"},
                         "capabilities": {"resources": {"listChanged": True}}})
         elif method == "resources/list":
-            listings += 1
-            send(b'{"jsonrpc":"2.0","id":%s,"result":{"resources":[%s]}}' % (json.dumps(rid).encode(), body))
+            start = int((message.get("params") or {}).get("cursor") or 0)
+            listings += start == 0
+            more = b',"nextCursor":"%d"' % (start + page) if start + page < len(items) else b""
+            send(b'{"jsonrpc":"2.0","id":%s,"result":{"resources":[%s]%s}}' % (
+                json.dumps(rid).encode(), b",".join(items[start:start + page]), more))
         elif method == "resources/templates/list":
             reply(rid, {"resourceTemplates": []})
         elif method == "resources/read":
@@ -84,9 +88,10 @@ def upstream_main(entries: int) -> None:
 
 # ---- the gateway ----
 
-def manifest(folder: Path, entries: int, settings: str) -> Path:
-    command = [sys.executable, "-m", "benchmarks.upstream_scale", "--upstream", str(entries)]
-    path = folder / f"m{abs(hash((entries, settings)))}.yaml"
+def manifest(folder: Path, entries: int, settings: str, page: int = 0) -> Path:
+    command = [sys.executable, "-m", "benchmarks.upstream_scale", "--upstream", str(entries), "--upstream-page",
+               str(page)]
+    path = folder / f"m{abs(hash((entries, settings, page)))}.yaml"
     path.write_text(f"version: 1\nserver: {{name: gw}}\ndefaults: {{ttl: 0s, timeout: 60s}}\nsources:\n"
                     f"  up: {{url: 'mcp+stdio:', namespace: up, command: {json.dumps(command)}, "
                     f"env: {{PYTHONPATH: '{REPO}'}}{settings}}}\n")
@@ -224,6 +229,7 @@ async def beside(code: Path, path: Path, rounds: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream-page", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--entries", type=int, default=1_450_000)
     parser.add_argument("--flood-seconds", type=float, default=10.0)
     parser.add_argument("--peer", type=Path, default=Path("/work/main"), help="another checkout to compare with")
@@ -234,7 +240,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     if args.upstream is not None:
-        upstream_main(args.upstream)
+        upstream_main(args.upstream, args.upstream_page)
         return
     here: Path = REPO
 

@@ -23,6 +23,8 @@ from aggregator.manifest.model import (CollectionSpec, Defaults, Display, Locati
                                        ResourceSpec, ServerSettings, SourceSpec, TemplateSpec)
 from aggregator.service import ResourceService
 from aggregator.sources import Blob, FileInfo, LocalSource, Source, SourceError, SourceNotFound
+from aggregator.upstream.answers import ListedResource
+from aggregator.upstream.records import PublishedRecords, ResourceRecords
 from aggregator.sources.base import Published, PublishedResource, PublishedTemplate
 from tests.test_catalog_delta import SCOPES, _collided, assert_same
 
@@ -47,6 +49,8 @@ class Board(Source):
         self.templates: set[str] = set()
         self.down = False
         """Every call fails (the connection is lost)."""
+        self.columns = False
+        """Publish as `upstream.records` columns (an mcp source's), not as a list of resources."""
 
     def _answer(self) -> None:
         if self.down:
@@ -58,9 +62,13 @@ class Board(Source):
 
     async def published(self) -> Published:
         self._answer()
+        templates = [PublishedTemplate(f"up+test://{t}", t, t, None, None, None) for t in sorted(self.templates)]
+        if self.columns:  # as an mcp source publishes them: records kept as columns, rows compact
+            return Published(PublishedRecords(ResourceRecords(
+                [ListedResource(f"test://{path}", path.rsplit("/", 1)[-1], title, None, None, size)
+                 for path, (size, title) in self.files.items()], "up+"), "test://"), templates)
         return Published([PublishedResource(f"up+test://{path}", path, path.rsplit("/", 1)[-1], title, None, None,
-                                            size) for path, (size, title) in sorted(self.files.items())],
-                         [PublishedTemplate(f"up+test://{t}", t, t, None, None, None) for t in sorted(self.templates)])
+                                            size) for path, (size, title) in sorted(self.files.items())], templates)
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         self._answer()
@@ -149,9 +157,10 @@ def _assert_templates(got: Catalog, want: Catalog) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(initial=st.sets(st.sampled_from(NAMES), max_size=5), steps=_steps, stale_if_error=st.sampled_from([0, 3600]))
+@given(initial=st.sets(st.sampled_from(NAMES), max_size=5), steps=_steps, stale_if_error=st.sampled_from([0, 3600]),
+       columns=st.booleans())
 def test_an_upstream_relisted_in_place_equals_a_fresh_compile(tmp_path: Path, initial: set[str], steps: list[Step],
-                                                              stale_if_error: float) -> None:
+                                                              stale_if_error: float, columns: bool) -> None:
     """staleIfError 0 drops what the upstream listed once it cannot be listed, an hour keeps it (the fresh compile
     then builds on the catalog before it, as the supervisor's relist does)."""
     root = tmp_path / "f"
@@ -160,6 +169,7 @@ def test_an_upstream_relisted_in_place_equals_a_fresh_compile(tmp_path: Path, in
     (root / "d" / "a.md").write_text("da")
     m = _manifest(root, stale_if_error)
     board = Board()
+    board.columns = columns
     board.files = {name: (1, "v1") for name in initial}
     sources: dict[str, Source] = {"docs": LocalSource("docs", str(root)), "up": board}
 

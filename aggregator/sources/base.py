@@ -10,7 +10,7 @@ import builtins  # `builtins.list` in annotations below the class's own `list` m
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 import anyio
 
@@ -70,10 +70,27 @@ class PublishedTemplate:
     mime_type: str | None = None
 
 
+@runtime_checkable
+class LocatedResources(Protocol):
+    """Published resources kept as columns (`upstream.records.PublishedRecords`): where each is, without building
+    it."""
+
+    def locations(self, paths: Collection[str] | None = None) -> Iterable[tuple[str, str]]:
+        """(URI, path) of each resource (only those at `paths`, when given)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Published:
     resources: Sequence[PublishedResource] = ()
     templates: Sequence[PublishedTemplate] = ()
+
+    def locations(self, paths: Collection[str] | None = None) -> Iterable[tuple[str, str]]:
+        """(URI, path) of each published resource (only those at `paths`, when given), in no set order: over columns
+        without building a resource each (a million: a change to a few paths looks up those paths)."""
+        resources = self.resources
+        if isinstance(resources, LocatedResources):
+            return resources.locations(paths)
+        return ((r.uri, r.path) for r in resources if paths is None or r.path in paths)
 
 
 class SourceError(Exception):

@@ -27,15 +27,17 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aggregator import heap
 from aggregator.globs import path_filter
 from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.model import namespaced_uri
-from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedResource, PublishedTemplate,
+from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedTemplate,
                                      Source, SourceError, SourceNotFound, SourceUnsupported)
 from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
 from aggregator.upstream.answers import ListedResource
+from aggregator.upstream.records import Packed, PublishedRecords, ResourceRecords
 from aggregator.upstream.values import UpstreamValues
 
 if TYPE_CHECKING:
@@ -76,6 +78,10 @@ class McpSource(Source):
         self.values = UpstreamValues(f"{upstream.describe()} ({id})")
         """What the upstream lists and reads is checked here before it is served."""
         self._generation = 0
+        self._kept: ResourceRecords | None = None
+        """The last records listed (what the catalog most likely holds), for an equal listing to share them."""
+        self._prefix = namespaced_uri(namespace, "") if namespace else ""
+        """What the kept records' URIs start with: the namespace the catalog lists them under."""
         """Counts the upstream's ListChanged: a listing asked before the latest one is not kept (it may predate it)."""
 
     def describe(self) -> str:
@@ -105,12 +111,29 @@ class McpSource(Source):
             except SourceUnsupported:  # no resources capability: -32601, as an SDK server answers
                 self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
                 listing = Listing([])
-            listing = replace(listing, items=self.values.resources(listing.items))
+            # Kept as columns, URIs as the catalog lists them (with the namespace): the records go before the URI
+            # strings are made, so that those fill the heap the records left (`Packed`).
+            packed = Packed(self.values.resources(listing.items), self._prefix)
+            listing = replace(listing, items=())
+            records = packed.records()
+            del packed
+            if len(records) >= heap.BIG_LISTING:
+                heap.trim()  # what the records took goes back to the system
+            if records == self._kept:  # the catalog holds the last ones: one copy, not one more a relisting
+                records = self._kept
+            self._kept = records
+            listing = replace(listing, items=records)
             progress.add(len(listing.items))
             progress.done(len(listing.items))
             if generation == self._generation:
                 self._listing = (anyio.current_time(), listing)
             return listing
+
+    async def records(self) -> ResourceRecords:
+        """`listing().items`: the records, as columns."""
+        items = (await self.listing()).items
+        assert isinstance(items, ResourceRecords)
+        return items
 
     async def templates(self) -> Listing:
         """The upstream's resource templates (items are `mcp_types.ResourceTemplate`, checked as `listing`'s), one
@@ -141,14 +164,7 @@ class McpSource(Source):
         """Every upstream resource and template under `root`, as `<namespace>+<uri>`, described as upstream does."""
         if not self.namespace:
             return Published()
-        resources = []
-        for resource in (await self.listing()).items:
-            uri = resource.uri
-            path = self.path_of(uri)
-            if path is not None:
-                resources.append(PublishedResource(
-                    namespaced_uri(self.namespace, uri), path, resource.name, resource.title, resource.description,
-                    resource.mime_type, resource.size, resource.mtime))
+        resources = PublishedRecords(await self.records(), self.root)
         templates = []
         for template in (await self.templates()).items:
             text = template.uri_template
@@ -173,18 +189,16 @@ class McpSource(Source):
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         keep = path_filter(pattern, exclude, hidden)
-        found = []
-        for resource in (await self.listing()).items:
-            path = self.path_of(resource.uri)
-            if path is not None and keep(path):
-                found.append(_info(path, resource))
-        return found
+        records = await self.records()
+        start = self._prefix + self.root
+        return [_info(uri[len(start):], records[i]) for i, uri in enumerate(records.uris)
+                if len(uri) > len(start) and uri.startswith(start) and keep(uri[len(start):])]
 
     async def stat(self, path: str) -> FileInfo:
-        uri = self.uri_of(path)
-        for resource in (await self.listing()).items:
-            if resource.uri == uri:
-                return _info(path, resource)
+        records = await self.records()
+        index = records.find(self._prefix + self.uri_of(path))
+        if index is not None:
+            return _info(path, records[index])
         # Not listed (a templated URI): it exists if it reads.
         blob = await self.read(path, self.upstream.max_message_bytes)
         return FileInfo(path, len(blob.data), None, blob.version, blob.mime_type)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +18,15 @@ from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 
 __all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_answer", "read_result"]
 
+MAX_SIZE = 2**63
+"""Sizes from here on are no size (an array of signed 64-bit integers keeps them)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ListedResource:
-    """One resource of an upstream's listing as it is kept: what the catalog shows of it. A page's SDK models become
-    these as the page arrives, so a listing costs memory in proportion to what it keeps, not to the messages."""
+    """One resource of an upstream's listing: what the catalog shows of it. A page's SDK models become these as the
+    page arrives, so a listing costs memory in proportion to what it keeps, not to the messages; a source keeps
+    them as columns (`upstream.records`)."""
 
     uri: str
     name: str
@@ -29,7 +34,8 @@ class ListedResource:
     description: str | None = None
     mime_type: str | None = None
     size: int | None = None
-    """Bytes, when the upstream gave a size that is one (a whole number, not negative)."""
+    """Bytes, when the upstream gave a size that is one (a whole number, not negative, below 2**63: what a catalog
+    row's size column holds)."""
     mtime: float | None = None
     """`annotations.lastModified` as a timestamp, when it parses."""
 
@@ -39,7 +45,7 @@ def listed(resource: types.Resource) -> ListedResource:
     size = resource.size
     annotations = resource.annotations
     return ListedResource(str(resource.uri), resource.name, resource.title, resource.description,
-                          resource.mime_type, size if isinstance(size, int) and size >= 0 else None,
+                          resource.mime_type, size if isinstance(size, int) and 0 <= size < MAX_SIZE else None,
                           _timestamp(annotations.last_modified if annotations is not None else None))
 
 
@@ -58,7 +64,7 @@ def _timestamp(value: object) -> float | None:
 class Listing:
     """Every entry of a paginated listing, with the caching hints of its pages (modern wire only)."""
 
-    items: list[Any]
+    items: Sequence[Any]
     ttl_ms: int | None = None
     """The smallest ttlMs any page gave."""
     cache_scope: str | None = None
