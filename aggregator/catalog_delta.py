@@ -138,9 +138,14 @@ async def changed_files(catalog: Catalog, manifest: Manifest, source: str, backe
                         ) -> tuple[list[FileInfo], set[str]]:
     """What `apply_files` takes for paths a watcher named, folders included: the stat of each that is a file now
     and of every file under each that is a folder now (a folder moved in is named alone), and as gone the others
-    with every path `catalog` lists under them (so is a folder moved out)."""
+    with every path `catalog` lists under them (so is a folder moved out), and what it lists under a folder named
+    that is not there now (a folder looked at again: `folder_watch.changed_since`)."""
+    paths = set(paths)
     found, missing = await backend.stat_many(paths, folders=True)
-    return found, missing | listed_under(catalog, manifest, source, missing)
+    named = {info.path for info in found}
+    folders = paths - missing - named  # folders now: what is listed under one and not found there is gone too
+    gone = listed_under(catalog, manifest, source, missing | folders) - named
+    return found, missing | gone
 
 
 def listed_under(catalog: Catalog, manifest: Manifest, source: str, folders: Collection[str]) -> set[str]:

@@ -20,7 +20,7 @@ import anyio.from_thread
 import anyio.to_thread
 from watchfiles import Change, watch
 
-__all__ = ["folders_under", "watch_tree"]
+__all__ = ["changed_since", "folders_under", "watch_tree"]
 
 Batch = set[tuple[Change, str]]
 _IS_FOLDER = methodcaller("is_dir", follow_symlinks=False)
@@ -61,6 +61,35 @@ def folders_under(roots: Iterable[str], plain: Mapping[str, int] | None = None) 
                 found.add(entry.path)
                 stack.append(entry.path)
     return found
+
+
+def changed_since(times: Mapping[str, int], roots: Iterable[str]) -> Batch:
+    """What may have changed in the folders whose modification time moved from the one in `times` (a listing's:
+    `Source.folder_times`): (modified, folder) for each, which a consumer looks at again whole; in a root, its files
+    and the folders not in `times` instead (a root is the whole tree; a file deleted from it is not found here).
+    Blocking: run it in a thread."""
+    roots = set(roots)
+    moved: list[str] = []
+    for folder, mtime in times.items():
+        try:
+            if os.stat(folder).st_mtime_ns == mtime:
+                continue
+        except OSError:
+            continue  # gone: the time of the folder holding it moved too
+        moved.append(folder)
+    batch: Batch = set()
+    whole: list[str] = []  # folders named whole: what is under them is not named again
+    for folder in sorted(moved):
+        if folder in roots:
+            try:
+                with os.scandir(folder) as entries:
+                    batch.update((Change.modified, e.path) for e in entries if not (e.path in times and _safely(e)))
+            except OSError:
+                continue
+        elif not any(_within(taken, folder) for taken in whole):
+            whole.append(folder)
+            batch.add((Change.modified, folder))
+    return batch
 
 
 def _folders_and_links(entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
@@ -123,12 +152,20 @@ class _Watches:
 
 async def watch_tree(roots: Iterable[str], deliver: Callable[[Batch], Awaitable[None]], stop: anyio.Event,
                      *, debounce_ms: int, step_ms: int, rust_timeout_ms: int,
-                     plain: Mapping[str, int] | None = None) -> None:
+                     plain: Mapping[str, int] | None = None, since: Mapping[str, int] | None = None) -> None:
     """`deliver(batch)` for each batch of (change, absolute path) under `roots` until `stop`; raises what a watcher
     raises (a name it cannot report, no watches left ...). Watchers run in worker threads. `plain`: as for
-    `folders_under`, which it spares reading most folders again right after a listing read them."""
+    `folders_under`, which it spares reading most folders again right after a listing read them. `since`: the
+    listing's folder times (`changed_since`): once the first watches are up, what changed between the listing and
+    them is delivered too, so a change in that window is not lost."""
     roots = list(roots)
     state = _Watches(roots, await anyio.to_thread.run_sync(folders_under, roots, plain))
+    caught_up = since is None
+
+    async def catch_up(times: Mapping[str, int]) -> None:
+        batch = await anyio.to_thread.run_sync(changed_since, times, roots)
+        if batch and not stop.is_set():
+            await deliver(batch)
 
     async with anyio.create_task_group() as tg:
         async def follow(generation: int, folders: list[str]) -> None:
@@ -140,10 +177,13 @@ async def watch_tree(roots: Iterable[str], deliver: Callable[[Batch], Awaitable[
                     return mine.is_set() or stop.is_set()
 
             async def heard(batch: Batch) -> None:
-                nonlocal came_up
+                nonlocal came_up, caught_up
                 if not came_up:  # the first batch (empty after rust_timeout_ms) says the watches are made
                     came_up = True
                     state.up(generation)
+                    if not caught_up and since is not None:
+                        caught_up = True
+                        tg.start_soon(catch_up, since)
                 if not batch or mine.is_set():
                     return
                 came, went = state.moved(batch)

@@ -54,9 +54,11 @@ async def watch_manifest(paths: Iterable[str], on_change: Callable[[], Awaitable
 
 
 async def watch_folders(roots: dict[str, str], on_change: FolderCallback, stop: anyio.Event | None = None,
-                        plain: Mapping[str, int] | None = None) -> None:
+                        plain: Mapping[str, int] | None = None, since: Mapping[str, int] | None = None) -> None:
     """Call `on_change(source_id, {(change, relative path)})` for file changes under each root, until `stop`.
     `plain`: folders the sources' listings found holding only files (`Source.plain_folders`), not read again.
+    `since`: the listings' folder times (`Source.folder_times`): what changed after a listing read a folder and
+    before the watches came up is told once they are.
 
     A root whose watcher fails is polled instead (one warning names it); the other roots keep a watcher. A
     failing `on_change` is logged and watching goes on.
@@ -70,7 +72,7 @@ async def watch_folders(roots: dict[str, str], on_change: FolderCallback, stop: 
     async with anyio.create_task_group() as tg:
         while watched and not stop.is_set():
             try:
-                await _watch(watched, on_change, stop, plain)
+                await _watch(watched, on_change, stop, plain, since)
                 break
             except Exception as exc:
                 reason = _reason(exc)
@@ -84,11 +86,11 @@ async def watch_folders(roots: dict[str, str], on_change: FolderCallback, stop: 
 
 
 async def _watch(watched: dict[str, list[str]], on_change: FolderCallback, stop: anyio.Event,
-                 plain: Mapping[str, int] | None = None) -> None:
+                 plain: Mapping[str, int] | None = None, since: Mapping[str, int] | None = None) -> None:
     """Watch the roots folder by folder until `stop`, delivering each batch (`folder_watch`: no recursive watch,
     whose setup walked and stat-ed the whole tree holding the GIL, 10 s for 1,000,000 files)."""
     await watch_tree(watched, partial(_dispatch, watched, on_change), stop, debounce_ms=DEBOUNCE_MS, step_ms=STEP_MS,
-                     rust_timeout_ms=RUST_TIMEOUT_MS, plain=plain)
+                     rust_timeout_ms=RUST_TIMEOUT_MS, plain=plain, since=since)
 
 
 async def _dispatch(watched: dict[str, list[str]], on_change: FolderCallback, batch: set[tuple[Change, str]]) -> None:

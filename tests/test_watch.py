@@ -179,3 +179,75 @@ def test_folders_are_watched_one_by_one_off_the_event_loop_following_the_tree(tm
     anyio.run(main)
     assert calls and all(thread is not threading.main_thread() and not recursive for thread, recursive in calls)
     assert len(calls) >= 4  # made again as folders came and went
+
+
+def _settled_tree(root: Path) -> None:
+    """root/a/{1,2}.md and root/b/3.md, every folder last changed a minute ago (a listing vouches for its time)."""
+    for folder, names in {"a": ["1.md", "2.md"], "b": ["3.md"]}.items():
+        (root / folder).mkdir(parents=True)
+        for name in names:
+            (root / folder / name).write_text(f"# {name}\n")
+    past = os.stat(root).st_mtime - 60
+    for folder in (root / "a", root / "b", root):
+        os.utime(folder, (past, past))
+
+
+def test_changed_since_names_the_folders_whose_time_moved(tmp_path: Path) -> None:
+    """A folder changed since a listing read it is named whole; in a root, its files and new folders are named
+    instead (a root is the whole tree)."""
+    from aggregator.folder_watch import changed_since
+    from aggregator.watch import Change
+
+    root = tmp_path / "root"
+    _settled_tree(root)
+    times = {str(f): os.stat(f).st_mtime_ns for f in (root, root / "a", root / "b")}
+    assert changed_since(times, [str(root)]) == set()
+    (root / "a" / "new.md").write_text("new")
+    (root / "b" / "3.md").unlink()
+    assert changed_since(times, [str(root)]) == {(Change.modified, str(root / "a")), (Change.modified, str(root / "b"))}
+    (root / "top.md").write_text("top")
+    (root / "c").mkdir()
+    assert changed_since(times, [str(root)]) == {
+        (Change.modified, str(root / "a")), (Change.modified, str(root / "b")),
+        (Change.modified, str(root / "top.md")), (Change.modified, str(root / "c"))}
+
+
+def test_a_change_between_the_listing_and_the_watch_is_not_lost(tmp_path: Path) -> None:
+    """The catalog is listed, then files come and go in folders it read before any watch is up (at 1,000,000
+    files that window is seconds long): once the watches are up the listing follows them all the same."""
+    docs = tmp_path / "docs"
+    _settled_tree(docs)
+    manifest = write_manifest(tmp_path, """
+        version: 1
+        server: {name: live}
+        sources:
+          docs: {url: ./docs}
+        collections:
+          - {source: docs, glob: "**/*.md", uri: "docs://{path}"}
+        """)
+
+    async def main() -> None:
+        from aggregator.service import ResourceService
+        from aggregator.supervisor import Supervisor
+        from aggregator.notify import Notifier
+
+        def listed() -> list[str]:
+            return sorted(str(e.uri) for e in service.catalog.page(None, 100).items)
+
+        service = await ResourceService.open(manifest)
+        try:
+            assert listed() == ["docs://a/1.md", "docs://a/2.md", "docs://b/3.md"]
+            (docs / "a" / "new.md").write_text("# new\n")  # listed, and not yet watched
+            (docs / "b" / "3.md").unlink()
+            live = Supervisor(service, Notifier())
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(live.run)
+                with anyio.fail_after(10):
+                    while listed() != ["docs://a/1.md", "docs://a/2.md", "docs://a/new.md"]:
+                        await anyio.sleep(0.05)
+                live.stop()
+                tg.cancel_scope.cancel()
+        finally:
+            await service.aclose()
+
+    anyio.run(main)

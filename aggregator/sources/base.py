@@ -219,6 +219,12 @@ class Source(ABC):
         setting up needs not read them again (`folder_watch.folders_under`). Empty when unknown."""
         return {}
 
+    def folder_times(self) -> Mapping[str, int]:
+        """Every folder under `watch_root()` that its last full listing read a while after it last changed, with
+        its modification time (ns) then: a watcher that comes up later looks again at those whose time moved since
+        (a change between the listing and the watch). Empty when unknown."""
+        return {}
+
     @property
     def publishes(self) -> bool:
         """True when the backend publishes its own resources and templates (`published`), which the catalog lists

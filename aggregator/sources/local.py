@@ -68,6 +68,7 @@ class LocalSource(Source):
             raise SourceError(f"folder {root!r} does not exist or is not a folder")
         self.inline = inline_possible(self.root)
         self._plain: dict[str, int] = {}  # `plain_folders`, from the last listing that walked the whole root
+        self._times: dict[str, int] = {}  # `folder_times`, from the same listing
         """Whether small files already in the page cache are read on the event loop (a local file system)."""
 
     def describe(self) -> str:
@@ -78,6 +79,9 @@ class LocalSource(Source):
 
     def plain_folders(self) -> dict[str, int]:
         return self._plain
+
+    def folder_times(self) -> dict[str, int]:
+        return self._times
 
     def busy_threads(self) -> int:
         """Threads running a call of this source now (stuck ones included)."""
@@ -272,6 +276,7 @@ class LocalSource(Source):
         # Folders of plain files, for a watcher setting up: only from a walk of the whole root, and only those last
         # changed a while before they were read (a change within the same clock tick would leave the time as it was).
         plain: dict[str, int] | None = {} if start == self.root else None
+        times: dict[str, int] = {}
         settled = time.time_ns() - _SETTLED_NS
         # One iterator of sorted names per folder being walked: a folder is walked where it sorts, then its parent
         # goes on after it.
@@ -280,6 +285,8 @@ class LocalSource(Source):
             if progress is not None:
                 progress.step()
             folder = stack[-1]
+            if plain is not None and 0 <= folder.mtime_ns < settled:
+                times[folder.path] = folder.mtime_ns
             if folder.plain is not None:
                 stack.pop()
                 if plain is not None and 0 <= folder.mtime_ns < settled:
@@ -316,7 +323,7 @@ class LocalSource(Source):
             if run:
                 yield run
         if plain is not None:
-            self._plain = plain  # the walk ended (an abandoned one keeps the last whole one's)
+            self._plain, self._times = plain, times  # the walk ended (an abandoned one keeps the last whole one's)
 
 
 class _Folder:
