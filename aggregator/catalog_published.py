@@ -20,7 +20,6 @@ from aggregator.compiler import build_templates, upstream_entry
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue
 from aggregator.sources import FileInfo
 from aggregator.sources.base import Published, PublishedResource
-from aggregator.upstream.records import PublishedRecords
 
 __all__ = ["apply_upstream"]
 
@@ -77,6 +76,8 @@ def _changed(before: Sequence[PublishedResource], now: Sequence[PublishedResourc
              ) -> tuple[Iterable[str], list[PublishedResource]]:
     """The URIs of `before` gone or changed in `now`, and the resources of `now` new or changed. Records (an mcp
     source's columns) compare by digest, then in one walk of their URIs: no resource built but those that changed."""
+    from aggregator.upstream.records import PublishedRecords  # an upstream's: never imported by a folder-only server
+
     if isinstance(before, PublishedRecords) and isinstance(now, PublishedRecords) and before.start == now.start:
         return ((), []) if before == now else now.changed(before)
     old = {res.uri: res for res in before}

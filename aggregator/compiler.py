@@ -27,7 +27,6 @@ from aggregator.sources.base import Published, PublishedResource
 from aggregator.sources.unopened import SKIPPED, Unopened
 from aggregator.templates import TemplateSyntaxError, UriTemplate
 from aggregator.tracing import span
-from aggregator.upstream_rows import published_entry, published_rows
 
 __all__ = ["EntryBuilder", "build_templates", "catalog_of", "collection_key", "compile_catalog", "resource_entry",
            "resource_key", "upstream_entry", "uri_collision"]
@@ -228,8 +227,7 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
             if sspec.id in sources and sources[sspec.id].publishes:
                 tg.start_soon(publish, sspec)
 
-    upstream = [published_rows(offered.resources, sid, manifest.sources[sid].access)
-                for sid, offered in published.items()]
+    upstream = _upstream_rows(manifest, published) if published else []
     resources = [e for e in resource_entries if e is not None]  # the task group built every resource or raised
     parts = [part for part in (Rows.of(resources), *built, *upstream) if len(part)]
     rows = Rows.merged(parts) if parts else _NO_ROWS
@@ -254,7 +252,17 @@ async def compile_catalog(manifest: Manifest, sources: Mapping[str, Source], gen
 
 def upstream_entry(spec: SourceSpec, res: PublishedResource) -> Entry:
     """The entry of a resource source `spec` publishes itself (an upstream's, under its namespace)."""
+    from aggregator.upstream_rows import published_entry  # an upstream's: a folder-only server never imports it
+
     return published_entry(res, spec.id, spec.access)
+
+
+def _upstream_rows(manifest: Manifest, published: Mapping[str, Any]) -> list[Rows]:
+    """The rows of what sources publish themselves (upstreams): imported only where a source publishes, so a
+    folder-only server never loads the upstream client (tests/test_start_imports.py)."""
+    from aggregator.upstream_rows import published_rows
+
+    return [published_rows(offered.resources, sid, manifest.sources[sid].access) for sid, offered in published.items()]
 
 
 def catalog_of(entries: Sequence[Entry], templates: Sequence[TemplateEntry], generation: int,

@@ -66,7 +66,15 @@ def _wide_pipes(*streams: BinaryIO) -> None:
             pass
 
 
+_NOT_LOADED = ("numpy",)
+"""Libraries a converter would load only because they are installed: openpyxl imports numpy when it can (to know
+its number types), and numpy's BLAS maps tens of MiB of address space for its threads, which a conversion's
+RLIMIT_AS counts (a 100,000-row sheet went past 160 MiB in a venv with numpy). No converter needs them."""
+
+
 def _preload() -> None:
+    for name in _NOT_LOADED:  # an import of these fails (ImportError) in this process, as if they were absent
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     for module in ("pypdfium2", "docx", "pptx", "openpyxl"):
         try:
             __import__(module)
