@@ -31,9 +31,11 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["Lane"]
+__all__ = ["ID_MARK", "Lane"]
 
 _PREFIX = "agg-"
+ID_MARK = f'"{_PREFIX}'.encode()
+"""Bytes every line answering a lane read holds (its id's start): a line without them is not parsed for the lane."""
 _CLIENT_CAPABILITIES: dict[str, Any] = {}
 """What our client declares (no roots, sampling or elicitation): the SDK's client with no callbacks says the same."""
 

@@ -95,8 +95,10 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
                             logger.warning("upstream %s: an answer over %s bytes (maxMessageBytes) skipped; the "
                                            "call it answers fails", name, f"{max_line:,}")
                             await _deliver(_refusal(request_id, too_big(max_line)), lane, read_writer)
-                        if line.tail is None or told:  # still skipping, or skipped and told
-                            told = told and line.tail is None
+                        if line.tail is None:  # still being skipped: its end is told next
+                            continue
+                        answered, told = told, False
+                        if answered:
                             continue
                         line = None  # ended, and it answers no call we can tell
                     if line is None:

@@ -20,7 +20,7 @@ import json
 from collections import deque
 from typing import Any
 
-from aggregator.upstream.lane import Lane
+from aggregator.upstream.lane import ID_MARK, Lane
 from aggregator.upstream.oversized import LineSplitter, Oversized
 
 __all__ = ["QUEUED_BYTES", "StdoutTap", "tap"]
@@ -78,7 +78,7 @@ class StdoutTap:
     def _claimed(self, line: bytes) -> bool:
         """Whether `line` answers a lane read (it is delivered then); anything else, a line that does not parse
         included, is the reader task's."""
-        if b'"agg-' not in line:  # the lane's ids: most of the SDK's traffic is not parsed twice
+        if ID_MARK not in line:  # most of the SDK's traffic is not parsed twice
             return False
         try:
             return self._lane.claims(json.loads(line))
