@@ -134,16 +134,17 @@ async def stat_paths(source: Source, paths: Iterable[str]) -> tuple[list[FileInf
     return await source.stat_many(paths)
 
 
-async def changed_files(catalog: Catalog, manifest: Manifest, source: str, backend: Source, paths: Iterable[str]
-                        ) -> tuple[list[FileInfo], set[str]]:
+async def changed_files(catalog: Catalog, manifest: Manifest, source: str, backend: Source, paths: Iterable[str],
+                        relooked: Collection[str] = ()) -> tuple[list[FileInfo], set[str]]:
     """What `apply_files` takes for paths a watcher named, folders included: the stat of each that is a file now
     and of every file under each that is a folder now (a folder moved in is named alone), and as gone the others
-    with every path `catalog` lists under them (so is a folder moved out), and what it lists under a folder named
-    that is not there now (a folder looked at again: `folder_watch.changed_since`)."""
+    with every path `catalog` lists under them (so is a folder moved out). Of `relooked` (paths said modified: a
+    folder looked at again, `folder_watch.changed_since`), what `catalog` lists under one that is a folder now and
+    is not there now is gone too (a folder that came is not looked through for what it listed before)."""
     paths = set(paths)
     found, missing = await backend.stat_many(paths, folders=True)
     named = {info.path for info in found}
-    folders = paths - missing - named  # folders now: what is listed under one and not found there is gone too
+    folders = paths.intersection(relooked) - missing - named
     gone = listed_under(catalog, manifest, source, missing | folders) - named
     return found, missing | gone
 

@@ -20,8 +20,10 @@ class FullRelist(Exception):
     """The change cannot be applied incrementally (the message says why): list the catalog again."""
 
 
-async def apply_changed_files(service: ResourceService, source: str, paths: set[str]) -> Delta | None:
-    """Stat `paths` of `source` (walking those that are folders now) and swap in the catalog with them applied; the
+async def apply_changed_files(service: ResourceService, source: str, paths: set[str],
+                              relooked: Collection[str] = ()) -> Delta | None:
+    """Stat `paths` of `source` (walking those that are folders now; `relooked`: as `changed_files` says) and swap
+    in the catalog with them applied; the
     Delta, or None if nothing listed changed (no swap). FullRelist, or ManifestError when a new URI collides, if the
     change needs a full relist (the catalog is unchanged then)."""
     async with service.swapping():
@@ -30,7 +32,7 @@ async def apply_changed_files(service: ResourceService, source: str, paths: set[
         if src is None:
             raise FullRelist(f"source {source!r} is not in the current manifest")
         try:
-            found, gone = await changed_files(snapshot.catalog, snapshot.manifest, source, src, paths)
+            found, gone = await changed_files(snapshot.catalog, snapshot.manifest, source, src, paths, relooked)
         except SourceError as exc:  # the batch as a whole failed (a timeout): a listing says what is there
             raise FullRelist(f"looking at the changed paths failed: {exc}") from None
         return swap_applied(service, source, found, gone)

@@ -8,7 +8,7 @@ subscribers and sessions it concerns, on both wires with their scope filters.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
@@ -83,12 +83,13 @@ class CatalogUpdates:
         backend = self.service.sources.get(source)
         local = backend is not None and backend.watch_root() is not None  # its stat is cheap: sizes stay current
         if local or any(change != Change.modified for change, _ in changes):
-            await self.apply_files(source, paths)
+            await self.apply_files(source, paths, {path for change, path in changes if change == Change.modified})
 
-    async def apply_files(self, source: str, paths: set[str]) -> None:
-        """Apply these files of `source` to the catalog in proportion to the change; list_changed when entries
-        came or went, `updated` to subscribed renders over the listing. A full relist when that cannot be done."""
-        delta = await self._in_place(lambda: apply_changed_files(self.service, source, paths),
+    async def apply_files(self, source: str, paths: set[str], relooked: Collection[str] = ()) -> None:
+        """Apply these files of `source` to the catalog in proportion to the change (`relooked`: as
+        `catalog_delta.changed_files` says); list_changed when entries came or went, `updated` to subscribed renders
+        over the listing. A full relist when that cannot be done."""
+        delta = await self._in_place(lambda: apply_changed_files(self.service, source, paths, relooked),
                                      f"changes in source {source!r}")
         if delta is not None and (delta.added or delta.removed):
             await self._tell_listing_changed()
