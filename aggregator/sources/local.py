@@ -67,8 +67,8 @@ class LocalSource(Source):
         if not os.path.isdir(self.root):
             raise SourceError(f"folder {root!r} does not exist or is not a folder")
         self.inline = inline_possible(self.root)
-        self._plain: dict[str, int] = {}  # `plain_folders`, from the last listing that walked the whole root
-        self._times: dict[str, int] = {}  # `folder_times`, from the same listing
+        self._times: dict[str, int] = {}  # `folder_times`, from the last listing that walked the whole root
+        self._plain: set[str] = set()  # which of them hold only files (`plain_folders`)
         """Whether small files already in the page cache are read on the event loop (a local file system)."""
 
     def describe(self) -> str:
@@ -78,7 +78,7 @@ class LocalSource(Source):
         return self.root
 
     def plain_folders(self) -> dict[str, int]:
-        return self._plain
+        return {folder: self._times[folder] for folder in self._plain}
 
     def folder_times(self) -> dict[str, int]:
         return self._times
@@ -275,7 +275,7 @@ class LocalSource(Source):
         visited = {start}
         # Folders of plain files, for a watcher setting up: only from a walk of the whole root, and only those last
         # changed a while before they were read (a change within the same clock tick would leave the time as it was).
-        plain: dict[str, int] | None = {} if start == self.root else None
+        plain: set[str] | None = set() if start == self.root else None
         times: dict[str, int] = {}
         settled = time.time_ns() - _SETTLED_NS
         # One iterator of sorted names per folder being walked: a folder is walked where it sorts, then its parent
@@ -285,12 +285,13 @@ class LocalSource(Source):
             if progress is not None:
                 progress.step()
             folder = stack[-1]
-            if plain is not None and 0 <= folder.mtime_ns < settled:
+            vouched = plain is not None and 0 <= folder.mtime_ns < settled
+            if vouched:
                 times[folder.path] = folder.mtime_ns
             if folder.plain is not None:
                 stack.pop()
-                if plain is not None and 0 <= folder.mtime_ns < settled:
-                    plain[folder.path] = folder.mtime_ns
+                if vouched and plain is not None:
+                    plain.add(folder.path)
                 if folder.plain:
                     yield folder.plain
                 continue
