@@ -427,8 +427,9 @@ def test_reloads_and_events_follow_saves_filtered_by_scope(tmp_path: Path) -> No
 
 
 def test_a_scoped_stream_hears_no_catalog_event_for_hidden_changes(tmp_path: Path) -> None:
-    """A save that adds only a hidden entry: the admin's stream hears `catalog`, the reader's does not (it would
-    learn that, and when, something hidden changed); a later visible change reaches both."""
+    """A save that adds only a hidden entry: the admin's stream hears `catalog` and `reload`, the reader's neither,
+    and the reader's Reloads list leaves it out (it would learn that, and when, something hidden changed); a later
+    visible change reaches both."""
     with serve(tmp_path) as running:
         with _admin_and_reader(running) as (admin, reader):
             text = running.manifest.read_text()
@@ -436,11 +437,16 @@ def test_a_scoped_stream_hears_no_catalog_event_for_hidden_changes(tmp_path: Pat
                                                   "access: {scopes: [secret]}}\n")
             save(running.manifest, hidden)
             assert admin.wait_for("catalog")["generation"] == 2
-            reader.wait_for("reload", generation=2)
+            admin.wait_for("reload", generation=2)
             save(running.manifest, hidden.replace("resources:\n", 'resources:\n  - {uri: "note://new", name: new, '
                                                                   'text: "new"}\n'))
             assert admin.wait_for("catalog", generation=3) and reader.wait_for("catalog", generation=3)
+            reader.wait_for("reload", generation=3)
             assert [f for f in reader.frames if f[0] == "catalog"] == [("catalog", {"generation": 3})]
+            assert [f[1]["generation"] for f in reader.frames if f[0] == "reload"] == [3]
+            listed = running.get("/console/api/reloads", READER).json()["reloads"]
+            assert [r["generation"] for r in listed] == [3]
+            assert [r["generation"] for r in running.get("/console/api/reloads").json()["reloads"]] == [3, 2]
 
 
 def test_a_stream_opened_with_a_jwt_ends_when_the_token_expires(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from aggregator.catalog import Page
 from aggregator.completion import Completer
 from aggregator.console.detail import cache_look, detail_view
 from aggregator.console.events import EventHub, EventStreamResponse, TooManyStreams
-from aggregator.console.history import ReloadHistory
+from aggregator.console.history import KEPT_RELOADS, ReloadHistory
 from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
                                       tree_view, visible_catalog, visible_uri)
@@ -364,8 +364,10 @@ class Console:
         snapshot = self.service.snapshot
         everything = sees_all(snapshot, scopes)
         count = self._limit(request, default=10, most=50)
+        # A scoped caller is not told of reloads about hidden things alone (nor, by the gap, when they happened).
+        records = [r for r in self.live.history.last(KEPT_RELOADS) if everything or r.seen_by(scopes)][:count]
         return JSONResponse({"reloads": [reload_view(r, scopes, everything, str(snapshot.manifest.path))
-                                         for r in self.live.history.last(count)],
+                                         for r in records],
                              "generation": snapshot.catalog.generation})
 
     async def stream(self, request: Request, scopes: Scopes) -> Response:
@@ -376,7 +378,7 @@ class Console:
                                       lambda: service.catalog.generation, caller=_principal(request),
                                       admin=self._is_admin(caller_scopes(request)),
                                       view=(lambda: visible_catalog(service.catalog, scopes)) if scoped else None,
-                                      until=caller_expiry(request))
+                                      until=caller_expiry(request), scopes=scopes)
             first = await body.__anext__()  # raises TooManyStreams before any byte is sent
         except TooManyStreams as exc:
             raise Refused(503, str(exc)) from None

@@ -98,11 +98,12 @@ class EventHub:
             queue.close()
 
     async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int], caller: str = "",
-                     admin: bool = False, view: Callable[[], object] | None = None, until: float | None = None
-                     ) -> AsyncIterator[str]:
+                     admin: bool = False, view: Callable[[], object] | None = None, until: float | None = None,
+                     scopes: frozenset[str] | None = None) -> AsyncIterator[str]:
         """The text of one event stream of `caller`; TooManyStreams when a cap is met. `visible(uri)` is asked
         when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events; `view()`
-        (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed.
+        (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed,
+        and a `reload` event only for a reload the caller's `scopes` may learn of (`ReloadRecord.seen_by`).
         At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
         self._admit(caller, admin)
         seen = view() if view is not None else None
@@ -132,6 +133,8 @@ class EventHub:
                 put({"event": "updated", "uri": event.uri})
 
         def on_reload(record: ReloadRecord) -> None:
+            if view is not None and not record.seen_by(scopes):
+                return
             put({"event": "reload", "generation": record.generation, "ok": record.ok})
 
         unsubscribe = self.bus.subscribe(on_bus)

@@ -52,6 +52,15 @@ class ReloadRecord:
     resources: int = 0
     digest: str = ""
     """The sha256 of the manifest this reload applied (`Manifest.digest`)."""
+    accesses: frozenset[frozenset[str]] = frozenset()
+    """The scopes each change line needs, kept lines and those past KEPT_LINES alike."""
+
+    def seen_by(self, scopes: frozenset[str] | None) -> bool:
+        """Whether a caller holding `scopes` may learn of this reload: a refusal or a save that changed nothing
+        (it hides nothing), or one that changed something the caller may see; not one about hidden things alone."""
+        if scopes is None or not self.ok or not self.accesses:
+            return True
+        return any(access <= scopes for access in self.accesses)
 
 
 @dataclass
@@ -73,7 +82,7 @@ class ReloadHistory:
                 logger.exception("the change lines of generation %d could not be computed", new.generation)
         self._add(ReloadRecord(time.time(), new.generation, True, tuple(lines[:KEPT_LINES]),
                                max(0, len(lines) - KEPT_LINES), resources=len(new),
-                               digest=new_manifest.digest))
+                               digest=new_manifest.digest, accesses=frozenset(line.access for line in lines)))
 
     def failed(self, generation: int, issues: Iterable[ManifestIssue] = (), error: str | None = None) -> None:
         """Record a refused reload: the located issues of a bad save, or a summary of another failure. The same
