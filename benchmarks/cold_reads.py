@@ -150,9 +150,10 @@ def section(results: dict[tuple[str, str], dict[str, tuple[Phase, Phase]]],
              f"Targets: aggregator's cold reads/s at least {COLD_TARGET[1]:.2f}x `{COLD_TARGET[0]}`'s, its warm "
              f"reads/s at least {WARM_TARGET[1]:.2f}x `{WARM_TARGET[0]}`'s. The OS page cache holds the files in "
              "every case. Reads/s is the reads over their summed latencies, so a few slow reads weigh on it; p50 is "
-             "the steadier figure when the machine is loaded. A cold read costs aggregator one hop to its source's "
-             "threads (`sources/threads.py`: what keeps a hung mount from stalling the server), which the floors do "
-             "not pay. Over stdio the floors use the SDK's transport, which reads each line and writes each "
+             "the steadier figure when the machine is loaded. A cold read of a small local file whose bytes are all "
+             "in the page cache is read on the event loop (`sources/cached_read.py`: `preadv2` with `RWF_NOWAIT`, "
+             "which never waits on the disk); any other read hops to its source's threads (`sources/threads.py`: "
+             "what keeps a hung mount from stalling the server), which the floors do not pay. Over stdio the floors use the SDK's transport, which reads each line and writes each "
              "message through a worker thread and relays both through a memory stream; aggregator's "
              "(`aggregator/stdio.py`) reads and writes a pipe from the event loop with no task in between, which "
              "is most of its lead.", "",
