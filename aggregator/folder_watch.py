@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from operator import methodcaller
 
 import anyio
@@ -20,7 +20,7 @@ import anyio.from_thread
 import anyio.to_thread
 from watchfiles import Change, watch
 
-__all__ = ["changed_since", "folders_under", "watch_tree"]
+__all__ = ["Batch", "came_and_went", "changed_since", "folders_under", "watch_tree"]
 
 Batch = set[tuple[Change, str]]
 _IS_FOLDER = methodcaller("is_dir", follow_symlinks=False)
@@ -92,6 +92,19 @@ def changed_since(times: Mapping[str, int], roots: Iterable[str]) -> Batch:
     return batch
 
 
+def came_and_went(batch: Batch, watched: Container[str], roots: Iterable[str]) -> tuple[set[str], set[str]]:
+    """(folders that came, folders that went) by `batch`: a path under `roots` that is a folder now and is not
+    `watched`, a watched path that was deleted and is no folder now."""
+    came, went = set(), set()
+    for change, path in batch:
+        if change == Change.deleted:
+            if path in watched and not os.path.isdir(path):
+                went.add(path)
+        elif path not in watched and os.path.isdir(path) and any(_within(r, path) for r in roots):
+            came.add(path)
+    return came, went
+
+
 def _folders_and_links(entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
     """The entries that are folders or links: two C-level passes (d_type, no stat) where the file system gives
     types, else one entry at a time (one that cannot be looked at is left out)."""
@@ -123,16 +136,7 @@ class _Watches:
         self.made = 0
 
     def moved(self, batch: Batch) -> tuple[set[str], set[str]]:
-        """(folders that came, folders that went) by `batch` (a path that is a folder now and was not watched,
-        a watched path that was deleted)."""
-        came, went = set(), set()
-        for change, path in batch:
-            if change == Change.deleted:
-                if path in self.folders and not os.path.isdir(path):
-                    went.add(path)
-            elif path not in self.folders and os.path.isdir(path) and any(_within(r, path) for r in self.roots):
-                came.add(path)
-        return came, went
+        return came_and_went(batch, self.folders, self.roots)
 
     def apply(self, came: set[str], went: set[str]) -> None:
         if went:

@@ -120,15 +120,24 @@ def test_only_the_folder_holding_the_bad_name_is_polled(tmp_path: Path, caplog: 
     assert all("polling" in w for w in warnings)
 
 
-def test_folders_are_watched_one_by_one_off_the_event_loop_following_the_tree(tmp_path: Path,
+@pytest.mark.parametrize("watcher", ["native", "watchfiles"])
+def test_folders_are_watched_one_by_one_off_the_event_loop_following_the_tree(tmp_path: Path, watcher: str,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A recursive watch starts with a walk that stats every file holding the GIL (10 s for 1,000,000 files, the
     server's first answer held back): folders are watched one by one instead, from worker threads, and the set
-    follows the tree: a folder created, renamed or moved in is watched at its new path, one that goes is not."""
+    follows the tree: a folder created, renamed or moved in is watched at its new path, one that goes is not.
+    Both watchers: inotify's own (`native`, Linux) and watchfiles' (elsewhere)."""
     import threading
 
     import aggregator.folder_watch as folder_watch
+    import aggregator.watch as watch
+    from aggregator.inotify_watch import available
     from aggregator.watch import Change, watch_folders
+
+    if watcher == "native" and not available():
+        pytest.skip("no inotify here")
+    if watcher == "watchfiles":
+        monkeypatch.setattr(watch, "_native", lambda: False)
 
     calls: list[tuple[threading.Thread, bool]] = []
     real = folder_watch.watch
@@ -177,8 +186,9 @@ def test_folders_are_watched_one_by_one_off_the_event_loop_following_the_tree(tm
             stop.set()
 
     anyio.run(main)
-    assert calls and all(thread is not threading.main_thread() and not recursive for thread, recursive in calls)
-    assert len(calls) >= 4  # made again as folders came and went
+    if watcher == "watchfiles":
+        assert calls and all(thread is not threading.main_thread() and not recursive for thread, recursive in calls)
+        assert len(calls) >= 4  # made again as folders came and went
 
 
 def _settled_tree(root: Path) -> None:

@@ -1,0 +1,190 @@
+"""Folders watched through inotify (Linux): a watch asks only for changes, so reading files wakes nothing (issue 29),
+and every kind of change still reaches the source as watchfiles told it."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aggregator.watch import Change, watch_folders
+from tests.served import watchers_up
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
+
+_WATCH = re.compile(r"^inotify wd:\S+ ino:(?P<ino>[0-9a-f]+) sdev:\S+ mask:(?P<mask>[0-9a-f]+)", re.M)
+IN_ACCESS, IN_CLOSE_NOWRITE, IN_OPEN = 0x01, 0x10, 0x20
+
+
+def watch_masks(folder: Path) -> list[int]:
+    """The masks of this process's inotify watches on `folder` (/proc/self/fdinfo)."""
+    masks = []
+    for name in os.listdir("/proc/self/fdinfo"):
+        try:
+            text = Path(f"/proc/self/fdinfo/{name}").read_text(errors="replace")
+        except OSError:
+            continue
+        masks += [int(m["mask"], 16) for m in _WATCH.finditer(text) if int(m["ino"], 16) == folder.stat().st_ino]
+    return masks
+
+
+class Heard:
+    """What `watch_folders` told, per call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, set[tuple[Change, str]]]] = []
+
+    async def __call__(self, source: str, changes: set[tuple[Change, str]]) -> None:
+        self.calls.append((source, changes))
+
+    def changes(self) -> set[tuple[Change, str]]:
+        return {change for _, changes in self.calls for change in changes}
+
+    async def until(self, condition: Callable[[set[tuple[Change, str]]], bool], timeout: float = 5) -> None:
+        with anyio.fail_after(timeout):
+            while not condition(self.changes()):
+                await anyio.sleep(0.02)
+
+
+@asynccontextmanager
+async def watching(root: Path, *watched: Path) -> AsyncIterator[Heard]:
+    """`watch_folders` on `root` (source "docs") until the block ends, once `watched` folders are watched."""
+    heard = Heard()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_folders, {"docs": str(root)}, heard, stop)
+        await watchers_up(root, *watched)
+        await anyio.sleep(0.1)
+        yield heard
+        stop.set()
+
+
+def test_reading_files_under_a_watched_tree_wakes_no_watcher(tmp_path: Path) -> None:
+    """200 files opened and read under watched folders: no watch asks for opens, reads or closes without a write,
+    so nothing is heard (watchfiles asked for them all, mask 0xfee, and its thread woke at every read)."""
+    root = tmp_path / "docs"
+    folders = [root / f"d{i}" for i in range(4)]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        for i in range(50):
+            (folder / f"f{i}.md").write_text(f"# {i}\n")
+
+    async def main() -> None:
+        async with watching(root, *folders) as heard:
+            await anyio.sleep(0.3)  # the writes above may still be told
+            heard.calls.clear()
+            for folder in folders:
+                for i in range(50):
+                    with open(folder / f"f{i}.md", "rb") as handle:
+                        assert handle.read()
+            await anyio.sleep(0.3)
+            assert heard.calls == []
+            for folder in (root, *folders):
+                masks = watch_masks(folder)
+                assert masks and all(m & (IN_ACCESS | IN_OPEN | IN_CLOSE_NOWRITE) == 0 for m in masks), masks
+
+    anyio.run(main)
+
+
+def test_each_kind_of_change_is_told(tmp_path: Path) -> None:
+    """Created, written (closed, or kept open), attributes, deleted, renamed in a folder and across folders, a folder
+    created, moved out and deleted, a link to a folder inside the tree: each told as watchfiles told it."""
+    root = tmp_path / "docs"
+    a, b, outside = root / "a", root / "b", tmp_path / "outside"
+    for folder in (a, b, outside):
+        folder.mkdir(parents=True)
+    (a / "old.md").write_text("old")
+
+    async def main() -> None:
+        async with watching(root, a, b) as heard:
+            async def told(*changes: tuple[Change, str]) -> None:
+                await heard.until(lambda seen: set(changes) <= seen)
+                heard.calls.clear()
+
+            (a / "new.md").write_text("new")
+            await told((Change.added, "a/new.md"))
+            with open(a / "new.md", "a") as handle:  # written and still open: IN_MODIFY
+                handle.write("more")
+                handle.flush()
+                await told((Change.modified, "a/new.md"))
+            os.chmod(a / "new.md", 0o600)
+            await told((Change.modified, "a/new.md"))
+            (a / "new.md").rename(a / "renamed.md")
+            await told((Change.deleted, "a/new.md"), (Change.added, "a/renamed.md"))
+            (a / "renamed.md").rename(b / "moved.md")
+            await told((Change.deleted, "a/renamed.md"), (Change.added, "b/moved.md"))
+            (b / "moved.md").rename(outside / "gone.md")
+            await told((Change.deleted, "b/moved.md"))
+            (a / "old.md").unlink()
+            await told((Change.deleted, "a/old.md"))
+            (root / "c").mkdir()
+            await told((Change.added, "c"))
+            (root / "c" / "in.md").write_text("in")  # the folder was watched before it was told
+            await told((Change.added, "c/in.md"))
+            (root / "c").rename(outside / "c")
+            await told((Change.deleted, "c"))
+            (outside / "c" / "after.md").write_text("after")  # moved out: no longer watched
+            (root / "link").symlink_to(b, target_is_directory=True)
+            await told((Change.added, "link"))
+            (b / "through.md").write_text("x")  # b watched at both its paths
+            await told((Change.added, "b/through.md"), (Change.added, "link/through.md"))
+            (root / "c2").mkdir()
+            await told((Change.added, "c2"))
+            (root / "c2").rmdir()
+            await told((Change.deleted, "c2"))
+            assert not any("after.md" in path for _, path in heard.changes())
+
+    anyio.run(main)
+
+
+def test_a_queue_overflow_looks_at_every_root_entry_again(tmp_path: Path) -> None:
+    """More changes than the kernel queues (fs.inotify.max_queued_events) while a batch is handled: the next batch
+    names every entry of the root (folders are looked at again whole), and a folder made meanwhile is watched."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    queued = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if queued > 20_000:
+        pytest.skip(f"max_queued_events is {queued}")
+    release = anyio.Event()
+    heard = Heard()
+
+    async def slow(source: str, changes: set[tuple[Change, str]]) -> None:
+        await heard(source, changes)
+        await release.wait()
+
+    async def main() -> None:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_folders, {"docs": str(root)}, slow, stop)
+            await watchers_up(root)
+            (root / "first.md").write_text("first")
+            await heard.until(lambda seen: (Change.added, "first.md") in seen)
+            (root / "new").mkdir()  # not watched yet: the watcher is held in the batch before
+            for i in range(queued // 2 + 100):  # each: IN_CREATE and IN_CLOSE_WRITE
+                (root / f"{i}.md").touch()
+            release.set()
+            await heard.until(lambda seen: {(Change.modified, "new"), (Change.modified, "1000.md")} <= seen)
+            (root / "new" / "later.md").write_text("later")
+            await heard.until(lambda seen: (Change.added, "new/later.md") in seen)
+            stop.set()
+
+    anyio.run(main)
+
+
+def test_stopping_closes_every_watch(tmp_path: Path) -> None:
+    """Once stopped, no inotify watch of the tree is left open (and no thread of its own ever ran)."""
+    root = tmp_path / "docs"
+    (root / "a").mkdir(parents=True)
+
+    async def main() -> None:
+        async with watching(root, root / "a"):
+            assert watch_masks(root / "a")
+        assert watch_masks(root) == watch_masks(root / "a") == []
+
+    anyio.run(main)
