@@ -1,8 +1,11 @@
 """Filesystem watchers: the manifest (with its folder, for editors' atomic renames and Kubernetes ConfigMap
 symlink swaps) and the folders of local sources. Each calls back with debounced batches of changes.
 
-Watching never stops the server. When a watcher fails (watchfiles cannot report a file name that is not UTF-8;
-the OS runs out of watches; a folder vanishes) one warning names the folder, and the watch degrades: the
+On Linux the folders are watched through inotify with a mask of changes only (`inotify_watch`: reading a file
+wakes nothing), elsewhere through watchfiles.
+
+Watching never stops the server. When a watcher fails (a file name that is not UTF-8, which watchfiles cannot
+report; the OS runs out of watches; a folder vanishes) one warning names the folder, and the watch degrades: the
 manifest to the caller's periodic digest check, a source folder to polling its tree every `POLL_SECONDS`.
 """
 

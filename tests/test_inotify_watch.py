@@ -188,3 +188,45 @@ def test_stopping_closes_every_watch(tmp_path: Path) -> None:
         assert watch_masks(root) == watch_masks(root / "a") == []
 
     anyio.run(main)
+
+
+def test_no_watch_left_polls_that_root_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """inotify_add_watch failing with ENOSPC (fs.inotify.max_user_watches spent: the kernel's answer is put in its
+    place, as spending the machine's shared limit would starve other processes): the root holding that folder is
+    polled, with one warning that names the setting; the other root keeps its watch."""
+    import errno
+
+    import inotify_simple
+
+    from aggregator.watch import POLL_SECONDS
+
+    full, other = tmp_path / "full", tmp_path / "other"
+    (full / "deep").mkdir(parents=True)
+    other.mkdir()
+    real = inotify_simple.INotify.add_watch
+
+    def add_watch(self: inotify_simple.INotify, path: str, mask: int) -> int:
+        if os.path.basename(path) == "deep":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, path, mask)
+
+    monkeypatch.setattr(inotify_simple.INotify, "add_watch", add_watch)
+    heard = Heard()
+
+    async def main() -> None:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_folders, {"full": str(full), "other": str(other)}, heard, stop)
+            await watchers_up(other)
+            (other / "a.md").write_text("a")
+            await heard.until(lambda seen: (Change.added, "a.md") in seen, 2)  # watched: well inside a poll
+            (full / "deep" / "b.md").write_text("b")
+            await heard.until(lambda seen: (Change.added, "deep/b.md") in seen, POLL_SECONDS * 4)
+            stop.set()
+
+    with caplog.at_level("WARNING", logger="aggregator.watch"):
+        anyio.run(main)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "'full'" in warnings[0] and "max_user_watches" in warnings[0], warnings
+    assert "polling" in warnings[0]
