@@ -6,6 +6,8 @@ and the server's first answer held back behind it. Here one walk finds the folde
 file, and gives the GIL back at each read), each folder is watched on its own, and the set follows the tree: when a
 folder comes (created, moved in, renamed) or goes, the watch is made again over the new set, the old one kept until
 the new one is up, so no change falls between the two (one seen by both is told twice, which costs a second look).
+This is the watchfiles watcher (other platforms than Linux); `inotify_watch` watches the same way over inotify, with
+the walks and the catch-up (`folders_under`, `changed_since`, `came_and_went`) from here.
 """
 
 from __future__ import annotations
