@@ -8,7 +8,8 @@ the inotify descriptor is read on the event loop when it is readable: reading fi
 The tree is watched as `folder_watch` does, folder by folder and following the tree (a folder that comes is walked
 and watched before it is told, so a listing of it misses nothing; one that goes drops its watches), with the same
 settle (`step_ms` without news, at most `debounce_ms`) and the same catch-up of a listing (`since`). A queue
-overflow is answered by looking again at every root's entries. The limits raise, as watchfiles did, with the
+overflow is answered by looking again at every root's entries, folders whole (as `changed_since` does for a root,
+a file deleted from a root itself meanwhile is not found), and by finding the tree's folders again. The limits raise, as watchfiles did, with the
 path in the message (`watch._roots_named`): a name that is not UTF-8, no inotify watches left.
 """
 
@@ -34,9 +35,11 @@ try:
 except ImportError:  # not Linux, or not installed: watchfiles watches instead
     inotify_simple = None
 
-_ADDED, _DELETED, _CHANGED = 0x100 | 0x80, 0x200 | 0x40, 0x02 | 0x08 | 0x04  # CREATE|MOVED_TO, DELETE|MOVED_FROM,
-_SELF = 0x400 | 0x800  # DELETE_SELF | MOVE_SELF                                 MODIFY|CLOSE_WRITE|ATTRIB
-_OVERFLOW, _IGNORED, _ONLYDIR = 0x4000, 0x8000, 0x01000000
+# <sys/inotify.h>
+_MODIFY, _ATTRIB, _CLOSE_WRITE, _MOVED_FROM, _MOVED_TO, _CREATE = 0x02, 0x04, 0x08, 0x40, 0x80, 0x100
+_DELETE, _DELETE_SELF, _MOVE_SELF, _OVERFLOW, _IGNORED, _ONLYDIR = 0x200, 0x400, 0x800, 0x4000, 0x8000, 0x01000000
+_ADDED, _DELETED, _CHANGED = _CREATE | _MOVED_TO, _DELETE | _MOVED_FROM, _MODIFY | _CLOSE_WRITE | _ATTRIB
+_SELF = _DELETE_SELF | _MOVE_SELF
 MASK = _ADDED | _DELETED | _CHANGED | _SELF | _ONLYDIR
 """What a folder's watch asks for: never IN_OPEN, IN_ACCESS or IN_CLOSE_NOWRITE (reading a file tells nothing)."""
 _READ_BYTES = 64 * 1024
