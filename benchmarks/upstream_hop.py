@@ -1,10 +1,11 @@
-"""Reads through one hop vs direct: the official client reading 1,000 files from an aggregator over stdio
-(`direct`), from an aggregator whose source is that aggregator (`one hop`, McpSource over aggregator.upstream, the
-outer cache off: every read crosses both), and the same with the outer cache on (`one hop, cached`).
+"""Reads through one hop vs direct and vs the relay floor, over three upstreams (benchmarks/hop_peers.py): the
+official client reads from the upstream over stdio (`direct`), through the relay floor (a stdlib process copying the
+bytes both ways: the least a hop costs), and through an aggregator whose source is that upstream (`one hop`:
+McpSource over aggregator.upstream, the outer cache off, every read crosses both; `one hop, cached`: on).
 
-`python -m benchmarks.upstream_hop [--reads 600] [--modes legacy,auto] [--write]` prints a table (`--write`: also
-its section of docs/benchmarks.md). The outer aggregator's source is the `mcp` kind: `mcp+stdio:` with the inner
-aggregator as its command.
+`python -m benchmarks.upstream_hop [--reads 600] [--rounds 3] [--modes legacy,auto] [--upstreams ...] [--write]`
+prints a table (`--write`: also its section of docs/benchmarks.md). Each round starts every peer afresh in turn;
+a row is the median of its rounds.
 """
 
 from __future__ import annotations
@@ -23,37 +24,22 @@ import anyio
 import psutil
 from mcp import Client, StdioServerParameters
 
-from benchmarks.measure import sequential_reads
 from benchmarks.documents import cpu_ns
+from benchmarks.hop_peers import PEERS, UPSTREAMS, peers
+from benchmarks.measure import sequential_reads
 from benchmarks.rss import children, new_children
 from benchmarks.sections import DOCS, UPSTREAM, write_section
 from benchmarks.workload import generate
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / ".data"
-ENV = {"PYTHONPATH": str(REPO)}
-
-
-def manifests(folder: Path, root: Path) -> dict[str, StdioServerParameters]:
-    inner = folder / "inner.yaml"
-    inner.write_text(f"version: 1\nserver: {{name: inner}}\nsources:\n  files: {{url: {root}}}\n"
-                     'collections:\n  - {source: files, glob: "**/*.md", uri: "bench://{path}"}\n')
-    command = [sys.executable, "-m", "aggregator", "serve", str(inner)]
-    peers = {"direct": StdioServerParameters(command=sys.executable, args=command[1:], env=ENV)}
-    for name, ttl in (("one hop", "0s"), ("one hop, cached", "60s")):
-        outer = folder / f"outer-{ttl}.yaml"
-        outer.write_text(f"version: 1\nserver: {{name: outer}}\ndefaults: {{ttl: {ttl}}}\nsources:\n"
-                         f"  inner: {{url: 'mcp+stdio:', prefix: 'bench://', command: {command!r}, env: {ENV!r}}}\n"
-                         'collections:\n  - {source: inner, glob: "**/*.md", uri: "bench://{path}"}\n')
-        peers[name] = StdioServerParameters(
-            command=sys.executable, args=["-m", "aggregator", "serve", str(outer)], env=ENV)
-    return peers
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
     """One fresh server's figures: CPU microseconds per read of the server the client talks to (`outer`) and of
-    the upstream behind it (`inner`, 0 for `direct`), which a loaded machine disturbs less than latency does."""
+    the processes it started (`inner`: the upstream behind a relay or a gateway, 0 for `direct`), which a loaded
+    machine disturbs less than latency does."""
 
     ready: float
     rate: float
@@ -69,7 +55,7 @@ async def measure(params: StdioServerParameters, mode: str, reads: int) -> Run:
     async with Client(params, mode=mode, cache=None) as client:
         uris = [r.uri for r in (await client.list_resources()).resources]
         ready = time.perf_counter() - started
-        await sequential_reads(client, uris, len(uris), 30.0)  # every file once: both levels' caches are warm
+        await sequential_reads(client, uris, len(uris), 30.0)  # every resource once: both levels' caches are warm
         outer = new_children(before)
         inner = [c.pid for pid in outer for c in psutil.Process(pid).children()]
         cpu = cpu_ns(outer), cpu_ns(inner)
@@ -79,28 +65,60 @@ async def measure(params: StdioServerParameters, mode: str, reads: int) -> Run:
     return Run(ready, rate, statistics.median(latencies) * 1000, used[0] / done / 1e3, used[1] / done / 1e3)
 
 
+def middle(runs: list[Run]) -> Run:
+    """Each figure's median over the rounds."""
+    return Run(*(statistics.median(getattr(run, field) for run in runs) for field in Run.__slots__))
+
+
+def row(mode: str, upstream: str, name: str, run: Run, direct: Run, relay: Run) -> str:
+    return (f"| {mode} | {upstream} | {name} | {run.ready:.2f} | {run.rate:,.0f} | {run.median_ms:.2f} "
+            f"| {run.median_ms / direct.median_ms:.2f} | {run.median_ms / relay.median_ms:.2f} | {run.outer_us:.0f} "
+            f"| {run.inner_us:.0f} | {(run.outer_us + run.inner_us) / direct.outer_us:.2f} |")
+
+
+def measure_all(upstreams: list[str], modes: list[str], reads: int, rounds: int, root: Path) -> list[str]:
+    """The table's rows: per wire and upstream, every peer's figures (medians over `rounds` fresh starts)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in modes:
+            for name in upstreams:
+                params = peers(UPSTREAMS[name], root, Path(tmp))
+                runs: dict[str, list[Run]] = {peer: [] for peer in PEERS}
+                for _ in range(rounds):
+                    for peer in PEERS:
+                        runs[peer].append(anyio.run(measure, params[peer], mode, reads))
+                figures = {peer: middle(found) for peer, found in runs.items()}
+                for peer in PEERS:
+                    rows.append(row(mode, name, peer, figures[peer], figures["direct"], figures["relay floor"]))
+                    print(rows[-1], flush=True)
+    return rows
+
+
+def missing(name: str) -> str | None:
+    """Why upstream `name` cannot run here (said on stderr), or None."""
+    reason = UPSTREAMS[name].unavailable()
+    if reason:
+        print(f"skipping {name}: {reason}", file=sys.stderr)
+    return reason
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reads", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="legacy,auto")
+    parser.add_argument("--upstreams", default=",".join(UPSTREAMS))
     parser.add_argument("--write", action="store_true", help=f"write its section of {DOCS}")
     args = parser.parse_args()
+    upstreams = [name for name in args.upstreams.split(",") if not missing(name)]
     root = generate(DATA, 1_000)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rows = ["| wire | peer | ready (s) | reads/s | median read (ms) | x direct | CPU/read: server (us) "
-            "| upstream (us) | both, x direct |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    load_before = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    rows = ["| wire | upstream | peer | ready (s) | reads/s | median read (ms) | x direct | x relay floor "
+            "| CPU/read: server (us) | upstream (us) | both, x direct |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(rows))
-    with tempfile.TemporaryDirectory() as tmp:
-        peers = manifests(Path(tmp), root)
-        for mode in args.modes.split(","):
-            direct: Run | None = None
-            for name, params in peers.items():
-                run = anyio.run(measure, params, mode, args.reads)
-                direct = direct or run
-                rows.append(f"| {mode} | {name} | {run.ready:.2f} | {run.rate:,.0f} | {run.median_ms:.2f} "
-                            f"| {run.median_ms / direct.median_ms:.2f} | {run.outer_us:.0f} | {run.inner_us:.0f} "
-                            f"| {(run.outer_us + run.inner_us) / direct.outer_us:.2f} |")
-                print(rows[-1], flush=True)
+    rows += measure_all(upstreams, args.modes.split(","), args.reads, args.rounds, root)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     if args.write:
         command = " ".join(["python -m benchmarks.upstream_hop", *sys.argv[1:]])
