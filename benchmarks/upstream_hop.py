@@ -226,9 +226,9 @@ of the event loop instead of seven: the client's request is taken where stdin's 
 (`FastReads.tap`), the upstream's answer in its pipe's own callback (asyncio's subprocess protocol deferred it one
 turn), and the read leaves the in-flight map without a done callback; and a read of an `mcp` source is no longer
 hashed (the digest served only revalidation, which read the whole resource again anyway). Instructions a read
-(callgrind, the gateway alone, legacy wire): over our aggregator 762k before, 661k after (the upstream aggregator
-serving the read directly: 417k before); over server-everything 1.13M before the hash went, 1.00M after, most of it
-the JSON and UTF-8 coding of its 1-12 KB documents.
+(callgrind, the gateway alone, legacy wire): over our aggregator 762k before, 628k after (the upstream aggregator
+serving the read directly: 417k before, 332k after, the stdin tap serving every stdio read); over server-everything
+1.13M before the hash went, 1.00M after, most of it the JSON and UTF-8 coding of its 1-12 KB documents.
 """)
 
 
