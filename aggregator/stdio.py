@@ -5,8 +5,9 @@ A line that is not JSON gets a JSON-RPC -32700 error (id null) and one that is J
 read are finished and their responses written before the server stops, for at most `DRAIN_TIMEOUT` seconds;
 the SDK would cancel them on end of input, and the last answers were lost.
 
-The server reads and writes the wire itself, with no task in between: its read loop reads the next line, and a
-handler's response is written by the handler's own `send`. Pipes and sockets (what an MCP client spawns us with)
+The server reads and writes the wire itself, with no task in between: its read loop reads the next line (a read
+the fast path serves is taken before, where the pipe delivers it: `FastReads.tap`), and a handler's response is
+written by the handler's own `send`. Pipes and sockets (what an MCP client spawns us with)
 are read and written without blocking on the event loop; anything else (a regular file, a terminal) through a
 worker thread, as the SDK does for every line. Like the SDK, fds 0 and 1 point elsewhere while serving (stray
 output of handlers and children misses the wire) and are restored on exit.
@@ -49,31 +50,40 @@ _OPEN_ENDED = frozenset({"subscriptions/listen"})
 
 
 class _Unanswered:
-    """Ids of requests read but not answered yet, and an event set whenever there are none."""
+    """Ids of requests read but not answered yet; `settled()` waits until there are none. The event it waits on is
+    made only for that wait (at end of input), not each time a read makes the set non-empty."""
 
     def __init__(self) -> None:
         self.ids: set[types.RequestId] = set()
-        self.none = anyio.Event()
-        self.none.set()
+        self._none: anyio.Event | None = None
         self.gone = False
 
     def add(self, request_id: types.RequestId) -> None:
-        if self.gone:
-            return
-        self.ids.add(request_id)
-        if self.none.is_set():
-            self.none = anyio.Event()
+        if not self.gone:
+            self.ids.add(request_id)
 
     def discard(self, request_id: Any) -> None:
         self.ids.discard(request_id)
         if not self.ids:
-            self.none.set()
+            self._settle()
 
     def abandon(self) -> None:
         """Nobody can read answers any more (stdout broke): there is nothing left to wait for."""
         self.gone = True
         self.ids.clear()
-        self.none.set()
+        self._settle()
+
+    async def settled(self) -> None:
+        """Return once every request read is answered (or abandoned)."""
+        while self.ids:
+            if self._none is None:
+                self._none = anyio.Event()
+            await self._none.wait()
+
+    def _settle(self) -> None:
+        none, self._none = self._none, None
+        if none is not None:
+            none.set()
 
 
 class _Lines(Protocol):
@@ -95,6 +105,8 @@ async def serve_stdio(server: Any, options: InitializationOptions, *, drain_time
                 unanswered = _Unanswered()
                 fast = fast_reads_for(server)
                 to_wire = _WireOut(out, unanswered, fast)
+                if fast is not None and isinstance(lines, asyncio.StreamReader):
+                    fast.tap(lines, to_wire.answer, unanswered.add)  # reads taken where stdin delivers them
                 try:
                     await server.run(_WireIn(lines, to_wire, unanswered, drain_timeout, fast), to_wire, options)
                 finally:
@@ -161,7 +173,7 @@ class _WireIn:
 
     async def _drain(self) -> None:
         with anyio.move_on_after(self._drain_timeout) as waited:
-            await self._unanswered.none.wait()
+            await self._unanswered.settled()
         if waited.cancelled_caught:
             logger.warning("stdin closed; %d requests still unanswered after %.0f s are cancelled",
                            len(self._unanswered.ids), self._drain_timeout)

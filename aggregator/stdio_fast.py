@@ -98,7 +98,7 @@ class FastReads:
             if message.method == "notifications/initialized":
                 self.gate_open = True  # the SDK opens its gate on a bare notifications/initialized too
             elif message.method == "notifications/cancelled":
-                task = self.tasks.get((message.params or {}).get("requestId"))  # type: ignore[arg-type]
+                task = self.tasks.pop((message.params or {}).get("requestId"), None)  # type: ignore[arg-type]
                 if task is not None:
                     task.cancel()  # a cancelled request is never answered
 
@@ -142,10 +142,32 @@ class FastReads:
         version = self._version(method, params)
         if version is None or not self._usable():
             return None
-        task = asyncio.get_running_loop().create_task(self._serve(request_id, method, version, args, handler, answer))
-        self.tasks[request_id] = task
-        task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
+        # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
+        # done callback, which would cost every read one more turn of the loop.
+        self.tasks[request_id] = asyncio.get_running_loop().create_task(
+            self._serve(request_id, method, version, args, handler, answer))
         return request_id
+
+    def tap(self, reader: asyncio.StreamReader, answer: Answer, taken: Callable[[types.RequestId], None]) -> None:
+        """Take reads where `reader`'s pipe delivers its bytes (`take`; `taken(id)` for each), before the reader task
+        wakes: a read served from stdin's callback costs no turn of the task that reads lines. Only whole lines that
+        nothing waits before are taken: the rest of a chunk from the first line `take` refuses (or is incomplete),
+        and every chunk while the reader's buffer holds anything, go to the reader in order as they would have."""
+        feed = reader.feed_data
+
+        def data_received(data: bytes) -> None:
+            start = 0
+            if not reader._buffer:  # type: ignore[attr-defined]  # asyncio's own, read by its readline
+                while end := data.find(b"\n", start) + 1:
+                    request_id = self.take(data[start:end], answer)
+                    if request_id is None:
+                        break
+                    taken(request_id)
+                    start = end
+            if start < len(data):
+                feed(data[start:] if start else data)
+
+        reader.feed_data = data_received  # type: ignore[method-assign, assignment]
 
     def _version(self, method: str, params: dict[str, Any]) -> str | None:
         """The protocol version the request is served at, None when the SDK must see it."""
@@ -171,15 +193,23 @@ class FastReads:
             else:
                 data = page_line(self._server, method, version, request_id, result)
         except asyncio.CancelledError:
+            self._done(request_id)
             raise
         except Exception as exc:  # noqa: BLE001 - mapped exactly as the SDK's dispatcher maps it
+            self._done(request_id)
             error = handler_exception_to_error_data(exc)
             if error is None:
                 logger.exception("handler for %r raised", method)
                 error = types.ErrorData(code=0, message=str(exc))
             await answer(request_id, None, error)
             return
+        self._done(request_id)
         await answer(request_id, data, None)
+
+    def _done(self, request_id: types.RequestId) -> None:
+        """The running read leaves `tasks` (unless its cancellation took it out and its id went to a new read)."""
+        if self.tasks.get(request_id) is asyncio.current_task():
+            del self.tasks[request_id]
 
 
 _ENVELOPES = frozenset({"jsonrpc", "id", "method", "params"})

@@ -100,3 +100,75 @@ async def test_takes_only_well_formed_reads_after_the_handshake() -> None:
     other.saw(init)
     other.answered(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"protocolVersion": "2025-11-25"}))
     assert _taken(other, _read(5, "a://b")) is None
+
+
+@pytest.mark.anyio
+async def test_a_read_leaves_the_in_flight_map_when_it_ends_or_is_cancelled() -> None:
+    """A finished read is gone from `tasks` when its answer is written (no done-callback turn of the loop after it),
+    a cancelled one as soon as the cancellation is seen; its id is free again for the path at once."""
+    import asyncio
+
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    answered: list[object] = []
+    release = asyncio.Event()
+
+    async def handler(ctx: Any, params: Any) -> dict[str, Any]:
+        await release.wait()
+        return {"contents": []}
+
+    async def answer(request_id: object, data: object, error: object) -> None:
+        answered.append(request_id)
+        assert request_id not in fast.tasks  # already out of the map when the answer goes
+
+    fast = FastReads(_Server([OpenTelemetryMiddleware()]), handler)
+    fast.saw(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="initialize", params={}))
+    fast.answered(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"protocolVersion": "2025-11-25"}))
+    line = json.dumps(_read(4, "a://b")).encode() + b"\n"
+    assert fast.take(line, answer) == 4
+    task = fast.tasks[4]
+    fast.saw(types.JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 4}))
+    assert 4 not in fast.tasks and task.cancelling()
+    assert fast.take(line, answer) == 4  # the id is free again
+    release.set()
+    await fast.tasks[4]
+    assert answered == [4] and not fast.tasks
+
+
+@pytest.mark.anyio
+async def test_reads_are_taken_where_stdin_delivers_them_and_never_overtake_a_waiting_line() -> None:
+    """`tap` takes whole reads as the pipe hands its bytes over (no turn of the reader task); anything else, a part
+    of a line, and every line behind one the reader has not taken yet, go to the reader in order."""
+    import asyncio
+
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    async def handler(ctx: Any, params: Any) -> dict[str, Any]:
+        return {"contents": []}
+
+    async def answer(request_id: object, data: object, error: object) -> None:
+        pass
+
+    fast = FastReads(_Server([OpenTelemetryMiddleware()]), handler)
+    fast.saw(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="initialize", params={}))
+    fast.answered(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"protocolVersion": "2025-11-25"}))
+    reader = asyncio.StreamReader()
+    taken: list[object] = []
+    fast.tap(reader, answer, taken.append)
+
+    def line(message: dict[str, Any]) -> bytes:
+        return json.dumps(message).encode() + b"\n"
+
+    ping = line({"jsonrpc": "2.0", "id": 9, "method": "ping"})
+    reader.feed_data(line(_read(2, "a://b")) + line(_read(3, "a://c")) + ping + line(_read(4, "a://d"))
+                     + line(_read(5, "a://e"))[:10])
+    assert taken == [2, 3] and set(fast.tasks) == {2, 3}  # taken at once; the ping and all behind it wait
+    reader.feed_data(line(_read(5, "a://e"))[10:] + line(_read(6, "a://f")))
+    assert taken == [2, 3]  # the reader has not taken the ping yet: nothing overtakes it
+    assert await reader.readline() == ping
+    assert await reader.readline() == line(_read(4, "a://d"))
+    assert await reader.readline() == line(_read(5, "a://e"))
+    assert await reader.readline() == line(_read(6, "a://f"))
+    reader.feed_data(line(_read(7, "a://g")))
+    assert taken == [2, 3, 7]  # the reader has caught up: reads are taken where they arrive again
+    await asyncio.gather(*fast.tasks.values())

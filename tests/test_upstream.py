@@ -233,6 +233,9 @@ def test_aggregator_upstream_stdio(mode: str, docs_manifest: Path) -> None:
             with pytest.raises(SourceNotFound):
                 await source.stat("page://nope")
             assert await source.version("docs://readme") == await source.version("docs://readme") is not None
+            # A read carries no version: one would cost a hash of every read, and revalidating reads it all again.
+            assert (await source.read("docs://readme", 4096)).version is None
+            assert (await source.stat("page://page01")).version == await source.version("page://page01") is not None
             assert await source.version("page://nope") is None
             with pytest.raises(SourceTooLarge):
                 await source.read("file://docs/data.json", 4)

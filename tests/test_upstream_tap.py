@@ -4,6 +4,7 @@ that lags stops the pipe being read until it catches up."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from typing import Any
@@ -75,5 +76,26 @@ def test_a_lagging_reader_pauses_the_pipe(lines: int) -> None:
                 got = [item async for item in stdout]
                 await process.wait()
         assert len(got) == lines and all(isinstance(g, bytes) and g.startswith(b"%08d" % i) for i, g in enumerate(got))
+
+    anyio.run(main)
+
+
+def test_an_answer_is_claimed_in_the_pipe_callback_itself() -> None:
+    """The bytes the pipe reads resolve the lane's read in that same callback: no turn of the event loop between the
+    pipe and the read (asyncio's subprocess protocol defers each chunk to a later turn, a loop iteration per read)."""
+
+    async def main() -> None:
+        async with await _child("import sys; sys.stdin.read()") as process:
+            lane = Lane(process.stdin.send)
+            lane.negotiated("2025-11-25", {})
+            assert tap(process, 1000, lane) is not None
+            reading = asyncio.ensure_future(lane.read("test://a", timeout=30))
+            await asyncio.sleep(0)  # the read is written and waits for its answer
+            (future,) = lane._waiting.values()
+            pipe = process._process.stdout._transport
+            pipe.get_protocol().data_received(b'{"jsonrpc":"2.0","id":"agg-1","result":{"contents":[]}}\n')
+            assert future.done()  # resolved by the callback, not by a call it scheduled
+            assert await reading == {"contents": []}
+            await process.stdin.aclose()
 
     anyio.run(main)

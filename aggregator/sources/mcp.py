@@ -15,7 +15,8 @@ a `prefix`.
   `<ns>+<uri>`; its paths are then upstream URIs (`uri_paths`) that a template's own RFC 6570 text expands.
   `complete_path` forwards completion of a template whose path is an upstream template.
 - cache: `read()` returns an `McpBlob` whose `max_age`/`private` carry the upstream's `ttlMs`/`cacheScope`.
-  `version()` reads and hashes (MCP has no cheap version): change events are preferred over polling.
+  `version()` reads and hashes (MCP has no cheap version; a read carries none): change events are preferred over
+  polling.
 """
 
 from __future__ import annotations
@@ -201,12 +202,14 @@ class McpSource(Source):
             return _info(path, records[index])
         # Not listed (a templated URI): it exists if it reads.
         blob = await self.read(path, self.upstream.max_message_bytes)
-        return FileInfo(path, len(blob.data), None, blob.version, blob.mime_type)
+        return FileInfo(path, len(blob.data), None, _digest(blob.data), blob.mime_type)
 
     async def read(self, path: str, max_bytes: int) -> McpBlob:
+        """The content, with no version: MCP has no cheap one, so revalidating a kept copy would read it all again
+        anyway, and a digest of every read (most are never kept: an uncached hop) is a hash for nothing."""
         result = await self.upstream.read(self.uri_of(path), max_bytes)
         content = result.first
-        return McpBlob(content.data, self.values.mime_type(content.mime_type), _digest(content.data),
+        return McpBlob(content.data, self.values.mime_type(content.mime_type), None,
                        None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",
                        result.ttl_ms, result.cache_scope)
 
@@ -215,7 +218,7 @@ class McpSource(Source):
         if path is None:
             return None
         try:
-            return (await self.read(path, self.upstream.max_message_bytes)).version
+            return _digest((await self.read(path, self.upstream.max_message_bytes)).data)
         except SourceNotFound:
             return None
 
