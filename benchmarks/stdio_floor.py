@@ -1,6 +1,6 @@
 """stdio reads against the stdlib floor (issue 29): reads/s and server CPU microseconds per read, cold and warm.
 
-`python -m benchmarks.stdio_floor [--size 10k] [--rounds 3] [--reads 2000] [--in-flight 16]`
+`python -m benchmarks.stdio_floor [--size 10k[,100k]] [--rounds 3] [--reads 2000] [--in-flight 16]`
 
 Per round one fresh aggregator and one fresh `floor-stdlib` (taking turns, the order alternating) over the scale
 corpus, through the raw client of `stdio_rpc` on the legacy wire: cold reads (distinct random files, each the
@@ -57,12 +57,13 @@ async def one_round(peer: str, root: Path, cold: list[int], warm: list[int], in_
         await client.close()
 
 
-async def run(options: argparse.Namespace) -> None:
-    root = corpus(options.size, options.data)
+async def measure_size(size: int, options: argparse.Namespace) -> tuple[dict[str, list[Round]], list[tuple[float, float]]]:
+    """Every round at `size` files: each peer's rounds and the per-round ratios aggregator / floor (cold, warm)."""
+    root = corpus(size, options.data)
     runs: dict[str, list[Round]] = {SUBJECT: [], FLOOR: []}
     ratios: list[tuple[float, float]] = []
     for r in range(options.rounds):
-        cold, warm = picks(options.size, options.reads, r)
+        cold, warm = picks(size, options.reads, r)
         # Both peers' cold reads (each server's first read of a file) find the files in the page cache whichever
         # goes first: else the first pays the disk for both (a thread hop per file for the aggregator).
         set_page_cache(root, cold, "held")
@@ -72,28 +73,41 @@ async def run(options: argparse.Namespace) -> None:
             runs[peer].append(got[peer])
         a, f = got[SUBJECT], got[FLOOR]
         ratios.append((a.cold_rps / f.cold_rps, a.warm_rps / f.warm_rps))
-        print(f"round {r + 1} load {os.getloadavg()[0]:.1f}: aggregator cold {a.cold_rps:,.0f}/s {a.cold_us:.0f} us, "
-              f"warm {a.warm_rps:,.0f}/s {a.warm_us:.0f} us | floor cold {f.cold_rps:,.0f}/s {f.cold_us:.0f} us, "
-              f"warm {f.warm_rps:,.0f}/s {f.warm_us:.0f} us | ratio cold {ratios[-1][0]:.2f}x warm "
-              f"{ratios[-1][1]:.2f}x", flush=True)
+        print(f"{size:,} round {r + 1} load {os.getloadavg()[0]:.1f}: aggregator cold {a.cold_rps:,.0f}/s "
+              f"{a.cold_us:.0f} us, warm {a.warm_rps:,.0f}/s {a.warm_us:.0f} us | floor cold {f.cold_rps:,.0f}/s "
+              f"{f.cold_us:.0f} us, warm {f.warm_rps:,.0f}/s {f.warm_us:.0f} us | ratio cold {ratios[-1][0]:.2f}x "
+              f"warm {ratios[-1][1]:.2f}x", flush=True)
+    return runs, ratios
+
+
+async def run(options: argparse.Namespace) -> None:
     med = statistics.median
+    rows: list[str] = []
+    for size in options.size:
+        runs, ratios = await measure_size(size, options)
+        for peer, rounds in runs.items():
+            rows.append(f"| {size:,} | {peer} | {med(x.cold_rps for x in rounds):,.0f} | "
+                        f"{med(x.cold_us for x in rounds):.0f} | {med(x.warm_rps for x in rounds):,.0f} | "
+                        f"{med(x.warm_us for x in rounds):.0f} |")
+        cold_cpu = med(f.cold_us / a.cold_us for a, f in zip(runs[SUBJECT], runs[FLOOR]))
+        warm_cpu = med(f.warm_us / a.warm_us for a, f in zip(runs[SUBJECT], runs[FLOOR]))
+        rows.append(f"| {size:,} | ratio aggregator / floor: reads/s (floor CPU / CPU) | "
+                    f"{med(c for c, _ in ratios):.2f}x | ({cold_cpu:.2f}x) | {med(w for _, w in ratios):.2f}x | "
+                    f"({warm_cpu:.2f}x) |")
     command = ("python -m benchmarks.stdio_floor " + " ".join(options.argv)).strip()
+    sizes = " and ".join(f"{size:,}" for size in options.size)
     lines = [STDIO_FLOOR, "",
              f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` on {describe_machine()}, "
              f"{os.getloadavg()[0]:.1f} at the end (other work shares the machine: compare ratios, each taken within "
              "one round).", "",
-             f"{options.size:,} files (the scale corpus, about 2 KB each; a round's files are read into the page "
+             f"{sizes} files (the scale corpus, about 2 KB each; a round's files are read into the page "
              "cache before it); per round a fresh "
              "aggregator and `floor-stdlib` (a stdlib-only JSON-RPC loop that opens the file on every read) taking "
              f"turns, {options.reads} cold reads (distinct files at random, each the server's first read of it) then "
              f"the same reads again (warm), {options.in_flight} in flight through a raw client on the legacy wire; "
              f"medians of {options.rounds} rounds; ratios are medians of the per-round ratios.", "",
-             "| peer | cold reads/s | cold CPU us/read | warm reads/s | warm CPU us/read |", "|---|---|---|---|---|"]
-    for peer, rounds in runs.items():
-        lines.append(f"| {peer} | {med(x.cold_rps for x in rounds):,.0f} | {med(x.cold_us for x in rounds):.0f} | "
-                     f"{med(x.warm_rps for x in rounds):,.0f} | {med(x.warm_us for x in rounds):.0f} |")
-    lines.append(f"| ratio aggregator / floor (reads/s) | {med(c for c, _ in ratios):.2f}x | | "
-                 f"{med(w for _, w in ratios):.2f}x | |")
+             "| files | peer | cold reads/s | cold CPU us/read | warm reads/s | warm CPU us/read |",
+             "|---|---|---|---|---|---|", *rows]
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if options.output is not None:
@@ -103,7 +117,8 @@ async def run(options: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stdio_floor", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", type=parse_size, default=10_000)
+    parser.add_argument("--size", type=lambda text: [parse_size(part) for part in text.split(",") if part],
+                        default=[10_000], help="files, or several sizes measured in turn: 10k,100k")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reads", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=16)
