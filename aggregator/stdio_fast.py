@@ -98,9 +98,13 @@ class FastReads:
             if message.method == "notifications/initialized":
                 self.gate_open = True  # the SDK opens its gate on a bare notifications/initialized too
             elif message.method == "notifications/cancelled":
+                # Out of `tasks`: a cancelled request is never answered (`_serve` sees it left), even when it ends
+                # before the cancellation lands.
                 task = self.tasks.pop((message.params or {}).get("requestId"), None)  # type: ignore[arg-type]
                 if task is not None:
-                    task.cancel()  # a cancelled request is never answered
+                    # Next turn, as the SDK cancels: the handler has begun (a read cancelled in the write that
+                    # asked for it is counted and access-logged, outcome error) and stops at its first wait.
+                    asyncio.get_running_loop().call_soon(task.cancel)
 
     def answered(self, message: types.JSONRPCMessage) -> None:
         """Note a message the SDK sent: a successful answer to `initialize` opens the legacy gate."""
@@ -196,20 +200,23 @@ class FastReads:
             self._done(request_id)
             raise
         except Exception as exc:  # noqa: BLE001 - mapped exactly as the SDK's dispatcher maps it
-            self._done(request_id)
             error = handler_exception_to_error_data(exc)
             if error is None:
                 logger.exception("handler for %r raised", method)
                 error = types.ErrorData(code=0, message=str(exc))
-            await answer(request_id, None, error)
+            if self._done(request_id):
+                await answer(request_id, None, error)
             return
-        self._done(request_id)
-        await answer(request_id, data, None)
+        if self._done(request_id):
+            await answer(request_id, data, None)
 
-    def _done(self, request_id: types.RequestId) -> None:
-        """The running read leaves `tasks` (unless its cancellation took it out and its id went to a new read)."""
+    def _done(self, request_id: types.RequestId) -> bool:
+        """The running read leaves `tasks`; False when its cancellation took it out already (it is not answered;
+        its id may have gone to a new read)."""
         if self.tasks.get(request_id) is asyncio.current_task():
             del self.tasks[request_id]
+            return True
+        return False
 
 
 _ENVELOPES = frozenset({"jsonrpc", "id", "method", "params"})
