@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 def server_params(launch: Launch) -> StdioServerParameters:
     """Stdio parameters for `launch`, run from the repository root with a minimal, explicit environment."""
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HOME": os.environ.get("HOME", "/tmp"),
-           "PYTHONDONTWRITEBYTECODE": "1", "FASTMCP_SHOW_SERVER_BANNER": "false", "FASTMCP_LOG_LEVEL": "WARNING"}
+           "PYTHONDONTWRITEBYTECODE": "1", "FASTMCP_SHOW_SERVER_BANNER": "false", "FASTMCP_LOG_LEVEL": "WARNING",
+           **launch.env}
     return StdioServerParameters(command=launch.python, args=launch.args, env=env, cwd=str(REPO))
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.machine import describe as describe_machine
-from benchmarks.peers import PEERS
+from benchmarks.peers import PEERS, Launch
 from benchmarks.rss import cpu_seconds
 from benchmarks.scale import FLOOR, PAGE_SIZE, SUBJECT, checker, parse_size, picks
 from benchmarks.scale_corpus import CACHE, corpus, set_page_cache
@@ -41,8 +41,10 @@ class Round:
     warm_us: float
 
 
-async def one_round(peer: str, root: Path, cold: list[int], warm: list[int], in_flight: int) -> Round:
-    client = await RawClient.spawn(PEERS[peer].launch(root, PAGE_SIZE, None), sys.stderr)
+async def one_round(peer: str | Launch, root: Path, cold: list[int], warm: list[int], in_flight: int) -> Round:
+    """A fresh server of `peer` (a named peer, or a command of one) over `root`: its cold then warm reads."""
+    launch = PEERS[peer].launch(root, PAGE_SIZE, None) if isinstance(peer, str) else peer
+    client = await RawClient.spawn(launch, sys.stderr)
     try:
         await client.initialize()
         await client.request("resources/list")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -20,10 +20,12 @@ FASTMCP_VENV = BENCH / ".venv-fastmcp"
 
 @dataclass(frozen=True)
 class Launch:
-    """A server command: the interpreter and its arguments (run from the repository root)."""
+    """A server command: the interpreter and its arguments (run from the repository root), and variables added to
+    its environment."""
 
     python: str
     args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
