@@ -40,6 +40,7 @@ import mcp_types as types
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.runner import modern_error_data
+from mcp.server.streamable_http import REQUEST_CANCELLED
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
@@ -129,6 +130,8 @@ class HttpFastReads:
         self._stamp = server.server_info_stamp  # a fresh copy per access: taken once, never handed out
         self._sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         """Legacy sessions' transports -> the version their handshake negotiated, once the SDK served a read there."""
+        self._running: dict[tuple[Any, types.RequestId], anyio.CancelScope] = {}
+        """(session transport, request id) -> the scope of a legacy read in flight there, for `notifications/cancelled`."""
         server.add_request_handler(METHOD, entry.params_type, self._learning(entry.handler))
 
     def _learning(self, handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
@@ -163,10 +166,29 @@ class HttpFastReads:
         if plan is None:
             if self._sessions and (body is None or b'"initialize"' in body):
                 self._forget(raw)  # it may be a second handshake in a session, negotiating another version
+            if self._running and body is not None and b'"notifications/cancelled"' in body:
+                self._cancel(scope, headers, body)
             await self.app(scope, replay, send)
             return
         logger.debug("fast path: %s read of %s", "modern" if plan.modern else "legacy", plan.uri)
         await self._serve(plan, scope, replay, send)
+
+    def _cancel(self, scope: Scope, headers: dict[str, str], body: bytes) -> None:
+        """Stop the read a `notifications/cancelled` names, when it is this path's and in the session (of the same
+        credential) the notification is posted to, as the SDK's session stops its own; the SDK still gets the
+        notification (and ignores the id it does not know)."""
+        session = self._session(scope, headers) if self._secure(headers) else None
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            return
+        params = message.get("params") if type(message) is dict else None
+        if session is None or message.get("method") != "notifications/cancelled" or type(params) is not dict:
+            return
+        request_id = params.get("requestId")
+        running = self._running.get((session, request_id)) if isinstance(request_id, int | str) else None
+        if running is not None:
+            running.cancel()
 
     def _forget(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Forget the version of the sessions named in `headers`: the SDK's next read there learns it again."""
@@ -263,13 +285,32 @@ class HttpFastReads:
             if session._requests_in_flight == 1:  # with others in flight, it is held already
                 idle.deadline = math.inf
         try:
-            status, body = await self._answer(plan, scope, receive)
+            if session is None:
+                status, body = await self._answer(plan, scope, receive)
+            else:
+                status, body = await self._cancellable(plan, session, scope, receive)
             await self._send(plan, status, body, send)
         finally:
             if idle is not None:
                 session._requests_in_flight -= 1
                 if not session._requests_in_flight:
                     idle.deadline = anyio.current_time() + session._idle_timeout
+
+    async def _cancellable(self, plan: _Plan, session: Any, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+        """`_answer` for a read in a legacy session, which `notifications/cancelled` there stops: then, as the SDK's
+        legacy transport, the read's stream ends with a REQUEST_CANCELLED error."""
+        key = (session, plan.request_id)
+        if key in self._running:  # an id already in flight there: the SDK's to judge (as the stdio path does)
+            return await self._answer(plan, scope, receive)
+        with anyio.CancelScope() as running:
+            self._running[key] = running
+            try:
+                return await self._answer(plan, scope, receive)
+            finally:
+                del self._running[key]
+        error = types.ErrorData(code=REQUEST_CANCELLED, message="Request cancelled")
+        message = types.JSONRPCError(jsonrpc="2.0", id=plan.request_id, error=error)
+        return 200, message.model_dump_json(by_alias=True, exclude_unset=True).encode()
 
     async def _answer(self, plan: _Plan, scope: Scope, receive: Receive) -> tuple[int, bytes]:
         """The HTTP status and the JSON-RPC message (encoded) for `plan`."""

@@ -269,3 +269,48 @@ def test_with_tracing_on_every_read_gets_the_sdks_span(tmp_path: Path) -> None:
     versions = Counter(a.value.string_value for s in reads for a in s.attributes if a.key == "mcp.protocol.version")
     assert versions == {LEGACY: len(uris), MODERN: len(uris)}
     assert "fast path: " not in server.output() and "tracing on" in server.output()
+
+
+def test_a_cancelled_legacy_read_is_stopped_and_answered_as_by_the_sdk(tmp_path: Path) -> None:
+    """A read in a 2025-11-25 session held by its upstream, then `notifications/cancelled` for it on the session:
+    the SDK stops the handler and ends the read's stream with -32800 (outcome error); so must the path."""
+    import threading
+
+    from tests import http_server
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    with http_server.serve() as upstream, ExitStack() as stack:
+        (tmp_path / "m.yaml").write_text(
+            f'version: 1\nserver: {{name: c}}\nsources:\n  docs: {{url: ./docs}}\n  web: {{url: '
+            f'"http://127.0.0.1:{upstream.port}/base/", allowPrivateNetwork: true}}\nresources:\n'
+            '  - {uri: "web://gated", name: g, source: web, path: gated}\n'
+            '  - {uri: "docs://a.md", name: a, source: docs, path: a.md}\n')
+        servers = [stack.enter_context(serve_http(tmp_path / "m.yaml", tmp_path, log_name=f"{on}.log",
+                                                  global_args=["--log-level", "DEBUG", "--log-format", "json"],
+                                                  env={"AGGREGATOR_HTTP_FAST": on})) for on in ("1", "0")]
+        answers = []
+        for server in servers:
+            session = _open(server, None)
+            headers = _headers(None, LEGACY, session)
+            assert "# A" in _post(server, _read(1, "docs://a.md"), headers).text  # the path now serves the session
+            held: dict[str, Any] = {}
+
+            def read(server: Server = server, headers: dict[str, str] = headers, held: dict[str, Any] = held) -> None:
+                started = time.monotonic()
+                held["answer"] = _answer(_post(server, _read(9, "web://gated"), headers), session, server.port)
+                held["seconds"] = time.monotonic() - started
+
+            thread = threading.Thread(target=read)
+            thread.start()
+            time.sleep(1.0)  # the read waits on its upstream (10 s)
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+            assert _post(server, cancel, headers).status_code == 202
+            thread.join(30)
+            assert held["seconds"] < 5, held
+            answers.append(held["answer"])
+            access = [(e["uri"], e["outcome"]) for e in _log(server) if e["logger"] == "aggregator.access"]
+            assert access[-1] == ("web://gated", "error"), access
+        assert answers[0] == answers[1]
+        assert answers[0]["body"][0]["error"]["code"] == -32800
+        assert _fast_reads(servers[0], "legacy") == 1  # the cancelled read (the first was the SDK's)
