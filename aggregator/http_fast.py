@@ -11,11 +11,14 @@ on the ASGI scope as today) and in front of the SDK's app, and takes only what i
 - a body that is one JSON-RPC request `{"jsonrpc": "2.0", "id": int|str, "method": "resources/read", "params"}`;
 - modern wire (`MCP-Protocol-Version` 2026-07-28): params `{"uri": str, "_meta": envelope}` that the SDK's own
   classifier routes (headers matching the body) and whose envelope the SDK's own validator accepts (checked once per
-  distinct envelope); the answer is JSON, as the SDK's modern entry sends for a handler that emits nothing;
+  distinct envelope); the answer is JSON, as the SDK's modern entry sends for a handler that emits nothing (a read
+  still running after the entry's 15 s window: an SSE stream that pings, and a client that goes away cancels it,
+  as there: http_long_reads);
 - legacy wire: params `{"uri": str}`; with sessions, an open session (same credential, not terminated or expired)
   where the SDK has already served a read (so the handshake is done; its negotiated version is remembered), its idle
-  countdown kept as the SDK keeps it; stateless, the version the SDK would seed. The answer is one SSE event or JSON,
-  as the session's transport sends it, with the same headers;
+  countdown kept as the SDK keeps it, and `notifications/cancelled` there stopping it; stateless, the version the SDK
+  would seed. The answer is one SSE event or JSON, as the session's transport sends it, with the same headers (a
+  long read's SSE stream opens at once and pings, as the transport's does: http_long_reads);
 - the server's middleware is the SDK's default alone and tracing is off (with tracing on, every read keeps its span).
 
 Everything else goes to the SDK untouched (the body read here is replayed to it). Results go through the SDK's own
@@ -49,6 +52,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.requests import Request
 
 from aggregator import tracing
+from aggregator.http_long_reads import LongRead
 from aggregator.stdio_fast import METHOD
 from aggregator.wire_results import Envelopes, shaped
 
@@ -285,21 +289,39 @@ class HttpFastReads:
             if session._requests_in_flight == 1:  # with others in flight, it is held already
                 idle.deadline = math.inf
         try:
-            if session is None:
-                status, body = await self._answer(plan, scope, receive)
+            if not self._json_response:  # the answer may be SSE: a long read is watched as the SDK watches it
+                await self._watched(plan, scope, receive, send)
             else:
-                status, body = await self._cancellable(plan, session, scope, receive)
-            await self._send(plan, status, body, send)
+                await self._send(plan, *await self._cancellable(plan, scope, receive), send)
         finally:
             if idle is not None:
                 session._requests_in_flight -= 1
                 if not session._requests_in_flight:
                     idle.deadline = anyio.current_time() + session._idle_timeout
 
-    async def _cancellable(self, plan: _Plan, session: Any, scope: Scope, receive: Receive) -> tuple[int, bytes]:
-        """`_answer` for a read in a legacy session, which `notifications/cancelled` there stops: then, as the SDK's
-        legacy transport, the read's stream ends with a REQUEST_CANCELLED error."""
-        key = (session, plan.request_id)
+    async def _watched(self, plan: _Plan, scope: Scope, receive: Receive, send: Send) -> None:
+        """A read whose answer may be SSE, served as the SDK serves it (http_long_reads): a long one is answered as
+        the last event of an SSE stream that pings, and on the modern wire cancelled when the client goes away."""
+        watch = LongRead(receive, send, None if plan.modern else self._sse_head(plan))
+        try:
+            status, body = await self._cancellable(plan, scope, receive)
+        except asyncio.CancelledError:
+            await watch.end()
+            if watch.settle():
+                return  # the client is gone: nothing to send
+            raise
+        await watch.end()
+        if watch.streaming:
+            await send({"type": "http.response.body", "body": LongRead.event(body), "more_body": False})
+        else:
+            await self._send(plan, status, body, send)
+
+    async def _cancellable(self, plan: _Plan, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+        """`_answer`; in a legacy session, `notifications/cancelled` there stops it: then, as the SDK's legacy
+        transport, the read's stream ends with a REQUEST_CANCELLED error."""
+        if plan.session is None:
+            return await self._answer(plan, scope, receive)
+        key = (plan.session, plan.request_id)
         if key in self._running:  # an id already in flight there: the SDK's to judge (as the stdio path does)
             return await self._answer(plan, scope, receive)
         with anyio.CancelScope() as running:
@@ -361,16 +383,23 @@ class HttpFastReads:
         # The same headers as the SDK's, but one body with its length: the SDK's SSE answer is chunked, but it is one
         # event too, and a client reads the same bytes.
         if plan.modern or self._json_response:
-            head = [(b"content-length", str(len(body)).encode()), (b"content-type", _JSON_TYPE)]
+            head = [(b"content-type", _JSON_TYPE)]
+            if plan.session is not None:
+                head.append((b"mcp-session-id", plan.session.mcp_session_id.encode()))
         else:
-            body = b"event: message\r\ndata: " + body + b"\r\n\r\n"
-            head = [(b"content-length", str(len(body)).encode()), (b"cache-control", b"no-cache, no-transform"),
-                    (b"connection", b"keep-alive"), (b"content-type", b"text/event-stream"),
-                    (b"x-accel-buffering", b"no")]
+            body, head = LongRead.event(body), self._sse_head(plan)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(body)).encode()), *head]})
+        await send({"type": "http.response.body", "body": body})
+
+    @staticmethod
+    def _sse_head(plan: _Plan) -> list[tuple[bytes, bytes]]:
+        """The headers of the legacy transport's SSE answer to `plan`."""
+        head = [(b"cache-control", b"no-cache, no-transform"), (b"connection", b"keep-alive"),
+                (b"content-type", b"text/event-stream"), (b"x-accel-buffering", b"no")]
         if plan.session is not None:
             head.append((b"mcp-session-id", plan.session.mcp_session_id.encode()))
-        await send({"type": "http.response.start", "status": status, "headers": head})
-        await send({"type": "http.response.body", "body": body})
+        return head
 
 
 def _rememberable(result: Any) -> bool:

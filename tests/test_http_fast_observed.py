@@ -314,3 +314,97 @@ def test_a_cancelled_legacy_read_is_stopped_and_answered_as_by_the_sdk(tmp_path:
         assert answers[0] == answers[1]
         assert answers[0]["body"][0]["error"]["code"] == -32800
         assert _fast_reads(servers[0], "legacy") == 1  # the cancelled read (the first was the SDK's)
+
+
+@pytest.fixture(scope="module")
+def stalling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list[Server]]]:
+    """(the upstream, [fast, slow]): servers whose `web://sN` reads wait on an upstream that never answers once
+    `upstream.stalled` names sN."""
+    from tests import http_server
+
+    folder = tmp_path_factory.mktemp("stalling")
+    with http_server.serve() as upstream, ExitStack() as stack:
+        (folder / "m.yaml").write_text(
+            f'version: 1\nserver: {{name: s}}\nsources:\n  web: {{url: "http://127.0.0.1:{upstream.port}/base/", '
+            'allowPrivateNetwork: true, timeout: 45s}\nresources:\n'
+            + "".join(f'  - {{uri: "web://s{n}", name: s{n}, source: web, path: s{n}}}\n' for n in range(4)))
+        servers = [stack.enter_context(serve_http(folder / "m.yaml", folder, log_name=f"{on}.log",
+                                                  global_args=["--log-level", "DEBUG", "--log-format", "json"],
+                                                  env={"AGGREGATOR_HTTP_FAST": on})) for on in ("1", "0")]
+        upstream.stalled.update(f"s{n}" for n in range(4))  # after start-up, which looks at each once
+        yield upstream, servers
+
+
+def _modern_read(uri: str) -> tuple[dict[str, Any], dict[str, str]]:
+    return _modern(7, uri), _modern_headers("", uri)
+
+
+def _on_both(servers: list[Server], work: Any) -> list[Any]:
+    """`work(server)` on each server at once (threads): each its result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(servers)) as pool:
+        return list(pool.map(work, servers))
+
+
+def test_a_modern_read_whose_client_goes_away_is_cancelled_as_by_the_sdk(stalling: tuple[Any, list[Server]]) -> None:
+    """The SDK's modern entry (SSE allowed) cancels the handler when the client disconnects: outcome error, at
+    once, rather than a read that runs on to its source's timeout."""
+    _, servers = stalling
+    body, headers = _modern_read("web://s1")
+
+    def gone(server: Server) -> list[tuple[str, str]]:
+        with pytest.raises(httpx.TimeoutException):
+            _post_within(server, body, headers, 1.0)
+        time.sleep(1.5)
+        return [(e["uri"], e["outcome"]) for e in _log(server) if e["logger"] == "aggregator.access"]
+
+    fast, slow = _on_both(servers, gone)
+    assert fast == slow == [("web://s1", "error")]
+    assert _fast_reads(servers[0], "modern") == 1
+
+
+def test_a_long_modern_read_turns_to_sse_with_pings_as_by_the_sdk(stalling: tuple[Any, list[Server]]) -> None:
+    """A read still running after the SDK's 15 s window is committed to an SSE stream that pings, so that a proxy
+    idle timeout does not close it."""
+    _, servers = stalling
+    body, headers = _modern_read("web://s2")
+
+    def first(server: Server) -> tuple[int, str, bytes, float]:
+        started = time.monotonic()
+        with httpx.stream("POST", server.url, content=json.dumps(body).encode(), headers=headers,
+                          timeout=30) as response:
+            chunk = next(response.iter_raw())
+            return (response.status_code, response.headers.get("content-type", ""), chunk,
+                    round(time.monotonic() - started))
+
+    fast, slow = _on_both(servers, first)
+    assert fast == slow and slow[:3] == (200, "text/event-stream", b": ping\r\n\r\n") and 14 <= slow[3] <= 20, slow
+
+
+def _post_within(server: Server, body: Any, headers: dict[str, str], seconds: float) -> httpx.Response:
+    return httpx.post(server.url, content=json.dumps(body).encode(), headers=headers, timeout=seconds)
+
+
+def test_a_long_legacy_read_streams_with_pings_as_by_the_sdk(stalling: tuple[Any, list[Server]]) -> None:
+    """The 2025-11-25 transport opens a read's SSE stream at once and pings it every 15 s (a client's read timeout
+    shorter than the read does not end it); the path's long reads do the same."""
+    _, servers = stalling
+
+    def first(server: Server) -> tuple[Any, ...]:
+        session = _open(server, None)
+        headers = _headers(None, LEGACY, session)
+        warm = _post(server, _read(1, "web://none"), headers)  # the SDK's first read in the session (not found)
+        assert warm.status_code == 200 and "error" in warm.text
+        started = time.monotonic()
+        with httpx.stream("POST", server.url, content=json.dumps(_read(2, "web://s3")).encode(), headers=headers,
+                          timeout=20) as response:
+            opened = time.monotonic() - started
+            chunk = next(response.iter_raw())
+            return (response.status_code, response.headers.get("content-type"),
+                    response.headers.get("mcp-session-id") == session, opened < 2, chunk[:9],
+                    round(time.monotonic() - started))
+
+    fast, slow = _on_both(servers, first)
+    assert fast == slow and slow[:5] == (200, "text/event-stream", True, True, b": ping - ") and 14 <= slow[5] <= 20
+    assert _fast_reads(servers[0], "legacy") == 1
