@@ -134,8 +134,9 @@ class HttpFastReads:
         self._stamp = server.server_info_stamp  # a fresh copy per access: taken once, never handed out
         self._sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         """Legacy sessions' transports -> the version their handshake negotiated, once the SDK served a read there."""
-        self._running: dict[tuple[Any, types.RequestId], anyio.CancelScope] = {}
-        """(session transport, request id) -> the scope of a legacy read in flight there, for `notifications/cancelled`."""
+        self._running: dict[tuple[Any, types.RequestId], asyncio.Task[Any] | None] = {}
+        """(session transport, request id) -> the task of a legacy read in flight there, for `notifications/cancelled`
+        (None once cancelled by one)."""
         server.add_request_handler(METHOD, entry.params_type, self._learning(entry.handler))
 
     def _learning(self, handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
@@ -190,9 +191,13 @@ class HttpFastReads:
         if session is None or message.get("method") != "notifications/cancelled" or type(params) is not dict:
             return
         request_id = params.get("requestId")
-        running = self._running.get((session, request_id)) if isinstance(request_id, int | str) else None
+        if not isinstance(request_id, int | str):
+            return
+        key = (session, request_id)
+        running = self._running.get(key)
         if running is not None:
-            running.cancel()
+            self._running[key] = None  # ours: `_cancellable` answers it
+            running.cancel()  # while registered, the read is waiting inside `_answer`: it is raised there
 
     def _forget(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Forget the version of the sessions named in `headers`: the SDK's next read there learns it again."""
@@ -322,14 +327,17 @@ class HttpFastReads:
         if plan.session is None:
             return await self._answer(plan, scope, receive)
         key = (plan.session, plan.request_id)
-        if key in self._running:  # an id already in flight there: the SDK's to judge (as the stdio path does)
+        if key in self._running:  # the id of a read still in flight there: served, cancellable as the first only
             return await self._answer(plan, scope, receive)
-        with anyio.CancelScope() as running:
-            self._running[key] = running
-            try:
-                return await self._answer(plan, scope, receive)
-            finally:
-                del self._running[key]
+        task = self._running[key] = asyncio.current_task()
+        try:
+            return await self._answer(plan, scope, receive)
+        except asyncio.CancelledError:
+            if key not in self._running or self._running[key] is not None or task is None:
+                raise  # not a notifications/cancelled: the server's own
+            task.uncancel()
+        finally:
+            self._running.pop(key, None)
         error = types.ErrorData(code=REQUEST_CANCELLED, message="Request cancelled")
         message = types.JSONRPCError(jsonrpc="2.0", id=plan.request_id, error=error)
         return 200, message.model_dump_json(by_alias=True, exclude_unset=True).encode()
