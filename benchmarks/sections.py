@@ -1,5 +1,5 @@
 """docs/benchmarks.md is written by several commands: `benchmarks.run` writes the main report, and the side
-benchmarks (cold_reads, stdio_floor, http_load, http_floor, reliability, templates, live, scale, remote, search, upstream_hop, replicas, cluster,
+benchmarks (cold_reads, stdio_floor, http_load, http_floor, tracing_cost, reliability, templates, live, scale, remote, search, upstream_hop, replicas, cluster,
 console) each
 own one `## ` section of it, which they replace or append and which a rewrite of the main report keeps."""
 
@@ -16,6 +16,7 @@ COLD_READS = "## Cold and warm reads against a floor that reads the disk"
 HTTP_LOAD = "## Server capacity over HTTP (light load generator)"
 HTTP_FLOOR = "## HTTP reads against the bare-ASGI floor"
 STDIO_FLOOR = "## stdio reads against the stdlib floor"
+TRACING = "## What tracing costs"
 RELIABILITY = "## Reliability under faults"
 SEARCH = "## Search: full-text index and queries"
 UPSTREAM = "## MCP upstreams: reads through one hop"
@@ -24,7 +25,7 @@ CONSOLE = "## Operator console"
 CLUSTER = "## Replicas on Redis (server.cluster)"
 SCALE = "## Scale: 10,000 to 1,000,000 files against a stdlib floor"
 SCALE_BASELINE = "## Scale (issue 26 baseline, main before the incremental catalog)"
-SIDE = (COLD_READS, STDIO_FLOOR, HTTP_LOAD, HTTP_FLOOR, RELIABILITY, TEMPLATES, LIVE, SCALE, SCALE_BASELINE, REMOTE, SEARCH, UPSTREAM, REPLICAS,
+SIDE = (COLD_READS, STDIO_FLOOR, HTTP_LOAD, HTTP_FLOOR, TRACING, RELIABILITY, TEMPLATES, LIVE, SCALE, SCALE_BASELINE, REMOTE, SEARCH, UPSTREAM, REPLICAS,
         CLUSTER, CONSOLE)
 
 

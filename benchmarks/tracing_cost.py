@@ -13,7 +13,8 @@ answers 200 to every export, with the default batch processor; server CPU includ
 
 Then, with tracing off, each server is run under a profiler hook that counts calls into `opentelemetry` modules:
 for a run of reads and one without, the difference per read (0: no span, not even a no-op one, on the read path).
-Prints the tables (Markdown) and the load average; writes nothing.
+Prints the tables (Markdown) and the load average, and writes its section of docs/benchmarks.md (`--no-write`:
+print only); docs/tracing.md quotes the figures.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from benchmarks.peers import PEERS, Launch
 from benchmarks.run import DATA
 from benchmarks.scale import PAGE_SIZE, checker, parse_size, picks
 from benchmarks.scale_corpus import CACHE, corpus, set_page_cache
+from benchmarks.sections import DOCS, TRACING, write_section
 from benchmarks.stdio_floor import Round, one_round
 from benchmarks.stdio_rpc import RawClient, pipelined
 from benchmarks.workload import generate, sample_indices, uri_of
@@ -221,16 +223,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data", type=Path, default=CACHE)
     parser.add_argument("--skip", default="", help="comma list of parts to skip: stdio, http, calls")
+    parser.add_argument("--output", type=Path, default=DOCS, help="the Markdown file whose section to rewrite")
+    parser.add_argument("--no-write", dest="output", action="store_const", const=None, help="print only")
     args = parser.parse_args(argv)
     skip = set(args.skip.split(","))
     med = statistics.median
-    print(f"load average at start {os.getloadavg()[0]:.2f}; {describe_machine()}", flush=True)
-    out = []
+    start_load = os.getloadavg()[0]
+    print(f"load average at start {start_load:.2f}; {describe_machine()}", flush=True)
+    command = ("python -m benchmarks.tracing_cost " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
+    out = [TRACING, "", f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}` on "
+           f"{describe_machine()}; load average {start_load:.1f} at the start, LOAD_END at the end (other work shares "
+           "the machine: compare within a table, each ratio taken within one round). Tracing on: the default OTLP "
+           "http/protobuf exporter and batch processor, to a local sink answering 200; server CPU includes the export "
+           "thread. `aggregator-sdk`: the fast path off (`AGGREGATOR_HTTP_FAST=0`), tracing off. Medians of "
+           f"{args.rounds} rounds; docs/tracing.md says what the figures mean.", ""]
     with sink() as otlp:
         if "stdio" not in skip:
             runs = asyncio.run(stdio_rounds(args, otlp))
             floor = runs["floor-stdlib"]
-            out += ["| stdio (legacy wire, 16 in flight) | cold reads/s | cold CPU us/read | warm reads/s | "
+            out += [f"stdio: {args.size:,} files, {args.reads} cold reads then the same warm, 16 in flight, legacy wire "
+                    "(as benchmarks.stdio_floor).", "",
+                    "| stdio (legacy wire, 16 in flight) | cold reads/s | cold CPU us/read | warm reads/s | "
                     "warm CPU us/read | warm reads/s / floor |", "|---|---|---|---|---|---|"]
             for name, rounds in runs.items():
                 ratio = med(x.warm_rps / f.warm_rps for x, f in zip(rounds, floor, strict=True))
@@ -240,20 +253,25 @@ def main(argv: list[str] | None = None) -> None:
             out.append("")
         if "http" not in skip:
             http = http_rounds(args, otlp)
-            out += ["| HTTP wire | subject | reads/s | p50 (ms) | p99 (ms) | server CPU us/read | reads/s / floor |",
+            out += [f"HTTP: {args.files:,} files, wrk, {16} keep-alive connections, 20 warm reads round-robin, "
+                    f"{args.seconds:g} s a run (as benchmarks.http_floor).", "",
+                    "| HTTP wire | subject | reads/s | p50 (ms) | p99 (ms) | server CPU us/read | reads/s / floor |",
                     "|---|---|---|---|---|---|---|"]
-            for (wire, name), rounds in http.items():
+            for (wire, name), wire_runs in http.items():
                 floor_runs = http[(wire, "floor-asgi")]
-                ratio = med(x.reads_per_s / f.reads_per_s for x, f in zip(rounds, floor_runs, strict=True))
-                out.append(f"| {wire} | {name} | {med(x.reads_per_s for x in rounds):,.0f} | "
-                           f"{med(x.p50_ms for x in rounds):.2f} | {med(x.p99_ms for x in rounds):.2f} | "
-                           f"{med(x.cpu_us for x in rounds):.0f} | {ratio:.2f}x |")
+                ratio = med(x.reads_per_s / f.reads_per_s for x, f in zip(wire_runs, floor_runs, strict=True))
+                out.append(f"| {wire} | {name} | {med(x.reads_per_s for x in wire_runs):,.0f} | "
+                           f"{med(x.p50_ms for x in wire_runs):.2f} | {med(x.p99_ms for x in wire_runs):.2f} | "
+                           f"{med(x.cpu_us for x in wire_runs):.0f} | {ratio:.2f}x |")
             out.append("")
     if "calls" not in skip:
-        out += ["| transport | fast path | calls into opentelemetry per read, tracing off |", "|---|---|---|",
+        out += ["Calls into `opentelemetry` modules per read with tracing off (a profiler hook; 400 reads against none):",
+                "", "| transport | fast path | calls into opentelemetry per read, tracing off |", "|---|---|---|",
                 *otel_calls(args), ""]
-    print(f"\nload average at end {os.getloadavg()[0]:.2f}\n")
-    print("\n".join(out))
+    text = "\n".join(out).replace("LOAD_END", f"{os.getloadavg()[0]:.1f}") + "\n"
+    print("\n" + text)
+    if args.output is not None:
+        write_section(args.output, text)
 
 
 if __name__ == "__main__":
