@@ -181,6 +181,7 @@ def _modern_cases(mode: str) -> list[tuple[str, Any, Any, bool | None]]:
         ("scoped out", _modern(10, "secret://plan.md"), h("secret://plan.md", BOB), True),
         ("no client info", _read(24, "docs://a.md", _meta={k: v for k, v in ENVELOPE.items() if "Info" not in k}),
          h("docs://a.md"), True),
+        ("progress token", _read(36, "docs://a.md", _meta={**ENVELOPE, "progressToken": 5}), h("docs://a.md"), None),
         ("uri not a string", _modern(11, 42), h(42), False),
         ("extra param", _modern(12, "docs://a.md", extra=1), h("docs://a.md"), False),
         ("client info not an object", _read(25, "docs://a.md", _meta={

@@ -132,9 +132,8 @@ def _samples(server: Server) -> dict[str, float]:
 
 def _counted(samples: dict[str, float]) -> dict[str, float]:
     """The per-request figures a read moves: counts, not times (a latency bucket depends on the machine)."""
-    return {k: v for k, v in samples.items() if k.startswith(("aggregator_requests_total", "aggregator_cache_hits_total",
-                                                               "aggregator_cache_misses_total"))
-            or k == "aggregator_read_seconds_count"}
+    counters = ("aggregator_requests_total", "aggregator_cache_hits_total", "aggregator_cache_misses_total")
+    return {k: v for k, v in samples.items() if k.startswith(counters) or k == "aggregator_read_seconds_count"}
 
 
 def _log(server: Server) -> list[dict[str, Any]]:

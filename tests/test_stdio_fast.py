@@ -41,6 +41,7 @@ def _script(wire: str) -> list[dict[str, Any]]:
              _read(19, "docs://README.md", _meta={**MODERN_META, "io.modelcontextprotocol/protocolVersion": "1999"}),
              _read(20, "docs://README.md", _meta={"progressToken": 5}),
              _read(21, "docs://README.md", _meta={**MODERN_META, "io.modelcontextprotocol/clientInfo": 5}),
+             _read(22, "docs://README.md", _meta={**(MODERN_META if wire == "modern" else {}), "progressToken": 7}),
              _read(0, "docs://guides/page01.md", **meta)]
     return [*opening, *reads]
 
@@ -61,7 +62,8 @@ def _answers(manifest: Path, wire: str, fast: bool) -> dict[Any, Any]:
 @pytest.mark.parametrize("wire", ["legacy", "modern"])
 def test_fast_answers_are_the_sdks(docs_manifest: Path, wire: str) -> None:
     slow, fast = _answers(docs_manifest, wire, False), _answers(docs_manifest, wire, True)
-    assert set(slow) == {2, 10, "s", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 0} | ({1} if wire == "legacy" else set())
+    ids = {2, 10, "s", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 0}
+    assert set(slow) == ids | ({1} if wire == "legacy" else set())
     for request_id, answer in slow.items():
         assert fast[request_id] == answer, (request_id, fast[request_id], answer)
     assert "blob" in fast[11]["result"]["contents"][0] and "error" in fast[14]
