@@ -52,7 +52,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.requests import Request
 
 from aggregator import tracing
-from aggregator.http_long_reads import LongRead
+from aggregator.http_long_reads import LongRead, LongReads, legacy_sse_head
 from aggregator.stdio_fast import METHOD
 from aggregator.wire_results import Envelopes, shaped
 
@@ -127,6 +127,7 @@ class HttpFastReads:
         self._security, self._max_body = security, max_body
         self._json_response, self._stateless = json_response, stateless
         self._envelopes = Envelopes()
+        self._long = LongReads()
         self._origins: dict[tuple[str | None, str | None], bool] = {}
         self._encoded: dict[tuple[bool, str, str], tuple[Any, bytes]] = {}
         """(modern, version, URI) -> the handler's last result there and its wire form (sieved, stamped, encoded)."""
@@ -307,7 +308,8 @@ class HttpFastReads:
     async def _watched(self, plan: _Plan, scope: Scope, receive: Receive, send: Send) -> None:
         """A read whose answer may be SSE, served as the SDK serves it (http_long_reads): a long one is answered as
         the last event of an SSE stream that pings, and on the modern wire cancelled when the client goes away."""
-        watch = LongRead(receive, send, None if plan.modern else self._sse_head(plan))
+        watch = self._long.start(receive, send, not plan.modern,
+                                 plan.session.mcp_session_id if plan.session is not None else None)
         try:
             status, body = await self._cancellable(plan, scope, receive)
         except asyncio.CancelledError:
@@ -395,19 +397,11 @@ class HttpFastReads:
             if plan.session is not None:
                 head.append((b"mcp-session-id", plan.session.mcp_session_id.encode()))
         else:
-            body, head = LongRead.event(body), self._sse_head(plan)
+            body = LongRead.event(body)
+            head = legacy_sse_head(plan.session.mcp_session_id if plan.session is not None else None)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), *head]})
         await send({"type": "http.response.body", "body": body})
-
-    @staticmethod
-    def _sse_head(plan: _Plan) -> list[tuple[bytes, bytes]]:
-        """The headers of the legacy transport's SSE answer to `plan`."""
-        head = [(b"cache-control", b"no-cache, no-transform"), (b"connection", b"keep-alive"),
-                (b"content-type", b"text/event-stream"), (b"x-accel-buffering", b"no")]
-        if plan.session is not None:
-            head.append((b"mcp-session-id", plan.session.mcp_session_id.encode()))
-        return head
 
 
 def _rememberable(result: Any) -> bool:

@@ -3,8 +3,8 @@ client's idle timeout does not close it: the 2026-07-28 entry commits the respon
 `SSE_WINDOW` seconds and pings every `SSE_WINDOW` seconds, and cancels the handler when the client goes away; the
 2025-11-25 transport opens its SSE stream at once and pings (sse-starlette's comment) every `SSE_WINDOW` seconds,
 and lets the handler finish. The answer is then the stream's last event. The HTTP fast path (http_fast) does the
-same for its reads, paying for it only when a read is still running after `WATCH_AFTER` seconds: a timer,
-cancelled when the read ends first.
+same for its reads (`LongReads`), paying for it only when a read is still running after `WATCH_AFTER` seconds: a
+read is an entry in a dict while it runs, and one timer per app ticks while reads are in flight.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mcp.server._streamable_http_modern import _SSE_HEADERS, _SSE_PING_INTERVAL
 if TYPE_CHECKING:
     from starlette.types import Receive, Send
 
-__all__ = ["SSE_WINDOW", "WATCH_AFTER", "LongRead"]
+__all__ = ["SSE_WINDOW", "WATCH_AFTER", "LongRead", "LongReads", "legacy_sse_head"]
 
 SSE_WINDOW = _SSE_PING_INTERVAL
 """Seconds the SDK waits for a handler before committing to SSE, and between pings then (its own constant)."""
@@ -27,33 +27,65 @@ WATCH_AFTER = 0.05
 _PING = b": ping\r\n\r\n"
 
 
-class LongRead:
-    """Watches the read running in the current task (made at its start, `end()` awaited when it is over): on the
-    modern wire, or on the legacy one with `legacy_head` (the headers its SSE answer starts with).
+class LongReads:
+    """The reads in flight of one app: each read `start`ed here and still running after WATCH_AFTER seconds (checked
+    every WATCH_AFTER seconds, while any is in flight) gets a watcher task that does what the SDK does for it."""
 
-    `gone`: the client disconnected and the read's task was cancelled (nothing is to be sent); `streaming`: the
-    SSE stream was started (the answer goes as its last event, `event(...)`)."""
+    __slots__ = ("_reads", "_timer")
 
-    __slots__ = ("_handle", "_legacy", "_receive", "_send", "_started", "_task", "_watcher", "gone", "streaming")
+    def __init__(self) -> None:
+        self._reads: dict[LongRead, None] = {}
+        self._timer: asyncio.TimerHandle | None = None
 
-    def __init__(self, receive: Receive, send: Send, legacy_head: list[tuple[bytes, bytes]] | None = None) -> None:
+    def start(self, receive: Receive, send: Send, legacy: bool, session_id: str | None = None) -> LongRead:
+        """Watch the read running in the current task, on the legacy wire or the modern one (`session_id`: the
+        legacy session's); `end()` it when it is over."""
         loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        self._receive, self._send, self._legacy = receive, send, legacy_head
-        self._started = loop.time()
-        self._watcher: asyncio.Task[None] | None = None
-        self._handle = loop.call_later(WATCH_AFTER, self._watch)
+        read = LongRead(self, loop.time(), receive, send, legacy, session_id)
+        self._reads[read] = None
+        if self._timer is None:
+            self._timer = loop.call_later(WATCH_AFTER, self._tick)
+        return read
+
+    def _tick(self) -> None:
+        self._timer = None
+        if not self._reads:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() - WATCH_AFTER
+        for read in self._reads:
+            if read.watcher is None and read.started <= due:
+                read.watcher = loop.create_task(read.run())
+        self._timer = loop.call_later(WATCH_AFTER, self._tick)
+
+    def _ended(self, read: LongRead) -> None:
+        self._reads.pop(read, None)
+
+
+class LongRead:
+    """One read in flight (`LongReads.start`). `gone`: the client disconnected and the read's task was cancelled
+    (nothing is to be sent); `streaming`: the SSE stream was started (the answer goes as its last event,
+    `event(...)`)."""
+
+    __slots__ = ("_legacy", "_owner", "_receive", "_send", "_session", "_task", "gone", "started", "streaming",
+                 "watcher")
+
+    def __init__(self, owner: LongReads, started: float, receive: Receive, send: Send, legacy: bool,
+                 session_id: str | None) -> None:
+        self._owner, self.started, self._task = owner, started, asyncio.current_task()
+        self._receive, self._send, self._legacy, self._session = receive, send, legacy, session_id
+        self.watcher: asyncio.Task[None] | None = None
         self.gone = self.streaming = False
 
-    def _watch(self) -> None:
-        self._watcher = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """The watcher: SSE and pings on the SDK's schedule, and on the modern wire the read cancelled when the
+        client goes away."""
         loop = asyncio.get_running_loop()
-        deadline = self._started + SSE_WINDOW
-        if self._legacy is not None:  # the legacy transport's stream is open from the start
+        deadline = self.started + SSE_WINDOW
+        if self._legacy:  # the legacy transport's stream is open from the start
             self.streaming = True
-            await self._send({"type": "http.response.start", "status": 200, "headers": self._legacy})
+            await self._send({"type": "http.response.start", "status": 200,
+                              "headers": legacy_sse_head(self._session)})
         while True:
             try:
                 message = await asyncio.wait_for(self._receive(), max(0.0, deadline - loop.time()))
@@ -61,20 +93,20 @@ class LongRead:
                 if not self.streaming:
                     self.streaming = True
                     await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-                ping = _PING if self._legacy is None else f": ping - {datetime.now(timezone.utc)}\r\n\r\n".encode()
+                ping = _PING if not self._legacy else f": ping - {datetime.now(timezone.utc)}\r\n\r\n".encode()
                 await self._send({"type": "http.response.body", "body": ping, "more_body": True})
                 deadline += SSE_WINDOW
                 continue
             if message["type"] == "http.disconnect":
-                if self._legacy is None and self._task is not None:
+                if not self._legacy and self._task is not None:
                     self.gone = True
                     self._task.cancel()  # as the SDK's entry cancels its handler: counted and logged, outcome error
                 return  # the legacy transport lets its handler finish
 
     async def end(self) -> None:
         """Stop watching; once this returns nothing more is sent for the read but its answer."""
-        self._handle.cancel()
-        watcher = self._watcher
+        self._owner._ended(self)
+        watcher = self.watcher
         if watcher is not None and not watcher.done():
             watcher.cancel()
             await asyncio.wait({watcher})  # its own cancellation, not raised here
@@ -91,3 +123,12 @@ class LongRead:
     def event(message: bytes) -> bytes:
         """The SSE event that carries the encoded JSON-RPC `message`, as the SDK's entry frames it."""
         return b"event: message\r\ndata: " + message + b"\r\n\r\n"
+
+
+def legacy_sse_head(session_id: str | None) -> list[tuple[bytes, bytes]]:
+    """The headers the legacy transport's SSE answer starts with (in its session `session_id`)."""
+    head = [(b"cache-control", b"no-cache, no-transform"), (b"connection", b"keep-alive"),
+            (b"content-type", b"text/event-stream"), (b"x-accel-buffering", b"no")]
+    if session_id is not None:
+        head.append((b"mcp-session-id", session_id.encode()))
+    return head
