@@ -312,12 +312,12 @@ class HttpFastReads:
                                  plan.session.mcp_session_id if plan.session is not None else None)
         try:
             status, body = await self._cancellable(plan, scope, receive)
+            await watch.end()  # the client may go away during this too
         except asyncio.CancelledError:
             await watch.end()
             if watch.settle():
                 return  # the client is gone: nothing to send
             raise
-        await watch.end()
         if watch.streaming:
             await send({"type": "http.response.body", "body": LongRead.event(body), "more_body": False})
         else:
