@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 import anyio
 from cachetools import Cache, LRUCache
 
-from aggregator.tracing import cache_event, span
+from aggregator.tracing import NO_SPAN, cache_event, enabled, span
 
 __all__ = ["CachePolicy", "ContentCache", "Sized"]
 
@@ -152,7 +152,7 @@ class ContentCache(Generic[K, V]):
         flight: _Flight[V] = _Flight()  # not `_Flight[V]()`: calling a subscripted generic costs microseconds
         self._flights[key] = flight
         try:
-            with span("aggregator.cache.load", **_traced(key)):
+            with span("aggregator.cache.load", **_traced(key)) if enabled() else NO_SPAN:
                 value = await self._refresh(key, policy, load, revalidate, stale_on)
         except Exception as exc:
             flight.error = exc
