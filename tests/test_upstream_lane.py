@@ -118,3 +118,19 @@ def test_a_read_whose_write_fails_leaves_no_timer_to_fire() -> None:
         assert errors == []
 
     asyncio.run(main())
+
+
+def test_reads_answered_behind_one_that_hangs_are_not_kept_until_its_deadline() -> None:
+    async def main() -> None:
+        lane, _ = _lane()
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        hanging = asyncio.ensure_future(lane.read("a://hangs", 30.0))
+        for n in range(2, 1002):
+            reading = asyncio.ensure_future(lane.read("a://x", 30.0))
+            await asyncio.sleep(0)
+            assert lane.claims({"jsonrpc": "2.0", "id": f"agg-{n}", "result": {"contents": []}})
+            await reading
+        assert len(lane._deadlines) <= 130
+        hanging.cancel()
+
+    asyncio.run(main())

@@ -38,6 +38,8 @@ __all__ = ["ID_MARK", "Lane"]
 _PREFIX = "agg-"
 ID_MARK = f'"{_PREFIX}'.encode()
 """Bytes every line answering a lane read holds (its id's start): a line without them is not parsed for the lane."""
+_KEPT_DONE = 64
+"""Deadlines of reads already over that may wait behind one still waiting before they are swept out."""
 _CLIENT_CAPABILITIES: dict[str, Any] = {}
 """What our client declares (no roots, sampling or elicitation): the SDK's client with no callbacks says the same."""
 
@@ -132,6 +134,9 @@ class Lane:
             deadlines = self._deadlines
             while deadlines and deadlines[0][1].done():
                 deadlines.popleft()
+            if len(deadlines) > _KEPT_DONE and len(deadlines) > 2 * len(self._waiting):
+                # Reads answered behind one still waiting: dropped now rather than at its deadline.
+                self._deadlines = deque(entry for entry in deadlines if not entry[1].done())
             if not answered and self._waiting.pop(request_id, None) is not None and not self._closed:
                 await self._cancel(request_id)
         if message is None:
