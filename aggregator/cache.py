@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 import anyio
 from cachetools import Cache, LRUCache
 
-from aggregator.tracing import cache_event, span
+from aggregator.tracing import NO_SPAN, cache_event, enabled, span
 
 __all__ = ["CachePolicy", "ContentCache", "Sized"]
 
@@ -135,7 +135,7 @@ class ContentCache(Generic[K, V]):
                 return slot.value
             flight = self._flights.get(key)
             if flight is None:
-                return await self._lead(key, policy, load, revalidate, stale_on)
+                return await self._lead(key, slot, policy, load, revalidate, stale_on)
             await flight.wait()
             if flight.loaded and getattr(flight.value, "private", False):
                 continue  # it depended on who asked: this caller loads its own
@@ -147,13 +147,13 @@ class ContentCache(Generic[K, V]):
                 raise flight.error
             # The leader was cancelled: its followers try again rather than inherit the cancellation.
 
-    async def _lead(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
-                    stale_on: tuple[type[BaseException], ...]) -> V:
+    async def _lead(self, key: K, old: _Slot[V] | None, policy: CachePolicy, load: Load[V],
+                    revalidate: Revalidate | None, stale_on: tuple[type[BaseException], ...]) -> V:
         flight: _Flight[V] = _Flight()  # not `_Flight[V]()`: calling a subscripted generic costs microseconds
         self._flights[key] = flight
         try:
-            with span("aggregator.cache.load", **_traced(key)):
-                value = await self._refresh(key, policy, load, revalidate, stale_on)
+            with span("aggregator.cache.load", **_traced(key)) if enabled() else NO_SPAN:
+                value = await self._refresh(key, old, policy, load, revalidate, stale_on)
         except Exception as exc:
             flight.error = exc
             raise
@@ -164,9 +164,9 @@ class ContentCache(Generic[K, V]):
             del self._flights[key]
             flight.end()
 
-    async def _refresh(self, key: K, policy: CachePolicy, load: Load[V], revalidate: Revalidate | None,
-                       stale_on: tuple[type[BaseException], ...]) -> V:
-        old = self._entries.get(key)
+    async def _refresh(self, key: K, old: _Slot[V] | None, policy: CachePolicy, load: Load[V],
+                       revalidate: Revalidate | None, stale_on: tuple[type[BaseException], ...]) -> V:
+        """`old`: the expired copy `get_or_load` found under `key` just before (no await between), if any."""
         try:
             if old is not None and old.version is not None and revalidate is not None:
                 if await revalidate(old.version):

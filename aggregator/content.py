@@ -177,19 +177,20 @@ def is_text_mime(mime_type: str) -> bool:
     )
 
 
-def decode_body(data: bytes, mime_type: str | None) -> Content:
-    """Text when the type says text (or, untyped, the bytes look like text) and the bytes are UTF-8; else a blob."""
+def decode_body(data: bytes, mime_type: str | None, max_age: float | None = None, private: bool = False) -> Content:
+    """Text when the type says text (or, untyped, the bytes look like text) and the bytes are UTF-8; else a blob.
+    `max_age` and `private` are what the backend said of it (`Content`'s)."""
     if mime_type is None:
         looks_text = b"\x00" not in data[:_SNIFF_BYTES]
         text = _utf8(data) if looks_text else None
         if text is not None:
-            return Content("text/plain", text=text)
-        return Content("application/octet-stream", blob=data)
+            return Content("text/plain", text, None, max_age, private)
+        return Content("application/octet-stream", None, data, max_age, private)
     if is_text_mime(mime_type):
         text = _utf8(data)
         if text is not None:
-            return Content(mime_type, text=text)
-    return Content(mime_type, blob=data)
+            return Content(mime_type, text, None, max_age, private)
+    return Content(mime_type, None, data, max_age, private)
 
 
 def _utf8(data: bytes) -> str | None:

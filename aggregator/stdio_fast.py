@@ -124,7 +124,8 @@ class FastReads:
         if _MARK not in line or self.era is None or (self.era == "legacy" and not self.gate_open):
             return None
         try:
-            message: dict[str, Any] = json.loads(line)
+            # What json.loads(line) does, less its encoding sniff: a line opening `{"` is UTF-8 to it.
+            message: dict[str, Any] = json.loads(line.decode("utf-8", "surrogatepass") if line[:2] == b'{"' else line)
         except ValueError:
             return None
         if type(message) is not dict or not _ENVELOPES.issuperset(message.keys()) or len(message) < 3:

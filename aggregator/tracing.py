@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-__all__ = ["SDK_SCOPE", "Span", "cache_event", "disable", "enable", "enabled", "scrubbed", "setup_tracing",
+__all__ = ["NO_SPAN", "SDK_SCOPE", "Span", "cache_event", "disable", "enable", "enabled", "scrubbed", "setup_tracing",
            "shutdown_tracing", "span", "wanted"]
 
 logger = logging.getLogger("aggregator.tracing")
@@ -52,6 +52,8 @@ class _Off:
 _OFF = _Off()
 Span = _Off
 """What `span` returns: a context manager with `set(**attributes)`."""
+NO_SPAN: Span = _OFF
+"""What `span` returns while tracing is off: for a hot path that builds a span's attributes only when `enabled()`."""
 
 
 class _Live(_Off):

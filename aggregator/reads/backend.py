@@ -13,7 +13,7 @@ from aggregator.catalog import FileTarget, QueryTarget
 from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
 from aggregator.snapshot import Snapshot
 from aggregator.sources import SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported
-from aggregator.tracing import span
+from aggregator.tracing import NO_SPAN, enabled, span
 
 __all__ = ["SourceCalls"]
 
@@ -38,7 +38,7 @@ class SourceCalls:
         failure becomes ResourceNotFound, ResourceTooLarge or ResourceUnavailable for `target`'s URI."""
         source = snapshot.sources[target.source]
         with span(name, source_id=target.source, source_kind=snapshot.manifest.sources[target.source].kind,
-                  path=path, uri=target.uri):
+                  path=path, uri=target.uri) if enabled() else NO_SPAN:
             try:
                 result = await call()
             except (SourceNotFound, SourceUnsupported) as exc:

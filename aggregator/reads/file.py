@@ -5,8 +5,6 @@ manifest says `decompress`, typed from the manifest or upstream, through the cac
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
-
 import anyio
 
 from aggregator.cache_keys import FileKey
@@ -51,10 +49,7 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
         # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
         upstream = None if target.decompress else blob.mime_type
         declared = target.mime_type if target.mime_declared or not upstream else upstream
-        content = decode_body(data, declared)
-        if blob.max_age is not None or blob.private:
-            content = replace(content, max_age=blob.max_age, private=blob.private)
-        return content, blob.version
+        return decode_body(data, declared, blob.max_age, blob.private), blob.version
 
     async def revalidate(version: str) -> bool:
         return await calls.call("aggregator.source.version", snapshot, target, path,

@@ -167,5 +167,6 @@ def _read(label: str, uri: str, items: list[tuple[str, str | None, str | None, s
             raise SourceTooLarge(len(data), max_bytes)
         contents.append(UpstreamContent(item_uri, mime_type, data, is_text))
     # The content for the URI asked comes first; a read may return sub-resources beside it.
-    contents.sort(key=lambda c: c.uri != uri)
+    if len(contents) > 1:
+        contents.sort(key=lambda c: c.uri != uri)
     return UpstreamRead(contents, ttl_ms, cache_scope)

@@ -339,13 +339,14 @@ class Upstream:
         timeout the lane's own: no cancel scope, no wait for a slot, no task hop. Any other read waits as `_call`
         says (a slot, a connection), and one the lane lost goes to the next connection that way."""
         what = "resources/read"
-        conn, lane = self._conn, self._free_lane()
-        if conn is not None and lane is not None:
+        conn, slot = self._conn, self._free_lane()
+        if conn is not None and slot is not None:
+            lane, borrower = slot
             try:
                 try:
                     answer = await lane.read(uri, self.timeout)
                 finally:
-                    self._limiter.release()
+                    self._limiter.release_on_behalf_of(borrower)
                 return self._answer(uri, answer, max_bytes, lane.modern)
             except MCPError as exc:
                 if not self._again(what, conn, exc):
@@ -364,21 +365,23 @@ class Upstream:
             result = await client.read_resource(uri, cache_mode="bypass")
             return read_result(self.describe(), uri, result, max_bytes, *hints(client, result))
 
-        return await self._call(what, read, retried=conn is not None and lane is not None)
+        return await self._call(what, read, retried=conn is not None and slot is not None)
 
-    def _free_lane(self) -> Lane | None:
-        """The lean lane of the connection that is up, with a slot of the cap taken for the read (the caller releases
-        it); None when the read must wait (no connection up, no lane, the cap full) or keep the SDK's span."""
+    def _free_lane(self) -> tuple[Lane, object] | None:
+        """The lean lane of the connection that is up, with a slot of the cap taken for the read on behalf of the
+        object returned beside it (the caller releases it: one borrower a read, so no lookup of the current task);
+        None when the read must wait (no connection up, no lane, the cap full) or keep the SDK's span."""
         conn = self._conn
         lane = conn.lane if conn is not None else None
         if (lane is None or not lane.ready or self._state != "connected" or conn is None or conn.lost.is_set()
                 or tracing.enabled()):
             return None
+        borrower = object()
         try:
-            self._limiter.acquire_nowait()
-        except (anyio.WouldBlock, RuntimeError):  # full, or this task holds a slot already: `_call` waits
+            self._limiter.acquire_on_behalf_of_nowait(borrower)
+        except anyio.WouldBlock:  # full: `_call` waits
             return None
-        return lane
+        return lane, borrower
 
     def _answer(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
         """A read's answer from the lane, checked as the SDK's model checks it (ValidationError when it fails)."""

@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections import deque
 from collections.abc import Awaitable, Callable
+from json.encoder import encode_basestring  # the C one json.dumps uses (ensure_ascii=False)
 from typing import Any
 
 import anyio
@@ -36,6 +38,8 @@ __all__ = ["ID_MARK", "Lane"]
 _PREFIX = "agg-"
 ID_MARK = f'"{_PREFIX}'.encode()
 """Bytes every line answering a lane read holds (its id's start): a line without them is not parsed for the lane."""
+_KEPT_DONE = 64
+"""Deadlines of reads already over that may wait behind one still waiting before they are swept out."""
 _CLIENT_CAPABILITIES: dict[str, Any] = {}
 """What our client declares (no roots, sampling or elicitation): the SDK's client with no callbacks says the same."""
 
@@ -53,6 +57,11 @@ class Lane:
         self._waiting: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
         self._closed = False
         self._meta: dict[str, Any] | None = None
+        self._tail = "}}\n"
+        """What follows the URI in a request line: the modern wire's envelope, encoded once."""
+        self._deadlines: deque[tuple[float, asyncio.Future[dict[str, Any] | None]]] = deque()
+        """Reads waiting with a timeout, by deadline (one timeout per lane: later reads, later deadlines)."""
+        self._sweep: asyncio.TimerHandle | None = None
         self.ready = False
         """Whether reads may take the lane: set once the handshake is known (`negotiated`)."""
         self.modern = False
@@ -66,6 +75,7 @@ class Lane:
             self._meta = {"io.modelcontextprotocol/protocolVersion": protocol_version,
                           "io.modelcontextprotocol/clientInfo": client_info,
                           "io.modelcontextprotocol/clientCapabilities": _CLIENT_CAPABILITIES}
+            self._tail = ',"_meta":' + json.dumps(self._meta, separators=(",", ":"), ensure_ascii=False) + "}}\n"
             self.modern = True
         self.ready = True
 
@@ -84,6 +94,10 @@ class Lane:
     def close(self) -> None:
         """The connection ended: every read waiting fails as the SDK's do (CONNECTION_CLOSED)."""
         self._closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        self._deadlines.clear()
         for waiting in self._waiting.values():
             if not waiting.done():
                 waiting.set_result(None)
@@ -95,15 +109,13 @@ class Lane:
         if self._closed:
             raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
         request_id = f"{_PREFIX}{next(self._ids)}"
-        params: dict[str, Any] = {"uri": uri}
-        if self._meta is not None:
-            params["_meta"] = self._meta
-        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": params},
-                          separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+        # The line json.dumps would write (compact, UTF-8 as it is), from its fixed parts and the encoded URI.
+        line = (f'{{"jsonrpc":"2.0","id":"{request_id}","method":"resources/read","params":{{"uri":'
+                f'{encode_basestring(uri)}{self._tail}').encode("utf-8", "surrogatepass")
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[dict[str, Any] | None] = loop.create_future()
         self._waiting[request_id] = answer
-        expiry = None if timeout is None else loop.call_later(timeout, _expire, answer)
+        expiry = None if timeout is None else self._expire_at(loop, loop.time() + timeout, answer)
         answered = False
         try:
             try:
@@ -117,11 +129,44 @@ class Lane:
         finally:
             if expiry is not None:
                 expiry.cancel()
+            if not answer.done():  # never awaited (its write failed): the sweep has nothing to expire
+                answer.cancel()
+            deadlines = self._deadlines
+            while deadlines and deadlines[0][1].done():
+                deadlines.popleft()
+            if len(deadlines) > _KEPT_DONE and len(deadlines) > 2 * len(self._waiting):
+                # Reads answered behind one still waiting: dropped now rather than at its deadline.
+                self._deadlines = deque(entry for entry in deadlines if not entry[1].done())
             if not answered and self._waiting.pop(request_id, None) is not None and not self._closed:
                 await self._cancel(request_id)
         if message is None:
             raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
         return _result(message)
+
+    def _expire_at(self, loop: asyncio.AbstractEventLoop, deadline: float,
+                   answer: asyncio.Future[dict[str, Any] | None]) -> asyncio.TimerHandle | None:
+        """Fail `answer` with TimeoutError at `deadline`: queued for the lane's one sweep (no timer a read), or a
+        timer of its own (returned: the caller cancels it) when it falls before a deadline already queued."""
+        deadlines = self._deadlines
+        if deadlines and deadline < deadlines[-1][0]:
+            return loop.call_at(deadline, _expire, answer)
+        deadlines.append((deadline, answer))
+        if self._sweep is None:
+            self._sweep = loop.call_at(deadline, self._expire_due, loop)
+        return None
+
+    def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The sweep: every read past its deadline fails, and the sweep comes back at the next deadline."""
+        self._sweep = None
+        deadlines, now = self._deadlines, loop.time()
+        while deadlines:
+            deadline, answer = deadlines[0]
+            if not answer.done():
+                if deadline > now:
+                    self._sweep = loop.call_at(deadline, self._expire_due, loop)
+                    return
+                answer.set_exception(TimeoutError())
+            deadlines.popleft()
 
     async def _cancel(self, request_id: str) -> None:
         """Tell the upstream a read was given up (best effort: the pipe may be gone, and we may be cancelled)."""

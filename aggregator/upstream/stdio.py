@@ -64,18 +64,20 @@ async def bounded_stdio(command: Sequence[str], env: Mapping[str, str], cwd: str
         async with writing:
             await process.stdin.send(data)
 
+    stream = getattr(process.stdin, "_stream", None)  # anyio's wrapper of asyncio's StreamWriter
+    pipe = stream.transport if isinstance(stream, asyncio.StreamWriter) else None  # what its `write` writes to
+
     def write_now(data: bytes) -> bool:
         """Write a whole line at once when nothing waits to be written (the pipe holds nothing unsent, no `send` is
         under way); False (nothing written) otherwise. BrokenPipeError when the pipe is gone."""
-        stream = getattr(process.stdin, "_stream", None)  # anyio's wrapper of asyncio's StreamWriter
-        if writing.locked() or not isinstance(stream, asyncio.StreamWriter):
+        if pipe is None or writing.locked():
             return False
-        if stream.is_closing():
+        if pipe.is_closing():
             raise BrokenPipeError("the child's stdin is closed")
-        if stream.transport.get_write_buffer_size():
+        if pipe.get_write_buffer_size():
             return False
-        stream.write(data)
-        if stream.is_closing():  # the write failed: asyncio closed the pipe
+        pipe.write(data)
+        if pipe.is_closing():  # the write failed: asyncio closed the pipe
             raise BrokenPipeError("the child's stdin is closed")
         return True
 

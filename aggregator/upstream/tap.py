@@ -87,7 +87,8 @@ class StdoutTap:
         if ID_MARK not in line:  # most of the SDK's traffic is not parsed twice
             return False
         try:
-            return self._lane.claims(json.loads(line))
+            # What json.loads(line) does, less its encoding sniff: a line opening `{"` is UTF-8 to it.
+            return self._lane.claims(json.loads(line.decode("utf-8", "surrogatepass") if line[:2] == b'{"' else line))
         except (ValueError, RecursionError):
             return False
 

@@ -1,0 +1,136 @@
+"""The read lane on its own: the request line it writes, and its timeouts (one deadline sweep per lane, not a
+timer per read)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from aggregator.upstream.lane import Lane
+
+URIS = ["bench://a.md", 'q://"quoted"\\back', "u://caf\u00e9/\u2028/\U0001f600", "c://\x00\x1f\x7f",
+        "s://lone\ud800surrogate", ""]
+
+
+def _lane() -> tuple[Lane, list[bytes]]:
+    written: list[bytes] = []
+
+    def write_now(line: bytes) -> bool:
+        written.append(line)
+        return True
+
+    async def write(line: bytes) -> None:
+        written.append(line)
+
+    return Lane(write, write_now), written
+
+
+def _expected(request_id: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": params},
+                      separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+
+
+@pytest.mark.parametrize("modern", [False, True])
+def test_the_request_line_is_the_json_encoders(modern: bool) -> None:
+    async def main() -> None:
+        lane, written = _lane()
+        lane.negotiated("2026-07-28" if modern else "2025-11-25", {"name": "aggregator", "version": "1\u00e9"})
+        for n, uri in enumerate(URIS, 1):
+            reading = asyncio.ensure_future(lane.read(uri, 5.0))
+            await asyncio.sleep(0)
+            params: dict[str, Any] = {"uri": uri}
+            if modern:
+                params["_meta"] = lane._meta
+            assert written[-1] == _expected(f"agg-{n}", params)
+            assert lane.claims({"jsonrpc": "2.0", "id": f"agg-{n}", "result": {"contents": []}})
+            assert await reading == {"contents": []}
+
+    asyncio.run(main())
+
+
+def test_reads_time_out_at_their_own_deadline_and_answered_ones_do_not() -> None:
+    async def main() -> None:
+        lane, written = _lane()
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        started = time.monotonic()
+        slow = asyncio.ensure_future(lane.read("a://slow", 0.3))
+        answered = asyncio.ensure_future(lane.read("a://answered", 0.2))
+        short = asyncio.ensure_future(lane.read("a://short", 0.1))  # a deadline before the one queued ahead of it
+        untimed = asyncio.ensure_future(lane.read("a://untimed"))
+        await asyncio.sleep(0)
+        assert lane.claims({"jsonrpc": "2.0", "id": "agg-2", "result": {"contents": []}})
+        assert await answered == {"contents": []}
+        with pytest.raises(TimeoutError):
+            await short
+        assert 0.08 < time.monotonic() - started < 0.25
+        with pytest.raises(TimeoutError):
+            await slow
+        assert 0.28 < time.monotonic() - started < 0.6
+        assert not untimed.done()
+        # Every read given up was cancelled upstream, the answered one was not.
+        cancelled = {json.loads(line)["params"]["requestId"] for line in written if b"notifications/cancelled" in line}
+        assert cancelled == {"agg-1", "agg-3"}
+        lane.close()
+        with pytest.raises(MCPError):
+            await untimed
+
+    asyncio.run(main())
+
+
+def test_many_reads_answered_in_turn_leave_nothing_behind() -> None:
+    async def main() -> None:
+        lane, _ = _lane()
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        for n in range(1, 101):
+            reading = asyncio.ensure_future(lane.read("a://x", 30.0))
+            await asyncio.sleep(0)
+            assert lane.claims({"jsonrpc": "2.0", "id": f"agg-{n}", "result": {"contents": []}})
+            await reading
+        assert not lane._waiting
+        assert len(getattr(lane, "_deadlines", ())) <= 1
+        loop = asyncio.get_running_loop()
+        assert len(loop._scheduled) <= 1  # type: ignore[attr-defined]  # one sweep, not a timer per read
+
+    asyncio.run(main())
+
+
+def test_a_read_whose_write_fails_leaves_no_timer_to_fire() -> None:
+    async def main() -> None:
+        async def broken(line: bytes) -> None:
+            raise BrokenPipeError
+
+        lane = Lane(broken)
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        errors: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        with pytest.raises(MCPError):
+            await lane.read("a://x", 0.05)
+        await asyncio.sleep(0.15)
+        import gc
+
+        gc.collect()
+        await asyncio.sleep(0)
+        assert errors == []
+
+    asyncio.run(main())
+
+
+def test_reads_answered_behind_one_that_hangs_are_not_kept_until_its_deadline() -> None:
+    async def main() -> None:
+        lane, _ = _lane()
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        hanging = asyncio.ensure_future(lane.read("a://hangs", 30.0))
+        for n in range(2, 1002):
+            reading = asyncio.ensure_future(lane.read("a://x", 30.0))
+            await asyncio.sleep(0)
+            assert lane.claims({"jsonrpc": "2.0", "id": f"agg-{n}", "result": {"contents": []}})
+            await reading
+        assert len(lane._deadlines) <= 130
+        hanging.cancel()
+
+    asyncio.run(main())
