@@ -66,6 +66,9 @@ logger = logging.getLogger("aggregator.http")
 
 _KEPT = 256
 """Distinct (Host, Origin) pairs remembered (a client sends the same ones every time)."""
+_encode_ascii = json.JSONEncoder(separators=(",", ":")).encode
+_encode_utf8 = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""Built once: json.dumps with arguments builds an encoder on every call."""
 _ENCODED_BYTES = 8 * 1024 * 1024
 """Bytes of encoded results remembered at most (the same result of a read encodes to the same bytes; each also holds
 the handler's result, whose text is mostly the content cache's own object)."""
@@ -364,8 +367,8 @@ class HttpFastReads:
         if last is not None and last[0] == result:
             return last[1]
         # The SDK's modern entry writes json.dumps (ASCII-escaped), the legacy transport pydantic's UTF-8.
-        encoded = json.dumps(shaped(self._server, METHOD, plan.version, result, self._stamp), ensure_ascii=plan.modern,
-                             separators=(",", ":")).encode()
+        encode = _encode_ascii if plan.modern else _encode_utf8
+        encoded = encode(shaped(self._server, METHOD, plan.version, result, self._stamp)).encode()
         if _rememberable(result):
             replaced = self._encoded.pop(key, None)
             self._encoded_bytes += len(encoded) - (len(replaced[1]) if replaced is not None else 0)
