@@ -203,13 +203,14 @@ gateway adds beyond it is its own serving of the read, and ours serves it as the
 catalog's resolution and access, the outer cache's single flight, the SDK's result sieve, its own answer encoded)
 around its call upstream on the lean lane. The lines above set the time 1.3x direct leaves a gateway beyond the
 floor beside the CPU ours spends a read. Against our own aggregator and server-everything, whose reads take
-0.4-0.5 ms, that budget is about 70-150 us while ours spends 330-450 us: against a fast upstream 1.3x asks a
-gateway to serve a read in less than the upstream itself spends serving it, out of reach of one that parses,
-checks and encodes the read again as the upstream did, though not below the floor. The SDK's `MCPServer` reads the
-file and builds its models on every read (about 1 ms of its CPU), which leaves a budget about the size of our
-gateway's CPU a read: its hop came to 1.25x direct for the modern-wire client (the wire the gateway speaks to it)
-and 1.55x for the legacy one. Its figures move the most between runs on this loaded machine (its uncached hop
-measured 1.3x to 2.1x in three runs of the same day, before the reads of the four peers were interleaved).
+0.35-0.45 ms, that budget is about 80-130 us while ours spends 240-330 us (2026-11-28, after the gateway's read
+path lost 8-18% of its instructions: one deadline sweep a lane, the request line from fixed parts, no encoding
+sniff, no span attributes with tracing off): against a fast upstream 1.3x asks a gateway to serve a read in less
+than the upstream itself spends serving it, out of reach of one that parses, checks and encodes the read again as
+the upstream did, though not below the floor. The SDK's `MCPServer` reads the file and builds its models on every
+read (about 0.8-0.9 ms of its CPU), which leaves a budget larger than our gateway's CPU a read: its hop came to
+1.28x direct for the legacy-wire client and 1.33x for the modern one in this run (1.25x and 1.55x at load 3.3, and
+1.3x to 2.1x in earlier runs of the same day, before the reads of the four peers were interleaved).
 
 The outer cache keeps what the upstream lets it keep (`aggregator/sources/mcp.py`: its `ttlMs` caps our ttl, its
 `cacheScope: private` is never kept nor shared). Our aggregator answers `public` with its ttl, so `one hop, cached`
