@@ -100,6 +100,16 @@ class Upstream:
         return web.Response(status=404)
 
 
+async def _finish(runner: web.AppRunner) -> None:
+    """Stop serving, then end the handlers still held (a stalled read sleeps for a minute): cancelled and awaited
+    here, they do not outlive the loop as "Task was destroyed but it is pending!" warnings."""
+    await runner.cleanup()
+    held = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+
+
 @contextmanager
 def serve() -> Iterator[Upstream]:
     """Run an Upstream on 127.0.0.1 in a background thread for the duration of the block."""
@@ -122,6 +132,6 @@ def serve() -> Iterator[Upstream]:
         yield upstream
     finally:
         upstream.answering.set()  # a request still held would keep an executor thread waiting
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        asyncio.run_coroutine_threadsafe(_finish(runner), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
