@@ -191,6 +191,32 @@ class ContentCache(Generic[K, V]):
         self._store(key, value, version, policy)
         return value
 
+    def lead(self, key: K) -> _Flight[V] | None:
+        """A miss of `key` whose load the caller makes itself, then ends with `land` (concurrent `get_or_load`s of
+        the key follow it meanwhile); None when the cache holds a copy (fresh, or one to revalidate or serve stale)
+        or a load is under way: the caller goes through `get_or_load`."""
+        if key in self._flights or self._entries.get(key) is not None:
+            return None
+        flight: _Flight[V] = _Flight()
+        self._flights[key] = flight
+        self.misses_by[_group(key)] += 1
+        cache_event("miss")
+        return flight
+
+    def land(self, key: K, flight: _Flight[V], policy: CachePolicy, value: V | None = None,
+             error: BaseException | None = None) -> None:
+        """End the load `lead` began: its value stored as `get_or_load` stores one, or its error (nothing kept);
+        neither: it was given up, and those following it load again."""
+        if value is not None:
+            self._store(key, value, None, policy)
+            flight.value, flight.loaded = value, True
+        elif error is not None:
+            self._entries.pop(key, None)
+            flight.error = error
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        flight.end()
+
     def _store(self, key: K, value: V, version: str | None, policy: CachePolicy) -> None:
         # A value may say how long it may be kept (`max_age`), or that it depends on who asked (`private`).
         max_age = getattr(value, "max_age", None)

@@ -28,6 +28,7 @@ from aggregator.documents.stored import stored_conversions
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
+from aggregator.reads.relayed import Relayed, relay_read
 from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
 from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source
@@ -340,6 +341,11 @@ class ResourceService:
         async with self.lease() as snapshot:
             return await self._reader.read(snapshot, uri, scopes)
 
+
+    def relay(self, uri: str, scopes: frozenset[str] | None, done: Relayed) -> Callable[[], None] | None:
+        """`read` started in callbacks where it can be (`reads.relayed`: an uncached read of an upstream over a pipe),
+        `done` told its end; returns how to give it up, or None: `read` it instead."""
+        return relay_read(self._reader, self._leases, self._snapshot, uri, scopes, done)
 
     async def read_indexed(self, target: FileTarget) -> Content:
         """What the search index holds of a `convert:` file: its Markdown as reads get it, from the content cache

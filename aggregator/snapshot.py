@@ -7,8 +7,8 @@ all come from it. Sources a reload dropped are closed once no lease of a snapsho
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
@@ -104,7 +104,7 @@ class Lease:
         self._leases, self.snapshot = leases, snapshot
 
     async def __aenter__(self) -> Snapshot:
-        self._leases._held[self.snapshot] += 1  # noqa: SLF001
+        self._leases.hold(self.snapshot)
         return self.snapshot
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -116,8 +116,9 @@ class Leases:
     """Which snapshots reads hold, and the dropped sources waiting for the last of them to end."""
 
     def __init__(self) -> None:
-        self._held: Counter[Snapshot] = Counter()
+        self._held: dict[Snapshot, int] = {}
         self._retired: list[Source] = []
+        self._closing: set[asyncio.Task[None]] = set()
 
     def lease(self, snapshot: Snapshot) -> Lease:
         return Lease(self, snapshot)
@@ -135,9 +136,25 @@ class Leases:
         retired, self._retired = self._retired, []
         await close_sources(retired)
 
+    def hold(self, snapshot: Snapshot) -> None:
+        """`lease` for a read that ends in a callback (`let_go`), not in an `async with`."""
+        self._held[snapshot] = self._held.get(snapshot, 0) + 1
+
+    def let_go(self, snapshot: Snapshot) -> None:
+        """End a `hold`: sources a reload dropped meanwhile close in a task of their own once no read holds them."""
+        if (held := self._held[snapshot] - 1) > 0:
+            self._held[snapshot] = held
+        else:
+            del self._held[snapshot]
+            if self._retired:
+                task = asyncio.get_running_loop().create_task(self._close_idle())
+                self._closing.add(task)  # held until done: the loop keeps only a weak reference
+                task.add_done_callback(self._closing.discard)
+
     async def _release(self, snapshot: Snapshot) -> None:
-        self._held[snapshot] -= 1
-        if self._held[snapshot] <= 0:
+        if (held := self._held[snapshot] - 1) > 0:
+            self._held[snapshot] = held
+        else:
             del self._held[snapshot]
             if self._retired:
                 await self._close_idle()

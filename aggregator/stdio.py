@@ -106,7 +106,8 @@ async def serve_stdio(server: Any, options: InitializationOptions, *, drain_time
                 fast = fast_reads_for(server)
                 to_wire = _WireOut(out, unanswered, fast)
                 if fast is not None and isinstance(lines, asyncio.StreamReader):
-                    fast.tap(lines, to_wire.answer, unanswered.add)  # reads taken where stdin delivers them
+                    # Reads taken where stdin delivers them, relayed ones answered where their answer arrives.
+                    fast.tap(lines, to_wire.answer, unanswered.add, to_wire)
                 try:
                     await server.run(_WireIn(lines, to_wire, unanswered, drain_timeout, fast), to_wire, options)
                 finally:
@@ -198,6 +199,15 @@ class _WireIn:
         await self.aclose()
 
 
+def _line(request_id: types.RequestId, data: bytes | None, error: types.ErrorData | None) -> bytes:
+    """An answer's line: `data` as encoded, or the error response for `error`."""
+    if data is not None:
+        return data
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error or types.ErrorData(
+        code=types.INTERNAL_ERROR, message="Internal error")).model_dump_json(
+        by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+
+
 class _WireOut:
     """The server's write stream: each message one JSON line on stdout, written by the task that sends it."""
 
@@ -218,15 +228,25 @@ class _WireOut:
     async def answer(self, request_id: types.RequestId, data: bytes | None, error: types.ErrorData | None) -> None:
         """A fast-path answer: the encoded response line, or the error response for `error`; dropped, as the
         SDK drops it, when the client no longer reads."""
-        if data is None:
-            data = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error or types.ErrorData(
-                code=types.INTERNAL_ERROR, message="Internal error")).model_dump_json(
-                by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
         try:
             if self._closed:
                 raise anyio.ClosedResourceError
-            await self._write(data)
+            await self._write(_line(request_id, data, error))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            logger.debug("dropped the answer to %r: stdout closed", request_id)
+            return
+        self._unanswered.discard(request_id)
+
+    def ready(self) -> bool:
+        """Whether `answer_now` may write (stdout is a pipe, open, not full)."""
+        out = self._out
+        return not self._closed and isinstance(out, _PipeWriter) and out.ready()
+
+    def answer_now(self, request_id: types.RequestId, data: bytes | None, error: types.ErrorData | None) -> None:
+        """`answer` written at once, outside any task (a read relayed in callbacks): what the pipe cannot take yet it
+        buffers (such reads start only while it is `ready`, and at most a lane's worth are out at a time)."""
+        out = self._out
+        if self._closed or not isinstance(out, _PipeWriter) or not out.write_now(_line(request_id, data, error)):
             logger.debug("dropped the answer to %r: stdout closed", request_id)
             return
         self._unanswered.discard(request_id)
@@ -322,6 +342,10 @@ class _Flow(asyncio.Protocol):
         self._lost = exc or BrokenPipeError("stdout closed")
         self.resume_writing()
 
+    def open(self) -> bool:
+        """Whether a write now goes out without waiting: not paused, not lost."""
+        return self._resumed is None and self._lost is None
+
     async def wait(self) -> None:
         while self._resumed is not None:
             await self._resumed.wait()
@@ -332,6 +356,16 @@ class _Flow(asyncio.Protocol):
 class _PipeWriter:
     def __init__(self, transport: asyncio.WriteTransport, flow: _Flow) -> None:
         self._transport, self._flow = transport, flow
+
+    def ready(self) -> bool:
+        return not self._transport.is_closing() and self._flow.open()
+
+    def write_now(self, data: bytes) -> bool:
+        """Write `data` whole without waiting; False when stdout is closed."""
+        if self._transport.is_closing():
+            return False
+        self._transport.write(data)
+        return True
 
     async def write(self, data: bytes) -> None:
         if self._transport.is_closing():

@@ -20,13 +20,15 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.runner import _has_modern_envelope
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator import tracing
 from aggregator.wire_results import LIST_ITEMS, Envelopes, encode_response, page_line, shaped
@@ -83,8 +85,11 @@ class FastReads:
         self._initialize_id: types.RequestId | None = None
         self.legacy_version: str | None = None
         """The version the legacy handshake negotiated (None: no handshake answered, the SDK serves reads)."""
-        self.tasks: dict[types.RequestId, asyncio.Task[None]] = {}
+        self.tasks: dict[types.RequestId, asyncio.Task[None] | _Relayed] = {}
         self._envelopes = Envelopes()
+        self._relay: Relay | None = getattr(getattr(handler, "__self__", None), "relay_read", None)
+        """The read handler's owner's `relay_read` (ResourceHandlers'), if it has one."""
+        self._out: Immediate | None = None
 
     def saw(self, message: types.JSONRPCMessage) -> None:
         """Note a message the SDK will handle: the first request decides the era; `initialize` is remembered."""
@@ -147,18 +152,59 @@ class FastReads:
         version = self._version(method, params)
         if version is None or not self._usable():
             return None
+        if method == METHOD and self._relayed(request_id, version, args, handler, answer):  # type: ignore[arg-type]
+            return request_id
+        self._start(request_id, method, version, args, handler, answer)
+        return request_id
+
+    def _start(self, request_id: types.RequestId, method: str, version: str, args: object, handler: Handler,
+               answer: Answer) -> None:
         # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
         # done callback, which would cost every read one more turn of the loop.
         self.tasks[request_id] = asyncio.get_running_loop().create_task(
             self._serve(request_id, method, version, args, handler, answer))
-        return request_id
 
-    def tap(self, reader: asyncio.StreamReader, answer: Answer, taken: Callable[[types.RequestId], None]) -> None:
+    def _relayed(self, request_id: types.RequestId, version: str, args: _Params, handler: Handler,
+                 answer: Answer) -> bool:
+        """Whether the read was started in callbacks (`ResourceHandlers.relay_read`) to be answered in the one that
+        brings its outcome, with no task; False (nothing started) when it must be served by `_serve`."""
+        relay, out = self._relay, self._out
+        if relay is None or out is None or not out.ready():
+            return False
+        running = _Relayed()
+
+        def reply(outcome: dict[str, Any] | MCPError | None) -> None:
+            if self.tasks.get(request_id) is not running:
+                return  # cancelled: never answered
+            running.give_up = None  # over: nothing to give up
+            if outcome is None:  # to be read the usual way
+                self._start(request_id, METHOD, version, args, handler, answer)
+                return
+            del self.tasks[request_id]
+            if isinstance(outcome, MCPError):
+                out.answer_now(request_id, None, _error_data(METHOD, outcome))
+                return
+            try:
+                data = encode_response(request_id, shaped(self._server, METHOD, version, outcome))
+            except Exception as exc:  # noqa: BLE001 - mapped as `_serve` maps it (the result sieve refused it)
+                out.answer_now(request_id, None, _error_data(METHOD, exc))
+                return
+            out.answer_now(request_id, data, None)
+
+        running.give_up = relay(args.uri, version in MODERN_PROTOCOL_VERSIONS, reply)
+        if running.give_up is None:
+            return False
+        self.tasks[request_id] = running
+        return True
+
+    def tap(self, reader: asyncio.StreamReader, answer: Answer, taken: Callable[[types.RequestId], None],
+            out: Immediate | None = None) -> None:
         """Take reads where `reader`'s pipe delivers its bytes (`take`; `taken(id)` for each), before the reader task
         wakes: a read served from stdin's callback costs no turn of the task that reads lines. Only whole lines that
-        nothing waits before are taken: the rest of a chunk from the first line `take` refuses (or is incomplete),
+        nothing waits before are taken (and with `out`, a read relayed in callbacks is answered there): the rest of a chunk from the first line `take` refuses (or is incomplete),
         and every chunk while the reader's buffer holds anything, go to the reader in order as they would have."""
         feed = reader.feed_data
+        self._out = out
 
         def data_received(data: bytes) -> None:
             start = 0
@@ -201,10 +247,7 @@ class FastReads:
             self._done(request_id)
             raise
         except Exception as exc:  # noqa: BLE001 - mapped exactly as the SDK's dispatcher maps it
-            error = handler_exception_to_error_data(exc)
-            if error is None:
-                logger.exception("handler for %r raised", method)
-                error = types.ErrorData(code=0, message=str(exc))
+            error = _error_data(method, exc)
             if self._done(request_id):
                 await answer(request_id, None, error)
             return
@@ -218,6 +261,44 @@ class FastReads:
             del self.tasks[request_id]
             return True
         return False
+
+
+class Immediate(Protocol):
+    """Where answers can be written at once, outside any task: stdout's pipe."""
+
+    def ready(self) -> bool:
+        """Whether an answer written now goes out without waiting (the pipe is open and not full)."""
+
+    def answer_now(self, request_id: types.RequestId, data: bytes | None, error: types.ErrorData | None) -> None:
+        """Write the answer now (dropped, as `Answer` drops it, when the client no longer reads)."""
+
+
+Relay = Callable[[str, bool, Callable[[dict[str, Any] | MCPError | None], None]], Callable[[], None] | None]
+"""`ResourceHandlers.relay_read`: a read of a URI on the modern wire or not, started in callbacks."""
+
+
+class _Relayed:
+    """A read served in callbacks, in `tasks` as a task would be: `cancel` gives it up (it is never answered)."""
+
+    __slots__ = ("give_up",)
+
+    def __init__(self) -> None:
+        self.give_up: Callable[[], None] | None = None
+
+    def cancel(self) -> bool:
+        give_up, self.give_up = self.give_up, None
+        if give_up is not None:
+            give_up()
+        return True
+
+
+def _error_data(method: str, exc: Exception) -> types.ErrorData:
+    """What the SDK's dispatcher answers for a handler's exception (anything but an MCPError is logged)."""
+    error = handler_exception_to_error_data(exc)
+    if error is None:
+        logger.error("handler for %r raised", method, exc_info=exc)
+        error = types.ErrorData(code=0, message=str(exc))
+    return error
 
 
 _ENVELOPES = frozenset({"jsonrpc", "id", "method", "params"})

@@ -1,6 +1,7 @@
 """The upstreams of the one-hop benchmark and the peers read over each: the upstream itself (`direct`), the
-upstream behind the relay floor (`relay floor`, benchmarks/peers/relay.py), and behind an aggregator whose only
-source is that upstream (`one hop`: outer cache off; `one hop, cached`: on).
+upstream behind the relay floor (`relay floor`, benchmarks/peers/relay.py: bytes copied) and the JSON relay floor
+(`JSON relay floor`, benchmarks/peers/json_relay.py: every message parsed and encoded again), and behind an
+aggregator whose only source is that upstream (`one hop`: outer cache off; `one hop, cached`: on).
 
 Each upstream serves text resources over stdio: our own aggregator and the SDK's `MCPServer` the 1,000 files of the
 workload (`bench://<path>`), @modelcontextprotocol/server-everything its own static documents.
@@ -69,15 +70,16 @@ UPSTREAMS = {upstream.name: upstream for upstream in [
              prefix="demo://resource/static/document/", glob="*.md", unavailable=_everything_unavailable),
 ]}
 
-PEERS = ("direct", "relay floor", "one hop", "one hop, cached")
+PEERS = ("direct", "relay floor", "JSON relay floor", "one hop", "one hop, cached")
 
 
 def peers(upstream: Upstream, root: Path, folder: Path) -> dict[str, StdioServerParameters]:
     """Every peer of `upstream` by name, in PEERS' order (the gateways' manifests written under `folder`)."""
     command = upstream.command(root, folder)
-    relay = [sys.executable, "-m", "benchmarks.peers.relay", *command]
-    found = {"direct": StdioServerParameters(command=command[0], args=command[1:], env=ENV, cwd=str(REPO)),
-             "relay floor": StdioServerParameters(command=relay[0], args=relay[1:], env=ENV, cwd=str(REPO))}
+    found = {"direct": StdioServerParameters(command=command[0], args=command[1:], env=ENV, cwd=str(REPO))}
+    for name, module in (("relay floor", "relay"), ("JSON relay floor", "json_relay")):
+        found[name] = StdioServerParameters(command=sys.executable, args=["-m", f"benchmarks.peers.{module}", *command],
+                                            env=ENV, cwd=str(REPO))
     for name, ttl in (("one hop", "0s"), ("one hop, cached", "60s")):
         outer = folder / f"outer-{upstream.name}-{ttl}.yaml"
         outer.write_text(f"version: 1\nserver: {{name: outer}}\ndefaults: {{ttl: {ttl}}}\nsources:\n"

@@ -113,14 +113,16 @@ def row(mode: str, upstream: str, name: str, run: Run, direct: Run, relay: Run) 
 
 
 def summary(mode: str, upstream: str, figures: dict[str, Run]) -> str:
-    """One line of what the floor shows for one upstream and wire."""
-    direct, relay, hop = figures["direct"], figures["relay floor"], figures["one hop"]
+    """One line of what the floors show for one upstream and wire."""
+    direct, relay, parsed, hop = (figures[name] for name in ("direct", "relay floor", "JSON relay floor", "one hop"))
     budget = (TARGET * direct.median_ms - relay.median_ms) * 1000
     return (f"- {mode}, {upstream}: direct {direct.median_ms:.2f} ms; the relay floor "
-            f"{relay.median_ms / direct.median_ms:.2f}x direct; one hop {hop.median_ms / direct.median_ms:.2f}x "
-            f"direct, {hop.median_ms / relay.median_ms:.2f}x the floor. {TARGET}x direct leaves a gateway "
-            f"{budget:.0f} us a read beyond the floor; ours spends {hop.outer_us:.0f} us of CPU a read (the relay "
-            f"{relay.outer_us:.0f}, the upstream serving it directly {direct.outer_us:.0f})")
+            f"{relay.median_ms / direct.median_ms:.2f}x direct, the JSON relay floor "
+            f"{parsed.median_ms / direct.median_ms:.2f}x; one hop {hop.median_ms / direct.median_ms:.2f}x "
+            f"direct, {hop.median_ms / relay.median_ms:.2f}x the relay floor. {TARGET}x direct leaves a gateway "
+            f"{budget:.0f} us a read beyond the relay floor; ours spends {hop.outer_us:.0f} us of CPU a read (the "
+            f"relay {relay.outer_us:.0f}, the JSON relay {parsed.outer_us:.0f}, the upstream serving it directly "
+            f"{direct.outer_us:.0f})")
 
 
 def measure_all(upstreams: list[str], modes: list[str], reads: int, rounds: int, root: Path

@@ -5,23 +5,31 @@ only entries whose `access` scopes its token holds; results that depend on the c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 
 from aggregator.completion import NONE as NO_COMPLETIONS
+from aggregator.callers import caller_name
 from aggregator.completion import Completer
-from aggregator.handlers.running import run_handler, scopes_of
+from aggregator.handlers.running import failure_of, run_handler, scopes_of
 from aggregator.listing_json import items_json
 from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, cache_scope, contents_dict, resource_dict,
                                    search_result, template_dict, ttl_ms)
-from aggregator.metrics import Metrics
+from aggregator.metrics import Metrics, timer
 from aggregator.search import Discovery
+from aggregator.reads.reader import Served
 from aggregator.service import ResourceService, ServedPage
 from aggregator.wire_results import ItemsText
 
 __all__ = ["ResourceHandlers"]
+
+METHOD = "resources/read"
+STDIO = caller_name(None)
+"""Who a relayed read's caller is in the access log: it comes over stdio (trusted, no HTTP request)."""
 
 
 class ResourceHandlers:
@@ -72,12 +80,51 @@ class ResourceHandlers:
                 text = json.dumps(search_result(q, hits), ensure_ascii=False)
                 return {"contents": [{"uri": uri, "mimeType": "application/json", "text": text}], "ttlMs": 0,
                         "cacheScope": cache_scope(scopes is not None and service.catalog.restricted), **COMPLETE}
-            # ttl and cache scope come with the content, from the snapshot it was read from.
-            served = await service.read(uri, scopes)
-            return {"contents": [contents_dict(uri, served.content)], "ttlMs": ttl_ms(served.ttl),
-                    "cacheScope": cache_scope(served.private), **COMPLETE}
+            return _read_result(uri, await service.read(uri, scopes))
 
         return await run_handler(ctx, uri, body, self.metrics)
+
+    def relay_read(self, uri: str, modern: bool, reply: Callable[[dict[str, Any] | MCPError | None], None]
+                   ) -> Callable[[], None] | None:
+        """`read_resource` for a trusted caller (stdio) on the `modern` wire or not, served in callbacks where the
+        service can (`ResourceService.relay`): `reply` gets the result, the MCPError the handler would raise, or
+        None (then call `read_resource`: nothing was counted). Counted and access-logged as `run_handler` does;
+        returns how to cancel it (counted as an error, as a cancelled handler is), or None: call `read_resource`."""
+        if self.discovery.is_search_uri(uri):
+            return None
+        elapsed, metrics = timer(), self.metrics
+
+        ended = False
+
+        def done(outcome: Served | Exception | None) -> None:
+            nonlocal ended
+            ended = True
+            if outcome is None:
+                reply(None)
+                return
+            if isinstance(outcome, Served):
+                result: dict[str, Any] | MCPError = _read_result(uri, outcome)
+                said = "ok"
+            else:
+                result, said = failure_of(outcome, uri, modern)
+            if metrics is not None:
+                metrics.observe(METHOD, uri, said, elapsed(), STDIO)
+            reply(result)
+
+        give_up = self.service.relay(uri, None, done)
+        if give_up is None:
+            return None
+
+        def cancel() -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            give_up()
+            if metrics is not None:
+                metrics.observe(METHOD, uri, "error", elapsed(), STDIO)
+
+        return cancel
 
     async def complete(self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> dict[str, Any]:
         async def body() -> dict[str, Any]:
@@ -103,3 +150,9 @@ def _listing(items: list[dict[str, Any]] | ItemsText, key: str, served: ServedPa
     if served.page.next_cursor is not None:
         result["nextCursor"] = served.page.next_cursor
     return result
+
+
+def _read_result(uri: str, served: Served) -> dict[str, Any]:
+    """A read's result: ttl and cache scope come with the content, from the snapshot it was read from."""
+    return {"contents": [contents_dict(uri, served.content)], "ttlMs": ttl_ms(served.ttl),
+            "cacheScope": cache_scope(served.private), **COMPLETE}

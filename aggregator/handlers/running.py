@@ -18,8 +18,8 @@ from aggregator.errors import InvalidCursor, RequestError, ResourceNotFound
 from aggregator.metrics import Metrics, timer
 from aggregator.search_query import InvalidSearch
 
-__all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "LEGACY_NOT_FOUND", "is_modern", "run_handler", "scopes_of",
-           "to_mcp_error"]
+__all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "LEGACY_NOT_FOUND", "failure_of", "is_modern", "run_handler",
+           "scopes_of", "to_mcp_error"]
 
 logger = logging.getLogger("aggregator.server")
 
@@ -63,15 +63,22 @@ async def run_handler(ctx: ServerRequestContext[Any], uri: str | None, call: Cal
         result = await call()
         outcome = "ok"
         return result
-    except RequestError as exc:
-        outcome = _OUTCOMES.get(type(exc).__name__, "error")
-        raise to_mcp_error(exc, is_modern(ctx)) from None
-    except MCPError:
-        outcome = "invalid"
-        raise
-    except Exception:
-        logger.exception("unexpected failure serving %s", uri or "a request")
-        raise MCPError(INTERNAL_ERROR, "Internal error", data={"uri": uri} if uri else None) from None
+    except Exception as exc:
+        error, outcome = failure_of(exc, uri, is_modern(ctx))
+        if error is exc:
+            raise
+        raise error from None
     finally:
         if metrics is not None:
             metrics.observe(ctx.method, uri, outcome, elapsed(), caller_name(ctx.request))
+
+
+def failure_of(exc: Exception, uri: str | None, modern: bool) -> tuple[MCPError, str]:
+    """What a client is told of a handler body's failure `exc` (the `modern` wire's codes), and its outcome for the
+    access log: catalog errors mapped, an MCPError as it is, anything else a generic error (logged, not leaked)."""
+    if isinstance(exc, RequestError):
+        return to_mcp_error(exc, modern), _OUTCOMES.get(type(exc).__name__, "error")
+    if isinstance(exc, MCPError):
+        return exc, "invalid"
+    logger.error("unexpected failure serving %s", uri or "a request", exc_info=exc)
+    return MCPError(INTERNAL_ERROR, "Internal error", data={"uri": uri} if uri else None), "error"

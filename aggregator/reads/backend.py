@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aggregator.catalog import FileTarget, QueryTarget
-from aggregator.errors import ResourceNotFound, ResourceTooLarge, ResourceUnavailable
+from aggregator.errors import RequestError, ResourceNotFound, ResourceTooLarge, ResourceUnavailable
 from aggregator.snapshot import Snapshot
 from aggregator.sources import SourceError, SourceNotFound, SourceTooLarge, SourceUnsupported
 from aggregator.tracing import NO_SPAN, enabled, span
@@ -36,26 +36,34 @@ class SourceCalls:
                    call: Callable[[], Awaitable[T]]) -> T:
         """`call()` in a span `name` (source id and kind, path, URI: never the source's URL or content); a source's
         failure becomes ResourceNotFound, ResourceTooLarge or ResourceUnavailable for `target`'s URI."""
-        source = snapshot.sources[target.source]
         with span(name, source_id=target.source, source_kind=snapshot.manifest.sources[target.source].kind,
                   path=path, uri=target.uri) if enabled() else NO_SPAN:
             try:
                 result = await call()
-            except (SourceNotFound, SourceUnsupported) as exc:
-                self.last_success[target.source] = time.time()
-                logger.info("read %s: not found (%s)", target.uri, exc)
-                raise ResourceNotFound(target.uri) from None
-            except SourceTooLarge as exc:
-                self._failed(target.source, str(exc))
-                self.last_success[target.source] = time.time()  # the backend answered: the file is the problem
-                logger.warning("read %s: %s", target.uri, exc)
-                raise ResourceTooLarge(target.uri, exc.size, exc.limit) from None
             except SourceError as exc:
-                self._failed(target.source, f"{source.describe()}: {exc}")
-                logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
-                raise ResourceUnavailable(target.uri, f"{source.describe()}: {exc}") from None
-            self.last_success[target.source] = time.time()
+                raise self.failure(snapshot, target, exc) from None
+            self.succeeded(target.source)
             return result
+
+    def succeeded(self, source: str) -> None:
+        """A backend call of `source` answered."""
+        self.last_success[source] = time.time()
+
+    def failure(self, snapshot: Snapshot, target: FileTarget | QueryTarget, exc: SourceError) -> RequestError:
+        """What a client is told of a source's failure `exc` reading `target` (counted and logged here)."""
+        source = snapshot.sources[target.source]
+        if isinstance(exc, (SourceNotFound, SourceUnsupported)):
+            self.succeeded(target.source)
+            logger.info("read %s: not found (%s)", target.uri, exc)
+            return ResourceNotFound(target.uri)
+        if isinstance(exc, SourceTooLarge):
+            self._failed(target.source, str(exc))
+            self.succeeded(target.source)  # the backend answered: the file is the problem
+            logger.warning("read %s: %s", target.uri, exc)
+            return ResourceTooLarge(target.uri, exc.size, exc.limit)
+        self._failed(target.source, f"{source.describe()}: {exc}")
+        logger.error("read %s from %s failed: %s", target.uri, source.describe(), exc)
+        return ResourceUnavailable(target.uri, f"{source.describe()}: {exc}")
 
     def _failed(self, source: str, why: str) -> None:
         self.errors[source] += 1

@@ -16,8 +16,9 @@ from aggregator.reads.backend import SourceCalls
 from aggregator.reads.cached import Caches
 from aggregator.reads.documents import convert_file
 from aggregator.snapshot import Snapshot
+from aggregator.sources import Blob
 
-__all__ = ["file_key", "read_file"]
+__all__ = ["file_key", "read_file", "typed", "unpacked"]
 
 logger = logging.getLogger("aggregator")
 
@@ -41,15 +42,10 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
     async def load() -> tuple[Content, str | None]:
         blob = await calls.call("aggregator.source.read", snapshot, target, path,
                                 lambda: source.read(path, max_bytes))
-        # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
-        undone = source.url_paths and not blob.data.startswith(b"\x1f\x8b")
-        data = _gunzip(target, blob.data, max_bytes) if target.decompress and not undone else blob.data
+        data = unpacked(target, blob, max_bytes, source.url_paths)
         if convert is not None:
             return await convert_file(target, convert, data, documents, turn), blob.version
-        # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
-        upstream = None if target.decompress else blob.mime_type
-        declared = target.mime_type if target.mime_declared or not upstream else upstream
-        return decode_body(data, declared, blob.max_age, blob.private), blob.version
+        return typed(target, blob, data), blob.version
 
     async def revalidate(version: str) -> bool:
         return await calls.call("aggregator.source.version", snapshot, target, path,
@@ -69,6 +65,21 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
         return await cached()
     with documents.queued(key) as turn:
         return await cached()
+
+
+def unpacked(target: FileTarget, blob: Blob, max_bytes: int, url_paths: bool) -> bytes:
+    """The bytes a read of `target` serves (or converts): `blob`'s, decompressed when the entry says so."""
+    # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
+    undone = url_paths and not blob.data.startswith(b"\x1f\x8b")
+    return _gunzip(target, blob.data, max_bytes) if target.decompress and not undone else blob.data
+
+
+def typed(target: FileTarget, blob: Blob, data: bytes) -> Content:
+    """`data` (what `unpacked` gave of `blob`) as the content of `target`: text or bytes, of the declared type."""
+    # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
+    upstream = None if target.decompress else blob.mime_type
+    declared = target.mime_type if target.mime_declared or not upstream else upstream
+    return decode_body(data, declared, blob.max_age, blob.private)
 
 
 def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from aggregator.cache import ContentCache
 from aggregator.cache_keys import CacheKey
-from aggregator.catalog import FileTarget, QueryTarget, RenderTarget, TextTarget
+from aggregator.catalog import FileTarget, QueryTarget, RenderTarget, Target, TextTarget
 from aggregator.content import Content
 from aggregator.documents.pool import DocumentPool
 from aggregator.reads.backend import SourceCalls
@@ -18,7 +18,7 @@ from aggregator.reads.rendered import RenderInputs, read_rendered
 from aggregator.snapshot import Snapshot
 from aggregator.tracing import span
 
-__all__ = ["Reader", "Served"]
+__all__ = ["Reader", "Served", "served_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +60,15 @@ class Reader:
                 content = await read_query(snapshot, target, self.caches, self.calls)
             case FileTarget():
                 content = await read_file(snapshot, target, self.caches, self.calls, self.documents)
-        ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
-        return Served(content, ttl, content.private or snapshot.private(target, scopes))
+        return served_of(snapshot, target, scopes, content)
 
     async def indexed(self, snapshot: Snapshot, target: FileTarget) -> Content:
         """The content of a `convert:` file for the search index: the read's own, through the content cache (one
         conversion serves both), converted as background work."""
         return await read_file(snapshot, target, self.caches, self.calls, self.documents, background=True)
+
+
+def served_of(snapshot: Snapshot, target: Target, scopes: frozenset[str] | None, content: Content) -> Served:
+    """`content` read of `target` for a caller holding `scopes`, with the ttl and cache scope `snapshot` gives it."""
+    ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
+    return Served(content, ttl, content.private or snapshot.private(target, scopes))

@@ -155,6 +155,13 @@ class Source(ABC):
     async def read(self, path: str, max_bytes: int) -> Blob:
         """The whole file; SourceTooLarge if it holds more than `max_bytes`."""
 
+    def relay(self, path: str, max_bytes: int, done: Callable[[Blob | Exception | None], None]
+              ) -> Callable[[], None] | None:
+        """Start `read(path, max_bytes)` without a task, its outcome handed to `done` in a callback (the blob, the
+        failure `read` raises, or None: ask `read` instead); returns how to give it up, or None when the source
+        cannot, or not now (the caller awaits `read`). Only a source whose reads cross a pipe it holds can."""
+        return None
+
     @abstractmethod
     def describe(self) -> str:
         """A short label for logs (no credentials)."""

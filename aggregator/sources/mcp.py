@@ -37,7 +37,7 @@ from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, 
 from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
-from aggregator.upstream.answers import ListedResource
+from aggregator.upstream.answers import ListedResource, UpstreamRead
 from aggregator.upstream.records import Packed, PublishedRecords, ResourceRecords
 from aggregator.upstream.values import UpstreamValues
 
@@ -207,7 +207,19 @@ class McpSource(Source):
     async def read(self, path: str, max_bytes: int) -> McpBlob:
         """The content, with no version: MCP has no cheap one, so revalidating a kept copy would read it all again
         anyway, and a digest of every read (most are never kept: an uncached hop) is a hash for nothing."""
-        result = await self.upstream.read(self.uri_of(path), max_bytes)
+        return self._blob(await self.upstream.read(self.uri_of(path), max_bytes))
+
+    def relay(self, path: str, max_bytes: int, done: Callable[[Blob | Exception | None], None]
+              ) -> Callable[[], None] | None:
+        """`read` sent at once, its outcome handed to `done` where the answer arrives (the blob, the failure `read`
+        raises, or None: the connection was lost under it, `read` goes to the next one); see `Upstream.relay`.
+        Returns how to give it up, or None (nothing sent: `read` instead)."""
+        def answered(outcome: UpstreamRead | Exception | None) -> None:
+            done(self._blob(outcome) if isinstance(outcome, UpstreamRead) else outcome)
+
+        return self.upstream.relay(self.uri_of(path), max_bytes, answered)
+
+    def _blob(self, result: UpstreamRead) -> McpBlob:
         content = result.first
         return McpBlob(content.data, self.values.mime_type(content.mime_type), None,
                        None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",

@@ -34,7 +34,7 @@ from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
 from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, past_cap, quote, too_big
 from aggregator.upstream.http_session import SessionWatch
-from aggregator.upstream.lane import Lane
+from aggregator.upstream.lane import Callback, Lane, Sent, result_of
 from aggregator.upstream.link import Link
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
 from aggregator.upstream.transports import HttpTarget, Target
@@ -338,24 +338,18 @@ class Upstream:
         Over stdio, a read on a connection that is up while the cap has room is sent at once on the lean lane, its
         timeout the lane's own: no cancel scope, no wait for a slot, no task hop. Any other read waits as `_call`
         says (a slot, a connection), and one the lane lost goes to the next connection that way."""
-        what = "resources/read"
         conn, slot = self._conn, self._free_lane()
         if conn is not None and slot is not None:
             lane, borrower = slot
+            answer: dict[str, Any] | Exception
             try:
-                try:
-                    answer = await lane.read(uri, self.timeout)
-                finally:
-                    self._limiter.release_on_behalf_of(borrower)
-                return self._answer(uri, answer, max_bytes, lane.modern)
-            except MCPError as exc:
-                if not self._again(what, conn, exc):
-                    raise self._failure(what, exc, self.timeout) from None
+                answer = await lane.read(uri, self.timeout)
             except Exception as exc:  # noqa: BLE001 - mapped as `_call` maps it (cancellation is no Exception)
-                failure = self._failure(what, exc, self.timeout)
-                if failure is exc:
-                    raise
-                raise failure from None
+                answer = exc
+            finally:
+                self._limiter.release_on_behalf_of(borrower)
+            if (settled := self._settled(conn, lane, uri, max_bytes, answer)) is not None:
+                return settled
 
         async def read(client: Client) -> UpstreamRead:
             lane = self._conn.lane if self._conn is not None and self._conn.client is client else None
@@ -365,7 +359,66 @@ class Upstream:
             result = await client.read_resource(uri, cache_mode="bypass")
             return read_result(self.describe(), uri, result, max_bytes, *hints(client, result))
 
-        return await self._call(what, read, retried=conn is not None and slot is not None)
+        return await self._call(_READ, read, retried=conn is not None and slot is not None)
+
+    def relay(self, uri: str, max_bytes: int, done: Callable[[UpstreamRead | Exception | None], None]
+              ) -> Callable[[], None] | None:
+        """Send a read of `uri` on the lean lane now, its outcome handed to `done` where the answer arrives: what
+        `read` returns or raises, or None when the connection was lost under it (`read` would go to the next
+        connection). Returns how to give it up (the upstream is told), or None (nothing sent: `read` instead) when
+        the lane is not free at once."""
+        conn, slot = self._conn, self._free_lane()
+        if conn is None or slot is None:
+            return None
+        lane, borrower = slot
+        sent: Sent | None = None
+
+        def answered(outcome: dict[str, Any] | None | BaseException) -> None:
+            self._limiter.release_on_behalf_of(borrower)
+            if sent is not None:
+                sent.answered()
+            answer: dict[str, Any] | Exception
+            try:
+                answer = outcome if isinstance(outcome, Exception) else result_of(outcome)  # type: ignore[arg-type]
+            except MCPError as exc:
+                answer = exc
+            try:
+                read = self._settled(conn, lane, uri, max_bytes, answer)
+            except Exception as exc:  # noqa: BLE001 - the caller's to map, as `read` raises it
+                done(exc)
+                return
+            done(read)
+
+        waiter = Callback(answered)
+        sent = lane.send(uri, waiter, self.timeout)
+        if sent is None:
+            self._limiter.release_on_behalf_of(borrower)
+            return None
+
+        def give_up() -> None:
+            if not waiter.done():  # once answered, there is nothing to give up
+                self._limiter.release_on_behalf_of(borrower)
+                sent.give_up()
+
+        return give_up
+
+    def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | Exception
+                 ) -> UpstreamRead | None:
+        """A lane read's outcome: its result checked (`answer`), or the failure its caller sees (raised); None when
+        the connection was lost under it (the read goes to the next connection)."""
+        try:
+            if isinstance(answer, Exception):
+                raise answer
+            return self._answer(uri, answer, max_bytes, lane.modern)
+        except MCPError as exc:
+            if not self._again(_READ, conn, exc):
+                raise self._failure(_READ, exc, self.timeout) from None
+            return None
+        except Exception as exc:  # noqa: BLE001 - mapped as `_call` maps it
+            failure = self._failure(_READ, exc, self.timeout)
+            if failure is exc:
+                raise
+            raise failure from None
 
     def _free_lane(self) -> tuple[Lane, object] | None:
         """The lean lane of the connection that is up, with a slot of the cap taken for the read on behalf of the
@@ -415,6 +468,9 @@ class Upstream:
     def subscribe(self, uris: Iterable[str]) -> None:
         """Ask for Updated events of exactly `uris` (legacy: resources/subscribe; modern: subscriptions/listen)."""
         self._events.subscribe(uris)
+
+
+_READ = "resources/read"
 
 
 def _version() -> str:

@@ -26,14 +26,14 @@ import json
 from collections import deque
 from collections.abc import Awaitable, Callable
 from json.encoder import encode_basestring  # the C one json.dumps uses (ensure_ascii=False)
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["ID_MARK", "Lane"]
+__all__ = ["ID_MARK", "Callback", "Lane", "Sent", "Waiter", "result_of"]
 
 _PREFIX = "agg-"
 ID_MARK = f'"{_PREFIX}'.encode()
@@ -54,12 +54,12 @@ class Lane:
         self._write = write
         self._write_now = write_now
         self._ids = itertools.count(1)
-        self._waiting: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
+        self._waiting: dict[str, Waiter] = {}
         self._closed = False
         self._meta: dict[str, Any] | None = None
         self._tail = "}}\n"
         """What follows the URI in a request line: the modern wire's envelope, encoded once."""
-        self._deadlines: deque[tuple[float, asyncio.Future[dict[str, Any] | None]]] = deque()
+        self._deadlines: deque[tuple[float, Waiter]] = deque()
         """Reads waiting with a timeout, by deadline (one timeout per lane: later reads, later deadlines)."""
         self._sweep: asyncio.TimerHandle | None = None
         self.ready = False
@@ -108,10 +108,7 @@ class Lane:
         error answer or a connection that ended, TimeoutError past `timeout` seconds (None: the caller bounds it)."""
         if self._closed:
             raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
-        request_id = f"{_PREFIX}{next(self._ids)}"
-        # The line json.dumps would write (compact, UTF-8 as it is), from its fixed parts and the encoded URI.
-        line = (f'{{"jsonrpc":"2.0","id":"{request_id}","method":"resources/read","params":{{"uri":'
-                f'{encode_basestring(uri)}{self._tail}').encode("utf-8", "surrogatepass")
+        request_id, line = self._request(uri)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[dict[str, Any] | None] = loop.create_future()
         self._waiting[request_id] = answer
@@ -131,20 +128,54 @@ class Lane:
                 expiry.cancel()
             if not answer.done():  # never awaited (its write failed): the sweep has nothing to expire
                 answer.cancel()
-            deadlines = self._deadlines
-            while deadlines and deadlines[0][1].done():
-                deadlines.popleft()
-            if len(deadlines) > _KEPT_DONE and len(deadlines) > 2 * len(self._waiting):
-                # Reads answered behind one still waiting: dropped now rather than at its deadline.
-                self._deadlines = deque(entry for entry in deadlines if not entry[1].done())
+            self._swept()
             if not answered and self._waiting.pop(request_id, None) is not None and not self._closed:
                 await self._cancel(request_id)
-        if message is None:
-            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
-        return _result(message)
+        return result_of(message)
+
+    def send(self, uri: str, waiter: Waiter, timeout: float) -> Sent | None:
+        """Ask for `uri` now, its answer (the message, None when the connection ended, TimeoutError past `timeout`)
+        handed to `waiter` where it arrives; None (nothing sent) when the pipe cannot take the line at once."""
+        if self._closed or self._write_now is None:
+            return None
+        request_id, line = self._request(uri)
+        try:
+            if not self._write_now(line):
+                return None
+        except OSError:
+            return None  # the child stopped reading: the caller's usual path finds the connection gone
+        self._waiting[request_id] = waiter
+        loop = asyncio.get_running_loop()
+        return Sent(self, request_id, waiter, self._expire_at(loop, loop.time() + timeout, waiter))
+
+    def _request(self, uri: str) -> tuple[str, bytes]:
+        """A new read's id and its request line: what json.dumps would write (compact, UTF-8 as it is), from its
+        fixed parts and the encoded URI."""
+        request_id = f"{_PREFIX}{next(self._ids)}"
+        return request_id, (f'{{"jsonrpc":"2.0","id":"{request_id}","method":"resources/read","params":{{"uri":'
+                            f'{encode_basestring(uri)}{self._tail}').encode("utf-8", "surrogatepass")
+
+    def _swept(self) -> None:
+        """Deadlines of reads over are dropped from the front, and all of them once they outnumber those waiting."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+        if len(deadlines) > _KEPT_DONE and len(deadlines) > 2 * len(self._waiting):
+            # Reads answered behind one still waiting: dropped now rather than at its deadline.
+            self._deadlines = deque(entry for entry in deadlines if not entry[1].done())
+
+    def _given_up(self, sent: Sent) -> None:
+        """A sent read no longer wanted: its waiter never told, the read forgotten, and the upstream told (in a task
+        of its own)."""
+        sent.waiter.cancel()
+        if sent.expiry is not None:
+            sent.expiry.cancel()
+        if self._waiting.pop(sent.request_id, None) is not None and not self._closed:
+            asyncio.get_running_loop().create_task(self._cancel(sent.request_id))
+        self._swept()
 
     def _expire_at(self, loop: asyncio.AbstractEventLoop, deadline: float,
-                   answer: asyncio.Future[dict[str, Any] | None]) -> asyncio.TimerHandle | None:
+                   answer: Waiter) -> asyncio.TimerHandle | None:
         """Fail `answer` with TimeoutError at `deadline`: queued for the lane's one sweep (no timer a read), or a
         timer of its own (returned: the caller cancels it) when it falls before a deadline already queued."""
         deadlines = self._deadlines
@@ -178,12 +209,68 @@ class Lane:
                 pass
 
 
-def _expire(answer: asyncio.Future[dict[str, Any] | None]) -> None:
+class Waiter(Protocol):
+    """What waits for a lane answer: an asyncio future, or `send`'s callback in its shape."""
+
+    def done(self) -> bool: ...
+    def set_result(self, message: dict[str, Any] | None, /) -> None: ...
+    def set_exception(self, exc: BaseException, /) -> None: ...
+    def cancel(self) -> bool: ...
+
+
+class Callback:
+    """A waiter that hands the answer (or the failure) to a function where it arrives, once."""
+
+    __slots__ = ("_call", "_done")
+
+    def __init__(self, call: Callable[[dict[str, Any] | None | BaseException], None]) -> None:
+        self._call, self._done = call, False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, message: dict[str, Any] | None, /) -> None:
+        self._done = True
+        self._call(message)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._done = True
+        self._call(exc)
+
+    def cancel(self) -> bool:
+        """Never call the function (the read was given up)."""
+        self._done = True
+        return True
+
+
+class Sent:
+    """A read `send` wrote: `answered` once its answer came (the waiter told), `give_up` when it is no longer
+    wanted (the upstream is told, as the SDK tells a cancelled call)."""
+
+    __slots__ = ("_lane", "request_id", "waiter", "expiry")
+
+    def __init__(self, lane: Lane, request_id: str, waiter: Waiter, expiry: asyncio.TimerHandle | None) -> None:
+        self._lane, self.request_id, self.waiter, self.expiry = lane, request_id, waiter, expiry
+
+    def answered(self) -> None:
+        if self.expiry is not None:
+            self.expiry.cancel()
+        self._lane._swept()  # noqa: SLF001 - its own lane's
+
+    def give_up(self) -> None:
+        self._lane._given_up(self)  # noqa: SLF001 - its own lane's
+
+
+def _expire(answer: Waiter) -> None:
     if not answer.done():
         answer.set_exception(TimeoutError())
 
 
-def _result(message: dict[str, Any]) -> dict[str, Any]:
+def result_of(message: dict[str, Any] | None) -> dict[str, Any]:
+    """The result of an answer to a read; MCPError for an error answer, a connection that ended (None) or a result
+    that is not complete."""
+    if message is None:
+        raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
     error = message.get("error")
     if error is not None:
         if not isinstance(error, dict) or not isinstance(code := error.get("code"), int):

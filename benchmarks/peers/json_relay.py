@@ -1,0 +1,43 @@
+"""The JSON relay floor: the relay floor (benchmarks/peers/relay.py) that also parses every message and encodes it
+again, as any gateway that checks what it passes on must: one `json.loads` and one `json.dumps` a line each way.
+
+Usage: python -m benchmarks.peers.json_relay COMMAND [ARG...]
+
+Stdlib only. It checks nothing beyond the JSON and rewrites nothing (one client, the upstream's own URIs), so a
+gateway that resolves, authorizes, checks and renames what it relays costs at least this.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from typing import IO
+
+
+def pump(source: IO[bytes], sink: IO[bytes]) -> None:
+    """Each line of `source` parsed and written to `sink` encoded again, until end of file (or either side goes)."""
+    try:
+        for line in source:
+            message = json.loads(line)
+            sink.write(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+            sink.flush()
+    except (OSError, ValueError):
+        pass  # the other side went away (or sent what is not JSON): the relay ends with it
+
+
+def main(argv: list[str]) -> int:
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    down = threading.Thread(target=pump, args=(child.stdout, sys.stdout.buffer), daemon=True)
+    down.start()
+    pump(sys.stdin.buffer, child.stdin)
+    child.stdin.close()  # the client's end of file is the upstream's cue to exit
+    code = child.wait()
+    down.join(5)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,215 @@
+"""Reads relayed in callbacks (`aggregator/reads/relayed.py`): an uncached read of an `mcp+stdio:` upstream answered
+from the pipe callback that brings the upstream's answer, with no task. The relay is what serves such reads
+(`ResourceHandlers.relay_read` starts them; it refuses what it must not take), and a client over stdio sees of them
+exactly what the SDK's path shows: the same answers and errors on both wires, the same access log, a cancelled read
+unanswered and cancelled upstream, the cache's single flight shared with reads served the usual way, and a read
+whose connection is lost under it read again the usual way. Real processes throughout: our upstream test server
+(tests/upstream_server.py) behind `aggregator serve`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from aggregator.handlers.resources import ResourceHandlers
+from aggregator.search import Discovery
+from aggregator.service import ResourceService
+from tests.conftest import write_manifest
+from tests.test_stdio_fast import MODERN_META, _read
+from tests.test_stdio_fast import _script as _reads
+from tests.test_stdio_fast_observed import WAIT, _accessed, _run
+from tests.test_upstream import ENV, HERE
+
+UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
+
+
+def _manifest(folder: Path, ttl: str = "0s", **environ: str) -> Path:
+    env = {"PYTHONPATH": ENV["PYTHONPATH"], "UPSTREAM_HANGING": "1", "UPSTREAM_CHANGES": "1", **environ}
+    return write_manifest(folder, f"""
+        version: 1
+        server: {{name: relayed}}
+        defaults: {{ttl: {ttl}}}
+        sources:
+          up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r}, env: {env!r}, maxBytes: 50000,
+                timeout: 3s}}
+        collections:
+          - {{source: up, glob: "static-*", uri: "wiki://{{path}}"}}
+          - {{source: up, glob: "{{boom,big,hang,hanging,counter}}", uri: "wiki://{{path}}"}}
+        """)
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_a_client_sees_of_relayed_reads_what_the_sdk_path_shows(tmp_path: Path, wire: str) -> None:
+    """Text, a blob, an upstream failure (its secret kept upstream), an answer past maxBytes, a URI the catalog does
+    not have, and a read held upstream then cancelled (unanswered; the upstream told: nothing is left hanging):
+    answers and access log alike with the fast path (which relays) and without."""
+    manifest = _manifest(tmp_path)
+    meta = {"_meta": MODERN_META} if wire == "modern" else {}
+    opening = [(m, 0.0) for m in _reads(wire) if m.get("method") != "resources/read"]
+    opening[0] = (opening[0][0], WAIT)
+    script = [*opening, *((_read(n, f"wiki://{name}", **meta), WAIT) for n, name in enumerate(
+        ["static-text", "static-binary", "boom", "big", "nope", "counter"], start=101)),
+        (_read(109, "wiki://hang", **meta), 0.5),
+        ({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 109}}, 0.5),
+        (_read(110, "wiki://hanging", **meta), WAIT), (_read(111, "wiki://static-text", **meta), 0.0)]
+    (fast, fast_err), (slow, slow_err) = (_run(manifest, script, on) for on in (True, False))
+    assert fast == slow
+    assert fast[101]["result"]["contents"][0]["text"].startswith("Hello")
+    assert "blob" in fast[102]["result"]["contents"][0]
+    assert fast[103]["error"]["data"] == {"uri": "wiki://boom"} and "SECRET" not in str(fast[103])
+    assert fast[104]["error"]["data"]["uri"] == "wiki://big"
+    assert fast[106]["result"]["contents"][0]["text"] == "read 1"
+    assert 109 not in fast and fast[110]["result"]["contents"][0]["text"] == "0"
+    access = _accessed(fast_err)
+    assert access == _accessed(slow_err)
+    assert access[("stdio", "resources/read", "wiki://boom", "unavailable")] == 1
+    assert access[("stdio", "resources/read", "wiki://big", "too_large")] == 1
+    assert access[("stdio", "resources/read", "wiki://hang", "error")] == 1
+    assert access[("stdio", "resources/read", "wiki://static-text", "ok")] == 2
+
+
+def _relay(handlers: ResourceHandlers, uri: str, modern: bool = False
+           ) -> tuple[Any, anyio.Event, list[dict[str, Any] | MCPError | None]]:
+    """Start a relayed read: how to cancel it (None: refused), an event set once it replied, what it replied."""
+    replied, got = anyio.Event(), []
+
+    def reply(outcome: dict[str, Any] | MCPError | None) -> None:
+        got.append(outcome)
+        replied.set()
+
+    return handlers.relay_read(uri, modern, reply), replied, got
+
+
+def test_relay_read_serves_what_it_may_and_refuses_the_rest(tmp_path: Path) -> None:
+    """Uncached reads of the upstream are relayed (text, and a failure as the handler's MCPError); a URI the catalog
+    lacks, a search URI and a source whose copies may be kept are refused (read the usual way). A relayed read and
+    a read served the usual way at the same time share one upstream read (the cache's single flight)."""
+    async def main() -> None:
+        # The upstream says its reads are public (and not to be kept): reads of them may share one flight.
+        service = await ResourceService.open(_manifest(tmp_path, UPSTREAM_CACHE="public:0"))
+        handlers = ResourceHandlers(service, Discovery(service), None)
+        try:
+            await service.read("wiki://static-text")  # connected: the lane is up
+            cancel, replied, got = _relay(handlers, "wiki://static-text", modern=True)
+            assert cancel is not None
+            with anyio.fail_after(10):
+                await replied.wait()
+            assert got == [{"contents": [{"uri": "wiki://static-text", "mimeType": "text/plain",
+                                          "text": "Hello from one"}], "ttlMs": 0, "cacheScope": "public",
+                            "resultType": "complete"}]
+            cancel, replied, got = _relay(handlers, "wiki://boom")
+            assert cancel is not None
+            with anyio.fail_after(10):
+                await replied.wait()
+            assert isinstance(got[0], MCPError) and got[0].error.code == -32603
+            assert got[0].error.data == {"uri": "wiki://boom"} and "SECRET" not in got[0].error.message
+            assert _relay(handlers, "wiki://nope")[0] is None
+            assert _relay(handlers, "search://?q=x")[0] is None
+            # One upstream read for both: the usual read follows the relayed one's flight.
+            cancel, replied, got = _relay(handlers, "wiki://counter")
+            assert cancel is not None
+            usual = (await service.read("wiki://counter")).content.text
+            with anyio.fail_after(10):
+                await replied.wait()
+            assert usual == got[0]["contents"][0]["text"] == "read 1"  # type: ignore[index]
+            assert (await service.read("wiki://counter")).content.text == "read 2"
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+
+    async def cached() -> None:
+        service = await ResourceService.open(_manifest(kept, ttl="60s"))
+        try:
+            await service.read("wiki://static-text")
+            assert _relay(ResourceHandlers(service, Discovery(service), None), "wiki://static-binary")[0] is None
+        finally:
+            await service.aclose()
+
+    anyio.run(cached)
+
+
+def test_a_cancelled_relayed_read_frees_its_slot_and_tells_the_upstream(tmp_path: Path) -> None:
+    """Cancelled: never replied, the upstream's handler cancelled, the source's concurrency slot given back (more
+    reads than the cap run after many cancellations)."""
+    async def main() -> None:
+        service = await ResourceService.open(_manifest(tmp_path))
+        handlers = ResourceHandlers(service, Discovery(service), None)
+        try:
+            await service.read("wiki://static-text")
+            for _ in range(12):  # more than the cap (maxConcurrency 8): a slot kept would block the last ones
+                cancel, replied, got = _relay(handlers, "wiki://hang")
+                assert cancel is not None
+                await anyio.sleep(0.05)
+                cancel()
+                cancel()  # twice: nothing more happens
+            with anyio.fail_after(10):
+                while (await service.read("wiki://hanging")).content.text != "0":
+                    await anyio.sleep(0.05)
+            assert not got and not replied.is_set()
+            upstream = service.sources["up"].upstream  # type: ignore[attr-defined]
+            assert upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def test_a_relayed_read_whose_connection_is_lost_is_read_again_the_usual_way(tmp_path: Path) -> None:
+    """The upstream child dies under a relayed read: it replies None (read it the usual way: nothing counted), and
+    that read reaches the reconnected upstream."""
+    pidfile = tmp_path / "upstream.pid"
+
+    async def main() -> None:
+        service = await ResourceService.open(_manifest(tmp_path, UPSTREAM_PIDFILE=str(pidfile)))
+        handlers = ResourceHandlers(service, Discovery(service), None)
+        try:
+            await service.read("wiki://static-text")
+            cancel, replied, got = _relay(handlers, "wiki://hang")
+            assert cancel is not None
+            await anyio.sleep(0.2)
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            with anyio.fail_after(10):
+                await replied.wait()
+            assert got == [None]
+            with anyio.fail_after(20):
+                assert (await service.read("wiki://static-text")).content.text == "Hello from one"
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def test_a_reload_keeps_the_source_of_a_relayed_read_open_until_it_ends(tmp_path: Path) -> None:
+    """A reload that drops the source of a relayed read still in flight closes it only once the read ends."""
+    async def main() -> None:
+        manifest = _manifest(tmp_path)
+        service = await ResourceService.open(manifest)
+        handlers = ResourceHandlers(service, Discovery(service), None)
+        try:
+            await service.read("wiki://static-text")
+            upstream = service.sources["up"].upstream  # type: ignore[attr-defined]
+            cancel, _, _ = _relay(handlers, "wiki://hang")
+            assert cancel is not None
+            manifest.write_text(manifest.read_text().replace("'UPSTREAM_CHANGES': '1'", "'UPSTREAM_TAG': 'two'"))
+            await service.reload()
+            assert service.sources["up"].upstream is not upstream
+            await anyio.sleep(0.3)
+            assert upstream.status.state == "connected"  # held by the read
+            cancel()
+            with anyio.fail_after(10):
+                while upstream.status.state != "closed":
+                    await anyio.sleep(0.05)
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
