@@ -45,10 +45,12 @@ def _manifest(folder: Path, ttl: str = "0s", **environ: str) -> Path:
         """)
 
 
+@pytest.mark.parametrize("pause", [0.5, 0.0], ids=["started", "at-once"])
 @pytest.mark.parametrize("wire", ["legacy", "modern"])
-def test_a_client_sees_of_relayed_reads_what_the_sdk_path_shows(tmp_path: Path, wire: str) -> None:
+def test_a_client_sees_of_relayed_reads_what_the_sdk_path_shows(tmp_path: Path, wire: str, pause: float) -> None:
     """Text, a blob, an upstream failure (its secret kept upstream), an answer past maxBytes, a URI the catalog does
-    not have, and a read held upstream then cancelled (unanswered; the upstream told: nothing is left hanging):
+    not have, and a read held upstream then cancelled once it runs or in the write that asked for it (unanswered;
+    the upstream told: nothing is left hanging):
     answers and access log alike with the fast path (which relays) and without."""
     manifest = _manifest(tmp_path)
     meta = {"_meta": MODERN_META} if wire == "modern" else {}
@@ -56,7 +58,7 @@ def test_a_client_sees_of_relayed_reads_what_the_sdk_path_shows(tmp_path: Path, 
     opening[0] = (opening[0][0], WAIT)
     script = [*opening, *((_read(n, f"wiki://{name}", **meta), WAIT) for n, name in enumerate(
         ["static-text", "static-binary", "boom", "big", "nope", "counter"], start=101)),
-        (_read(109, "wiki://hang", **meta), 0.5),
+        (_read(109, "wiki://hang", **meta), pause),
         ({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 109}}, 0.5),
         (_read(110, "wiki://hanging", **meta), WAIT), (_read(111, "wiki://static-text", **meta), 0.0)]
     (fast, fast_err), (slow, slow_err) = (_run(manifest, script, on) for on in (True, False))
