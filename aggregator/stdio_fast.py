@@ -20,6 +20,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 import mcp_types as types
@@ -119,6 +120,12 @@ class FastReads:
             if isinstance(version, str):
                 self.legacy_version, self.gate_open = version, True
 
+    @cached_property
+    def _stamp(self) -> dict[str, Any]:
+        """The server's `serverInfo` stamp, taken once: the SDK's property deep-copies its fixed dump on every access,
+        and an answer only encodes it."""
+        return self._server.server_info_stamp
+
     def _usable(self) -> bool:
         return (not tracing.enabled() and len(self._server.middleware) == 1
                 and type(self._server.middleware[0]) is OpenTelemetryMiddleware)
@@ -185,7 +192,7 @@ class FastReads:
                 out.answer_now(request_id, None, _error_data(METHOD, outcome))
                 return
             try:
-                data = encode_response(request_id, shaped(self._server, METHOD, version, outcome))
+                data = encode_response(request_id, shaped(self._server, METHOD, version, outcome, self._stamp))
             except Exception as exc:  # noqa: BLE001 - mapped as `_serve` maps it (the result sieve refused it)
                 out.answer_now(request_id, None, _error_data(METHOD, exc))
                 return
@@ -227,6 +234,9 @@ class FastReads:
             return None
         if self.era == "legacy":
             return self.legacy_version if "_meta" not in params else None
+        known = self._envelopes.known(method, params.get("_meta"))
+        if known is not None:  # the envelope the classifier and validator accepted last time (no headers on stdio)
+            return known
         if "_meta" not in params or not _has_modern_envelope(params):
             return None
         route = classify_inbound_request({"method": method, "params": params})
@@ -240,9 +250,9 @@ class FastReads:
         try:
             result = await handler(_Context(method, version, None, request_id), args)
             if method == METHOD:
-                data = encode_response(request_id, shaped(self._server, method, version, result))
+                data = encode_response(request_id, shaped(self._server, method, version, result, self._stamp))
             else:
-                data = page_line(self._server, method, version, request_id, result)
+                data = page_line(self._server, method, version, request_id, result, self._stamp)
         except asyncio.CancelledError:
             self._done(request_id)
             raise

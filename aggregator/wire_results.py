@@ -11,9 +11,11 @@ answer on both wires).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
@@ -45,29 +47,78 @@ class ItemsText(str):
 
 class Envelopes:
     """Which modern `_meta` envelopes the SDK's own request validator accepts on a method, each checked once (a
-    client sends the same one every time; the classifier checks only the version, not the other keys' shapes)."""
+    client sends the same one every time; the classifier checks only the version, not the other keys' shapes).
+    Per method, the last envelope found valid afresh is kept for `known`, which tells it again at the cost of a
+    comparison."""
 
     KEPT = 256
+    DEPTH = 32
+    """The deepest envelope kept for `known` (a real one is 3 deep): bounds the comparison's recursion."""
 
     def __init__(self) -> None:
         self._valid: set[str] = set()
+        self._last: dict[str, _Kept] = {}
+
+    def known(self, method: str, meta: object) -> str | None:
+        """The protocol version of `method`'s kept envelope when `meta` is that envelope (what the SDK's classifier
+        and validator accepted then, they accept now: both look at nothing else on stdio); None otherwise."""
+        kept = self._last.get(method)
+        if kept is None or meta != kept.meta:
+            return None
+        # `==` holds between 1, 1.0 and true: the kept envelope's numbers and booleans must be of the same type.
+        for path, kind in kept.typed:
+            node: Any = meta
+            for key in path:
+                node = node[key]
+            if type(node) is not kind:
+                return None
+        return kept.version
 
     def valid(self, method: str, version: str, params: Mapping[str, Any]) -> bool:
         """Whether the `_meta` of `params` passes the SDK's validation of `method` at `version` (the method's own
         params are checked by the caller: the envelope's validity does not depend on them)."""
+        meta = params["_meta"]
+        if self.known(method, meta) == version:
+            return True
         # Any key works that equal envelopes share and different ones do not: repr tells 1, 1.0 and True apart.
-        key = f"{method}\0{version}\0{params['_meta']!r}"
+        key = f"{method}\0{version}\0{meta!r}"
         if key in self._valid:
             return True
         probe: dict[str, Any] = {"uri": ""} if method == "resources/read" else {}
         try:
-            sdk_methods.validate_client_request(method, version, {**probe, "_meta": params["_meta"]})
+            sdk_methods.validate_client_request(method, version, {**probe, "_meta": meta})
         except (ValidationError, KeyError):
             return False
         if len(self._valid) >= self.KEPT:
             self._valid.clear()
         self._valid.add(key)
+        self._keep(method, version, meta)
         return True
+
+    def _keep(self, method: str, version: str, meta: Any) -> None:
+        """Keep `meta` (a copy: the caller's may change) as `method`'s last valid envelope, unless it is too deep."""
+        typed: list[tuple[tuple[str | int, ...], type]] = []
+        stack: list[tuple[tuple[str | int, ...], Any]] = [((), meta)]
+        while stack:
+            path, node = stack.pop()
+            kind = type(node)
+            if kind is dict or kind is list:
+                if len(path) >= self.DEPTH:
+                    return
+                items = node.items() if kind is dict else enumerate(node)
+                stack.extend(((*path, key), value) for key, value in items)
+            elif kind is bool or kind is int or kind is float:
+                typed.append((path, kind))
+        self._last[method] = _Kept(copy.deepcopy(meta), version, tuple(typed))
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """An envelope found valid: its copy, the version it was served at, and where its numbers and booleans are."""
+
+    meta: Any
+    version: str
+    typed: tuple[tuple[tuple[str | int, ...], type], ...]
 
 
 def shaped(server: Any, method: str, version: str, result: Mapping[str, Any], stamp: Any = None) -> dict[str, Any]:
@@ -94,14 +145,14 @@ def encode_response(request_id: types.RequestId, result: dict[str, Any]) -> byte
     return _encode({"jsonrpc": "2.0", "id": request_id, "result": result}).encode("utf-8") + b"\n"
 
 
-def page_line(server: Any, method: str, version: str, request_id: types.RequestId,
-              result: Mapping[str, Any]) -> bytes:
+def page_line(server: Any, method: str, version: str, request_id: types.RequestId, result: Mapping[str, Any],
+              stamp: Any = None) -> bytes:
     """The response line of a listing page (`method` one of LIST_ITEMS): what `encode_response(shaped(...))` gives,
     at the cost of one encode of the items. The items are spliced into the sieved envelope's line where a marker
-    list stood."""
+    list stood. `stamp` as for `shaped`."""
     key = LIST_ITEMS[method]
     items = result[key]
-    envelope = shaped(server, method, version, {**result, key: []})
+    envelope = shaped(server, method, version, {**result, key: []}, stamp)
     envelope[key] = _SPLICE
     line = encode_response(request_id, envelope)
     head, marker, tail = line.partition(_SPLICE_JSON)

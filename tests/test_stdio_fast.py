@@ -17,6 +17,7 @@ from tests.conftest import server_params
 
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                "io.modelcontextprotocol/clientCapabilities": {}}
+INFO, CAPABILITIES = "io.modelcontextprotocol/clientInfo", "io.modelcontextprotocol/clientCapabilities"
 
 
 def _read(request_id: object, uri: object, **params: Any) -> dict[str, Any]:
@@ -42,6 +43,11 @@ def _script(wire: str) -> list[dict[str, Any]]:
              _read(20, "docs://README.md", _meta={"progressToken": 5}),
              _read(21, "docs://README.md", _meta={**MODERN_META, "io.modelcontextprotocol/clientInfo": 5}),
              _read(22, "docs://README.md", _meta={**(MODERN_META if wire == "modern" else {}), "progressToken": 7}),
+             _read(23, "docs://README.md", _meta={**MODERN_META, CAPABILITIES: {"roots": {"listChanged": True}}}),
+             _read(24, "docs://README.md", _meta={**MODERN_META, CAPABILITIES: {"roots": {"listChanged": 1}}}),
+             _read(25, "docs://README.md", _meta={**MODERN_META, CAPABILITIES: {"experimental": {"x": True}}}),
+             _read(26, "docs://README.md", _meta={**MODERN_META, INFO: {"name": "pipe", "version": 1}}),
+             _read(27, "docs://README.md", **meta),  # the first envelope again, after the others
              _read(0, "docs://guides/page01.md", **meta)]
     return [*opening, *reads]
 
@@ -62,7 +68,7 @@ def _answers(manifest: Path, wire: str, fast: bool) -> dict[Any, Any]:
 @pytest.mark.parametrize("wire", ["legacy", "modern"])
 def test_fast_answers_are_the_sdks(docs_manifest: Path, wire: str) -> None:
     slow, fast = _answers(docs_manifest, wire, False), _answers(docs_manifest, wire, True)
-    ids = {2, 10, "s", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 0}
+    ids = {2, 10, "s", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 0}
     assert set(slow) == ids | ({1} if wire == "legacy" else set())
     for request_id, answer in slow.items():
         assert fast[request_id] == answer, (request_id, fast[request_id], answer)
@@ -102,6 +108,29 @@ async def test_takes_only_well_formed_reads_after_the_handshake() -> None:
     other.saw(init)
     other.answered(types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"protocolVersion": "2025-11-25"}))
     assert _taken(other, _read(5, "a://b")) is None
+
+
+@pytest.mark.anyio
+async def test_a_modern_read_is_taken_only_with_an_envelope_the_sdk_accepts() -> None:
+    """Once an envelope is accepted, one that differs from it (a value, a key, or only the type of a value) is still
+    classified and validated: refused when the SDK refuses it."""
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    fast = FastReads(_Server([OpenTelemetryMiddleware()]), _never)
+    fast.saw(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="server/discover", params={"_meta": MODERN_META}))
+    assert fast.era == "modern"
+    assert _taken(fast, _read(2, "a://b", _meta={**MODERN_META, INFO: {"name": "c", "version": "1"}})) == 2
+    refused = [{**MODERN_META, "io.modelcontextprotocol/protocolVersion": "1999"},
+               {**MODERN_META, INFO: {"name": "c", "version": 1}}, {**MODERN_META, INFO: 5},
+               {**MODERN_META, CAPABILITIES: {"experimental": {"x": True}}},
+               {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}, {}]
+    for request_id, meta in enumerate(refused, start=3):
+        assert _taken(fast, _read(request_id, "a://b", _meta=meta)) is None, meta
+    assert _taken(fast, _read(20, "a://b", _meta={**MODERN_META, INFO: {"name": "c", "version": "1"}})) == 20
+    assert _taken(fast, _read(21, "a://b", _meta={**MODERN_META, CAPABILITIES: {"roots": {"listChanged": 1}}})) == 21
+    assert _taken(fast, _read(22, "a://b")) is None  # no envelope: the SDK's
+    for task in list(fast.tasks.values()):
+        task.cancel()
 
 
 @pytest.mark.anyio
