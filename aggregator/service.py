@@ -342,6 +342,11 @@ class ResourceService:
             return await self._reader.read(snapshot, uri, scopes)
 
 
+    @property
+    def relays(self) -> bool:
+        """Whether any read may be relayed now (`relay`): some source can, and its reads are never kept."""
+        return bool(self._snapshot.relayed)
+
     def relay(self, uri: str, scopes: frozenset[str] | None, done: Relayed) -> Callable[[], None] | None:
         """`read` started in callbacks where it can be (`reads.relayed`: an uncached read of an upstream over a pipe),
         `done` told its end; returns how to give it up, or None: `read` it instead."""

@@ -43,6 +43,9 @@ class Snapshot:
     limits: Mapping[str, SourceLimits]
     epochs: Mapping[str, int]
     """The catalog generation each source was opened in; cache keys carry it."""
+    relayed: frozenset[str] = frozenset()
+    """The sources whose reads may be relayed in callbacks (`reads/relayed.py`): those that can (`Source.relay`)
+    and whose reads are never kept (ttl 0)."""
 
     @property
     def generation(self) -> int:
@@ -84,9 +87,11 @@ def build_snapshot(manifest: Manifest, catalog: Catalog, sources: Mapping[str, S
                    epochs: Mapping[str, int]) -> Snapshot:
     """The snapshot serving `catalog` from `sources` (opened in `epochs`), each source's limits from `manifest`."""
     limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
+    relayed = frozenset(sid for sid, source in sources.items()
+                        if type(source).relay is not Source.relay and sid in limits and limits[sid].ttl <= 0)
     # Read-only views: a snapshot is shared by every read that leased it.
     return Snapshot(manifest, catalog, MappingProxyType(dict(sources)), MappingProxyType(limits),
-                    MappingProxyType(dict(epochs)))
+                    MappingProxyType(dict(epochs)), relayed)
 
 
 def _limits(spec: SourceSpec, defaults: Defaults) -> SourceLimits:

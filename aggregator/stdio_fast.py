@@ -21,7 +21,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import mcp_types as types
 from mcp.server._otel import OpenTelemetryMiddleware
@@ -88,8 +88,9 @@ class FastReads:
         """The version the legacy handshake negotiated (None: no handshake answered, the SDK serves reads)."""
         self.tasks: dict[types.RequestId, asyncio.Task[None] | _Relayed] = {}
         self._envelopes = Envelopes()
-        self._relay: Relay | None = getattr(getattr(handler, "__self__", None), "relay_read", None)
-        """The read handler's owner's `relay_read` (ResourceHandlers'), if it has one."""
+        owner = getattr(handler, "__self__", None)
+        self._owner: Relays | None = owner if isinstance(owner, Relays) else None
+        """The read handler's owner (ResourceHandlers), when it relays reads."""
         self._out: Immediate | None = None
 
     def saw(self, message: types.JSONRPCMessage) -> None:
@@ -159,24 +160,21 @@ class FastReads:
         version = self._version(method, params)
         if version is None or not self._usable():
             return None
-        if method == METHOD and self._relayed(request_id, version, args, handler, answer):  # type: ignore[arg-type]
+        if (method == METHOD and (owner := self._owner) is not None and owner.relaying
+                and self._relayed(request_id, version, args, handler, answer)):  # type: ignore[arg-type]
             return request_id
-        self._start(request_id, method, version, args, handler, answer)
-        return request_id
-
-    def _start(self, request_id: types.RequestId, method: str, version: str, args: object, handler: Handler,
-               answer: Answer) -> None:
         # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
         # done callback, which would cost every read one more turn of the loop.
         self.tasks[request_id] = asyncio.get_running_loop().create_task(
             self._serve(request_id, method, version, args, handler, answer))
+        return request_id
 
     def _relayed(self, request_id: types.RequestId, version: str, args: _Params, handler: Handler,
                  answer: Answer) -> bool:
         """Whether the read was started in callbacks (`ResourceHandlers.relay_read`) to be answered in the one that
         brings its outcome, with no task; False (nothing started) when it must be served by `_serve`."""
-        relay, out = self._relay, self._out
-        if relay is None or out is None or not out.ready():
+        owner, out = self._owner, self._out
+        if owner is None or out is None or not out.ready():
             return False
         running = _Relayed()
 
@@ -185,7 +183,8 @@ class FastReads:
                 return  # cancelled: never answered
             running.give_up = None  # over: nothing to give up
             if outcome is None:  # to be read the usual way
-                self._start(request_id, METHOD, version, args, handler, answer)
+                self.tasks[request_id] = asyncio.get_running_loop().create_task(
+                    self._serve(request_id, METHOD, version, args, handler, answer))
                 return
             del self.tasks[request_id]
             if isinstance(outcome, MCPError):
@@ -198,7 +197,7 @@ class FastReads:
                 return
             out.answer_now(request_id, data, None)
 
-        running.give_up = relay(args.uri, version in MODERN_PROTOCOL_VERSIONS, reply)
+        running.give_up = owner.relay_read(args.uri, version in MODERN_PROTOCOL_VERSIONS, reply)
         if running.give_up is None:
             return False
         self.tasks[request_id] = running
@@ -283,8 +282,15 @@ class Immediate(Protocol):
         """Write the answer now (dropped, as `Answer` drops it, when the client no longer reads)."""
 
 
-Relay = Callable[[str, bool, Callable[[dict[str, Any] | MCPError | None], None]], Callable[[], None] | None]
-"""`ResourceHandlers.relay_read`: a read of a URI on the modern wire or not, started in callbacks."""
+@runtime_checkable
+class Relays(Protocol):
+    """What relays reads in callbacks (ResourceHandlers): whether it may now, and `relay_read`."""
+
+    @property
+    def relaying(self) -> bool: ...
+
+    def relay_read(self, uri: str, modern: bool, reply: Callable[[dict[str, Any] | MCPError | None], None]
+                   ) -> Callable[[], None] | None: ...
 
 
 class _Relayed:

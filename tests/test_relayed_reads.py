@@ -99,6 +99,7 @@ def test_relay_read_serves_what_it_may_and_refuses_the_rest(tmp_path: Path) -> N
         handlers = ResourceHandlers(service, Discovery(service), None)
         try:
             await service.read("wiki://static-text")  # connected: the lane is up
+            assert service.relays
             cancel, replied, got = _relay(handlers, "wiki://static-text", modern=True)
             assert cancel is not None
             with anyio.fail_after(10):
@@ -133,6 +134,7 @@ def test_relay_read_serves_what_it_may_and_refuses_the_rest(tmp_path: Path) -> N
         service = await ResourceService.open(_manifest(kept, ttl="60s"))
         try:
             await service.read("wiki://static-text")
+            assert not service.relays  # nothing is even resolved for a relay
             assert _relay(ResourceHandlers(service, Discovery(service), None), "wiki://static-binary")[0] is None
         finally:
             await service.aclose()

@@ -84,6 +84,11 @@ class ResourceHandlers:
 
         return await run_handler(ctx, uri, body, self.metrics)
 
+    @property
+    def relaying(self) -> bool:
+        """Whether a read may be relayed now (`relay_read`): some source of the current snapshot can."""
+        return self.service.relays
+
     def relay_read(self, uri: str, modern: bool, reply: Callable[[dict[str, Any] | MCPError | None], None]
                    ) -> Callable[[], None] | None:
         """`read_resource` for a trusted caller (stdio) on the `modern` wire or not, served in callbacks where the

@@ -33,15 +33,16 @@ def relay_read(reader: Reader, leases: Leases, snapshot: Snapshot, uri: str, sco
                done: Relayed) -> Callable[[], None] | None:
     """Start the read of `uri` for a caller holding `scopes` in callbacks, `done` told its end; returns how to give
     it up (nothing is told then), or None when it must be read the usual way (nothing started)."""
+    if not snapshot.relayed or reader.caches.shared is not None:
+        return None  # no source can, or a copy may be kept in the cluster: the cache's own path loads it
     try:
         target = snapshot.allowed(uri, scopes)
     except RequestError:
         return None  # the usual way says so, in its own words
-    if type(target) is not FileTarget or target.convert is not None or target.decompress:
+    if (type(target) is not FileTarget or target.source not in snapshot.relayed or target.convert is not None
+            or target.decompress):
         return None
     limits = snapshot.limits[target.source]
-    if limits.policy.ttl > 0 or reader.caches.shared is not None:
-        return None  # a copy may be kept (here or in the cluster): the cache's own path loads it
     cache, calls, source = reader.caches.cache, reader.calls, snapshot.sources[target.source]
     key = file_key(target, snapshot.epochs[target.source])
     flight = cache.lead(key)
