@@ -206,8 +206,9 @@ class FastReads:
     def tap(self, reader: asyncio.StreamReader, answer: Answer, taken: Callable[[types.RequestId], None],
             out: Immediate | None = None) -> None:
         """Take reads where `reader`'s pipe delivers its bytes (`take`; `taken(id)` for each), before the reader task
-        wakes: a read served from stdin's callback costs no turn of the task that reads lines. Only whole lines that
-        nothing waits before are taken (and with `out`, a read relayed in callbacks is answered there): the rest of a chunk from the first line `take` refuses (or is incomplete),
+        wakes: a read served from stdin's callback costs no turn of the task that reads lines (and with `out`, a
+        read relayed in callbacks is answered in the callback that brings its outcome). Only whole lines that
+        nothing waits before are taken: the rest of a chunk from the first line `take` refuses (or is incomplete),
         and every chunk while the reader's buffer holds anything, go to the reader in order as they would have."""
         feed = reader.feed_data
         self._out = out

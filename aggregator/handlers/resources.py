@@ -12,16 +12,16 @@ import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.callers import caller_name
+from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.completion import Completer
 from aggregator.handlers.running import failure_of, run_handler, scopes_of
 from aggregator.listing_json import items_json
 from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, cache_scope, contents_dict, resource_dict,
                                    search_result, template_dict, ttl_ms)
 from aggregator.metrics import Metrics, timer
-from aggregator.search import Discovery
 from aggregator.reads.reader import Served
+from aggregator.search import Discovery
 from aggregator.service import ResourceService, ServedPage
 from aggregator.wire_results import ItemsText
 
@@ -98,7 +98,6 @@ class ResourceHandlers:
         if self.discovery.is_search_uri(uri):
             return None
         elapsed, metrics = timer(), self.metrics
-
         ended = False
 
         def done(outcome: Served | Exception | None) -> None:
