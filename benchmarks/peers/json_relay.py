@@ -10,10 +10,10 @@ gateway that resolves, authorizes, checks and renames what it relays costs at le
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import threading
 from typing import IO
+
+from benchmarks.peers.relay import relay
 
 
 def pump(source: IO[bytes], sink: IO[bytes]) -> None:
@@ -28,15 +28,8 @@ def pump(source: IO[bytes], sink: IO[bytes]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert child.stdin is not None and child.stdout is not None
-    down = threading.Thread(target=pump, args=(child.stdout, sys.stdout.buffer), daemon=True)
-    down.start()
-    pump(sys.stdin.buffer, child.stdin)
-    child.stdin.close()  # the client's end of file is the upstream's cue to exit
-    code = child.wait()
-    down.join(5)
-    return code
+    return relay(argv, lambda child: pump(child.stdout, sys.stdout.buffer),  # type: ignore[arg-type]
+                 lambda child: pump(sys.stdin.buffer, child.stdin))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 CHUNK = 1 << 16
 
@@ -29,16 +30,24 @@ def pump(source: int, sink: int) -> None:
         pass  # the other side went away: the relay ends with it
 
 
-def main(argv: list[str]) -> int:
+def relay(argv: list[str], down: Callable[[subprocess.Popen[bytes]], None],
+          up: Callable[[subprocess.Popen[bytes]], None]) -> int:
+    """Run `argv` as the child, `down` (its stdout to ours) on a thread and `up` (our stdin to its) here, until our
+    stdin ends; the child's exit code."""
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert child.stdin is not None and child.stdout is not None
-    down = threading.Thread(target=pump, args=(child.stdout.fileno(), sys.stdout.fileno()), daemon=True)
-    down.start()
-    pump(sys.stdin.fileno(), child.stdin.fileno())
+    thread = threading.Thread(target=down, args=(child,), daemon=True)
+    thread.start()
+    up(child)
     child.stdin.close()  # the client's end of file is the upstream's cue to exit
     code = child.wait()
-    down.join(5)
+    thread.join(5)
     return code
+
+
+def main(argv: list[str]) -> int:
+    return relay(argv, lambda child: pump(child.stdout.fileno(), sys.stdout.fileno()),  # type: ignore[union-attr]
+                 lambda child: pump(sys.stdin.fileno(), child.stdin.fileno()))  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":
