@@ -127,7 +127,8 @@ def shaped(server: Any, method: str, version: str, result: Mapping[str, Any], st
     hint = server.cache_hints.get(method)
     dumped = {"ttlMs": hint.ttl_ms, "cacheScope": hint.scope, **result} if hint is not None else dict(result)
     try:
-        dumped = sdk_methods.serialize_server_result(method, version, dumped)
+        sieved = read_sieved(version, dumped) if method == READ else None
+        dumped = sieved if sieved is not None else sdk_methods.serialize_server_result(method, version, dumped)
     except Exception:
         logger.exception("handler for %r returned an invalid result", method)
         raise MCPError(code=types.INTERNAL_ERROR, message="Handler returned an invalid result") from None
@@ -138,6 +139,49 @@ def shaped(server: Any, method: str, version: str, result: Mapping[str, Any], st
         if meta is None or (isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None):
             dumped["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: stamp or server.server_info_stamp}
     return dumped
+
+
+READ = "resources/read"
+_TEXT_ITEM, _BLOB_ITEM = frozenset({"uri", "mimeType", "text"}), frozenset({"uri", "mimeType", "blob"})
+_LEGACY_READ = frozenset({"contents", "ttlMs", "cacheScope", "resultType"})
+"""What a 2025-11-25 read result may hold for `read_sieved` (the hints are not of that wire: the sieve drops them)."""
+_MODERN_READ = frozenset({"cacheScope", "contents", "resultType", "ttlMs"})
+
+
+def read_sieved(version: str, result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the SDK's result sieve gives for a `resources/read` result of the shape our handler builds (contents of
+    plain strings: `uri`, `mimeType` and `text` or `blob`; on the 2026-07-28 wire valid hints and `resultType`),
+    keys in its order, without its models; None for any other result or version (the sieve decides those).
+    tests/test_wire_results.py holds it to the sieve."""
+    contents = result.get("contents")
+    if type(contents) is not list:
+        return None
+    keys = result.keys()
+    if version == "2026-07-28":
+        ttl, scope, kind = result.get("ttlMs"), result.get("cacheScope"), result.get("resultType")
+        if (keys != _MODERN_READ or type(ttl) is not int or ttl < 0 or scope not in ("private", "public")
+                or type(kind) is not str):
+            return None
+    elif version != "2025-11-25" or not keys <= _LEGACY_READ:
+        return None
+    items = []
+    for item in contents:
+        if type(item) is not dict:
+            return None
+        shape = item.keys()
+        if shape == _TEXT_ITEM:
+            if type(item["uri"]) is not str or type(item["mimeType"]) is not str or type(item["text"]) is not str:
+                return None
+            items.append({"mimeType": item["mimeType"], "text": item["text"], "uri": item["uri"]})
+        elif shape == _BLOB_ITEM:
+            if type(item["uri"]) is not str or type(item["mimeType"]) is not str or type(item["blob"]) is not str:
+                return None
+            items.append({"blob": item["blob"], "mimeType": item["mimeType"], "uri": item["uri"]})
+        else:
+            return None
+    if version == "2025-11-25":
+        return {"contents": items}
+    return {"cacheScope": scope, "contents": items, "resultType": kind, "ttlMs": ttl}
 
 
 def encode_response(request_id: types.RequestId, result: dict[str, Any]) -> bytes:

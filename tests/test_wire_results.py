@@ -87,3 +87,70 @@ def test_a_deeply_nested_envelope_is_validated_each_time_it_is_not_kept() -> Non
     assert envelopes.valid(READ, MODERN, {"uri": "", "_meta": meta})
     assert envelopes.valid(READ, MODERN, {"uri": "", "_meta": copy.deepcopy(meta)})
     assert envelopes.known(READ, meta) is None  # too deep to keep for a comparison: validated as before
+
+
+# The read result's own sieve: what `read_sieved` makes of a result is what the SDK's sieve makes of it, keys in the
+# same order; any result it does not take is left to the SDK.
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from mcp_types import methods as sdk_methods  # noqa: E402
+
+from aggregator.wire_results import read_sieved  # noqa: E402
+
+_VALUE = st.one_of(st.text(), st.none(), st.integers(), st.booleans(), st.floats(allow_nan=False), st.binary())
+_ITEM = st.one_of(
+    st.fixed_dictionaries({"uri": st.text(), "mimeType": st.text(), "text": st.text()}),
+    st.fixed_dictionaries({"uri": st.text(), "mimeType": st.text(), "blob": st.text()}),
+    st.dictionaries(st.sampled_from(["uri", "mimeType", "text", "blob", "_meta", "x"]), _VALUE, max_size=4),
+    _VALUE)
+_RESULT = st.fixed_dictionaries(
+    {"contents": st.one_of(st.lists(_ITEM, max_size=3), _VALUE)},
+    optional={"ttlMs": st.one_of(st.integers(min_value=-5, max_value=2**70), _VALUE),
+              "cacheScope": st.one_of(st.sampled_from(["public", "private", "shared"]), _VALUE),
+              "resultType": st.one_of(st.just("complete"), st.text(max_size=3), _VALUE),
+              "_meta": st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), "other": _VALUE})
+
+
+_GOOD = st.fixed_dictionaries({
+    "contents": st.lists(st.one_of(_ITEM.filter(lambda item: type(item) is dict and len(item) == 3)), max_size=3),
+    "ttlMs": st.integers(min_value=-1, max_value=2**64), "cacheScope": st.sampled_from(["public", "private", "x"]),
+    "resultType": st.sampled_from(["complete", "input_required", ""])})
+"""Results of our handler's shape, values in and out of range, the strings anything."""
+
+
+def _sieve(version: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return sdk_methods.serialize_server_result(READ, version, result)
+    except Exception:  # noqa: BLE001 - refused: the fast shape must not take it
+        return None
+
+
+@settings(max_examples=600, deadline=None)
+@given(version=st.sampled_from(["2025-11-25", MODERN, "2025-06-18"]), result=st.one_of(_RESULT, _GOOD))
+def test_the_read_sieve_gives_what_the_sdks_gives_or_leaves_it_to_the_sdk(version: str, result: dict[str, Any]
+                                                                           ) -> None:
+    fast = read_sieved(version, result)
+    if fast is not None:
+        expected = _sieve(version, result)
+        assert fast == expected and list(fast) == list(expected)  # type: ignore[arg-type]
+        assert all(list(a) == list(b) for a, b in zip(fast["contents"], expected["contents"]))  # type: ignore[index]
+
+
+def test_the_reads_our_handler_builds_take_the_fast_sieve() -> None:
+    """Text and blob reads on both wires (the results `resources.read_resource` builds) never reach the models."""
+    for item in ({"uri": "docs://a.md", "mimeType": "text/markdown", "text": "# A\n\u00fc"},
+                 {"uri": "docs://b.png", "mimeType": "image/png", "blob": "iVBORw0KGgo="}):
+        for version in ("2025-11-25", MODERN):
+            result = {"contents": [item], "ttlMs": 60000, "cacheScope": "public", "resultType": "complete"}
+            fast = read_sieved(version, result)
+            assert fast is not None and fast == _sieve(version, result) and list(fast) == list(_sieve(version, result))
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(["2025-11-25", MODERN]), result=_GOOD)
+def test_a_result_of_our_shape_is_sieved_fast_when_its_values_are_valid(version: str, result: dict[str, Any]
+                                                                          ) -> None:
+    valid = all(type(v) is str for item in result["contents"] for v in item.values()) and (
+        version == "2025-11-25" or (result["ttlMs"] >= 0 and result["cacheScope"] in ("public", "private")))
+    assert (read_sieved(version, result) is not None) == valid

@@ -108,10 +108,10 @@ class LocalSource(Source):
             safe_relpath(path)
         except UnsafePath as exc:
             raise SourceNotFound(f"refused path: {exc}") from None
-        current = self.root
+        current = self.root.rstrip("/")  # "/" joins as "": segments are never empty nor absolute (safe_relpath)
         st: os.stat_result | None = None
         for segment in path.split("/"):
-            current = os.path.join(current, segment)
+            current = current + "/" + segment  # what os.path.join gives here, at a fraction of its cost
             try:
                 st = os.lstat(current)
             except OSError as exc:
