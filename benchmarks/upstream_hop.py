@@ -202,30 +202,31 @@ theirs for the same upstream and wire; `CPU/read` is the user+system CPU of the 
 {chr(10).join(lines)}
 
 What the floors show: a hop as such (two more pipes, one more process woken twice a read) costs little latency: the
-relay floor stays within about 1.15x direct for all three upstreams. But a gateway that looks at what it relays
+relay floor stays within about 1.2x direct for all three upstreams. But a gateway that looks at what it relays
 pays for reading and writing JSON too, and the JSON relay floor (the relay that parses each message and encodes it
 again, checking and rewriting nothing) already costs 1.2-1.5x direct over our aggregator and server-everything,
-whose reads take 0.35-0.45 ms: against such upstreams, 1.3x direct is at or below the floor of any gateway that
-parses what it relays. Ours does more than parse: the catalog's resolution and access, the cache's single flight,
-the upstream's answer checked as the SDK's model would, its own answer put through the SDK's result sieve and
-encoded; it spends about twice the JSON relay's CPU a read over our aggregator (221-227 us against 91-101) and
-1.8x over server-everything, and its median read is 1.25-1.4x the JSON relay floor's. Over the SDK's `MCPServer`
-(about 0.7-0.85 ms of its CPU a read) the budget beyond the floor is about what our gateway spends: its hop came to
-1.36x direct for the legacy-wire client and 1.25x for the modern one in this run, 1.25x and 1.22x in a run of 5
-rounds shortly before, 1.50x and 1.23x in one of 3 rounds (2026-11-28): the modern client's hop within the target,
-the legacy client's around it, within the noise of this shared machine.
+whose reads take 0.33-0.48 ms (2026-11-28, three runs): against such upstreams, 1.3x direct is at or below the floor
+of any gateway that parses what it relays. Ours does more than parse: the catalog's resolution and access, the
+cache's single flight, the upstream's answer checked as the SDK's model would, its own answer sieved as the SDK's
+would and encoded. It spends about twice the JSON relay's CPU a read over our aggregator (185-209 us against 93-103
+in this run) and 1.8x over server-everything; its median read is 1.0-1.3x the JSON relay floor's. Over the SDK's
+`MCPServer` (0.65-0.85 ms of its CPU a read) the budget beyond the floor is larger than what our gateway spends: its
+hop came to 1.29x direct for the legacy-wire client and 1.18x for the modern one in this run (earlier runs that
+day: 1.25x and 1.22x, 1.36x and 1.25x, and once 1.50x and 1.23x at a moment of load: the machine is shared).
 
 Since 2026-11-28 (second session) an uncached read through the gateway is relayed in callbacks
 (`aggregator/reads/relayed.py`): taken from stdin's pipe callback, sent on the lean lane at once, and answered from
 the callback that brings the upstream's answer, through the same layers without awaiting them (no task, two fewer
-turns of the event loop, no coroutine chain). The gateway's instructions a read (callgrind, collection on only for
-500 sequential reads, legacy wire, over our aggregator) went from 506k to 454k, its CPU a read in this table from
-243-256 us (the same table earlier that day) to 221-227 us. The upstream's share fell too: our aggregator's
-modern-wire read (the wire the gateway speaks to it) knows a repeated `_meta` envelope by comparison and takes the
-`serverInfo` stamp once (482k -> 432k instructions a read; legacy 380k -> 385k), 164-172 us of its CPU a read
-behind the gateway before, 155-156 us now. The median read moved less than the machine's noise between runs
-(1.69x -> 1.68x direct on the legacy wire, 1.53x -> 1.50x on the modern one); in an A/B of relayed against awaited
-reads interleaved in one run it was 0.60 against 0.67 ms.
+turns of the event loop, no coroutine chain). And a read's result of the shape our handler builds is sieved without
+the SDK's models (`wire_results.read_sieved`, held to the SDK's sieve by a property test), on both sides of the hop.
+The gateway's instructions a read (callgrind, collection on only for 500 sequential reads, legacy wire, over our
+aggregator) went from 506k to 454k with the relay; its CPU a read in this table from 243-256 us (the same table
+earlier that day) to 185-209 us. The upstream's share fell too: our aggregator's modern-wire read (the wire the
+gateway speaks to it) knows a repeated `_meta` envelope by comparison and takes the `serverInfo` stamp once, and
+with the sieve a warm read costs 395k instructions instead of 482k (legacy 360k instead of 380k); behind the gateway
+it spent 164-172 us of CPU a read before, 127-138 us now. The median read moved less than the ratios suggest: the
+direct read got cheaper as well (0.33-0.34 ms instead of 0.36-0.41), and the noise between runs is of the same order
+(an A/B of relayed against awaited reads interleaved in one run: 0.60 against 0.67 ms).
 
 The outer cache keeps what the upstream lets it keep (`aggregator/sources/mcp.py`: its `ttlMs` caps our ttl, its
 `cacheScope: private` is never kept nor shared). Our aggregator answers `public` with its ttl, so `one hop, cached`
