@@ -147,22 +147,22 @@ class Leases:
 
     def let_go(self, snapshot: Snapshot) -> None:
         """End a `hold`: sources a reload dropped meanwhile close in a task of their own once no read holds them."""
-        if (held := self._held[snapshot] - 1) > 0:
-            self._held[snapshot] = held
-        else:
-            del self._held[snapshot]
-            if self._retired:
-                task = asyncio.get_running_loop().create_task(self._close_idle())
-                self._closing.add(task)  # held until done: the loop keeps only a weak reference
-                task.add_done_callback(self._closing.discard)
+        if self._dropped(snapshot):
+            task = asyncio.get_running_loop().create_task(self._close_idle())
+            self._closing.add(task)  # held until done: the loop keeps only a weak reference
+            task.add_done_callback(self._closing.discard)
 
     async def _release(self, snapshot: Snapshot) -> None:
+        if self._dropped(snapshot):
+            await self._close_idle()
+
+    def _dropped(self, snapshot: Snapshot) -> bool:
+        """One hold of `snapshot` ended; whether dropped sources may close now (none held it, some wait)."""
         if (held := self._held[snapshot] - 1) > 0:
             self._held[snapshot] = held
-        else:
-            del self._held[snapshot]
-            if self._retired:
-                await self._close_idle()
+            return False
+        del self._held[snapshot]
+        return bool(self._retired)
 
     async def _close_idle(self) -> None:
         idle = [source for source in self._retired if not self.in_use(source)]
