@@ -62,6 +62,8 @@ class Lane:
         self._deadlines: deque[tuple[float, Waiter]] = deque()
         """Reads waiting with a timeout, by deadline (one timeout per lane: later reads, later deadlines)."""
         self._sweep: asyncio.TimerHandle | None = None
+        self._telling: set[asyncio.Task[None]] = set()
+        """Cancellations of given-up reads on their way upstream."""
         self.ready = False
         """Whether reads may take the lane: set once the handshake is known (`negotiated`)."""
         self.modern = False
@@ -171,7 +173,9 @@ class Lane:
         if sent.expiry is not None:
             sent.expiry.cancel()
         if self._waiting.pop(sent.request_id, None) is not None and not self._closed:
-            asyncio.get_running_loop().create_task(self._cancel(sent.request_id))
+            task = asyncio.get_running_loop().create_task(self._cancel(sent.request_id))
+            self._telling.add(task)  # held until done: the loop keeps only a weak reference
+            task.add_done_callback(self._telling.discard)
         self._swept()
 
     def _expire_at(self, loop: asyncio.AbstractEventLoop, deadline: float,
