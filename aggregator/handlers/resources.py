@@ -23,11 +23,10 @@ from aggregator.metrics import Metrics, timer
 from aggregator.reads.reader import Served
 from aggregator.search import Discovery
 from aggregator.service import ResourceService, ServedPage
-from aggregator.wire_results import ItemsText
+from aggregator.wire_results import READ, ItemsText
 
 __all__ = ["ResourceHandlers"]
 
-METHOD = "resources/read"
 STDIO = caller_name(None)
 """Who a relayed read's caller is in the access log: it comes over stdio (trusted, no HTTP request)."""
 
@@ -112,7 +111,7 @@ class ResourceHandlers:
             else:
                 result, said = failure_of(outcome, uri, modern)
             if metrics is not None:
-                metrics.observe(METHOD, uri, said, elapsed(), STDIO)
+                metrics.observe(READ, uri, said, elapsed(), STDIO)
             reply(result)
 
         give_up = self.service.relay(uri, None, done)
@@ -126,7 +125,7 @@ class ResourceHandlers:
             ended = True
             give_up()
             if metrics is not None:
-                metrics.observe(METHOD, uri, "error", elapsed(), STDIO)
+                metrics.observe(READ, uri, "error", elapsed(), STDIO)
 
         return cancel
 
