@@ -139,7 +139,7 @@ class FastReads:
         try:
             # What json.loads(line) does, less its encoding sniff: a line opening `{"` is UTF-8 to it.
             message: dict[str, Any] = json.loads(line.decode("utf-8", "surrogatepass") if line[:2] == b'{"' else line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past json's depth: the SDK's parser answers it
             return None
         if type(message) is not dict or not _ENVELOPES.issuperset(message.keys()) or len(message) < 3:
             return None

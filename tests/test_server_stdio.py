@@ -182,6 +182,12 @@ MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 
 def _piped_lines(wire: str) -> list[str]:
     """Raw JSON-RPC lines as a script would pipe them: a non-JSON line among the requests, the read last."""
+    opening, requests = _piped_messages(wire)
+    return [*(json.dumps(m) for m in opening), "this is not JSON {", *(json.dumps(m) for m in requests)]
+
+
+def _piped_messages(wire: str) -> tuple[list[dict], list[dict]]:
+    """The opening of `wire` (a handshake, or discovery) and two requests: a listing (id 2), a read (id 3)."""
     if wire == "legacy":
         opening = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}},
@@ -192,8 +198,7 @@ def _piped_lines(wire: str) -> list[str]:
         meta = {"_meta": MODERN_META}
     requests = [{"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {**meta}},
                 {"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "docs://README.md", **meta}}]
-    lines = [json.dumps(m) for m in opening]
-    return [*lines, "this is not JSON {", *[json.dumps(m) for m in requests]]
+    return opening, requests
 
 
 def test_piped_requests_all_answered_and_a_non_json_line_gets_a_parse_error(docs_manifest: Path) -> None:
@@ -222,6 +227,30 @@ def test_piped_requests_all_answered_and_a_non_json_line_gets_a_parse_error(docs
         assert by_id[None]["error"]["code"] == -32700
         assert any(r["uri"] == "docs://README.md" for r in by_id[2]["result"]["resources"])
         assert by_id[3]["result"]["contents"][0]["text"] == "# Readme\n", (wire, by_id[3])
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_a_read_nested_past_the_parsers_depth_is_refused_and_the_server_keeps_serving(docs_manifest: Path,
+                                                                                      wire: str) -> None:
+    """A `resources/read` line nested 100,000 deep (past json's recursion limit: no ValueError) is answered as a line
+    that is not JSON (-32700, id null) and the reads after it are served: the fast path's parse hands it on, it
+    does not end the server."""
+    import os
+    import subprocess
+
+    from tests.conftest import server_params
+
+    params = server_params(docs_manifest, "--no-reload")
+    opening, requests = _piped_messages(wire)
+    deep = ('{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"docs://README.md","x":'
+            + "[" * 100_000 + "]" * 100_000 + "}}")
+    lines = [*(json.dumps(m) for m in opening), deep, *(json.dumps(m) for m in requests)]
+    process = subprocess.run([params.command, *params.args], input="\n".join(lines) + "\n", capture_output=True,
+                             env={**os.environ, **(params.env or {})}, text=True, timeout=60)
+    assert process.returncode == 0, process.stderr[-2000:]
+    by_id = {a.get("id"): a for a in (json.loads(line) for line in process.stdout.splitlines() if line.strip())}
+    assert 9 not in by_id and by_id[None]["error"]["code"] == -32700, (by_id.keys(), process.stderr[-1500:])
+    assert by_id[3]["result"]["contents"][0]["text"] == "# Readme\n"
 
 
 def test_an_open_listen_stream_does_not_hold_the_exit_after_stdin_closes(docs_manifest: Path) -> None:
