@@ -143,9 +143,9 @@ def shaped(server: Any, method: str, version: str, result: Mapping[str, Any], st
 
 READ = "resources/read"
 _TEXT_ITEM, _BLOB_ITEM = frozenset({"uri", "mimeType", "text"}), frozenset({"uri", "mimeType", "blob"})
-_LEGACY_READ = frozenset({"contents", "ttlMs", "cacheScope", "resultType"})
-"""What a 2025-11-25 read result may hold for `read_sieved` (the hints are not of that wire: the sieve drops them)."""
-_MODERN_READ = frozenset({"cacheScope", "contents", "resultType", "ttlMs"})
+_READ_KEYS = frozenset({"contents", "ttlMs", "cacheScope", "resultType"})
+"""The keys of the read result our handler builds: all of them on the 2026-07-28 wire; at most these on 2025-11-25,
+whose sieve drops the hints."""
 
 
 def read_sieved(version: str, result: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -159,10 +159,10 @@ def read_sieved(version: str, result: Mapping[str, Any]) -> dict[str, Any] | Non
     keys = result.keys()
     if version == "2026-07-28":
         ttl, scope, kind = result.get("ttlMs"), result.get("cacheScope"), result.get("resultType")
-        if (keys != _MODERN_READ or type(ttl) is not int or ttl < 0 or scope not in ("private", "public")
+        if (keys != _READ_KEYS or type(ttl) is not int or ttl < 0 or scope not in ("private", "public")
                 or type(kind) is not str):
             return None
-    elif version != "2025-11-25" or not keys <= _LEGACY_READ:
+    elif version != "2025-11-25" or not keys <= _READ_KEYS:
         return None
     items = []
     for item in contents:
