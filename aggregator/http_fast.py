@@ -52,6 +52,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.requests import Request
 
 from aggregator import tracing
+from aggregator.codec import dumps, loads, loads_strict
 from aggregator.http_long_reads import LongRead, LongReads, legacy_sse_head
 from aggregator.stdio_fast import METHOD
 from aggregator.wire_results import Envelopes, shaped
@@ -66,9 +67,6 @@ logger = logging.getLogger("aggregator.http")
 
 _KEPT = 256
 """Distinct (Host, Origin) pairs remembered (a client sends the same ones every time)."""
-_encode_ascii = json.JSONEncoder(separators=(",", ":")).encode
-_encode_utf8 = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""Built once: json.dumps with arguments builds an encoder on every call."""
 _ENCODED_BYTES = 8 * 1024 * 1024
 """Bytes of encoded results remembered at most (the same result of a read encodes to the same bytes; each also holds
 the handler's result, whose text is mostly the content cache's own object)."""
@@ -188,7 +186,7 @@ class HttpFastReads:
         notification (and ignores the id it does not know)."""
         session = self._session(scope, headers) if self._secure(headers) else None
         try:
-            message = json.loads(body)
+            message = loads(body)
         except (ValueError, RecursionError):
             return
         params = message.get("params") if type(message) is dict else None
@@ -223,8 +221,8 @@ class HttpFastReads:
         if not wants_json or (not self._json_response and not wants_sse):
             return None
         try:
-            message = json.loads(body)
-        except (ValueError, RecursionError):
+            message = loads_strict(body)
+        except ValueError:  # a lone surrogate, NaN, past 1,024 levels or not JSON: the SDK's parser answers it
             return None
         if type(message) is not dict or message.keys() != {"jsonrpc", "id", "method", "params"}:
             return None
@@ -357,7 +355,7 @@ class HttpFastReads:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped exactly as the SDK maps it on each wire
             return self._error(plan, exc)
-        return 200, b'{"jsonrpc":"2.0","id":' + json.dumps(plan.request_id).encode() + b',"result":' + encoded + b"}"
+        return 200, b'{"jsonrpc":"2.0","id":' + dumps(plan.request_id) + b',"result":' + encoded + b"}"
 
     def _encode(self, plan: _Plan, result: Any) -> bytes:
         """The wire form of the handler's `result`: remembered per URI and version, since a result equal to the last
@@ -366,9 +364,9 @@ class HttpFastReads:
         last = self._encoded.get(key)
         if last is not None and last[0] == result:
             return last[1]
-        # The SDK's modern entry writes json.dumps (ASCII-escaped), the legacy transport pydantic's UTF-8.
-        encode = _encode_ascii if plan.modern else _encode_utf8
-        encoded = encode(shaped(self._server, METHOD, plan.version, result, self._stamp)).encode()
+        # UTF-8 on both wires: the SDK's modern entry escapes what is not ASCII (json.dumps), its legacy transport
+        # does not (pydantic); a client parses the same message either way.
+        encoded = dumps(shaped(self._server, METHOD, plan.version, result, self._stamp))
         if _rememberable(result):
             replaced = self._encoded.pop(key, None)
             self._encoded_bytes += len(encoded) - (len(replaced[1]) if replaced is not None else 0)

@@ -15,7 +15,6 @@ per-version result sieve and `serverInfo` stamp (`wire_results`); errors are map
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -32,6 +31,7 @@ from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator import tracing
+from aggregator.codec import loads_strict
 from aggregator.wire_results import LIST_ITEMS, Envelopes, encode_response, page_line, shaped
 
 __all__ = ["FastReads", "fast_reads_for"]
@@ -137,9 +137,8 @@ class FastReads:
         if _MARK not in line or self.era is None or (self.era == "legacy" and not self.gate_open):
             return None
         try:
-            # What json.loads(line) does, less its encoding sniff: a line opening `{"` is UTF-8 to it.
-            message: dict[str, Any] = json.loads(line.decode("utf-8", "surrogatepass") if line[:2] == b'{"' else line)
-        except (ValueError, RecursionError):  # nested past json's depth: the SDK's parser answers it
+            message: dict[str, Any] = loads_strict(line)
+        except ValueError:  # a lone surrogate, NaN, past 1,024 levels or not JSON: the SDK's parser answers it
             return None
         if type(message) is not dict or not _ENVELOPES.issuperset(message.keys()) or len(message) < 3:
             return None

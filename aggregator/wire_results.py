@@ -24,6 +24,8 @@ from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from aggregator.codec import dumps
+
 __all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "Envelopes", "ItemsText", "encode_response", "page_line", "shaped"]
 
 logger = logging.getLogger("aggregator.stdio")
@@ -34,8 +36,6 @@ LIST_ITEMS = {"resources/list": "resources", "resources/templates/list": "resour
 
 _SPLICE = "\x00items\x00"
 _SPLICE_JSON = json.dumps(_SPLICE).encode("utf-8")
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_encode_sorted = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
 
 
 class ItemsText(str):
@@ -186,7 +186,7 @@ def read_sieved(version: str, result: Mapping[str, Any]) -> dict[str, Any] | Non
 
 def encode_response(request_id: types.RequestId, result: dict[str, Any]) -> bytes:
     """One JSON-RPC response line, as compact as the SDK's (UTF-8, no spaces)."""
-    return _encode({"jsonrpc": "2.0", "id": request_id, "result": result}).encode("utf-8") + b"\n"
+    return dumps({"jsonrpc": "2.0", "id": request_id, "result": result}) + b"\n"
 
 
 def page_line(server: Any, method: str, version: str, request_id: types.RequestId, result: Mapping[str, Any],
@@ -202,5 +202,5 @@ def page_line(server: Any, method: str, version: str, request_id: types.RequestI
     head, marker, tail = line.partition(_SPLICE_JSON)
     if not marker or _SPLICE_JSON in tail:  # a string of the envelope holds the marker: never in practice
         envelope[key] = json.loads(items) if isinstance(items, ItemsText) else items
-        return _encode({"jsonrpc": "2.0", "id": request_id, "result": envelope}).encode("utf-8") + b"\n"
-    return head + (items if isinstance(items, ItemsText) else _encode_sorted(items)).encode("utf-8") + tail
+        return dumps({"jsonrpc": "2.0", "id": request_id, "result": envelope}) + b"\n"
+    return head + (items.encode("utf-8") if isinstance(items, ItemsText) else dumps(items, sort_keys=True)) + tail

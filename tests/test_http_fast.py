@@ -153,6 +153,10 @@ def _legacy_cases(mode: str) -> list[tuple[str, Any, Any, bool | None]]:
         ("progress token", _read(13, "docs://a.md", _meta={"progressToken": 5}), h, False),
         ("float id", _read(1.5, "docs://a.md"), h, False),
         ("list", [_read(14, "docs://a.md")], h, False),
+        # What orjson refuses or reads otherwise than json (aggregator/codec.py), answered as the SDK answers them.
+        ("lone surrogate", _read(40, "docs://\ud800.md"), h, False),
+        ("id past 64 bits", _read(2**64 + 1, "docs://a.md"), h, False),
+        ("non-ASCII", _read(41, "docs://caf\u00e9.md"), h, True),
         ("not json", b"{nope", h, False),
         ("other method", {"jsonrpc": "2.0", "id": 15, "method": "resources/list", "params": {}}, h, False),
         ("json accept only", _read(16, "docs://a.md"), {**h, "Accept": "application/json"}, mode == "json"),
@@ -201,6 +205,8 @@ def _modern_cases(mode: str) -> list[tuple[str, Any, Any, bool | None]]:
          mode == "json"),
         ("foreign host", _modern(34, "docs://a.md"), {**h("docs://a.md"), "Host": "evil.example:80"}, False),
         ("no token", _modern(35, "docs://a.md"), h("docs://a.md", ""), False),
+        ("lone surrogate", _modern(37, "docs://\ud800.md"), h("docs://a.md"), False),
+        ("id past 64 bits", _modern(2**64 + 1, "docs://a.md"), h("docs://a.md"), False),
         ("notification", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
          h("x"), False),
     ]

@@ -18,11 +18,11 @@ the process offers, `tap` returns None and the stream is read as before.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from aggregator.codec import loads
 from aggregator.upstream.lane import ID_MARK, Lane
 from aggregator.upstream.oversized import LineSplitter, Oversized
 
@@ -87,8 +87,7 @@ class StdoutTap:
         if ID_MARK not in line:  # most of the SDK's traffic is not parsed twice
             return False
         try:
-            # What json.loads(line) does, less its encoding sniff: a line opening `{"` is UTF-8 to it.
-            return self._lane.claims(json.loads(line.decode("utf-8", "surrogatepass") if line[:2] == b'{"' else line))
+            return self._lane.claims(loads(line))
         except (ValueError, RecursionError):
             return False
 
