@@ -9,8 +9,10 @@ The tree is watched as `folder_watch` does, folder by folder and following the t
 and watched before it is told, so a listing of it misses nothing; one that goes drops its watches), with the same
 settle (`step_ms` without news, at most `debounce_ms`) and the same catch-up of a listing (`since`). A queue
 overflow is answered by looking again at every root's entries, folders whole (as `changed_since` does for a root,
-a file deleted from a root itself meanwhile is not found), and by finding the tree's folders again. The limits raise, as watchfiles did, with the
-path in the message (`watch._roots_named`): a name that is not UTF-8, no inotify watches left.
+a file deleted from a root itself meanwhile is not found), and by finding the tree's folders again. No inotify
+watch left raises, as watchfiles did, with the path in the message (`watch._roots_named`). A name that is not UTF-8
+is told as `os.fsdecode` spells it (surrogate escapes), as a listing does: the kernel gives the name's bytes, which
+watchfiles could not report (it raised, and the root was polled).
 """
 
 from __future__ import annotations
@@ -116,8 +118,6 @@ class Watches:
     def _heard(self, event: Any, batch: Batch) -> None:
         wd, mask, name = event.wd, event.mask, event.name
         for folder in self.paths.get(wd, ()):
-            if not name.isascii():
-                _check_name(folder, name)
             path = os.path.join(folder, name) if name else folder
             if mask & _ADDED:
                 batch.add((Change.added, path))
@@ -128,15 +128,6 @@ class Watches:
 
     def close(self) -> None:
         self.inotify.close()
-
-
-def _check_name(folder: str, name: str) -> None:
-    """Raise on a name that is not UTF-8 (os.fsdecode left surrogates in it), naming the folder as watchfiles did:
-    what reads the batch would have to carry such a name through URIs and JSON."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UnicodeError(f'a file name that is not UTF-8 in "{folder}": {os.fsencode(name)!r}') from None
 
 
 def _max_watches() -> str:
@@ -181,7 +172,7 @@ async def watch_tree(roots: Iterable[str], deliver: Callable[[Batch], Awaitable[
                      *, debounce_ms: int, step_ms: int, plain: Mapping[str, int] | None = None,
                      since: Mapping[str, int] | None = None) -> None:
     """`folder_watch.watch_tree` over inotify: `deliver(batch)` for each settled batch of (change, absolute path)
-    under `roots` until `stop`; raises a `WatchLimit` or a UnicodeError naming the folder. The tree's first walk and
+    under `roots` until `stop`; raises a `WatchLimit` naming the folder. The tree's first walk and
     watches are made in a worker thread, then the descriptor is read on the event loop."""
     roots = list(roots)
     folders = await anyio.to_thread.run_sync(folders_under, roots, plain)

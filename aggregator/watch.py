@@ -2,11 +2,13 @@
 symlink swaps) and the folders of local sources. Each calls back with debounced batches of changes.
 
 On Linux the folders are watched through inotify with a mask of changes only (`inotify_watch`: reading a file
-wakes nothing), elsewhere through watchfiles.
+wakes nothing), elsewhere through watchfiles. inotify gives names as bytes: one that is not UTF-8 is told as
+`os.fsdecode` spells it (surrogate escapes), as listings and URIs carry it (`paths`), so on Linux it costs no watch.
 
-Watching never stops the server. When a watcher fails (a file name that is not UTF-8, which watchfiles cannot
-report; the OS runs out of watches; a folder vanishes) one warning names the folder, and the watch degrades: the
-manifest to the caller's periodic digest check, a source folder to polling its tree every `POLL_SECONDS`.
+Watching never stops the server. When a watcher fails (the OS runs out of watches; a folder vanishes; elsewhere
+than Linux, a file name that is not UTF-8, which watchfiles cannot report) one warning names the folder, and the
+watch degrades: the manifest to the caller's periodic digest check, a source folder to polling its tree every
+`POLL_SECONDS`.
 """
 
 from __future__ import annotations

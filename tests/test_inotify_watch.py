@@ -12,6 +12,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from aggregator.watch import Change, watch_folders
 from tests.served import watchers_up
@@ -230,3 +232,115 @@ def test_no_watch_left_polls_that_root_and_says_why(tmp_path: Path, monkeypatch:
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "'full'" in warnings[0] and "max_user_watches" in warnings[0], warnings
     assert "polling" in warnings[0]
+
+
+def _make(path: bytes, data: bytes = b"") -> None:
+    """Create (or overwrite) the file at raw bytes `path`."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+def test_names_that_are_not_utf8_are_told_as_any_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A Latin-1 name (b'caf\\xe9.md') created, written, renamed, deleted, a folder of such a name and a file in it:
+    each told with the name as `os.fsdecode` spells it (surrogate escapes), as the listing spells it, and the root
+    stays on inotify (no warning, and no poll: one would come in an hour), a UTF-8 name beside them still told."""
+    import aggregator.watch as watch
+
+    monkeypatch.setattr(watch, "POLL_SECONDS", 3600.0)
+    root = tmp_path / "docs"
+    root.mkdir()
+    raw = os.fsencode(root)
+    cafe, naive, folder = os.fsdecode(b"caf\xe9.md"), os.fsdecode(b"na\xefve.md"), os.fsdecode(b"d\xe9j\xe0")
+
+    async def main() -> None:
+        async with watching(root) as heard:
+            async def told(*changes: tuple[Change, str]) -> None:
+                await heard.until(lambda seen: set(changes) <= seen)
+                heard.calls.clear()
+
+            _make(raw + b"/caf\xe9.md", b"1")
+            await told((Change.added, cafe))
+            _make(raw + b"/caf\xe9.md", b"22")
+            await told((Change.modified, cafe))
+            os.rename(raw + b"/caf\xe9.md", raw + b"/na\xefve.md")
+            await told((Change.deleted, cafe), (Change.added, naive))
+            os.mkdir(raw + b"/d\xe9j\xe0")
+            await told((Change.added, folder))
+            _make(raw + b"/d\xe9j\xe0/caf\xe9.md")  # the folder was watched before it was told
+            await told((Change.added, f"{folder}/{cafe}"))
+            os.unlink(raw + b"/na\xefve.md")
+            await told((Change.deleted, naive))
+            (root / "plain.md").write_text("plain")
+            await told((Change.added, "plain.md"))
+
+    with caplog.at_level("WARNING", logger="aggregator.watch"):
+        anyio.run(main)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+def test_a_name_that_is_not_utf8_beside_the_manifest_keeps_its_watch(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """The manifest's folder holding a Latin-1 name: saves of the manifest are still heard through its watch, and
+    watching it does not end (no warning, no fall back to the periodic digest check)."""
+    from aggregator.watch import watch_manifest
+
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text("version: 1\n")
+    heard: list[int] = []
+
+    async def touched() -> None:
+        heard.append(len(heard))
+
+    async def until(count: int) -> None:
+        with anyio.fail_after(5):
+            while len(heard) < count:
+                await anyio.sleep(0.02)
+
+    async def main() -> None:
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_manifest, [str(manifest)], touched, stop)
+            await watchers_up(tmp_path)
+            _make(os.fsencode(tmp_path) + b"/caf\xe9.yaml", b"x")
+            await until(1)
+            await anyio.sleep(0.2)
+            manifest.write_text("version: 1\n# saved\n")
+            await until(len(heard) + 1)
+            assert watch_masks(tmp_path)  # still watched
+            stop.set()
+
+    with caplog.at_level("WARNING", logger="aggregator.watch"):
+        anyio.run(main)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+_NAMES = st.binary(min_size=1, max_size=255).filter(lambda n: b"/" not in n and b"\0" not in n and n not in
+                                                    (b".", b".."))
+"""Any name a Linux file system takes: bytes but '/' and NUL, at most 255 of them."""
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(b"caf\xe9.md")
+@example(b"\xff\xfe")
+@example(b"\xed\xa0\x80")  # a UTF-8-encoded surrogate: not UTF-8 either
+@given(name=_NAMES)
+def test_any_byte_name_is_told_as_the_path_it_is(tmp_path: Path, name: bytes) -> None:
+    """Whatever its bytes, a file created and deleted in a watched folder is told (added, then deleted) at one
+    path, and that path is the file's: it encodes back to the same bytes and opens the same file."""
+    from aggregator.inotify_watch import Watches
+
+    folder = str(tmp_path)
+    raw = os.fsencode(folder) + b"/" + name
+    watches = Watches()
+    try:
+        watches.add([folder])
+        _make(raw, b"x")
+        added, _ = watches.read()  # inotify queues the event before the call that made it returns
+        os.unlink(raw)
+        deleted, _ = watches.read()
+    finally:
+        watches.close()
+    (path,) = {p for _, p in added}
+    assert os.fsencode(path) == raw
+    assert {c for c, _ in added} == {Change.added, Change.modified} and deleted == {(Change.deleted, path)}

@@ -1,85 +1,146 @@
-"""Watching never stops the server: a watcher that fails (a file name that is not UTF-8) degrades to polling,
-logged once, and later changes are still noticed."""
+"""Watching never stops the server: a watcher that fails degrades to polling (watchfiles, on a name that is not
+UTF-8 it cannot report), logged once, and later changes are still noticed. On Linux such names are watched as any
+other: served end to end through inotify."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
-from tests.conftest import MODES, server_params, write_manifest
-from tests.test_live import BASE, save
-from tests.served import watchers_up
+from aggregator.inotify_watch import available
+from tests.conftest import server_params, write_manifest
+from tests.test_live import BASE, QUIET, Inbox, listened, uris
+from tests.served import patched_command, watchers_up
 
-NOTICED = 15.0  # seconds a change may take to show once watching fell back to polling (it polls every 2 s)
-
-# The collection lists notes/ only, so this test holds whatever listing makes of a name that is not UTF-8:
-# it is about the watchers, which see the whole folder (and the manifest's folder) whatever the globs.
-NOTES = BASE.replace('glob: "*.md"', 'glob: "notes/*.md"')
+FULL_RELIST = "full relist after changes"
 
 
-def create_bytes_name(folder: Path, name: bytes) -> None:
-    """Create an empty file whose name is raw bytes (here not valid UTF-8)."""
-    fd = os.open(os.fsencode(folder) + b"/" + name, os.O_CREAT | os.O_WRONLY, 0o644)
-    os.close(fd)
+def create_bytes_name(folder: Path, name: bytes, data: bytes = b"") -> None:
+    """Create a file whose name is raw bytes (here not valid UTF-8) holding `data`."""
+    fd = os.open(os.fsencode(folder) + b"/" + name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_non_utf8_names_while_serving_degrade_watching_to_polling(tmp_path: Path, mode: str) -> None:
-    (tmp_path / "docs" / "notes").mkdir(parents=True)
-    (tmp_path / "docs" / "notes" / "a.md").write_text("# A\n")
-    manifest = write_manifest(tmp_path, NOTES)
-    errlog_path = tmp_path / "server.log"
+def unpolled_server(manifest: Path, *global_args: str) -> StdioServerParameters:
+    """`aggregator [global_args] serve manifest` whose folder poller, were a watch to fail, would look once an hour:
+    what such a server notices in seconds its watches told it."""
+    command = patched_command("aggregator.watch", POLL_SECONDS=3600.0)
+    return StdioServerParameters(command=command[0], args=[*command[1:], *global_args, "serve", str(manifest)],
+                                 env=server_params(manifest).env)
 
-    async def uris(client: Client) -> list[str]:
-        return [r.uri for r in (await client.list_resources()).resources]
 
-    async def until_listed(client: Client, uri: str) -> None:
-        with anyio.fail_after(NOTICED):
-            while uri not in await uris(client):
-                await anyio.sleep(0.2)
+@pytest.mark.skipif(not available(), reason="inotify is Linux's")
+@pytest.mark.parametrize(("mode", "log_format"), [("legacy", "text"), ("auto", "json")])
+def test_names_that_are_not_utf8_are_served_live_through_inotify(tmp_path: Path, mode: str, log_format: str) -> None:
+    """A folder holding a Latin-1 name stays on inotify: a second such file added is told by list_changed and listed
+    under its percent-encoded URI, one written is told by `updated`, one deleted by list_changed, and a UTF-8 name
+    after them too, each applied in place (no full relist), with the poller an hour away. The DEBUG log, text or
+    JSON, holds no traceback, no logging error and no fall back to polling."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    create_bytes_name(docs, b"caf\xe9.md", b"# cafe\n")
+    manifest = write_manifest(tmp_path, BASE)
+    log = tmp_path / "server.log"
+    params = unpolled_server(manifest, "--log-level", "DEBUG", "--log-format", log_format)
+    cafe, naive = "docs://caf%E9.md", "docs://na%EFve.md"
+    told = [ResourcesListChanged(), ResourceUpdated(uri=cafe), ResourcesListChanged(), ResourcesListChanged()]
+
+    def steps(client: Client) -> list[tuple[Any, Any]]:
+        """Each change made, with what to check once it was told."""
+        async def naive_listed() -> None:
+            assert await uris(client) == ["docs://a.md", cafe, naive]
+            assert (await client.read_resource(naive)).contents[0].text == "# naive\n"
+
+        return [(lambda: create_bytes_name(docs, b"na\xefve.md", b"# naive\n"), naive_listed),
+                (lambda: create_bytes_name(docs, b"caf\xe9.md", b"# cafe, longer\n"), None),
+                (lambda: os.unlink(os.fsencode(docs) + b"/na\xefve.md"), None),
+                (lambda: (docs / "b.md").write_text("# B\n"), None)]
+
+    async def legacy(client: Client, inbox: Inbox) -> list[Any]:
+        await watchers_up(docs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await client.subscribe_resource(cafe)
+        events: list[Any] = []
+        for (action, check), expected in zip(steps(client), told, strict=True):
+            action()
+            kind, uri = await inbox.next() or ("nothing", None)
+            events.append(ResourcesListChanged() if kind == "list_changed" else ResourceUpdated(uri=uri or kind))
+            assert events[-1] == expected, events
+            if check is not None:
+                await check()
+        assert await inbox.next(QUIET) is None
+        return events
+
+    async def main() -> list[Any]:
+        inbox = Inbox()
+        with log.open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), mode=mode, cache=None,
+                              message_handler=inbox) as client:
+                assert await uris(client) == ["docs://a.md", cafe]
+                if mode == "legacy":
+                    events = await legacy(client, inbox)
+                else:
+                    counted = [(action, i + 1, check) for i, (action, check) in enumerate(steps(client))]
+                    events = await listened(client, counted, quiet=QUIET, watched=[docs],
+                                            resources_list_changed=True, resource_subscriptions=[cafe])
+                assert await uris(client) == ["docs://a.md", "docs://b.md", cafe]
+                assert (await client.read_resource(cafe)).contents[0].text == "# cafe, longer\n"
+                return events
+
+    assert anyio.run(main) == told
+    text = log.read_text(errors="replace")
+    for wrong in ("polling", "Traceback", "Logging error", FULL_RELIST):
+        assert wrong not in text, text[-4000:]
+
+
+def test_watchfiles_gives_up_the_manifest_folder_on_a_name_it_cannot_report(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """watchfiles (other platforms than Linux) cannot report a name that is not UTF-8: the manifest's watch ends
+    with one warning, and the caller's periodic digest check takes over."""
+    import aggregator.watch as watch
+
+    monkeypatch.setattr(watch, "_native", lambda: False)
+    manifest = write_manifest(tmp_path, BASE)
+
+    async def touched() -> None:
+        pass
 
     async def main() -> None:
-        with errlog_path.open("w") as errlog:
-            async with Client(stdio_client(server_params(manifest), errlog=errlog), mode=mode, cache=None) as client:
-                assert await uris(client) == ["docs://notes/a.md"]
-                await watchers_up(tmp_path, tmp_path / "docs")
-                create_bytes_name(tmp_path / "docs", b"caf\xe9.md")  # in a watched source folder
-                create_bytes_name(tmp_path, b"caf\xe9.yaml")  # beside the manifest (its folder is watched)
-                await anyio.sleep(1.0)
-                assert await uris(client) == ["docs://notes/a.md"]  # still serving
-                for i in range(3):  # more events on the bad names: still one warning per watch
-                    (tmp_path / "docs" / os.fsdecode(b"caf\xe9.md")).write_text(f"{i}")
-                    (tmp_path / os.fsdecode(b"caf\xe9.yaml")).write_text(f"{i}")
-                    await anyio.sleep(0.1)
+        with anyio.fail_after(10):  # returns once the watcher failed
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch.watch_manifest, [str(manifest)], touched)
+                await watchers_up(tmp_path)  # watchfiles watches through inotify too, on Linux
+                create_bytes_name(tmp_path, b"caf\xe9.yaml")
 
-                (tmp_path / "docs" / "notes" / "b.md").write_text("# B\n")  # noticed by polling the folder
-                await until_listed(client, "docs://notes/b.md")
-                assert (await client.read_resource("docs://notes/b.md")).contents[0].text == "# B\n"
-
-                save(manifest, NOTES + 'resources:\n  - {uri: "note://n", name: n, text: hi}\n')  # by the digest check
-                await until_listed(client, "note://n")
-
-    anyio.run(main)
-    log = errlog_path.read_text(errors="replace")
-    print(log)
-    docs_warnings = [line for line in log.splitlines() if "watching" in line and str(tmp_path / "docs") in line]
-    manifest_warnings = [line for line in log.splitlines() if "watching" in line and "manifest" in line]
-    assert len(docs_warnings) == 1, log
-    assert len(manifest_warnings) == 1, log
-    assert "Traceback" not in log, log
+    with caplog.at_level("WARNING", logger="aggregator.watch"):
+        anyio.run(main)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and "periodic check" in said[0], said
 
 
-def test_only_the_folder_holding_the_bad_name_is_polled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Three sources, two of them on nested folders: a name that is not UTF-8 in one folder sends that folder (and
-    the source nested in it) to polling with one warning each; the other keeps its watcher, and every source
-    still hears of its changes."""
+def test_only_the_folder_holding_the_bad_name_is_polled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """watchfiles (other platforms than Linux), three sources, two of them on nested folders: a name that is not
+    UTF-8 in one folder sends that folder (and the source nested in it) to polling with one warning each; the other
+    keeps its watcher, and every source still hears of its changes."""
+    import aggregator.watch as watch
     from aggregator.watch import POLL_SECONDS, Change, watch_folders
+
+    monkeypatch.setattr(watch, "_native", lambda: False)
 
     outer, inner, other = tmp_path / "outer", tmp_path / "outer" / "inner", tmp_path / "other"
     for folder in (inner, other):
