@@ -54,16 +54,14 @@ class JsonGone:
         watch = self._long.start(receive, send, False)
         try:
             await self.app(scope, replay, send)
+            await watch.end()  # the client may go away during this too
         except asyncio.CancelledError:
             await watch.end()
             if not watch.settle():
                 raise  # the server's own
             logger.debug("the client went away: request %r cancelled", request_id)
-            session = _session_of(scope)
-            if session is not None:
+            if _in_session(scope):
                 await self._tell(scope, request_id)
-            return
-        await watch.end()
 
     async def _tell(self, scope: Scope, request_id: int | str) -> None:
         """Post `notifications/cancelled` for `request_id` to the legacy session `scope` names, through the SDK's
@@ -100,15 +98,15 @@ def _request_id(body: bytes) -> int | str | None:
     return request_id if type(request_id) in (int, str) else None
 
 
-def _session_of(scope: Scope) -> str | None:
-    """The legacy session a request names (None on the modern wire, or without one)."""
-    version = session = None
+def _in_session(scope: Scope) -> bool:
+    """Whether a request names a legacy session (the modern wire has none: its header routes it there)."""
+    version, session = None, False
     for name, value in scope["headers"]:
         if name == b"mcp-protocol-version":
             version = value.decode("latin-1")
         elif name == b"mcp-session-id":
-            session = value.decode("latin-1")
-    return session if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS else None
+            session = True
+    return session and (version is None or version in HANDSHAKE_PROTOCOL_VERSIONS)
 
 
 async def read_body(receive: Receive, limit: int) -> tuple[bytes | None, Receive]:
