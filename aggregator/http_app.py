@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from aggregator.http_fast import fast_http_reads
+from aggregator.http_gone import json_gone
 from aggregator.manifest.model import HttpSettings
 from aggregator.metrics import Metrics, metrics_route
 
@@ -115,7 +116,9 @@ def http_app(server: Server[Any], live: Health, metrics: Metrics, host: str, por
         transport_security=security,
         max_request_body_size=settings.http.max_body_bytes, custom_starlette_routes=routes)
     # Inside the auth guard (protect, below): the fast path sees only callers that passed it, as the SDK's app does.
-    app = fast_http_reads(sdk_app, server, security, max_body=settings.http.max_body_bytes, json_response=json_response,
+    # With JSON answers, what the fast path hands on is watched for its client going away (the SDK's is not).
+    handed_on = json_gone(sdk_app, max_body=settings.http.max_body_bytes, json_response=json_response)
+    app = fast_http_reads(handed_on, server, security, max_body=settings.http.max_body_bytes, json_response=json_response,
                           stateless=stateless)
     if auth is None or resource is None:
         return app

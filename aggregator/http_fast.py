@@ -19,6 +19,8 @@ on the ASGI scope as today) and in front of the SDK's app, and takes only what i
   countdown kept as the SDK keeps it, and `notifications/cancelled` there stopping it; stateless, the version the SDK
   would seed. The answer is one SSE event or JSON, as the session's transport sends it, with the same headers (a
   long read's SSE stream opens at once and pings, as the transport's does: http_long_reads);
+- with JSON answers only (`json_response`), a long read whose client goes away is cancelled on either wire, as
+  http_gone cancels what the SDK serves there;
 - the server's middleware is the SDK's default alone and tracing is off (with tracing on, every read keeps its span).
 
 Everything else goes to the SDK untouched (the body read here is replayed to it). Results go through the SDK's own
@@ -34,7 +36,6 @@ import logging
 import math
 import os
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -53,13 +54,14 @@ from starlette.requests import Request
 
 from aggregator import tracing
 from aggregator.codec import dumps, loads, loads_strict
+from aggregator.http_gone import read_body
 from aggregator.http_long_reads import LongRead, LongReads, legacy_sse_head
 from aggregator.stdio_fast import METHOD
 from aggregator.wire_results import Envelopes, shaped
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["HttpFastReads", "fast_http_reads"]
 
@@ -128,7 +130,7 @@ class HttpFastReads:
         self._security, self._max_body = security, max_body
         self._json_response, self._stateless = json_response, stateless
         self._envelopes = Envelopes()
-        self._long = LongReads()
+        self._long = LongReads(sse=not json_response)
         self._origins: dict[tuple[str | None, str | None], bool] = {}
         self._encoded: dict[tuple[bool, str, str], tuple[Any, bytes]] = {}
         """(modern, version, URI) -> the handler's last result there and its wire form (sieved, stamped, encoded)."""
@@ -168,7 +170,7 @@ class HttpFastReads:
         length = headers.get("content-length", "")
         body, replay = None, receive
         if len(headers) == len(raw) and length.isascii() and length.isdigit() and int(length) <= self._max_body:
-            body, replay = await _body(receive, self._max_body)
+            body, replay = await read_body(receive, self._max_body)
         plan = self._plan(scope, headers, body) if body is not None else None
         if plan is None:
             if self._sessions and (body is None or b'"initialize"' in body):
@@ -296,10 +298,7 @@ class HttpFastReads:
             if session._requests_in_flight == 1:  # with others in flight, it is held already
                 idle.deadline = math.inf
         try:
-            if not self._json_response:  # the answer may be SSE: a long read is watched as the SDK watches it
-                await self._watched(plan, scope, receive, send)
-            else:
-                await self._send(plan, *await self._cancellable(plan, scope, receive), send)
+            await self._watched(plan, scope, receive, send)
         finally:
             if idle is not None:
                 session._requests_in_flight -= 1
@@ -307,8 +306,9 @@ class HttpFastReads:
                     idle.deadline = anyio.current_time() + session._idle_timeout
 
     async def _watched(self, plan: _Plan, scope: Scope, receive: Receive, send: Send) -> None:
-        """A read whose answer may be SSE, served as the SDK serves it (http_long_reads): a long one is answered as
-        the last event of an SSE stream that pings, and on the modern wire cancelled when the client goes away."""
+        """A read served as the SDK serves it (http_long_reads): when its answer may be SSE, a long one is answered
+        as the last event of an SSE stream that pings, and on the modern wire cancelled when the client goes away;
+        with JSON answers only, a long one is cancelled when the client goes away, on either wire."""
         watch = self._long.start(receive, send, not plan.modern,
                                  plan.session.mcp_session_id if plan.session is not None else None)
         try:
@@ -411,28 +411,6 @@ def _rememberable(result: Any) -> bool:
     return isinstance(contents, list) and sum(
         len(c.get("text") or c.get("blob") or "") if isinstance(c, dict) else _ENCODED_MAX for c in contents
     ) <= _ENCODED_MAX
-
-
-async def _body(receive: Receive, limit: int) -> tuple[bytes | None, Receive]:
-    """The whole request body (None when the client went away or sent more than `limit`) and a `receive` that
-    replays what was read, then receives on."""
-    read: deque[Message] = deque()
-    size = 0
-    while True:
-        message = await receive()
-        read.append(message)
-        if message["type"] != "http.request":
-            break
-        size += len(message.get("body", b""))
-        if size > limit or not message.get("more_body", False):
-            break
-    chunks = [m.get("body", b"") for m in read if m["type"] == "http.request"]
-    complete = read[-1]["type"] == "http.request" and not read[-1].get("more_body", False) and size <= limit
-
-    async def replay() -> Message:
-        return read.popleft() if read else await receive()
-
-    return (b"".join(chunks) if complete else None), replay
 
 
 def fast_http_reads(app: ASGIApp, server: Server[Any], security: TransportSecuritySettings, *, max_body: int,

@@ -4,7 +4,10 @@ client's idle timeout does not close it: the 2026-07-28 entry commits the respon
 2025-11-25 transport opens its SSE stream at once and pings (sse-starlette's comment) every `SSE_WINDOW` seconds,
 and lets the handler finish. The answer is then the stream's last event. The HTTP fast path (http_fast) does the
 same for its reads (`LongReads`), paying for it only when a read is still running after `WATCH_AFTER` seconds: a
-read is an entry in a dict while it runs, and one timer per app ticks while reads are in flight.
+read is an entry in a dict while it runs, and one timer per app ticks while reads are in flight. With JSON answers
+only (`--json-response`: no stream to commit to, to ping or to resume) a long read is watched for its client going
+away alone, which cancels it on either wire: its answer can no longer reach anyone (http_gone does the same for what
+the SDK serves).
 """
 
 from __future__ import annotations
@@ -29,13 +32,15 @@ _PING = b": ping\r\n\r\n"
 
 class LongReads:
     """The reads in flight of one app: each read `start`ed here and still running after WATCH_AFTER seconds (checked
-    every WATCH_AFTER seconds, while any is in flight) gets a watcher task that does what the SDK does for it."""
+    every WATCH_AFTER seconds, while any is in flight) gets a watcher task that does what the SDK does for it (`sse`:
+    answers may be SSE streams; False: JSON only, and a client that goes away cancels the read on either wire)."""
 
-    __slots__ = ("_reads", "_timer")
+    __slots__ = ("_reads", "_timer", "sse")
 
-    def __init__(self) -> None:
+    def __init__(self, sse: bool = True) -> None:
         self._reads: dict[LongRead, None] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self.sse = sse
 
     def start(self, receive: Receive, send: Send, legacy: bool, session_id: str | None = None) -> LongRead:
         """Watch the read running in the current task, on the legacy wire or the modern one (`session_id`: the
@@ -79,7 +84,12 @@ class LongRead:
 
     async def run(self) -> None:
         """The watcher: SSE and pings on the SDK's schedule, and on the modern wire the read cancelled when the
-        client goes away."""
+        client goes away; with JSON answers only, the read cancelled when the client goes away."""
+        if not self._owner.sse:
+            while (await self._receive())["type"] != "http.disconnect":
+                pass  # the rest of a body already read: only the disconnect is waited for
+            self._cancel()
+            return
         loop = asyncio.get_running_loop()
         deadline = self.started + SSE_WINDOW
         if self._legacy:  # the legacy transport's stream is open from the start
@@ -98,10 +108,16 @@ class LongRead:
                 deadline += SSE_WINDOW
                 continue
             if message["type"] == "http.disconnect":
-                if not self._legacy and self._task is not None:
-                    self.gone = True
-                    self._task.cancel()  # as the SDK's entry cancels its handler: counted and logged, outcome error
+                if not self._legacy:
+                    self._cancel()
                 return  # the legacy transport lets its handler finish
+
+    def _cancel(self) -> None:
+        """Cancel the read for a client that went away, as the SDK's modern entry cancels its handler: counted and
+        logged, outcome error."""
+        if self._task is not None:
+            self.gone = True
+            self._task.cancel()
 
     async def end(self) -> None:
         """Stop watching; once this returns nothing more is sent for the read but its answer."""
