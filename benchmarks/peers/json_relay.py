@@ -1,17 +1,20 @@
 """The JSON relay floor: the relay floor (benchmarks/peers/relay.py) that also parses every message and encodes it
-again, as any gateway that checks what it passes on must: one `json.loads` and one `json.dumps` a line each way.
+again, as any gateway that checks what it passes on must: one `orjson.loads` and one `orjson.dumps` a line each way
+(the codec the aggregator's hot paths use, aggregator/codec.py; with the stdlib's json this floor cost 2-3x the CPU
+a read over server-everything's documents).
 
 Usage: python -m benchmarks.peers.json_relay COMMAND [ARG...]
 
-Stdlib only. It checks nothing beyond the JSON and rewrites nothing (one client, the upstream's own URIs), so a
-gateway that resolves, authorizes, checks and renames what it relays costs at least this.
+The stdlib and orjson only. It checks nothing beyond the JSON and rewrites nothing (one client, the upstream's own
+URIs), so a gateway that resolves, authorizes, checks and renames what it relays costs at least this.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import IO
+
+import orjson
 
 from benchmarks.peers.relay import relay
 
@@ -20,8 +23,8 @@ def pump(source: IO[bytes], sink: IO[bytes]) -> None:
     """Each line of `source` parsed and written to `sink` encoded again, until end of file (or either side goes)."""
     try:
         for line in source:
-            message = json.loads(line)
-            sink.write(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+            message = orjson.loads(line)
+            sink.write(orjson.dumps(message) + b"\n")
             sink.flush()
     except (OSError, ValueError):
         pass  # the other side went away (or sent what is not JSON): the relay ends with it
