@@ -23,9 +23,12 @@ def _json(scalars: st.SearchStrategy[Any], keys: st.SearchStrategy[str] = _TEXT)
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal, NaN equal to NaN and 1 apart from 1.0 and True."""
+    """`a` (the codec's) equal to `b` (the stdlib's), NaN equal to NaN and 1 apart from 1.0 and True; an integer of
+    `b` past 64 bits is the nearest float in `a` (as the codec's docstring says)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
         return math.isnan(b)
+    if type(b) is int and not -(2**63) <= b < 2**64:
+        return type(a) is float and a == float(b)
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
