@@ -184,6 +184,7 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
                            "lines": lines[:limit], "moreLines": max(0, len(lines) - limit)
                            + (record.more if everything else 0)}
     if record.ok:
+        out["linesKnown"] = record.lines_known  # False: the diff failed, so `lines` says nothing (only `everything`)
         out["resources"] = record.resources if everything else None
         if record.digest:
             out["digest"] = record.digest
