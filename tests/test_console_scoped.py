@@ -9,14 +9,56 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
-from tests.console_server import READER, serve
+from tests.console_server import READER, Served, serve
 from tests.served import ROOT
 from tests.test_console import _admin_and_reader
 from tests.test_live import save
 
 HIDDEN = 'resources:\n  - {uri: "secret://hush", name: hush, text: "h", access: {scopes: [secret]}}\n'
 VISIBLE = 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
+
+
+def _reader_sees(running: Served) -> dict[str, Any]:
+    """Everything the reader's overview, sources header and reload list say that no listing time moves."""
+    sources = running.get("/console/api/sources", READER).json()
+    return {"whoami": running.get("/console/api/whoami", READER).json(),
+            "sources": {key: value for key, value in sources.items() if key != "sources"},
+            "sourceIds": [row["id"] for row in sources["sources"]],
+            "reloads": running.get("/console/api/reloads", READER).json()}
+
+
+def test_a_save_about_hidden_things_alone_changes_nothing_a_scoped_caller_sees(tmp_path: Path) -> None:
+    with serve(tmp_path) as running:
+        with _admin_and_reader(running) as (admin, reader):
+            generation = running.get("/console/api/whoami").json()["generation"]
+            before = _reader_sees(running)
+            text = running.manifest.read_text()
+            hidden = text.replace("resources:\n", HIDDEN)
+            save(running.manifest, hidden)
+            assert admin.wait_for("catalog")["generation"] == generation + 1  # the admin's view is unchanged
+            admin.wait_for("reload", generation=generation + 1)
+            assert _reader_sees(running) == before
+            save(running.manifest, hidden.replace("resources:\n", VISIBLE))
+            admin.wait_for("reload", generation=generation + 2)
+            reader.wait_for("catalog")
+            reader.wait_for("reload", ok=True)
+            assert [name for name, _ in reader.frames] == ["hello", "catalog", "reload"]
+            # The reader is told that its view changed, never which global generation that is (nor the gap).
+            assert all("generation" not in data for _, data in reader.frames), reader.frames
+            after = _reader_sees(running)
+            assert "generation" not in after["whoami"] and "manifestDigest" not in after["whoami"]
+            assert "generation" not in after["sources"] and "manifestDigest" not in after["sources"]
+            assert "generation" not in after["reloads"]
+            [seen] = after["reloads"]["reloads"]
+            assert seen["lines"] == ["+ note://new"] and "generation" not in seen and "digest" not in seen
+            everything = running.get("/console/api/reloads").json()
+            assert everything["generation"] == generation + 2
+            assert [r["generation"] for r in everything["reloads"]] == [generation + 2, generation + 1]
+            assert all(r["digest"] for r in everything["reloads"])
+            as_reader = running.get("/console/api/whoami", **{"as": "docs"}).json()
+            assert "generation" not in as_reader and "manifestDigest" not in as_reader
 
 
 BROKEN_KIND = '''\
