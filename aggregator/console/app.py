@@ -26,15 +26,14 @@ from aggregator.console.detail import cache_look, detail_view
 from aggregator.console.events import EventHub, EventStreamResponse, TooManyStreams
 from aggregator.console.history import KEPT_RELOADS, ReloadHistory
 from aggregator.console.tree import tree_page
-from aggregator.console.views import (catalog_scopes, entry_view, reload_view, sees_all, source_rows, template_view,
-                                      tree_view, visible_catalog, visible_uri)
+from aggregator.console.views import (catalog_facts, catalog_scopes, entry_view, reload_view, sees_all, source_rows,
+                                      template_view, tree_view, visible_catalog, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
 from aggregator.manifest.model import ConsoleSettings
 from aggregator.search_list import entry_filter
 from aggregator.search_query import DEFAULT_LIMIT, MAX_LIMIT
 
 if TYPE_CHECKING:
-    from aggregator.manifest.model import Manifest
     from mcp.server.transport_security import TransportSecurityMiddleware
 
     from aggregator.notify import Notifier
@@ -201,20 +200,21 @@ class Console:
         settings = snapshot.manifest.server
         body: dict[str, Any] = {
             "server": {"name": settings.name, "title": settings.title, "version": settings.version},
-            "generation": snapshot.catalog.generation, "resources": len(entries),
+            "resources": len(entries),
             "caller": caller_name(request), "scopes": sorted(own or ()), "auth": settings.auth is not None,
             "admin": self._is_admin(own), "viewingAs": request.query_params.get("as"),
             "search": self.discovery is not None, "seesAll": sees_all(snapshot, scopes),
             "failingSources": [row["id"] for row in self._source_rows(snapshot, scopes) if row["failing"]]}
         if body["admin"]:
             body["knownScopes"] = sorted(catalog_scopes(snapshot))
-        body.update(self._deployment(snapshot.manifest))
+        body.update(self._deployment(snapshot, scopes))
         return JSONResponse(body)
 
-    def _deployment(self, manifest: Manifest) -> dict[str, Any]:
-        """This replica's id and cluster state (with `server.cluster`) and the manifest's sha256: what tells
-        replicas apart and says whether they serve the same manifest."""
-        out: dict[str, Any] = {"manifestDigest": manifest.digest}
+    def _deployment(self, snapshot: Snapshot, scopes: Scopes) -> dict[str, Any]:
+        """This replica's id and cluster state (with `server.cluster`), and for a caller who sees everything the
+        catalog generation and the manifest's sha256 (views.catalog_facts): what tells replicas apart and says
+        whether they serve the same manifest."""
+        out = catalog_facts(snapshot, scopes)
         cluster = self.live.cluster_health()
         if cluster is not None:
             out["cluster"] = {"replica": cluster["replica"], "connected": cluster["connected"]}
@@ -352,9 +352,8 @@ class Console:
         everything = sees_all(snapshot, scopes)
         cache = service.cache
         rows = self._source_rows(snapshot, scopes)
-        body: dict[str, Any] = {"sources": rows, "generation": snapshot.catalog.generation,
-                                "failing": [row["id"] for row in rows if row["failing"]],
-                                **self._deployment(snapshot.manifest)}
+        body: dict[str, Any] = {"sources": rows, "failing": [row["id"] for row in rows if row["failing"]],
+                                **self._deployment(snapshot, scopes)}
         if everything:
             body["cache"] = {"hits": cache.hits, "misses": cache.misses, "bytes": cache.current_bytes,
                              "entries": len(cache)}
@@ -366,16 +365,23 @@ class Console:
         count = self._limit(request, default=10, most=50)
         # A scoped caller is not told of reloads about hidden things alone (nor, by the gap, when they happened).
         records = [r for r in self.live.history.last(KEPT_RELOADS) if everything or r.seen_by(scopes)][:count]
-        return JSONResponse({"reloads": [reload_view(r, scopes, everything, str(snapshot.manifest.path))
-                                         for r in records],
-                             "generation": snapshot.catalog.generation})
+        body: dict[str, Any] = {"reloads": [reload_view(r, scopes, everything, str(snapshot.manifest.path))
+                                            for r in records]}
+        if everything:
+            body["generation"] = snapshot.catalog.generation
+        return JSONResponse(body)
 
     async def stream(self, request: Request, scopes: Scopes) -> Response:
         service = self.service
         scoped = not sees_all(service.snapshot, scopes)
+
+        def generation() -> int | None:  # asked as each event is sent: a caller may stop seeing everything
+            snapshot = service.snapshot
+            return snapshot.catalog.generation if sees_all(snapshot, scopes) else None
+
         try:
-            body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes),
-                                      lambda: service.catalog.generation, caller=_principal(request),
+            body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes), generation,
+                                      caller=_principal(request),
                                       admin=self._is_admin(caller_scopes(request)),
                                       view=(lambda: visible_catalog(service.catalog, scopes)) if scoped else None,
                                       until=caller_expiry(request), scopes=scopes)

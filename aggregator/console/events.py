@@ -97,11 +97,12 @@ class EventHub:
         for queue in list(self._queues):
             queue.close()
 
-    async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int], caller: str = "",
+    async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int | None], caller: str = "",
                      admin: bool = False, view: Callable[[], object] | None = None, until: float | None = None,
                      scopes: frozenset[str] | None = None) -> AsyncIterator[str]:
         """The text of one event stream of `caller`; TooManyStreams when a cap is met. `visible(uri)` is asked
-        when an `updated` event is sent; `generation()` names the catalog generation in `catalog` events; `view()`
+        when an `updated` event is sent; `generation()` names the catalog generation in `hello`, `catalog`,
+        `resync` and `reload` events, or is None when this caller is not told it (views.catalog_facts); `view()`
         (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed,
         and a `reload` event only for a reload the caller's `scopes` may learn of (`ReloadRecord.seen_by`).
         At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
@@ -128,21 +129,22 @@ class EventHub:
                     if now == seen:
                         return  # only what this caller may not see changed: it must not learn that, nor when
                     seen = now
-                put({"event": "catalog", "generation": generation()})
+                put(_told({"event": "catalog"}, generation()))
             elif isinstance(event, ResourceUpdated) and visible(event.uri):
                 put({"event": "updated", "uri": event.uri})
 
         def on_reload(record: ReloadRecord) -> None:
             if view is not None and not record.seen_by(scopes):
                 return
-            put({"event": "reload", "generation": record.generation, "ok": record.ok})
+            told = generation() is not None
+            put(_told({"event": "reload", "ok": record.ok}, record.generation if told else None))
 
         unsubscribe = self.bus.subscribe(on_bus)
         self.history.listeners.append(on_reload)
         stream_id = secrets.token_urlsafe(12)
         self._previews[stream_id] = (caller, "")
         try:
-            yield _frame("hello", {"generation": generation(), "stream": stream_id})
+            yield _frame("hello", _told({"stream": stream_id}, generation()))
             async with receive:
                 while True:
                     event: dict[str, Any] | None = None
@@ -160,7 +162,7 @@ class EventHub:
                     if overflowed:
                         overflowed = False
                         _drain(receive)
-                        yield _frame("resync", {"generation": generation()})
+                        yield _frame("resync", _told({}, generation()))
                     elif event is None:
                         yield ": ping\n\n"
                     else:
@@ -206,6 +208,11 @@ def _drain(receive: Any) -> None:
             receive.receive_nowait()
         except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
             return
+
+
+def _told(data: dict[str, Any], generation: int | None) -> dict[str, Any]:
+    """`data` with the catalog generation, unless the caller is not told it (None: the key is left out)."""
+    return data if generation is None else {**data, "generation": generation}
 
 
 def _frame(event: str, data: dict[str, Any]) -> str:

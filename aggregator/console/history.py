@@ -54,13 +54,18 @@ class ReloadRecord:
     """The sha256 of the manifest this reload applied (`Manifest.digest`)."""
     accesses: frozenset[frozenset[str]] = frozenset()
     """The scopes each change line needs, kept lines and those past KEPT_LINES alike."""
+    lines_known: bool = True
+    """False when the diff was not computed (it failed, or no console kept diffs): `lines` says nothing then."""
 
     def seen_by(self, scopes: frozenset[str] | None) -> bool:
         """Whether a caller holding `scopes` may learn of this reload: a refusal or a save that changed nothing
-        (it hides nothing), or one that changed something the caller may see; not one about hidden things alone."""
-        if scopes is None or not self.ok or not self.accesses:
+        (it hides nothing), or one that changed something the caller may see; not one about hidden things alone,
+        nor a save whose lines are unknown (it may be about hidden things alone), unless `scopes` is None."""
+        if scopes is None or not self.ok:
             return True
-        return any(access <= scopes for access in self.accesses)
+        if not self.lines_known:
+            return False
+        return not self.accesses or any(access <= scopes for access in self.accesses)
 
 
 @dataclass
@@ -74,15 +79,17 @@ class ReloadHistory:
     async def succeeded(self, old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest) -> None:
         """Record a reload that swapped `new` in for `old` (the diff only when a console shows it)."""
         lines: list[ChangeLine] = []
+        known = False
         if self.keep_diffs:
             try:
                 lines = await anyio.to_thread.run_sync(_change_lines, old, old_manifest, new, new_manifest,
                                                        abandon_on_cancel=True)
+                known = True
             except Exception:  # the reload itself succeeded: a diff that cannot be made must not undo its report
                 logger.exception("the change lines of generation %d could not be computed", new.generation)
         self._add(ReloadRecord(time.time(), new.generation, True, tuple(lines[:KEPT_LINES]),
-                               max(0, len(lines) - KEPT_LINES), resources=len(new),
-                               digest=new_manifest.digest, accesses=frozenset(line.access for line in lines)))
+                               max(0, len(lines) - KEPT_LINES), resources=len(new), digest=new_manifest.digest,
+                               accesses=frozenset(line.access for line in lines), lines_known=known))
 
     def failed(self, generation: int, issues: Iterable[ManifestIssue] = (), error: str | None = None) -> None:
         """Record a refused reload: the located issues of a bad save, or a summary of another failure. The same

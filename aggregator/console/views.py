@@ -22,8 +22,8 @@ from aggregator.mcp_shapes import resource_dict, template_dict
 from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 
-__all__ = ["catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows", "template_view",
-           "tree_view", "visible_catalog", "visible_uri"]
+__all__ = ["catalog_facts", "catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows",
+           "template_view", "tree_view", "visible_catalog", "visible_uri"]
 
 _COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
 _SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
@@ -47,6 +47,16 @@ def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
 def sees_all(snapshot: Snapshot, scopes: frozenset[str] | None) -> bool:
     """Whether a caller holding `scopes` sees the whole snapshot: only then does it get operator-wide detail."""
     return scopes is None or catalog_scopes(snapshot) <= scopes
+
+
+def catalog_facts(snapshot: Snapshot, scopes: frozenset[str] | None) -> dict[str, Any]:
+    """The catalog generation and the manifest's sha256 for a caller who sees everything; nothing for a scoped
+    caller: the generation moves on every reload and relisting, the digest on every applied save, so they would
+    tell it that, and how often, something it may not see changed (its event stream and Reloads list tell it of
+    changes to what it sees)."""
+    if not sees_all(snapshot, scopes):
+        return {}
+    return {"generation": snapshot.catalog.generation, "manifestDigest": snapshot.manifest.digest}
 
 
 def entry_view(entry: Entry) -> dict[str, Any]:
@@ -178,14 +188,17 @@ def _change_detection(backend: Source | None, poll: float | None) -> str:
 def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything: bool, manifest_path: str,
                 limit: int = 200) -> dict[str, Any]:
     """A reload as a caller holding `scopes` may see it: its change lines about what it may see, and a refusal's
-    located issues only for a caller who sees everything (they may name any entry)."""
+    located issues only for a caller who sees everything (they may name any entry), and so its generation and
+    digest (catalog_facts: their steps would count the reloads a scoped caller is not shown)."""
     lines = [line.text for line in record.lines if scopes is None or line.access <= scopes]
-    out: dict[str, Any] = {"at": record.at, "generation": record.generation, "ok": record.ok,
-                           "lines": lines[:limit], "moreLines": max(0, len(lines) - limit)
-                           + (record.more if everything else 0)}
+    out: dict[str, Any] = {"at": record.at, "ok": record.ok, "lines": lines[:limit],
+                           "moreLines": max(0, len(lines) - limit) + (record.more if everything else 0)}
+    if everything:
+        out["generation"] = record.generation
     if record.ok:
+        out["linesKnown"] = record.lines_known  # False: the diff failed, so `lines` says nothing (only `everything`)
         out["resources"] = record.resources if everything else None
-        if record.digest:
+        if record.digest and everything:
             out["digest"] = record.digest
         return out
     folder = os.path.dirname(manifest_path)

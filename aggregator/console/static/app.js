@@ -79,7 +79,8 @@ async function start() {
 function facts(generation, resources) {
   state.generation = generation;
   const who = state.who;
-  const parts = [`generation ${generation}`];
+  // A scoped caller is told no generation (its steps would count changes it may not see).
+  const parts = generation == null ? [] : [`generation ${generation}`];
   if (resources !== undefined) state.resources = resources;
   if (state.resources !== undefined) parts.push(`${state.resources.toLocaleString()} resources visible`);
   if (who) parts.push(`as ${who.caller}` + (who.scopes.length ? ` (${who.scopes.join(", ")})` : ""));
@@ -412,6 +413,10 @@ function live(text, mode) {
   el.dataset.state = mode;
 }
 
+function told(data) {
+  return data.generation == null ? "" : `: generation ${data.generation}`;
+}
+
 async function listen() {
   const controller = new AbortController();
   state.stream = controller;
@@ -428,10 +433,10 @@ async function listen() {
           if (state.previewing) await preview(state.previewing, $("preview"));
         }
         else if (event === "catalog" || event === "resync") {
-          live(`catalog changed: generation ${data.generation}`, "changed");
+          live("catalog changed" + told(data), "changed");
           await refreshAll();
         } else if (event === "reload") {
-          if (data.ok) live(`reloaded: generation ${data.generation}`, "changed");
+          if (data.ok) live("reloaded" + told(data), "changed");
           else live("a save was refused", "refused");
           if (state.tab === "reloads" || state.tab === "sources") await loaders[state.tab]();
         } else if (event === "expired") {

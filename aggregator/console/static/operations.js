@@ -36,8 +36,10 @@ export function showSources(box, body) {
 export function showReloads(list, body) {
   const items = body.reloads.map((r) => h("li", { "data-generation": r.generation, "data-ok": String(r.ok) },
     h("h3", { class: r.ok ? "ok" : "bad" },
-      `${when(r.at)} · generation ${r.generation} · ${r.ok ? "applied" : "refused"}`),
-    r.ok ? h("pre", { class: "code" }, r.lines.length ? r.lines.join("\n") : "(nothing you may see changed)") : null,
+      [when(r.at), r.generation == null ? null : `generation ${r.generation}`, r.ok ? "applied" : "refused"]
+        .filter(Boolean).join(" · ")),
+    r.ok ? h("pre", { class: "code" }, r.linesKnown === false ? "(the changes could not be computed: see the log)"
+      : r.lines.length ? r.lines.join("\n") : "(nothing you may see changed)") : null,
     r.moreLines ? h("p", { class: "meta" }, `and ${r.moreLines} more lines`) : null,
     !r.ok && r.issues.length ? h("ul", {}, ...r.issues.map((i) => h("li", { class: "bad" },
       `${i.file}:${i.line}:${i.col}: ${i.key || "<root>"}: ${i.message}`))) : null,

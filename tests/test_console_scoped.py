@@ -1,0 +1,106 @@
+"""What a scoped console caller may learn of changes it may not see, over real HTTP with real tokens: a save about
+hidden things alone changes nothing the reader sees (no catalog generation, no manifest digest, no reload record,
+no event), while the admin, who sees everything, sees the generation advance; and a reload whose change lines
+could not be computed (a source kind that fails to compare its settings) is not shown to the reader at all, since
+it cannot be proven to be about what the reader may see."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.console_server import READER, Served, serve
+from tests.served import ROOT
+from tests.test_console import _admin_and_reader
+from tests.test_live import save
+
+HIDDEN = 'resources:\n  - {uri: "secret://hush", name: hush, text: "h", access: {scopes: [secret]}}\n'
+VISIBLE = 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
+
+
+def _reader_sees(running: Served) -> dict[str, Any]:
+    """Everything the reader's overview, sources header and reload list say that no listing time moves."""
+    sources = running.get("/console/api/sources", READER).json()
+    return {"whoami": running.get("/console/api/whoami", READER).json(),
+            "sources": {key: value for key, value in sources.items() if key != "sources"},
+            "sourceIds": [row["id"] for row in sources["sources"]],
+            "reloads": running.get("/console/api/reloads", READER).json()}
+
+
+def test_a_save_about_hidden_things_alone_changes_nothing_a_scoped_caller_sees(tmp_path: Path) -> None:
+    with serve(tmp_path) as running:
+        with _admin_and_reader(running) as (admin, reader):
+            generation = running.get("/console/api/whoami").json()["generation"]
+            before = _reader_sees(running)
+            text = running.manifest.read_text()
+            hidden = text.replace("resources:\n", HIDDEN)
+            save(running.manifest, hidden)
+            assert admin.wait_for("catalog")["generation"] == generation + 1  # the admin's view is unchanged
+            admin.wait_for("reload", generation=generation + 1)
+            assert _reader_sees(running) == before
+            save(running.manifest, hidden.replace("resources:\n", VISIBLE))
+            admin.wait_for("reload", generation=generation + 2)
+            reader.wait_for("catalog")
+            reader.wait_for("reload", ok=True)
+            assert [name for name, _ in reader.frames] == ["hello", "catalog", "reload"]
+            # The reader is told that its view changed, never which global generation that is (nor the gap).
+            assert all("generation" not in data for _, data in reader.frames), reader.frames
+            after = _reader_sees(running)
+            assert "generation" not in after["whoami"] and "manifestDigest" not in after["whoami"]
+            assert "generation" not in after["sources"] and "manifestDigest" not in after["sources"]
+            assert "generation" not in after["reloads"]
+            [seen] = after["reloads"]["reloads"]
+            assert seen["lines"] == ["+ note://new"] and "generation" not in seen and "digest" not in seen
+            everything = running.get("/console/api/reloads").json()
+            assert everything["generation"] == generation + 2
+            assert [r["generation"] for r in everything["reloads"]] == [generation + 2, generation + 1]
+            assert all(r["digest"] for r in everything["reloads"])
+            as_reader = running.get("/console/api/whoami", **{"as": "docs"}).json()
+            assert "generation" not in as_reader and "manifestDigest" not in as_reader
+
+
+BROKEN_KIND = '''\
+"""An installed source kind that replaces the file kind and fails to compare two sources' settings."""
+from aggregator.sources.builtin import LocalKind
+
+
+class FileKind(LocalKind):
+    def changed(self, old, new):
+        raise RuntimeError("this kind cannot compare its settings")
+'''
+
+
+def _broken_kind(site: Path) -> Path:
+    """What installing a package whose entry point replaces the `file` kind with BROKEN_KIND leaves on the path."""
+    info = site / "broken_diff_kind-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-diff-kind\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[aggregator.source_kinds]\nfile = broken_diff_kind:FileKind\n")
+    (site / "broken_diff_kind.py").write_text(BROKEN_KIND)
+    return site
+
+
+def test_a_reload_whose_change_lines_are_unknown_is_not_shown_to_a_scoped_caller(tmp_path: Path) -> None:
+    """Every reload's diff fails here: the admin sees each record, marked as having no known lines; the reader,
+    who cannot be shown that such a reload was about what it may see, sees none of them (as a reload about
+    hidden things alone), and still hears `catalog` when what it sees changed."""
+    site = _broken_kind(tmp_path / "site")
+    with serve(tmp_path, extra_env={"PYTHONPATH": os.pathsep.join((str(ROOT), str(site)))}) as running:
+        with _admin_and_reader(running) as (admin, reader):
+            hidden = running.manifest.read_text().replace("resources:\n", HIDDEN)
+            save(running.manifest, hidden)
+            first = admin.wait_for("reload", ok=True)
+            assert "could not be computed" in running.log.read_text()
+            [record] = running.get("/console/api/reloads").json()["reloads"]
+            assert running.get("/console/api/reloads", READER).json()["reloads"] == []
+            assert record["generation"] == first["generation"] and record["lines"] == []
+            assert record["linesKnown"] is False
+            save(running.manifest, hidden.replace("resources:\n", VISIBLE))
+            admin.wait_for("reload", generation=first["generation"] + 1)
+            reader.wait_for("catalog")
+            assert [name for name, _ in reader.frames] == ["hello", "catalog"], reader.frames
+            assert running.get("/console/api/reloads", READER).json()["reloads"] == []
+            assert len(running.get("/console/api/reloads").json()["reloads"]) == 2
+            assert "secret" not in json.dumps(reader.frames)
