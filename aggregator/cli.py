@@ -81,8 +81,8 @@ async def _cluster(service: Any) -> AsyncIterator[RedisLink | None]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # Heard from here on: a stop before the server is ready is honoured once it is, by not serving (serve_http,
-    # serve_stdio).
+    # Heard since aggregator.launch (from here when main() is called directly): a stop before the server is ready
+    # is honoured once it is, by not serving (serve_http, serve_stdio).
     stop = listen()
     if not args.http and sys.stdin is not None and sys.stdin.isatty():  # a person, not a client: never on stdout
         from aggregator.terminal_hint import stdio_hint
@@ -435,8 +435,9 @@ def _run(argv: Sequence[str] | None) -> int:
         from aggregator.stdout import tolerate_reader_leaving
 
         tolerate_reader_leaving()
-        release()  # nothing to finish: SIGTERM and Ctrl-C stop the other commands as they stop any program
     try:
+        if args.command != "serve":
+            release()  # nothing to finish: SIGTERM and Ctrl-C stop the other commands as they stop any program
         return int(args.func(args))
     except OSError as exc:  # the manifest itself: missing, a folder, a FIFO, unreadable
         reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)

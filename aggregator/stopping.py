@@ -2,9 +2,9 @@
 
 A supervisor (systemd, a Kubernetes rollout) may stop the server right after starting it. Until a handler exists,
 SIGTERM's default action kills the process (exit 143) and SIGINT raises KeyboardInterrupt wherever the start-up is.
-So `serve`'s first step makes the process's `Stop`, which only records the request; the server honours a stop
-heard before it was ready by not serving at all (`stop_signals`), and one heard later by finishing what is in
-flight. A command other than `serve` has nothing to
+So the `aggregator` command's first step (aggregator.launch, before the CLI's own imports) makes the process's
+`Stop`, which only records the request; the server honours a stop heard before it was ready by not serving at all
+(`stop_signals`), and one heard later by finishing what is in flight. A command other than `serve` has nothing to
 finish: `release()` gives the signals their default actions back (and one heard meanwhile takes effect then).
 
 This module imports nothing the interpreter has not loaded already but `signal`: it runs before anything else of
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
-from types import FrameType
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not from typing: an import the first instant of the process does without
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
     from anyio.abc import TaskStatus
 
 __all__ = ["STOPS", "Stop", "listen", "release", "stop_signals"]

@@ -116,3 +116,25 @@ def test_a_stop_once_the_port_accepts_is_a_clean_one(tmp_path: Path) -> None:
         wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
         process.send_signal(signal.SIGTERM)
         _stopped_cleanly(process, log)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("command", [("schema",), ("validate", "--offline", "MANIFEST")], ids=["schema", "validate"])
+def test_other_commands_keep_the_default_action(tmp_path: Path, command: tuple[str, ...], sig: signal.Signals,
+                                                code: int) -> None:
+    """Stops are heard from the command's first step, before it is known to be `serve`; any other command has
+    nothing to finish, so a stop heard meanwhile ends it as it ends any program: killed by SIGTERM, exit 130 for
+    Ctrl-C (no traceback); nothing printed."""
+    argv = [sys.executable, "-m", "aggregator",
+            *(str(_manifest(tmp_path)) if part == "MANIFEST" else part for part in command)]
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        process = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process.send_signal(sig)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    out, err = process.communicate(timeout=STOP_TIMEOUT)
+    assert process.returncode == code, (process.returncode, err[-2000:])
+    assert out == b"" and b"Traceback" not in err, (out[:200], err[-2000:])
