@@ -21,11 +21,11 @@ from aggregator import __version__
 from aggregator.logs import setup_logging
 from aggregator.manifest.model import ManifestError
 from aggregator.startup import collect_again, defer_sdk_package_inits, pause_collection
+from aggregator.stopping import Stop, listen, release
 
 if TYPE_CHECKING:  # the serving modules are imported when `serve` runs: the other commands start faster without
     from aggregator.cluster.link import RedisLink
     from aggregator.manifest.model import ClusterSettings
-    from aggregator.workers import Stop
 
 __all__ = ["main"]
 
@@ -81,11 +81,9 @@ async def _cluster(service: Any) -> AsyncIterator[RedisLink | None]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    stop = None
-    if args.workers != 1:  # --workers: from here on (before the imports below, ~0.3 s) a stop is a clean one
-        from aggregator.workers import Stop
-
-        stop = Stop()
+    # Heard since aggregator.launch (from here when main() is called directly): a stop before the server is ready
+    # is honoured once it is, by not serving (serve_http, serve_stdio).
+    stop = listen()
     if not args.http and sys.stdin is not None and sys.stdin.isatty():  # a person, not a client: never on stdout
         from aggregator.terminal_hint import stdio_hint
 
@@ -141,9 +139,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         tg.start_soon(metrics.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
-                        await serve_http(server, live, metrics, args, sock, discovery)
+                        await serve_http(server, live, metrics, args, sock, discovery, stop)
                     else:
-                        await serve_stdio(server, initialization_options(server))
+                        await serve_stdio(server, initialization_options(server), stop=stop)
                     live.stop()
                     discovery.stop()
                     if metrics is not None:
@@ -177,7 +175,7 @@ def _cluster_link(settings: ClusterSettings | None) -> RedisLink | None:
         raise _NoRedis(str(exc)) from None
 
 
-def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop | None) -> int:
+def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop) -> int:
     """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket (or none if
     `stop` heard SIGTERM/SIGINT by then: exit 0)."""
     from aggregator.manifest import load_manifest
@@ -438,6 +436,8 @@ def _run(argv: Sequence[str] | None) -> int:
 
         tolerate_reader_leaving()
     try:
+        if args.command != "serve":
+            release()  # nothing to finish: SIGTERM and Ctrl-C stop the other commands as they stop any program
         return int(args.func(args))
     except OSError as exc:  # the manifest itself: missing, a folder, a FIFO, unreadable
         reason = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)

@@ -1,11 +1,11 @@
 """Serving over Streamable HTTP: uvicorn with our protocol limits, on `[HOST:]PORT` or a socket workers share,
-until SIGTERM or Ctrl-C (our signal handling, installed before uvicorn starts, so a stop during start-up is clean)."""
+until SIGTERM or Ctrl-C (our signal handling, installed before uvicorn starts; one heard earlier, by
+aggregator.stopping, means not serving at all)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from aggregator.metrics import Metrics
     from aggregator.search import Discovery
+    from aggregator.stopping import Stop
     from aggregator.supervisor import Supervisor
 
 __all__ = ["host_port", "serve_http"]
@@ -30,10 +31,12 @@ def host_port(http: str) -> tuple[str, int]:
 
 
 async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
-                      sock: Any = None, discovery: Discovery | None = None) -> None:
+                      sock: Any = None, discovery: Discovery | None = None, stop: Stop | None = None) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
-    on `sock` when given (a socket shared by workers)."""
+    on `sock` when given (a socket shared by workers). Not at all when `stop` heard one already."""
     import uvicorn
+
+    from aggregator.stopping import stop_signals
 
     from aggregator.http_app import http_app
     from aggregator.http_limits import limited_protocol, quiet_client_disconnects
@@ -62,18 +65,14 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
 
     http = Quiet(config)
 
-    async def stop_on_signal(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()
-            async for received in signals:
-                logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
-                # Listen streams never end by themselves: close them first, so each sends its final result and
-                # uvicorn's graceful shutdown is not left waiting on them.
-                live.notifier.close()
-                http.should_exit = True
-                return
+    def stopping() -> None:
+        # Listen streams never end by themselves: close them first, so each sends its final result and uvicorn's
+        # graceful shutdown is not left waiting on them.
+        live.notifier.close()
+        http.should_exit = True
 
     async with anyio.create_task_group() as tg:
-        await tg.start(stop_on_signal)  # ours before uvicorn starts: a worker's start-up handler stops here
-        await http.serve(sockets=[sock] if sock is not None else None)
+        await tg.start(stop_signals, stop, stopping)  # before uvicorn starts: a worker's start-up handler ends here
+        if not http.should_exit:
+            await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()

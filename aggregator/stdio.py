@@ -3,7 +3,8 @@
 A line that is not JSON gets a JSON-RPC -32700 error (id null) and one that is JSON but not a JSON-RPC message
 -32600, where the SDK drops both silently. When stdin closes (a script piping requests in), the requests already
 read are finished and their responses written before the server stops, for at most `DRAIN_TIMEOUT` seconds;
-the SDK would cancel them on end of input, and the last answers were lost.
+the SDK would cancel them on end of input, and the last answers were lost. SIGTERM and SIGINT end the input as its
+end would (reading stops, what was read is answered); one heard before serving began means not serving at all.
 
 The server reads and writes the wire itself, with no task in between: its read loop reads the next line (a read
 the fast path serves is taken before, where the pipe delivers it: `FastReads.tap`), and a handler's response is
@@ -19,10 +20,10 @@ import asyncio
 import logging
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import anyio
 import mcp_types as types
@@ -33,6 +34,10 @@ from pydantic import ValidationError
 
 from aggregator.sdk_compat import claim_stdin, claim_stdout  # the SDK's own claim of fd 0 and 1 (private in 2.3)
 from aggregator.stdio_fast import FastReads, fast_reads_for
+from aggregator.stopping import stop_signals
+
+if TYPE_CHECKING:
+    from aggregator.stopping import Stop
 
 __all__ = ["DRAIN_TIMEOUT", "serve_stdio"]
 
@@ -86,6 +91,25 @@ class _Unanswered:
             none.set()
 
 
+class _Ending:
+    """A stop of stdio serving (SIGTERM/SIGINT): `stopped`, and stdin's reading ended by `close` (the pipe's
+    transport, so a read blocked on it sees end of input), whichever of the two comes first."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self._close: Callable[[], None] | None = None
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._close is not None:
+            self._close()
+
+    def closes(self, close: Callable[[], None] | None) -> None:
+        self._close = close
+        if self.stopped and close is not None:
+            close()
+
+
 class _Lines(Protocol):
     async def readline(self) -> bytes: ...
 
@@ -94,14 +118,26 @@ class _Bytes(Protocol):
     async def write(self, data: bytes) -> None: ...
 
 
-async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT) -> None:
-    """Run `server` on stdin/stdout until stdin closes and the requests read by then are answered (or
-    `drain_timeout` passes); each message is written out whole before its `send` returns."""
+async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT,
+                      stop: Stop | None = None) -> None:
+    """Run `server` on stdin/stdout until stdin closes or SIGTERM/SIGINT comes, and the requests read by then are
+    answered (or `drain_timeout` passes); not at all when `stop` heard one already. Each message is written out
+    whole before its `send` returns."""
+    ending = _Ending()
+    async with anyio.create_task_group() as tg:
+        await tg.start(stop_signals, stop, ending.stop)
+        if not ending.stopped:
+            await _serve(server, options, drain_timeout, ending)
+        tg.cancel_scope.cancel()
+
+
+async def _serve(server: Any, options: InitializationOptions, drain_timeout: float, ending: _Ending) -> None:
     stdin, release_stdin = claim_stdin()
     try:
         stdout, release_stdout = claim_stdout()
         try:
-            async with _line_reader(stdin) as lines, _byte_writer(stdout) as out:
+            async with _line_reader(stdin) as (lines, close), _byte_writer(stdout) as out:
+                ending.closes(close)
                 unanswered = _Unanswered()
                 fast = fast_reads_for(server)
                 to_wire = _WireOut(out, unanswered, fast)
@@ -109,7 +145,8 @@ async def serve_stdio(server: Any, options: InitializationOptions, *, drain_time
                     # Reads taken where stdin delivers them, relayed ones answered where their answer arrives.
                     fast.tap(lines, to_wire.answer, unanswered.add, to_wire)
                 try:
-                    await server.run(_WireIn(lines, to_wire, unanswered, drain_timeout, fast), to_wire, options)
+                    await server.run(_WireIn(lines, to_wire, unanswered, drain_timeout, fast, ending), to_wire,
+                                     options)
                 finally:
                     for task in list(fast.tasks.values()) if fast is not None else ():
                         task.cancel()  # reads still going when the server stops: nobody is left to answer
@@ -123,12 +160,13 @@ async def serve_stdio(server: Any, options: InitializationOptions, *, drain_time
 
 class _WireIn:
     """The server's read stream: the next decodable message on stdin; undecodable lines are answered here. At end
-    of input it returns only when what was asked is answered (or the drain timeout passes)."""
+    of input, or once `ending` is stopped, it returns only when what was asked is answered (or the drain timeout
+    passes)."""
 
     def __init__(self, lines: _Lines, out: _WireOut, unanswered: _Unanswered, drain_timeout: float,
-                 fast: FastReads | None = None) -> None:
+                 fast: FastReads | None = None, ending: _Ending | None = None) -> None:
         self._lines, self._out, self._unanswered, self._drain_timeout = lines, out, unanswered, drain_timeout
-        self._fast = fast
+        self._fast, self._ending = fast, ending
         self._ended = False
 
     async def receive(self) -> SessionMessage:
@@ -139,7 +177,7 @@ class _WireIn:
                 logger.warning("a line on stdin longer than %d bytes was dropped", MAX_LINE)
                 await self._answer(_parse_error())
                 continue
-            if not line:
+            if not line or (self._ending is not None and self._ending.stopped):  # lines still buffered: not taken
                 self._ended = True
                 await self._drain()
                 break
@@ -279,11 +317,12 @@ def _pipe_fd(stream: BinaryIO) -> int | None:
 
 
 @asynccontextmanager
-async def _line_reader(stream: BinaryIO) -> AsyncIterator[_Lines]:
-    """Lines of `stream`: from the event loop for a pipe, else from a worker thread."""
+async def _line_reader(stream: BinaryIO) -> AsyncIterator[tuple[_Lines, Callable[[], None] | None]]:
+    """Lines of `stream`, and what ends their reading early (None: nothing can): from the event loop for a pipe,
+    else from a worker thread (whose read of a terminal cannot be interrupted)."""
     fd = _pipe_fd(stream)
     if fd is None:
-        yield anyio.wrap_file(stream)
+        yield anyio.wrap_file(stream), None
         return
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE, loop=loop)
@@ -291,7 +330,7 @@ async def _line_reader(stream: BinaryIO) -> AsyncIterator[_Lines]:
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
                                                 os.fdopen(os.dup(fd), "rb", buffering=0))
     try:
-        yield reader
+        yield reader, transport.close  # closed, the pipe's reader sees end of input and the fast path takes no more
     finally:
         transport.close()
         _set_blocking(fd)

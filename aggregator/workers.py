@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
 
+from aggregator.stopping import STOPS, Stop, forward, listen
 from aggregator.tracing import shutdown_tracing
 
 logger = logging.getLogger("aggregator.workers")
@@ -35,25 +36,6 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
     return sock
 
 
-STOPS = (signal.SIGTERM, signal.SIGINT)
-
-
-class Stop:
-    """SIGTERM/SIGINT in the parent, handled from the moment this is made (before the manifest is checked): a stop
-    before the workers exist is noted (`requested`), and one after is forwarded to each worker forked by then."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.children: dict[int, int] = {}  # pid -> worker index
-        for signum in STOPS:
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.requested = True
-        for child in list(self.children):
-            _signal(child, signum)
-
-
 def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], None] = lambda pid: None,
                 stop: Stop | None = None) -> int:
     """Fork `count` children each running `serve(index)`; wait for all of them and return the worst exit code.
@@ -64,7 +46,7 @@ def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], 
     A worker that ends before the parent was asked to stop takes the others down with it (exit code kept), so a
     broken worker is seen by whatever supervises the service rather than silently halving its capacity.
     """
-    stop = stop or Stop()
+    stop = stop or listen()
     children = stop.children
     for index in range(count):
         if stop.requested:
@@ -92,9 +74,9 @@ def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], 
         worst = max(worst, code if code >= 0 else 1)
         if not stop.requested:
             logger.error("worker %d (pid %d) ended with %d; stopping the others", index, pid, code)
-            stop.requested = True
+            stop.signum = signal.SIGTERM
             for child in children:
-                _signal(child, signal.SIGTERM)
+                forward(child, signal.SIGTERM)
     return worst
 
 
@@ -123,10 +105,3 @@ def _finish(code: int) -> NoReturn:
     shutdown_tracing()  # os._exit skips atexit, which flushes spans in a single process
     logging.shutdown()
     os._exit(code)
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass

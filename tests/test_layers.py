@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "aggregator"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("aggregator", "errors", "paths", "codec", "globs", "templates", "content", "logs", "stdout",
-                     "terminal_hint", "scaffold", "workers", "folder_watch", "inotify_watch", "watch", "notify", "render_sandbox",
+                     "terminal_hint", "scaffold", "stopping", "workers", "folder_watch", "inotify_watch", "watch", "notify", "render_sandbox",
                      "sdk_compat", "chunked", "startup", "tracing", "heap", "manifest.model", "manifest.placeholders",
                      "manifest.units", "manifest.source_urls")),
     ("source kinds", ("sources.base", "sources.kind", "sources.builtin", "sources.registry")),
@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                            "listing_json",
                            "metrics", "metrics_multiprocess", "auth", "callers", "http_app", "http_fast", "http_long_reads",
                            "http_writes", "http_gone",
-                           "http_limits", "wire_results", "stdio_fast", "stdio", "serve_http", "cli", "demo", "__main__", "console",
+                           "http_limits", "wire_results", "stdio_fast", "stdio", "serve_http", "cli", "demo", "launch", "__main__", "console",
                            "console.*")),
 ]
 

@@ -79,7 +79,7 @@ def test_the_distribution_is_not_the_unrelated_aggregator_on_pypi() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     meta = project["project"]
     assert meta["name"] == "mcp-aggregator"
-    assert meta["scripts"] == {"aggregator": "aggregator.cli:main"}
+    assert meta["scripts"] == {"aggregator": "aggregator.launch:main"}
     assert "version" in meta.get("dynamic", []) and \
         project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "aggregator.__version__"}
     for extra, requirements in meta["optional-dependencies"].items():

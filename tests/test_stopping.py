@@ -1,0 +1,140 @@
+"""SIGTERM/SIGINT stop `aggregator serve` cleanly (exit 0, no traceback, nothing half-served) at any point of its
+start-up, over stdio and HTTP: a real server process each time. The points are reached without timing: a signal
+pending when the process starts (sent while the spawner blocks it, as the child inherits that mask), once the
+process has its handler (SigCgt), and once it serves (its first answer, or its port accepting)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.isolation import free_port
+from tests.served import ROOT, STOP_TIMEOUT, accepts, catches, stop, tail, wait_until
+
+STOPS = {signal.SIGTERM, signal.SIGINT}
+
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+
+
+def _manifest(folder: Path) -> Path:
+    (folder / "docs").mkdir()
+    (folder / "docs" / "a.md").write_text("# A\n")
+    manifest = folder / "manifest.yaml"
+    manifest.write_text('version: 1\nserver: {name: stops}\nsources:\n  docs: {url: ./docs}\n'
+                        'collections:\n  - {source: docs, glob: "*.md", uri: "docs://{path}"}\n')
+    return manifest
+
+
+@contextmanager
+def _serve(folder: Path, *extra: str, pending: signal.Signals | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m aggregator serve` on a folder of one file, stdin and stdout pipes, stderr in folder/stderr.log;
+    with `pending`, that signal is sent before the process can handle anything (blocked in the spawner, so it is
+    pending in the child from its first instruction). Killed on the way out if it is still running."""
+    log = folder / "stderr.log"
+    argv = [sys.executable, "-m", "aggregator", "serve", str(_manifest(folder)), *extra]
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS) if pending is not None else None
+    try:
+        with log.open("ab") as sink:
+            process = subprocess.Popen(argv, cwd=folder, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sink)
+        if pending is not None:
+            process.send_signal(pending)
+    finally:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    try:
+        yield process
+    finally:
+        stop(process, signal.SIGKILL)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _stopped_cleanly(process: subprocess.Popen[bytes], log: Path) -> bytes:
+    """Wait for the exit (stdin left open: a stop, not end of input, must end it); assert exit 0 and no traceback.
+    What it wrote on stdout."""
+    try:
+        code = process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running {STOP_TIMEOUT:g}s after the stop\n{tail(log)}") from None
+    assert code == 0, (code, tail(log))
+    assert "Traceback" not in log.read_text(), tail(log)
+    assert process.stdout is not None
+    return process.stdout.read()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("extra", [(), ("--http", "PORT"), ("--http", "PORT", "--stateless", "--workers", "2")],
+                         ids=["stdio", "http", "workers"])
+def test_a_stop_pending_from_the_start_is_a_clean_one(tmp_path: Path, extra: tuple[str, ...],
+                                                      sig: signal.Signals) -> None:
+    """A stop that came before the process could run anything: heard once it can, and nothing is served."""
+    extra = tuple(str(free_port()) if part == "PORT" else part for part in extra)
+    with _serve(tmp_path, *extra, pending=sig) as process:
+        assert _stopped_cleanly(process, tmp_path / "stderr.log") == b""
+
+
+@pytest.mark.parametrize("extra", [(), ("--http", "PORT")], ids=["stdio", "http"])
+def test_a_stop_once_the_handler_is_in_place_is_a_clean_one(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """SIGTERM as soon as the process handles it (its imports and the manifest still ahead): exit 0."""
+    extra = tuple(str(free_port()) if part == "PORT" else part for part in extra)
+    log = tmp_path / "stderr.log"
+    with _serve(tmp_path, *extra) as process:
+        wait_until(lambda: catches(process.pid, signal.SIGTERM), "the SIGTERM handler", process=process, log=log)
+        process.send_signal(signal.SIGTERM)
+        assert _stopped_cleanly(process, log) == b""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_while_serving_stdio_is_a_clean_one(tmp_path: Path, sig: signal.Signals) -> None:
+    """Over stdio, once the first request is answered (stdin still open): the stop ends the server, exit 0."""
+    with _serve(tmp_path) as process:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(INITIALIZE.encode())
+        process.stdin.flush()
+        answer = json.loads(process.stdout.readline())
+        assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "stops"
+        process.send_signal(sig)
+        assert _stopped_cleanly(process, tmp_path / "stderr.log") == b""
+
+
+def test_a_stop_once_the_port_accepts_is_a_clean_one(tmp_path: Path) -> None:
+    """Over HTTP, once the port accepts: exit 0 (uvicorn's graceful shutdown)."""
+    port = free_port()
+    log = tmp_path / "stderr.log"
+    with _serve(tmp_path, "--http", str(port)) as process:
+        wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
+        process.send_signal(signal.SIGTERM)
+        _stopped_cleanly(process, log)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("command", [("schema",), ("validate", "--offline", "MANIFEST")], ids=["schema", "validate"])
+def test_other_commands_keep_the_default_action(tmp_path: Path, command: tuple[str, ...], sig: signal.Signals,
+                                                code: int) -> None:
+    """Stops are heard from the command's first step, before it is known to be `serve`; any other command has
+    nothing to finish, so a stop heard meanwhile ends it as it ends any program: killed by SIGTERM, exit 130 for
+    Ctrl-C (no traceback); nothing printed."""
+    argv = [sys.executable, "-m", "aggregator",
+            *(str(_manifest(tmp_path)) if part == "MANIFEST" else part for part in command)]
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        process = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process.send_signal(sig)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    out, err = process.communicate(timeout=STOP_TIMEOUT)
+    assert process.returncode == code, (process.returncode, err[-2000:])
+    assert out == b"" and b"Traceback" not in err, (out[:200], err[-2000:])
