@@ -205,3 +205,22 @@ def test_an_s3_bucket_that_is_missing_or_unreachable_is_a_located_error(tmp_path
         done.stderr)
     assert f"{manifest}:5:3: sources.down: cannot reach s3://bucket/x: " in done.stderr
     assert "s3-secret-4b1e" not in done.stderr + done.stdout
+
+
+def test_an_s3_collection_on_a_refused_endpoint_is_a_located_error(tmp_path: Path) -> None:
+    """The listing's connection error names the manifest's file, line and key, and why no connection was made
+    (tests/test_sources_s3_failures.py checks it comes after one attempt, not after retries)."""
+    port = closed_port()
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: t}}
+        sources:
+          b: {{url: "s3://bucket/x", options: {{key: k, secret: "s3-secret-77c2", endpoint_url: "http://127.0.0.1:{port}"}}}}
+        collections:
+          - {{source: b, glob: "*.md", uri: "s3x://{{path}}"}}
+        """)
+    done = run("validate", str(manifest))
+    assert done.returncode == 1, done.stderr
+    assert (f"{manifest}:6:5: collections[0]: cannot list source 'b': listing failed: EndpointUnreachableError: "
+            f"Could not connect to the endpoint URL (connection refused 127.0.0.1:{port})") in done.stderr, done.stderr
+    assert "s3-secret-77c2" not in done.stderr + done.stdout

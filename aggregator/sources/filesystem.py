@@ -30,6 +30,7 @@ __all__ = ["FsspecSource", "info_version"]
 
 T = TypeVar("T")
 _READ_CHUNK = 1024 * 1024
+_S3_PROTOCOLS = frozenset({"s3", "s3a"})  # s3fs's names
 
 
 def info_version(info: Mapping[str, Any]) -> str | None:
@@ -74,6 +75,10 @@ class FsspecSource(Source):
             fs_class = fsspec.get_filesystem_class(protocol)
         except (ValueError, ImportError) as exc:
             raise SourceError(f"no filesystem for protocol {protocol!r}: {exc}") from None
+        if protocol in _S3_PROTOCOLS:
+            from aggregator.sources.s3 import s3_options  # botocore's retries: bounded, none for a refused connection
+
+            options = s3_options(options)
         # No listings cache: s3fs and others answer info() from the last listing, so an updated object would
         # keep its old version (and a store that went down would look fine) for as long as the process lives.
         # Revalidation must ask the store for the object itself.

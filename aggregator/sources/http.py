@@ -34,7 +34,7 @@ from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, Source
 if TYPE_CHECKING:
     from aiohttp.abc import ResolveResult  # aiohttp 3.10+; only annotations name it
 
-__all__ = ["AddressPolicy", "HttpSource"]
+__all__ = ["AddressPolicy", "HttpSource", "connect_failure"]
 
 MAX_REDIRECTS = 5
 _CHUNK = 64 * 1024
@@ -128,7 +128,7 @@ class HttpSource(Source):
                 # aiohttp wraps what the resolver raised: a refusal stays a refusal in the log.
                 if isinstance(exc.os_error, _Refused):
                     raise SourceError(f"refused a request to {url.origin()}: {exc.os_error}") from None
-                raise SourceError(_connect_failure(exc)) from None
+                raise SourceError(connect_failure(exc)) from None
             except aiohttp.ClientError as exc:
                 raise SourceError(f"request failed: {type(exc).__name__}") from None
             if response.status not in _REDIRECTS:
@@ -192,7 +192,7 @@ class HttpSource(Source):
         raise SourceUnsupported("an HTTP source cannot be listed: use resources or templates for it")
 
 
-def _connect_failure(exc: aiohttp.ClientConnectorError) -> str:
+def connect_failure(exc: aiohttp.ClientConnectorError) -> str:
     """Why a connection failed, for the operator: the host and port and the system's reason (never headers)."""
     where = f"{exc.host}:{exc.port}"
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
