@@ -202,17 +202,20 @@ theirs for the same upstream and wire; `CPU/read` is the user+system CPU of the 
 {chr(10).join(lines)}
 
 What the floors show: a hop as such (two more pipes, one more process woken twice a read) costs little latency: the
-relay floor stays within about 1.2x direct for all three upstreams. But a gateway that looks at what it relays
-pays for reading and writing JSON too, and the JSON relay floor (the relay that parses each message and encodes it
-again, checking and rewriting nothing) already costs 1.2-1.5x direct over our aggregator and server-everything,
-whose reads take 0.33-0.48 ms (2026-11-28, three runs): against such upstreams, 1.3x direct is at or below the floor
-of any gateway that parses what it relays. Ours does more than parse: the catalog's resolution and access, the
-cache's single flight, the upstream's answer checked as the SDK's model would, its own answer sieved as the SDK's
-would and encoded. It spends about twice the JSON relay's CPU a read over our aggregator (185-209 us against 93-103
-in this run) and 1.8x over server-everything; its median read is 1.0-1.3x the JSON relay floor's. Over the SDK's
-`MCPServer` (0.65-0.85 ms of its CPU a read) the budget beyond the floor is larger than what our gateway spends: its
-hop came to 1.29x direct for the legacy-wire client and 1.18x for the modern one in this run (earlier runs that
-day: 1.25x and 1.22x, 1.36x and 1.25x, and once 1.50x and 1.23x at a moment of load: the machine is shared).
+relay floor stays within about 1.1-1.2x direct for all three upstreams. A gateway that looks at what it relays also
+reads and writes JSON: the JSON relay floor (the relay parsing each message and encoding it again with orjson,
+checking and rewriting nothing) costs 28-66 us of CPU a read and 1.1-1.25x direct over our aggregator and
+server-everything (2026-11-28, third session; with the stdlib's json it was 93-161 us and 1.3-1.7x). On this
+machine (2 vCPUs of a VM; `perf trace` timed the gateway's pipe reads and writes at 14-16 us each) the
+client, the gateway and the upstream take turns on one CPU (`perf stat`: one migration in 5 s, two context switches
+a read), so the latency a gateway adds is its CPU a read: 1.3x direct over upstreams that answer in 0.2-0.3 ms leaves
+about 40-60 us a read beyond the relay floor. Ours spends 80-140 us more than the relay floor's: the catalog's
+resolution and access, the cache's single flight, the upstream's answer checked as the SDK's model would, its own
+answer typed, sieved and encoded, the access log, and the event loop's turns (asyncio's reader and writer
+transports instead of the floor's blocking threads), spread over about 60 steps of 1-7 us each (cProfile), none of
+them most of it (more over server-everything, whose 1-12 KB documents are decoded, checked and encoded again). So the
+uncached hop comes to about 1.3x over the SDK's `MCPServer`, whose reads cost 0.5-0.7 ms of its CPU, and stays well
+above it over the fast upstreams: there it would take a read path of about a third of ours.
 
 Since 2026-11-28 (second session) an uncached read through the gateway is relayed in callbacks
 (`aggregator/reads/relayed.py`): taken from stdin's pipe callback, sent on the lean lane at once, and answered from
