@@ -62,7 +62,8 @@ def test_loads_takes_and_refuses_any_bytes_as_json_does(line: bytes) -> None:
         assert _same(got, expected)
 
 
-@pytest.mark.parametrize("line", [b'"\\ud800"', b'{"x":NaN}', b'[Infinity]', b"\xef\xbb\xbf{}", b"[" * 2000 + b"]" * 2000])
+@pytest.mark.parametrize("line", [b'"\\ud800"', b'{"x":NaN}', b'[Infinity]', b"\xef\xbb\xbf{}",
+                                  b"[" * 2000 + b"]" * 2000])
 def test_loads_strict_refuses_what_orjson_does_and_loads_takes_as_json_does(line: bytes) -> None:
     with pytest.raises(ValueError):
         loads_strict(line)
