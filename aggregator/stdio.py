@@ -9,7 +9,8 @@ end would (reading stops, what was read is answered); one heard before serving b
 The server reads and writes the wire itself, with no task in between: its read loop reads the next line (a read
 the fast path serves is taken before, where the pipe delivers it: `FastReads.tap`), and a handler's response is
 written by the handler's own `send`. Pipes and sockets (what an MCP client spawns us with)
-are read and written without blocking on the event loop; anything else (a regular file, a terminal) through a
+are read and written without blocking on the event loop, and a terminal is read when the loop sees input there
+(aggregator.stdio_terminal: a stop does not wait for the next Enter); anything else (a regular file) through a
 worker thread, as the SDK does for every line. Like the SDK, fds 0 and 1 point elsewhere while serving (stray
 output of handlers and children misses the wire) and are restored on exit.
 """
@@ -34,6 +35,7 @@ from pydantic import ValidationError
 
 from aggregator.sdk_compat import claim_stdin, claim_stdout  # the SDK's own claim of fd 0 and 1 (private in 2.3)
 from aggregator.stdio_fast import FastReads, fast_reads_for
+from aggregator.stdio_terminal import terminal_lines
 from aggregator.stopping import stop_signals
 
 if TYPE_CHECKING:
@@ -318,11 +320,18 @@ def _pipe_fd(stream: BinaryIO) -> int | None:
 
 @asynccontextmanager
 async def _line_reader(stream: BinaryIO) -> AsyncIterator[tuple[_Lines, Callable[[], None] | None]]:
-    """Lines of `stream`, and what ends their reading early (None: nothing can): from the event loop for a pipe,
-    else from a worker thread (whose read of a terminal cannot be interrupted)."""
+    """Lines of `stream`, and what ends their reading early (None: nothing can): from the event loop for a pipe or a
+    terminal, else from a worker thread (a regular file's read does not wait)."""
     fd = _pipe_fd(stream)
     if fd is None:
-        yield anyio.wrap_file(stream), None
+        terminal = terminal_lines(stream, MAX_LINE)
+        if terminal is None:
+            yield anyio.wrap_file(stream), None
+            return
+        try:
+            yield terminal[0], terminal[1].close
+        finally:
+            terminal[1].close()
         return
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE, loop=loop)

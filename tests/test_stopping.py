@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -35,17 +36,19 @@ def _manifest(folder: Path) -> Path:
 
 
 @contextmanager
-def _serve(folder: Path, *extra: str, pending: signal.Signals | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """`python -m aggregator serve` on a folder of one file, stdin and stdout pipes, stderr in folder/stderr.log;
-    with `pending`, that signal is sent before the process can handle anything (blocked in the spawner, so it is
-    pending in the child from its first instruction). Killed on the way out if it is still running."""
+def _serve(folder: Path, *extra: str, pending: signal.Signals | None = None,
+           stdin: int = subprocess.PIPE) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m aggregator serve` on a folder of one file, stdin (unless given: an fd) and stdout pipes, stderr in
+    folder/stderr.log; with `pending`, that signal is sent before the process can handle anything (blocked in the
+    spawner, so it is pending in the child from its first instruction). Killed on the way out if it is still
+    running."""
     log = folder / "stderr.log"
     argv = [sys.executable, "-m", "aggregator", "serve", str(_manifest(folder)), *extra]
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS) if pending is not None else None
     try:
         with log.open("ab") as sink:
             process = subprocess.Popen(argv, cwd=folder, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sink)
+                                       stdin=stdin, stdout=subprocess.PIPE, stderr=sink)
         if pending is not None:
             process.send_signal(pending)
     finally:
@@ -106,6 +109,30 @@ def test_a_stop_while_serving_stdio_is_a_clean_one(tmp_path: Path, sig: signal.S
         assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "stops"
         process.send_signal(sig)
         assert _stopped_cleanly(process, tmp_path / "stderr.log") == b""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("typed", [True, False], ids=["answered", "nothing-typed"])
+def test_a_stop_while_stdin_is_a_terminal_is_a_clean_one(tmp_path: Path, sig: signal.Signals, typed: bool) -> None:
+    """`serve` run by hand (stdin a terminal, left open: nobody presses Enter or Ctrl-D after the stop), stopped once
+    it has answered a request typed there, or once it is ready with nothing typed: exit 0, not a read of the terminal
+    that keeps the process alive."""
+    log = tmp_path / "stderr.log"
+    terminal, line = pty.openpty()  # canonical mode, as a person's terminal: a line is read once Enter ends it
+    try:
+        with _serve(tmp_path, stdin=line) as process:
+            assert process.stdout is not None
+            os.close(line)
+            if typed:
+                os.write(terminal, INITIALIZE.encode())
+                answer = json.loads(process.stdout.readline())
+                assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "stops"
+            else:
+                wait_until(lambda: "serving 'stops'" in tail(log), "serving", process=process, log=log)
+            process.send_signal(sig)
+            assert _stopped_cleanly(process, log) == b""
+    finally:
+        os.close(terminal)
 
 
 def test_a_stop_once_the_port_accepts_is_a_clean_one(tmp_path: Path) -> None:
