@@ -132,6 +132,31 @@ def test_an_invalid_entry_fails_the_listing_as_the_sdk_client_fails_it(mode: str
     anyio.run(main)
 
 
+@pytest.mark.parametrize("answer", ["none", "junk"])
+def test_a_page_not_answered_times_out_and_is_cancelled_upstream(answer: str, tmp_path: Path) -> None:
+    """No answer, or one that is no JSON-RPC result (the SDK's session drops it): the listing fails at its own
+    timeout, the upstream is told it was given up, and the connection stays."""
+    env = {**_serve(tmp_path, {"0": {"resources": EVERY_KIND}}), "PAGE_ANSWER": answer}
+
+    async def main() -> None:
+        up = Upstream("p", StdioTarget([sys.executable, str(HERE / "page_upstream.py")], env=env), mode="legacy",
+                      timeout=30.0, connect_timeout=30.0, list_timeout=0.5)
+        try:
+            await up.connect()
+            with pytest.raises(SourceError, match=r"no answer to resources/list within 0.5s"):
+                await up.list_resources()
+            with anyio.fail_after(10):
+                while len(seen := (tmp_path / "ids").read_text().splitlines()) < 2:
+                    await anyio.sleep(0.05)
+            sent, cancelled = (json.loads(line) for line in seen)
+            assert str(sent).startswith("agg-") and cancelled == {"cancelled": sent}
+            assert up.status.state == "connected" and up.status.reconnects == 0
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
 # ---- the dict check against the SDK's checks ----
 
 _TEXT = st.one_of(st.none(), st.text(max_size=4), st.integers(-2, 2), st.booleans(), st.floats(allow_nan=False))
