@@ -16,8 +16,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 
-__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_answer", "read_result",
-           "timestamp"]
+__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_answer",
+           "read_result", "timestamp"]
 
 MAX_SIZE = 2**63
 """Sizes from here on are no size (an array of signed 64-bit integers keeps them)."""
