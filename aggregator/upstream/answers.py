@@ -16,7 +16,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 
-__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_answer", "read_result"]
+__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_answer",
+           "read_result", "timestamp"]
 
 MAX_SIZE = 2**63
 """Sizes from here on are no size (an array of signed 64-bit integers keeps them)."""
@@ -46,10 +47,11 @@ def listed(resource: types.Resource) -> ListedResource:
     annotations = resource.annotations
     return ListedResource(str(resource.uri), resource.name, resource.title, resource.description,
                           resource.mime_type, size if isinstance(size, int) and 0 <= size < MAX_SIZE else None,
-                          _timestamp(annotations.last_modified if annotations is not None else None))
+                          timestamp(annotations.last_modified if annotations is not None else None))
 
 
-def _timestamp(value: object) -> float | None:
+def timestamp(value: object) -> float | None:
+    """`annotations.lastModified` as a timestamp, None when it is not an ISO 8601 time."""
     if isinstance(value, datetime.datetime):
         return value.timestamp()
     if isinstance(value, str):

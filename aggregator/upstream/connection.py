@@ -36,6 +36,7 @@ from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_fo
 from aggregator.upstream.http_session import SessionWatch
 from aggregator.upstream.lane import Callback, Lane, Sent, result_of
 from aggregator.upstream.link import Link
+from aggregator.upstream.pages import Page, model_page, resource_page
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
 from aggregator.upstream.transports import HttpTarget, Target
 
@@ -313,24 +314,31 @@ class Upstream:
         # A transport failure under a call: the caller sees SourceError.
         return SourceError(f"{self.describe()}: {what}: {describe_failure(exc)}")
 
-    async def _paginate(self, what: str, page: Callable[[Client, str | None], Awaitable[Any]],
-                        items: Callable[[Any], list[Any]]) -> Listing:
+    async def _paginate(self, what: str, page: Callable[[Client, str | None, int], Awaitable[Page]]) -> Listing:
         listing = await self._call(what, lambda client: paginate(
-            client, what, page, items, self.max_pages, self.max_entries), self.list_timeout)
+            what, lambda cursor, room: page(client, cursor, room), self.max_pages, self.max_entries), self.list_timeout)
         self._cuts.heard(what, listing)
         return listing
 
     async def list_resources(self) -> Listing:
-        """Every resource the upstream lists (cursors followed, capped); items are `ListedResource` records."""
-        return await self._paginate(
-            "resources/list", lambda c, cursor: c.list_resources(cursor=cursor, cache_mode="bypass"),
-            lambda r: [listed(resource) for resource in r.resources])
+        """Every resource the upstream lists (cursors followed, capped); items are `ListedResource` records. Over
+        stdio its pages come on the lean lane as dicts (`pages.resource_page`), but with tracing on (the SDK's span)."""
+        async def page(client: Client, cursor: str | None, room: int) -> Page:
+            lane = self._conn.lane if self._conn is not None and self._conn.client is client else None
+            if lane is not None and lane.ready and not tracing.enabled():
+                return resource_page(await lane.list_resources(cursor), client.protocol_version or _LEGACY, room)
+            result = await client.list_resources(cursor=cursor, cache_mode="bypass")
+            return model_page(client, result, result.resources, room, listed)
+
+        return await self._paginate("resources/list", page)
 
     async def list_templates(self) -> Listing:
         """Every resource template the upstream lists; items are `mcp_types.ResourceTemplate`."""
-        return await self._paginate(
-            "resources/templates/list", lambda c, cursor: c.list_resource_templates(cursor=cursor, cache_mode="bypass"),
-            lambda r: list(r.resource_templates))
+        async def page(client: Client, cursor: str | None, room: int) -> Page:
+            result = await client.list_resource_templates(cursor=cursor, cache_mode="bypass")
+            return model_page(client, result, result.resource_templates, room)
+
+        return await self._paginate("resources/templates/list", page)
 
     async def read(self, uri: str, max_bytes: int) -> UpstreamRead:
         """The contents of `uri`; SourceNotFound if the upstream has none, SourceTooLarge past `max_bytes`.
@@ -471,6 +479,8 @@ class Upstream:
 
 
 _READ = "resources/read"
+_LEGACY = "2025-11-25"
+"""The wire the SDK's client checks results against before a handshake told it one."""
 
 
 def _version() -> str:

@@ -1,5 +1,7 @@
-"""A lean lane for `resources/read` on a stdio upstream: the request written straight to the child's stdin and its
-answer taken off stdout before the SDK's session sees it, beside the SDK's own traffic on the same pipe.
+"""A lean lane for `resources/read` (and `resources/list` pages) on a stdio upstream: the request written straight
+to the child's stdin and its answer taken off stdout before the SDK's session sees it, beside the SDK's own traffic
+on the same pipe. A listing page's answer is handed over as the wire's dict (`pages.resource_page` checks it), its
+memory not multiplied by the SDK's models.
 
 Through the SDK's client a read cost the gateway about five times a bare JSON-RPC exchange (request and result
 models, the dispatcher's span, memory streams and the writer task between them; benchmarks/upstream_hop.py), most
@@ -32,6 +34,7 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 __all__ = ["ID_MARK", "Callback", "Lane", "Sent", "Waiter", "result_of"]
 
@@ -62,6 +65,8 @@ class Lane:
         self._deadlines: deque[tuple[float, Waiter]] = deque()
         """Reads waiting with a timeout, by deadline (one timeout per lane: later reads, later deadlines)."""
         self._sweep: asyncio.TimerHandle | None = None
+        self._enveloped: set[str] = set()
+        """Requests whose answer is taken only with a valid JSON-RPC envelope (listings)."""
         self._telling: set[asyncio.Task[None]] = set()
         """Cancellations of given-up reads on their way upstream."""
         self.ready = False
@@ -88,6 +93,8 @@ class Lane:
         request_id = message.get("id")
         if not isinstance(request_id, str) or not request_id.startswith(_PREFIX) or "method" in message:
             return False
+        if request_id in self._enveloped and (message := _answer_of(message)) is None:
+            return True  # not a JSON-RPC answer: the SDK's session drops it too
         waiting = self._waiting.pop(request_id, None)
         if waiting is not None and not waiting.done():  # an answer to a read given up is dropped
             waiting.set_result(message)
@@ -110,7 +117,37 @@ class Lane:
         error answer or a connection that ended, TimeoutError past `timeout` seconds (None: the caller bounds it)."""
         if self._closed:
             raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
-        request_id, line = self._request(uri)
+        return result_of(await self._ask(*self._request(uri), timeout))
+
+    async def list_resources(self, cursor: str | None) -> dict[str, Any]:
+        """The upstream's result for one `resources/list` page from `cursor` (None: the first), as the wire gave it
+        (whatever its resultType, as the SDK's client takes it; the caller checks it, `pages.resource_page`); MCPError
+        for an error answer or a connection that ended. The request is the SDK client's: the cursor when there is
+        one, the modern wire's envelope; its answer is taken only once its JSON-RPC envelope is valid, as the SDK's
+        session takes one (any other is dropped and the page waits on). Its time is the caller's to bound."""
+        if self._closed:
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
+        request_id = f"{_PREFIX}{next(self._ids)}"
+        params: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
+        if self._meta is not None:
+            params["_meta"] = self._meta
+        request = {"jsonrpc": "2.0", "id": request_id, "method": "resources/list", **({"params": params} if params
+                                                                                       else {})}
+        self._enveloped.add(request_id)
+        try:
+            message = await self._ask(request_id, json.dumps(request, separators=(",", ":")).encode() + b"\n", None)
+        finally:
+            self._enveloped.discard(request_id)
+        if message is None:
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
+        if "error" in message:
+            error = message["error"]
+            raise MCPError(error.code, error.message, error.data)
+        return message["result"]
+
+    async def _ask(self, request_id: str, line: bytes, timeout: float | None) -> dict[str, Any] | None:
+        """Send `line` (request `request_id`) and wait for its answer: the message, None when the connection ended;
+        TimeoutError past `timeout` seconds. A request given up is cancelled upstream."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[dict[str, Any] | None] = loop.create_future()
         self._waiting[request_id] = answer
@@ -133,7 +170,7 @@ class Lane:
             self._swept()
             if not answered and self._waiting.pop(request_id, None) is not None and not self._closed:
                 await self._cancel(request_id)
-        return result_of(message)
+        return message
 
     def send(self, uri: str, waiter: Waiter, timeout: float) -> Sent | None:
         """Ask for `uri` now, its answer (the message, None when the connection ended, TimeoutError past `timeout`)
@@ -268,6 +305,18 @@ class Sent:
 def _expire(answer: Waiter) -> None:
     if not answer.done():
         answer.set_exception(TimeoutError())
+
+
+def _answer_of(message: dict[str, Any]) -> dict[str, Any] | None:
+    """An answer as the SDK's session takes it (its envelope validated: the result, or the error's fields as
+    validated), None for a message it drops."""
+    try:
+        checked = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+    except ValidationError:
+        return None
+    if isinstance(checked, types.JSONRPCError):
+        return {"error": checked.error}
+    return {"result": checked.result} if isinstance(checked, types.JSONRPCResponse) else None
 
 
 def result_of(message: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Following a listing's cursors: every page of resources/list (or templates/list) into one `Listing`, capped in
 entries (`maxEntries`) and pages, cut short when the cursors loop.
 
-Each page is made into the records kept (`items`) as it arrives and its SDK models dropped, so a listing holds
-what it keeps, not the messages; after a big one the heap is trimmed (`aggregator.heap`), since the process would
+Each page is made into the records kept as it arrives (`pages.Page`: its dicts or SDK models dropped), so a listing
+holds what it keeps, not the messages; after a big one the heap is trimmed (`aggregator.heap`), since the process would
 otherwise keep the peak of the largest page it ever parsed.
 """
 
@@ -12,10 +12,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp import Client
-
 from aggregator import heap
-from aggregator.upstream.answers import Listing, hints
+from aggregator.upstream.answers import Listing
+from aggregator.upstream.pages import Page
 
 __all__ = ["MAX_ENTRIES", "CutNotice", "pages_for", "paginate"]
 
@@ -32,11 +31,11 @@ def pages_for(max_entries: int) -> int:
     return max(1, max_entries // ENTRIES_PER_PAGE)
 
 
-async def paginate(client: Client, what: str, page: Callable[[Client, str | None], Awaitable[Any]],
-                   items: Callable[[Any], list[Any]], max_pages: int, max_entries: int) -> Listing:
-    """The records (`items` of each page) of every page `page` gives from the first cursor on, at most
-    `max_entries`; `truncated` (and `cut` says where) when cut there, past `max_pages` pages, or when a cursor
-    comes again. The caller logs it (`CutNotice`)."""
+async def paginate(what: str, page: Callable[[str | None, int], Awaitable[Page]], max_pages: int,
+                   max_entries: int) -> Listing:
+    """The records of every page `page` gives (of a cursor, with the room left for records) from the first cursor
+    on, at most `max_entries`; `truncated` (and `cut` says where) when cut there, past `max_pages` pages, or when a
+    cursor comes again. The caller logs it (`CutNotice`)."""
     found: list[Any] = []
     ttls: list[int] = []
     scopes: set[str] = set()
@@ -45,19 +44,15 @@ async def paginate(client: Client, what: str, page: Callable[[Client, str | None
     parsed = 0
     cut: str | None = None
     for _ in range(max_pages):
-        result = await page(client, cursor)
-        batch = items(result)
-        ttl, scope = hints(client, result)
-        cursor = result.next_cursor
-        del result  # the page's SDK models go now: only the records are kept
-        parsed += len(batch)
-        if ttl is not None:
-            ttls.append(ttl)
-        if scope is not None:
-            scopes.add(scope)
-        room = max_entries - len(found)
-        found.extend(batch if len(batch) <= room else batch[:room])
-        del batch
+        got = await page(cursor, max_entries - len(found))
+        cursor = got.next_cursor
+        parsed += got.parsed
+        if got.ttl_ms is not None:
+            ttls.append(got.ttl_ms)
+        if got.cache_scope is not None:
+            scopes.add(got.cache_scope)
+        found.extend(got.items)
+        del got  # only the records are kept
         if len(found) >= max_entries and (cursor is not None or parsed > max_entries):
             cut = f"at {max_entries:,} entries (maxEntries)"
             break
