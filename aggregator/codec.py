@@ -5,7 +5,9 @@ the stdlib wherever it refuses, so what it takes or writes is taken or written a
 Where the two differ and orjson does not refuse: an integer past 64 bits is parsed as the nearest float (as a
 JavaScript peer reads it), a value nested deeper than the stdlib's recursion limit allows (but at most 1,024 levels)
 is parsed, and NaN or an infinity is written as `null` (the stdlib writes `NaN`, which is not JSON). A float may be
-written in another of its shortest forms (`1e-7` for the stdlib's `1e-07`): the same number.
+written in another of its shortest forms (`1e-7` for the stdlib's `1e-07`): the same number. So an upstream's
+integer past 64 bits where the SDK's models want an integer (a resource's `size` of 2**70) fails their check, and
+the page holding it is malformed, as it would be to a JavaScript client.
 """
 
 from __future__ import annotations
