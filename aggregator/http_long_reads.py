@@ -72,15 +72,15 @@ class LongRead:
     (nothing is to be sent); `streaming`: the SSE stream was started (the answer goes as its last event,
     `event(...)`)."""
 
-    __slots__ = ("_legacy", "_owner", "_receive", "_send", "_session", "_task", "gone", "started", "streaming",
-                 "watcher")
+    __slots__ = ("_legacy", "_over", "_owner", "_receive", "_send", "_session", "_task", "gone", "started",
+                 "streaming", "watcher")
 
     def __init__(self, owner: LongReads, started: float, receive: Receive, send: Send, legacy: bool,
                  session_id: str | None) -> None:
         self._owner, self.started, self._task = owner, started, asyncio.current_task()
         self._receive, self._send, self._legacy, self._session = receive, send, legacy, session_id
         self.watcher: asyncio.Task[None] | None = None
-        self.gone = self.streaming = False
+        self.gone = self.streaming = self._over = False
 
     async def run(self) -> None:
         """The watcher: SSE and pings on the SDK's schedule, and on the modern wire the read cancelled when the
@@ -90,16 +90,21 @@ class LongRead:
                 pass  # the rest of a body already read: only the disconnect is waited for
             self._cancel()
             return
-        loop = asyncio.get_running_loop()
         deadline = self.started + SSE_WINDOW
         if self._legacy:  # the legacy transport's stream is open from the start
             self.streaming = True
             await self._send({"type": "http.response.start", "status": 200,
                               "headers": legacy_sse_head(self._session)})
-        while True:
+        while not self._over:
             try:
-                message = await asyncio.wait_for(self._receive(), max(0.0, deadline - loop.time()))
+                # Not asyncio.wait_for: on Python 3.11 it returns a message that came in the same turn as `end()`'s
+                # cancel and drops the cancel, and this loop then pinged on forever with `end()` waiting for it (a
+                # read of a cold herd never answered). A timeout scope lets the cancel through.
+                async with asyncio.timeout_at(deadline):
+                    message = await self._receive()
             except TimeoutError:
+                if self._over:
+                    return
                 if not self.streaming:
                     self.streaming = True
                     await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
@@ -122,10 +127,11 @@ class LongRead:
     async def end(self) -> None:
         """Stop watching; once this returns nothing more is sent for the read but its answer."""
         self._owner._ended(self)
+        self._over = True  # the watcher sends nothing more, even if its cancel were lost
         watcher = self.watcher
         if watcher is not None and not watcher.done():
             watcher.cancel()
-            await asyncio.wait({watcher})  # its own cancellation, not raised here
+            await asyncio.wait({watcher}, timeout=SSE_WINDOW)  # its own cancellation, not raised here
 
     def settle(self) -> bool:
         """After the read's task caught a CancelledError: True (the cancellation withdrawn) when it was ours, for a

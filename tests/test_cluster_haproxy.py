@@ -286,8 +286,9 @@ def test_a_cold_herd_of_50_reads_through_haproxy_costs_one_upstream_get(tmp_path
                     texts.append(getattr(result.contents[0], "text", ""))
 
                 before = await anyio.to_thread.run_sync(_per_replica, c, "resources/read")
-                # Once in CI (2026-11-28, a loaded machine) a read of the herd never came back: bounded here, so
-                # that the replicas' logs say where, rather than pytest-timeout's stacks of this process.
+                # Once in CI (2026-11-28, a loaded machine) a read of the herd never came back (a long read's
+                # watcher lost its cancel: tests/test_http_long_reads.py): bounded here, so that the replicas' logs
+                # say where, rather than pytest-timeout's stacks of this process.
                 with anyio.move_on_after(HERD_WITHIN) as waited:
                     async with anyio.create_task_group() as tg:
                         for n in range(50):
