@@ -24,7 +24,27 @@ class JsonFormatter(logging.Formatter):
         out.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+        line = json.dumps(out, default=str, ensure_ascii=False)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a file name that is not UTF-8, as os.fsdecode keeps it)
+            line = json.dumps(_visible(out), default=str, ensure_ascii=False)
+        return line
+
+
+def _visible(value: object) -> object:
+    """`value` with each lone surrogate of its strings written out as its escape (`caf\\udce9`), as text: stderr
+    would write the character itself as that escape inside a JSON string, which then reads as a lone surrogate, and
+    a strict JSON reader refuses the line."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_visible(k): _visible(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_visible(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _visible(str(value))  # what `default=str` would write of it
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:
