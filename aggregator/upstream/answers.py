@@ -16,8 +16,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 
-__all__ = ["ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed", "read_answer",
-           "read_result", "timestamp"]
+__all__ = ["CACHE_SCOPES", "ListedResource", "Listing", "UpstreamContent", "UpstreamRead", "hints", "listed",
+           "plain_meta", "read_answer", "read_result", "timestamp"]
 
 MAX_SIZE = 2**63
 """Sizes from here on are no size (an array of signed 64-bit integers keeps them)."""
@@ -119,15 +119,15 @@ def read_answer(label: str, uri: str, result: dict[str, Any], max_bytes: int, mo
     upstreams answer: text or blob contents of plain values, valid hints (`modern`: the wire that has them). None for
     any other shape: the model decides those (it rejects or coerces them), so what this takes it would take alike."""
     contents = result.get("contents")
-    if type(contents) is not list or not _plain_meta(result):
+    if type(contents) is not list or not plain_meta(result):
         return None
     ttl_ms, cache_scope = result.get("ttlMs"), result.get("cacheScope")
     if ("ttlMs" in result and (type(ttl_ms) is not int or ttl_ms < 0)) or (
-            "cacheScope" in result and cache_scope not in _SCOPES):
+            "cacheScope" in result and cache_scope not in CACHE_SCOPES):
         return None
     items: list[tuple[str, str | None, str | None, str]] = []
     for item in contents:
-        if type(item) is not dict or not _plain_meta(item):
+        if type(item) is not dict or not plain_meta(item):
             return None
         item_uri, mime_type, text, blob = item.get("uri"), item.get("mimeType"), item.get("text"), item.get("blob")
         if (type(item_uri) is not str or (mime_type is not None and type(mime_type) is not str)
@@ -139,10 +139,12 @@ def read_answer(label: str, uri: str, result: dict[str, Any], max_bytes: int, mo
     return _read(label, uri, items, max_bytes, ttl_ms, cache_scope)
 
 
-_SCOPES = ("public", "private")
+CACHE_SCOPES = ("public", "private")
+"""The `cacheScope` values a result may carry (2026-07-28)."""
 
 
-def _plain_meta(value: dict[str, Any]) -> bool:
+def plain_meta(value: dict[str, Any]) -> bool:
+    """Whether `value` has no `_meta` or an object there, as the SDK's models take it."""
     meta = value.get("_meta")
     return meta is None or type(meta) is dict
 

@@ -28,7 +28,8 @@ from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from aggregator.upstream.answers import MAX_SIZE, ListedResource, hints, listed, timestamp
+from aggregator.upstream.answers import (CACHE_SCOPES, MAX_SIZE, ListedResource, hints, listed, plain_meta,
+                                         timestamp)
 
 __all__ = ["Page", "client_result", "model_page", "resource_page"]
 
@@ -39,7 +40,6 @@ _RECORDED = {"uri": "", "name": ""}
 """What the SDK's checks see in place of an entry already recorded (a valid one: it adds no error)."""
 _ROLES = ("user", "assistant")
 _THEMES = ("light", "dark")
-_SCOPES = ("public", "private")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ def _plain_hints(result: dict[str, Any], modern: bool) -> tuple[int | None, str 
     if not modern:  # the 2025-11-25 wire has no hints: the SDK drops what a later revision declares
         return None, None
     ttl_ms, scope = result.get("ttlMs"), result.get("cacheScope")
-    if type(ttl_ms) is not int or scope not in _SCOPES or type(result.get("resultType")) is not str:
+    if type(ttl_ms) is not int or scope not in CACHE_SCOPES or type(result.get("resultType")) is not str:
         return None
     return max(ttl_ms, 0), scope  # the SDK floors a negative ttlMs at 0
 
@@ -133,7 +133,7 @@ def _record(entry: Any) -> ListedResource | None:
                                            entry.get("size"))
     if ((title is not None and type(title) is not str) or (description is not None and type(description) is not str)
             or (mime_type is not None and type(mime_type) is not str) or (size is not None and type(size) is not int)
-            or not _plain_meta(entry) or not _plain_icons(entry.get("icons"))):
+            or not plain_meta(entry) or not _plain_icons(entry.get("icons"))):
         return None
     annotations, mtime = entry.get("annotations"), None
     if annotations is not None:
@@ -142,11 +142,6 @@ def _record(entry: Any) -> ListedResource | None:
         mtime = timestamp(annotations.get("lastModified"))
     return ListedResource(uri, name, title, description, mime_type,
                           size if size is not None and 0 <= size < MAX_SIZE else None, mtime)
-
-
-def _plain_meta(value: dict[str, Any]) -> bool:
-    meta = value.get("_meta")
-    return meta is None or type(meta) is dict
 
 
 def _plain_annotations(annotations: dict[str, Any]) -> bool:
