@@ -16,7 +16,7 @@ from aggregator.manifest.model import ConvertSettings
 __all__ = ["CacheKey", "FileKey", "Forget", "QueryKey"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class FileKey:
     """A file's content: decoded as `mime_type`, decompressed or not, converted (with these limits) or not: a
     conversion never shares an entry with the file's bytes."""

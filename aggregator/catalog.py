@@ -84,7 +84,7 @@ class QueryTarget:
     access: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FileTarget:
     """A file of a source: listed, or a template's path filled in."""
 

@@ -69,7 +69,7 @@ _SNIFF_BYTES = 8192
 _GUNZIP_CHUNK = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Content:
     """A resource body ready to serve: exactly one of `text` and `blob` is set."""
 

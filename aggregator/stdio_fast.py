@@ -49,7 +49,7 @@ Answer = Callable[[types.RequestId, bytes | None, types.ErrorData | None], Await
 """Writes one answer: the encoded response line, or an error to encode."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Context:
     """What the read handler uses of the SDK's request context: the method, the wire's version, no HTTP request;
     and that a listing's items may come as `ItemsText` (`page_line` writes them as they are)."""
@@ -61,12 +61,12 @@ class _Context:
     items_text: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Params:
     uri: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _ListParams:
     cursor: str | None
 
@@ -134,7 +134,7 @@ class FastReads:
     def take(self, line: bytes, answer: Answer) -> types.RequestId | None:
         """Start answering `line` if it is a request this path serves exactly as the SDK would, and return its id;
         None (nothing done) otherwise."""
-        if _MARK not in line or self.era is None or (self.era == "legacy" and not self.gate_open):
+        if line.find(_MARK) < 0 or self.era is None or (self.era == "legacy" and not self.gate_open):
             return None
         try:
             message: dict[str, Any] = loads_strict(line)

@@ -21,7 +21,7 @@ from aggregator.tracing import span
 __all__ = ["Reader", "Served", "served_of"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Served:
     """A read's content with how long a client may keep it and whether it depends on who asked, all from the
     snapshot the content came from."""

@@ -28,7 +28,7 @@ class FileInfo:
     """The type the backend knows the file to have (a SQL table's schema document is JSON), if any."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Blob:
     """A file's bytes as read, with what the backend said about them."""
 

@@ -50,7 +50,7 @@ LISTING_REUSE_S = 2.0
 """How long one upstream listing answers stat/list calls (a catalog build stats every resource it lists)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class McpBlob(Blob):
     """A read's bytes with the upstream's caching hints (modern wire only; None when absent)."""
 

@@ -77,7 +77,7 @@ class Listing:
     """Where and why it was cut short (for the log), when `truncated`."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpstreamContent:
     uri: str
     mime_type: str | None
@@ -85,7 +85,7 @@ class UpstreamContent:
     is_text: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpstreamRead:
     """A read's contents (the one for the URI asked first), with the upstream's caching hints when it gave them."""
 
