@@ -177,26 +177,29 @@ def is_text_mime(mime_type: str) -> bool:
     )
 
 
-def decode_body(data: bytes, mime_type: str | None, max_age: float | None = None, private: bool = False) -> Content:
+def decode_body(data: bytes, mime_type: str | None, max_age: float | None = None, private: bool = False,
+                decoded: str | None = None) -> Content:
     """Text when the type says text (or, untyped, the bytes look like text) and the bytes are UTF-8; else a blob.
-    `max_age` and `private` are what the backend said of it (`Content`'s)."""
+    `max_age` and `private` are what the backend said of it (`Content`'s); `decoded`, the text `data` is the UTF-8
+    of, when the backend sent it so (not decoded again)."""
     if mime_type is None:
         looks_text = b"\x00" not in data[:_SNIFF_BYTES]
-        text = _utf8(data) if looks_text else None
+        text = _utf8(data, decoded) if looks_text else None
         if text is not None:
             return Content("text/plain", text, None, max_age, private)
         return Content("application/octet-stream", None, data, max_age, private)
     if is_text_mime(mime_type):
-        text = _utf8(data)
+        text = _utf8(data, decoded)
         if text is not None:
             return Content(mime_type, text, None, max_age, private)
     return Content(mime_type, None, data, max_age, private)
 
 
-def _utf8(data: bytes) -> str | None:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+def _utf8(data: bytes, decoded: str | None) -> str | None:
+    if decoded is None:
+        try:
+            decoded = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     # A byte-order mark is an encoding artefact, not content.
-    return text[1:] if text.startswith("\ufeff") else text
+    return decoded[1:] if decoded.startswith("\ufeff") else decoded

@@ -79,7 +79,7 @@ def typed(target: FileTarget, blob: Blob, data: bytes) -> Content:
     # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
     upstream = None if target.decompress else blob.mime_type
     declared = target.mime_type if target.mime_declared or not upstream else upstream
-    return decode_body(data, declared, blob.max_age, blob.private)
+    return decode_body(data, declared, blob.max_age, blob.private, blob.text if data is blob.data else None)
 
 
 def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:

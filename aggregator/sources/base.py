@@ -40,6 +40,9 @@ class Blob:
     """Seconds the backend says the bytes may be kept, if it says (an MCP upstream's ttlMs)."""
     private: bool = False
     """The backend says the bytes depend on who asked (an MCP upstream's cacheScope: private)."""
+    text: str | None = None
+    """The bytes as the text the backend sent, when it sent text (an MCP upstream's): `data` is its UTF-8, which a
+    read need not decode again."""
 
 
 @dataclass(frozen=True, slots=True)

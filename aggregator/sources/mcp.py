@@ -223,7 +223,7 @@ class McpSource(Source):
         content = result.first
         return McpBlob(content.data, self.values.mime_type(content.mime_type), None,
                        None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",
-                       result.ttl_ms, result.cache_scope)
+                       content.text, result.ttl_ms, result.cache_scope)
 
     async def version(self, path: str | None) -> str | None:
         """A digest of the content (MCP has no cheaper version); None when gone or for queries."""

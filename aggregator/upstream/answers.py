@@ -83,6 +83,9 @@ class UpstreamContent:
     mime_type: str | None
     data: bytes
     is_text: bool
+    text: str | None = None
+    """The text sent, when `data` is its UTF-8 (None: a blob, or text holding a lone surrogate, which only
+    `surrogatepass` encodes and no decoding gives back)."""
 
 
 @dataclass(slots=True)
@@ -159,17 +162,21 @@ def _read(label: str, uri: str, items: list[tuple[str, str | None, str | None, s
         if text is not None:
             if len(text) > max_bytes:  # a character is at least one byte
                 raise SourceTooLarge(len(text), max_bytes)
-            data, is_text = text.encode("utf-8", "surrogatepass"), True
+            try:
+                data, kept = text.encode("utf-8"), text
+            except UnicodeEncodeError:  # a lone surrogate: kept in the bytes, which decoding them refuses
+                data, kept = text.encode("utf-8", "surrogatepass"), None
+            is_text = True
         else:
             if len(blob) // 4 * 3 > max_bytes + 3:
                 raise SourceTooLarge(len(blob) // 4 * 3, max_bytes)
             try:
-                data, is_text = base64.b64decode(blob, validate=True), False
+                data, is_text, kept = base64.b64decode(blob, validate=True), False, None
             except (binascii.Error, ValueError):
                 raise SourceError(f"{label}: resources/read {uri}: a blob that is not base64") from None
         if len(data) > max_bytes:
             raise SourceTooLarge(len(data), max_bytes)
-        contents.append(UpstreamContent(item_uri, mime_type, data, is_text))
+        contents.append(UpstreamContent(item_uri, mime_type, data, is_text, kept))
     # The content for the URI asked comes first; a read may return sub-resources beside it.
     if len(contents) > 1:
         contents.sort(key=lambda c: c.uri != uri)
