@@ -18,8 +18,10 @@ import pytest
 from aggregator.service import ResourceService
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import ManifestError
+from tests.command import aggregator
 from tests.conftest import MODES, connect, write_manifest
 from tests.http_server import serve
+from tests.isolation import free_port
 
 TEAM = """
     version: 1
@@ -204,6 +206,26 @@ def test_include_by_s3_url(tmp_path: Path) -> None:
     finally:
         server.stop()
 
+
+def test_s3_includes_on_a_refused_endpoint_fail_validate_at_once(tmp_path: Path) -> None:
+    """Each is a located error naming why no connection was made, after one attempt, as for S3 sources
+    (botocore's legacy mode tried 5 times with growing waits: ~7 s per include, 20 s or more for these three)."""
+    pytest.importorskip("s3fs", reason="s3fs is not installed")
+    port = free_port()
+    urls = ["s3://bucket/x.yaml", "s3://bucket/y.yaml", "s3://other/z.yaml"]
+    options = f'{{key: k, secret: "s3-secret-2d7a", endpoint_url: "http://127.0.0.1:{port}"}}'
+    root = tmp_path / "root.yaml"
+    root.write_text("version: 1\nserver: {name: t}\ninclude:\n" +
+                    "".join(f'  - {{url: "{url}", options: {options}}}\n' for url in urls))
+    started = time.monotonic()
+    done = aggregator("validate", str(root))
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    for key, url in enumerate(urls):
+        assert (f"{root}:{key + 4}:5: include[{key}]: cannot read included manifest {url!r}: connection refused "
+                f"127.0.0.1:{port}\n") in done.stderr, done.stderr
+    assert "s3-secret-2d7a" not in done.stderr + done.stdout
+    assert elapsed < 5, elapsed
 
 
 def test_include_from_a_git_repository_at_a_ref(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """How an S3 source meets a failing endpoint: one that cannot be connected to (refused, unresolvable) is reported
-after one attempt; resets, throttling and 5xx answers are retried a bounded number of times.
+after one attempt; resets, connections closed unanswered, throttling and 5xx answers are retried a bounded number
+of times, by botocore alone (s3fs's own loop around it multiplied the attempts).
 
 Real parts throughout: s3fs and botocore against a closed loopback port, a listener that resets every connection,
-and a proxy in front of moto's threaded S3 server that answers some requests with an error first.
+and a proxy in front of moto's threaded S3 server that answers some requests with an error, or closes their
+connection without answering, first.
 """
 
 from __future__ import annotations
@@ -11,15 +13,20 @@ import http.client
 import socket
 import struct
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import anyio
 import pytest
 
+from aggregator.errors import ResourceUnavailable
+from aggregator.service import ResourceService
 from aggregator.sources.base import SourceError
 from aggregator.sources.filesystem import FsspecSource
+from tests.conftest import write_manifest
 from tests.isolation import free_port
 from tests.test_sources_s3 import Store, start_store
 
@@ -27,6 +34,7 @@ pytest.importorskip("s3fs", reason="s3fs is not installed")
 
 CREDENTIALS = {"key": "test-key", "secret": "test-secret-value"}
 MAX_BYTES = 1 << 20
+METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 
 
 def open_source(endpoint: str, bucket: str = "bucket", **options: Any) -> FsspecSource:
@@ -129,10 +137,13 @@ def test_a_reset_connection_is_retried_a_bounded_number_of_times(resetting: Rese
 
 
 class FailingFirst(BaseHTTPRequestHandler):
-    """Answers the next `failures` requests with `answer` (status, S3 error code), forwards the others to moto."""
+    """Answers the next `failures` requests of `methods` with `answer`, forwards the others to moto. `answer`: a
+    status and S3 error code; None, the connection closed without an answer; "cut", moto's answer with half its
+    body, then the connection closed."""
 
     upstream = ""
-    answer = (503, "SlowDown")
+    answer: tuple[int, str] | Literal["cut"] | None = (503, "SlowDown")
+    methods = METHODS
     failures = 0
     failed = 0
     forwarded = 0
@@ -140,9 +151,15 @@ class FailingFirst(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         cls = type(self)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if cls.failures > 0:
+        if cls.failures > 0 and self.command in cls.methods:
             cls.failures -= 1
             cls.failed += 1
+            if cls.answer is None:
+                self.close_connection = True  # not a byte written: the client meets a closed connection
+                return
+            if cls.answer == "cut":
+                self.close_connection = True
+                return self._forward(body, cut=True)
             status, code = cls.answer
             payload = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>try again</Message>" \
                       f"</Error>".encode()
@@ -154,7 +171,11 @@ class FailingFirst(BaseHTTPRequestHandler):
                 self.wfile.write(payload)
             return
         cls.forwarded += 1
-        upstream = http.client.HTTPConnection(cls.upstream, timeout=10)
+        self._forward(body)
+
+    def _forward(self, body: bytes, cut: bool = False) -> None:
+        """The request sent on to moto and its answer passed back (with half its body when `cut`)."""
+        upstream = http.client.HTTPConnection(type(self).upstream, timeout=10)
         try:
             upstream.request(self.command, self.path, body=body or None, headers=dict(self.headers.items()))
             response = upstream.getresponse()
@@ -168,7 +189,7 @@ class FailingFirst(BaseHTTPRequestHandler):
         self.send_header("Content-Length", response.getheader("Content-Length") or str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(data)
+            self.wfile.write(data[:len(data) // 2] if cut else data)
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 
@@ -185,14 +206,28 @@ def store() -> Iterator[Store]:
     store.stop()
 
 
-@pytest.mark.parametrize("answer", [(503, "SlowDown"), (500, "InternalError")], ids=["throttled", "5xx"])
-def test_throttling_and_server_errors_are_still_retried(store: Store, answer: tuple[int, str]) -> None:
-    """Each call first meets an error answer, then the real store: it succeeds, having asked twice."""
+@pytest.fixture
+def proxy(store: Store) -> Iterator[str]:
+    """FailingFirst in front of `store` (answering every request as it is, until a test sets `failures`)."""
     FailingFirst.upstream = store.endpoint.removeprefix("http://")
+    FailingFirst.answer, FailingFirst.methods = (503, "SlowDown"), METHODS
+    FailingFirst.failures = FailingFirst.failed = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FailingFirst)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    FailingFirst.failures = 0
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("answer", [(503, "SlowDown"), (500, "InternalError"), None],
+                         ids=["throttled", "5xx", "closed-unanswered"])
+def test_throttling_server_errors_and_closed_connections_are_still_retried(proxy: str,
+                                                                           answer: tuple[int, str] | None) -> None:
+    """Each call first meets an error answer (or a connection closed unanswered), then the real store: it
+    succeeds, having asked twice."""
     FailingFirst.answer = answer
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), FailingFirst)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    source = open_source(f"http://127.0.0.1:{proxy.server_address[1]}", bucket="flaky")
+    source = open_source(proxy, bucket="flaky")
     results = []
 
     async def main() -> None:
@@ -200,10 +235,50 @@ def test_throttling_and_server_errors_are_still_retried(store: Store, answer: tu
             FailingFirst.failures, FailingFirst.failed = 1, 0
             results.append((await call(), FailingFirst.failed))
 
-    try:
-        anyio.run(main)
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
+    anyio.run(main)
     assert [failed for _, failed in results] == [1, 1, 1, 1]
     assert results[2][0].data == b"# A\n" and [f.path for f in results[3][0]] == ["a.md"]
+
+
+@pytest.mark.parametrize("methods", [{"GET", "HEAD"}, {"GET"}], ids=["every-request", "the-body's-request"])
+def test_a_read_whose_connections_close_unanswered_fails_within_seconds(tmp_path: Path, proxy: str,
+                                                                        methods: set[str]) -> None:
+    """A store that accepts and closes without answering: the read is ResourceUnavailable naming the URI (neither
+    the endpoint nor the secret) after botocore's 3 attempts, each resent once at once by aiohttp. s3fs's own loop
+    ran botocore's 5 times around (and 5 times around that for a ranged GET): 15 requests and ~10 s when the stat
+    met it, 75 and ~50 s when only the body's GET did."""
+    FailingFirst.answer, FailingFirst.methods, FailingFirst.failures = None, frozenset(methods), 10_000
+    path = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: closing}}
+        sources:
+          flaky: {{url: "s3://flaky/x", timeout: 20s,
+                   options: {{key: test-key, secret: test-secret-value, endpoint_url: "{proxy}"}}}}
+        templates:
+          - {{uriTemplate: "flaky://{{+key}}", name: file, source: flaky, path: "{{key}}"}}
+        """)
+
+    async def main() -> tuple[ResourceUnavailable, float]:
+        service = await ResourceService.open(path)
+        try:
+            started = time.monotonic()
+            with pytest.raises(ResourceUnavailable) as err:
+                await service.read("flaky://a.md")
+            return err.value, time.monotonic() - started
+        finally:
+            await service.aclose()
+
+    error, elapsed = anyio.run(main)
+    assert error.message == "Resource flaky://a.md could not be read right now"
+    assert "Connection was closed before" in (error.reason or ""), error.reason  # not the source's timeout
+    assert 3 <= FailingFirst.failed <= 6, FailingFirst.failed
+    assert elapsed < 6, elapsed  # botocore's backoff between its 3 attempts: at most 1 s, then 2 s
+
+
+def test_a_body_cut_short_is_asked_for_again(proxy: str) -> None:
+    """A GET whose body stops half-way: s3fs's own loop asks again (botocore's attempts end with the headers), as
+    often as it did; only failures botocore retried itself are no longer retried again around it."""
+    FailingFirst.answer, FailingFirst.methods, FailingFirst.failures = "cut", frozenset({"GET"}), 2
+    source = open_source(proxy, bucket="flaky")
+    blob = anyio.run(source.read, "a.md", MAX_BYTES)
+    assert blob.data == b"# A\n" and FailingFirst.failed == 2

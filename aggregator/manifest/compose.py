@@ -50,6 +50,7 @@ from aggregator.manifest.model import (
     is_url,
     namespaced_uri,
 )
+from aggregator.manifest.source_urls import S3_SCHEMES, url_scheme
 from aggregator.manifest.units import format_size
 from aggregator.manifest.yaml_marks import KeyPath, Marked, format_path, load_marked
 
@@ -150,6 +151,10 @@ def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None,
         return read_file_at_most(name, limit)
     import fsspec  # URLs only: local files need no filesystem layer
 
+    if url_scheme(name) in S3_SCHEMES:  # s3fs first: when it is missing, fsspec's error says what to install
+        fsspec.get_filesystem_class("s3")
+        from aggregator.s3_client import s3_options  # an S3 source's retries: none for a refused connection
+        options = s3_options(options or {})
     with fsspec.open(name, "rb", **dict(options or {})) as handle:
         size = getattr(handle, "size", None)  # when the store says (Content-Length, object size): refuse unread
         if isinstance(size, int) and size > limit:

@@ -15,10 +15,13 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-__all__ = ["file_url_path", "is_remote_git", "local_path", "url_scheme"]
+__all__ = ["S3_SCHEMES", "file_url_path", "is_remote_git", "local_path", "url_scheme"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://|^([A-Za-z][A-Za-z0-9.-]*\+[A-Za-z0-9+.-]*):")
 """`proto://...`, or a compound scheme without an authority (`mcp+stdio:`): a drive letter (`C:`) has no `+`."""
+S3_SCHEMES = frozenset({"s3", "s3a"})
+"""The schemes s3fs opens: their clients, for sources and for manifests read from such URLs alike, take
+`aggregator.s3_client`'s settings."""
 _REMOTE_GIT = re.compile(r"^(https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
 
 

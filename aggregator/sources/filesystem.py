@@ -22,6 +22,7 @@ import fsspec
 import fsspec.asyn
 
 from aggregator.globs import glob_prefix, path_filter
+from aggregator.manifest.source_urls import S3_SCHEMES
 from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.sources.base import Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge
 from aggregator.sources.progress import ListingProgress
@@ -30,7 +31,6 @@ __all__ = ["FsspecSource", "info_version"]
 
 T = TypeVar("T")
 _READ_CHUNK = 1024 * 1024
-_S3_PROTOCOLS = frozenset({"s3", "s3a"})  # s3fs's names
 
 
 def info_version(info: Mapping[str, Any]) -> str | None:
@@ -75,8 +75,8 @@ class FsspecSource(Source):
             fs_class = fsspec.get_filesystem_class(protocol)
         except (ValueError, ImportError) as exc:
             raise SourceError(f"no filesystem for protocol {protocol!r}: {exc}") from None
-        if protocol in _S3_PROTOCOLS:
-            from aggregator.sources.s3 import s3_options  # botocore's retries: bounded, none for a refused connection
+        if protocol in S3_SCHEMES:
+            from aggregator.s3_client import s3_options  # botocore's retries: bounded, none for a refused connection
 
             options = s3_options(options)
         # No listings cache: s3fs and others answer info() from the last listing, so an updated object would

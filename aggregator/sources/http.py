@@ -13,7 +13,6 @@ that for all such addresses (true) or for listed networks only.
 from __future__ import annotations
 
 import email.utils
-import errno
 import ipaddress
 import re
 import socket
@@ -26,6 +25,7 @@ import yarl
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import ThreadedResolver
 
+from aggregator.connect_errors import connect_failure
 from aggregator.paths import UnsafePath, safe_relpath
 from aggregator.sources.addresses import AddressPolicy
 from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, SourceNotFound, SourceTooLarge,
@@ -34,7 +34,7 @@ from aggregator.sources.base import (Blob, FileInfo, Source, SourceError, Source
 if TYPE_CHECKING:
     from aiohttp.abc import ResolveResult  # aiohttp 3.10+; only annotations name it
 
-__all__ = ["AddressPolicy", "HttpSource", "connect_failure"]
+__all__ = ["AddressPolicy", "HttpSource"]
 
 MAX_REDIRECTS = 5
 _CHUNK = 64 * 1024
@@ -190,24 +190,6 @@ class HttpSource(Source):
 
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         raise SourceUnsupported("an HTTP source cannot be listed: use resources or templates for it")
-
-
-def connect_failure(exc: aiohttp.ClientConnectorError) -> str:
-    """Why a connection failed, for the operator: the host and port and the system's reason (never headers)."""
-    where = f"{exc.host}:{exc.port}"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return f"DNS name not resolved: {exc.host}"
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return f"TLS certificate refused for {where}: {exc.certificate_error}"
-    if isinstance(exc, aiohttp.ClientConnectorSSLError):
-        return f"TLS handshake with {where} failed"
-    os_error = exc.os_error
-    if isinstance(os_error, ConnectionRefusedError) or os_error.errno == errno.ECONNREFUSED:
-        return f"connection refused {where}"
-    if isinstance(os_error, TimeoutError):
-        return f"connection to {where} timed out"
-    reason = os_error.strerror or type(os_error).__name__
-    return f"cannot connect to {where}: {reason[:1].lower()}{reason[1:]}"
 
 
 def _check_status(response: Any) -> None:

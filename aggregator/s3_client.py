@@ -1,11 +1,14 @@
-"""The retry policy of S3 sources (s3fs on aiobotocore): bounded retries for what may pass, none for an endpoint
-that cannot be connected to.
+"""The S3 client settings (s3fs on aiobotocore) of S3 sources and of manifests read from `s3://` URLs: bounded
+retries for what may pass, none for an endpoint that cannot be connected to, and one retry loop, botocore's.
 
 botocore's default ("legacy", 5 attempts with exponential backoff) retries a refused connection or an unknown
 name like a throttled request, so a source on a wrong or stopped endpoint took 7-11 s to report it, on every
 probe, read and listing. Here the client is configured with botocore's "standard" mode and 3 attempts (throttling,
-5xx answers, resets and timeouts), and its HTTP session reports a connection that could not be made at once, as
-an error neither botocore nor s3fs retries. The manifest's `options.config_kwargs` still override each setting.
+5xx answers, resets, connections closed unanswered, timeouts), and its HTTP session raises, for a connection that
+could not be made, an error neither botocore nor s3fs retries, and for a request that got no answer, one botocore
+retries and s3fs does not: s3fs's own loop ran botocore's 3 attempts 5 times over (and 5 times over that for a
+ranged GET), so a store closing connections unanswered cost 15 requests and ~10 s per stat, 75 and ~50 s per read.
+The manifest's `options.config_kwargs` still override each setting.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from typing import Any
 
 from aiobotocore.httpsession import AIOHTTPSession
 from aiohttp import ClientConnectorError
-from botocore.exceptions import BotoCoreError, EndpointConnectionError
+from botocore.exceptions import BotoCoreError, EndpointConnectionError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from aggregator.sources.http import connect_failure
+from aggregator.connect_errors import connect_failure
 
-__all__ = ["DEFAULT_CONFIG", "EndpointUnreachableError", "FailFastSession", "s3_options"]
+__all__ = ["DEFAULT_CONFIG", "EndpointUnreachableError", "FailFastSession", "NoAnswerError", "s3_options"]
 
 DEFAULT_CONFIG: Mapping[str, Any] = {"retries": {"mode": "standard", "total_max_attempts": 3}}
-"""botocore `Config` settings an S3 source gets unless its `options.config_kwargs` names them (s3fs adds its own
+"""botocore `Config` settings an S3 client gets unless its `options.config_kwargs` names them (s3fs adds its own
 connect_timeout of 5 s and read_timeout of 15 s the same way)."""
 
 
@@ -34,10 +38,27 @@ class EndpointUnreachableError(BotoCoreError):
 
     fmt = 'Could not connect to the endpoint URL ({reason}): "{endpoint_url}"'
 
+    @property
+    def strerror(self) -> str:
+        """Why, as an OSError says it (what a manifest's include reports): the host, port and system's reason."""
+        return str(self.kwargs["reason"])
+
+
+class NoAnswerError(BotoConnectionError):
+    """A request that got no answer once connected: the connection closed before one, none came within the read
+    timeout, or the HTTP client failed otherwise. Its message is botocore's own (`ConnectionClosedError`,
+    `ReadTimeoutError`, `HTTPClientError`).
+
+    A botocore `ConnectionError`, which botocore's retry modes retry, but no `HTTPClientError`, which s3fs's own
+    loop would retry again around botocore's attempts."""
+
+    fmt = "{message}"
+
 
 class FailFastSession(AIOHTTPSession):
     """aiobotocore's HTTP session, except that a connection that could not be established raises
-    `EndpointUnreachableError`; a failure once connected (a reset, a closed connection) stays retryable."""
+    `EndpointUnreachableError`, and a request that got no answer raises `NoAnswerError`; a reset of an open
+    connection stays botocore's `EndpointConnectionError` (retried by botocore alone, like `NoAnswerError`)."""
 
     async def send(self, request: Any) -> Any:
         try:
@@ -49,6 +70,8 @@ class FailFastSession(AIOHTTPSession):
             if not isinstance(cause, ClientConnectorError):
                 raise
             raise EndpointUnreachableError(endpoint_url=request.url, reason=connect_failure(cause)) from None
+        except HTTPClientError as exc:
+            raise NoAnswerError(endpoint_url=request.url, message=str(exc)) from exc
 
 
 def s3_options(options: Mapping[str, Any]) -> dict[str, Any]:
