@@ -273,4 +273,5 @@ def _traced(key: Hashable) -> dict[str, object]:
 
 
 def _label(key: Hashable) -> str:
-    return "/".join(str(part) for part in key[:2]) if isinstance(key, tuple) else str(key)
+    # A plain tuple starts with source and path; a key of its own (a FileKey, a tuple too) says what it is.
+    return "/".join(str(part) for part in key[:2]) if type(key) is tuple else str(key)

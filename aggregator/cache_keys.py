@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import assert_never
+from typing import NamedTuple, assert_never
 
 from aggregator.manifest.model import ConvertSettings
 
 __all__ = ["CacheKey", "FileKey", "Forget", "QueryKey"]
 
 
-@dataclass(slots=True, unsafe_hash=True)
-class FileKey:
+class FileKey(NamedTuple):
     """A file's content: decoded as `mime_type`, decompressed or not, converted (with these limits) or not: a
-    conversion never shares an entry with the file's bytes."""
+    conversion never shares an entry with the file's bytes. A tuple, hashed and compared in C: a read looks its key
+    up about six times (a dataclass's `__hash__` is a Python call each time); no other key has six fields."""
 
     source: str
     epoch: int

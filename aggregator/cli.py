@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aggregator import __version__
+from aggregator.event_loop import CHOICES, ENV, backend_options, chosen, running_loop
 from aggregator.logs import setup_logging
 from aggregator.manifest.model import ManifestError
 from aggregator.startup import collect_again, defer_sdk_package_inits, pause_collection
@@ -84,6 +85,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Heard since aggregator.launch (from here when main() is called directly): a stop before the server is ready
     # is honoured once it is, by not serving (serve_http, serve_stdio).
     stop = listen()
+    try:
+        loop = chosen(args.loop)
+    except ValueError as exc:
+        print(f"aggregator: --loop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if not args.http and sys.stdin is not None and sys.stdin.isatty():  # a person, not a client: never on stdout
         from aggregator.terminal_hint import stdio_hint
 
@@ -105,6 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     async def run(sock: Any = None, shared_metrics: str | None = None) -> int:
         started = time.perf_counter()
+        logging.getLogger("aggregator").debug("event loop: %s", running_loop())
         setup_tracing()  # in each worker: a fork does not carry the exporter's thread
         try:
             async with _opened(args.manifest, collect=False) as service, _cluster(service) as link:
@@ -155,8 +162,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     if args.workers == 1:
-        return anyio.run(run)
-    return _serve_workers(args, run, stop)
+        return anyio.run(run, backend_options=backend_options(loop))
+    return _serve_workers(args, run, stop, loop)
 
 
 class _NoRedis(Exception):
@@ -175,7 +182,7 @@ def _cluster_link(settings: ClusterSettings | None) -> RedisLink | None:
         raise _NoRedis(str(exc)) from None
 
 
-def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop) -> int:
+def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop, loop: str) -> int:
     """`--workers N`: check the manifest once, bind once, then fork N servers on the shared socket (or none if
     `stop` heard SIGTERM/SIGINT by then: exit 0)."""
     from aggregator.manifest import load_manifest
@@ -195,7 +202,8 @@ def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop) -> int:
     sock = listening_socket(*host_port(args.http))
     # One scrape of /metrics covers every worker: each writes its figures to files in a folder of this run only.
     with private_folder() as shared:
-        return run_workers(args.workers, lambda index: anyio.run(run, sock, shared),
+        return run_workers(args.workers, lambda index: anyio.run(run, sock, shared,
+                                                                  backend_options=backend_options(loop)),
                            ended=lambda pid: process_ended(shared, pid), stop=stop)
 
 
@@ -374,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
                    help="log every request (caller, method, uri, outcome, ms) on the aggregator.access logger "
                         "(default: on over HTTP, off over stdio)")
+    p.add_argument("--loop", choices=CHOICES, default=None,
+                   help=f"the event loop: uvloop if installed (auto, the default; or {ENV}), or asyncio's own")
     p.add_argument("--max-subscriptions", type=int, default=None, metavar="N",
                    help="resource subscriptions one connection may hold (default: server.maxSubscriptions, 1000)")
     p.set_defaults(func=cmd_serve)
