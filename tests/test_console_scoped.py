@@ -2,7 +2,8 @@
 hidden things alone changes nothing the reader sees (no catalog generation, no manifest digest, no reload record,
 no event), while the admin, who sees everything, sees the generation advance; and a reload whose change lines
 could not be computed (a source kind that fails to compare its settings) is not shown to the reader at all, since
-it cannot be proven to be about what the reader may see."""
+it cannot be proven to be about what the reader may see; and a stream open across a reload that hides a source from
+its caller filters by what the caller may see after it, not by what it saw when the stream opened."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.console_server import READER, Served, serve
+from tests.console_server import READER, Served, make_folder, serve
 from tests.served import ROOT
 from tests.test_console import _admin_and_reader
 from tests.test_live import save
@@ -104,3 +105,37 @@ def test_a_reload_whose_change_lines_are_unknown_is_not_shown_to_a_scoped_caller
             assert running.get("/console/api/reloads", READER).json()["reloads"] == []
             assert len(running.get("/console/api/reloads").json()["reloads"]) == 2
             assert "secret" not in json.dumps(reader.frames)
+
+
+SECRET_SOURCE = "  secret: {url: ./secret, access: {scopes: [secret]}}\n"
+MORE_SECRET = 'resources:\n  - {uri: "secret://extra", name: extra, source: secret, path: plan.md}\n'
+
+
+def test_a_stream_open_across_a_reload_that_hides_a_source_follows_the_new_rules(tmp_path: Path) -> None:
+    """The reader's stream opens while the secret source is open to all (the reader sees everything, so it is told
+    the generation); a save puts the source behind the `secret` scope, and the reader hears `catalog` (what it sees
+    lost the source's entries), but no `reload` (its lines are about what it may no longer see) and no generation;
+    a later save about the now hidden source alone reaches the admin's stream and not the reader's, which still
+    hears a visible change after it."""
+    manifest = make_folder(tmp_path)
+    shown = manifest.read_text().replace(SECRET_SOURCE, "  secret: {url: ./secret}\n")
+    assert shown != manifest.read_text()
+    manifest.write_text(shown)
+    with serve(tmp_path, manifest) as running:
+        with _admin_and_reader(running) as (admin, reader):
+            assert reader.wait_for("hello")["generation"] == 1  # it sees everything now
+            hidden = shown.replace("  secret: {url: ./secret}\n", SECRET_SOURCE)
+            save(running.manifest, hidden)
+            admin.wait_for("reload", generation=2)
+            reader.wait_for("catalog")
+            save(running.manifest, hidden.replace("resources:\n", MORE_SECRET))  # the hidden source alone
+            admin.wait_for("reload", generation=3)
+            save(running.manifest, hidden.replace("resources:\n", MORE_SECRET + VISIBLE.removeprefix("resources:\n")))
+            admin.wait_for("reload", generation=4)
+            reader.wait_for("reload", ok=True)
+            # The events after hello: what its view lost, then only the visible change (its catalog and reload).
+            assert [name for name, _ in reader.frames] == ["hello", "catalog", "catalog", "reload"], reader.frames
+            assert all("generation" not in data for _, data in reader.frames[1:]), reader.frames
+            assert "secret" not in json.dumps(reader.frames)
+            [seen] = running.get("/console/api/reloads", READER).json()["reloads"]
+            assert seen["lines"] == ["+ note://new"]

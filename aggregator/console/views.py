@@ -23,7 +23,7 @@ from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 
 __all__ = ["catalog_facts", "catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows",
-           "template_view", "tree_view", "visible_catalog", "visible_uri"]
+           "template_view", "tree_view", "view_changed", "visible_catalog", "visible_uri"]
 
 _COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
 _SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
@@ -32,7 +32,11 @@ _MAX_VIEWS = 16
 
 def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
     """Every scope an entry, template or source of `snapshot` asks for (once per catalog: O(n) the first time)."""
-    catalog = snapshot.catalog
+    return _entry_scopes(snapshot.catalog) | {s for spec in snapshot.manifest.sources.values() for s in spec.access}
+
+
+def _entry_scopes(catalog: Catalog) -> frozenset[str]:
+    """Every scope an entry or template of `catalog` asks for (once per catalog)."""
     found = _SCOPES.get(catalog)
     if found is None:
         names: set[str] = set()
@@ -41,7 +45,7 @@ def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
         for template in catalog.templates:
             names |= template.spec.access
         found = _SCOPES[catalog] = frozenset(names)
-    return found | {s for spec in snapshot.manifest.sources.values() for s in spec.access}
+    return found
 
 
 def sees_all(snapshot: Snapshot, scopes: frozenset[str] | None) -> bool:
@@ -211,6 +215,16 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
         out["error"] = (f"the save was refused ({len(record.issues)} problem(s)); their details need a token that "
                         "sees the whole catalog" if record.issues else record.error)
     return out
+
+
+def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, listing_changed: bool) -> bool:
+    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`, each filtered by its
+    own access rules (a reload may hide a source from the caller, or show it one, and list the same). A caller who
+    sees all of both sees what `listing_changed` says (the listing as a whole changed: not compared, O(1)); else
+    O(n) in the visible entries, as `visible_catalog`."""
+    if scopes is None or (_entry_scopes(old) <= scopes and _entry_scopes(new) <= scopes):
+        return listing_changed
+    return old is not new and visible_catalog(old, scopes) != visible_catalog(new, scopes)
 
 
 def visible_catalog(catalog: Catalog, scopes: frozenset[str] | None) -> tuple[object, ...]:
