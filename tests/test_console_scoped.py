@@ -1,6 +1,6 @@
 """What a scoped console caller may learn of changes it may not see, over real HTTP with real tokens: a save about
 hidden things alone changes nothing the reader sees (no catalog generation, no manifest digest, no reload record,
-no event), while the admin, who sees everything, sees the generation advance; and a reload whose change lines
+no event, no listing time), while the admin, who sees everything, sees the generation advance; and a reload whose change lines
 could not be computed (a source kind that fails to compare its settings) is not shown to the reader at all, since
 it cannot be proven to be about what the reader may see; and a stream open across a reload that hides a source from
 its caller filters by what the caller may see after it, not by what it saw when the stream opened."""
@@ -22,12 +22,36 @@ VISIBLE = 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
 
 
 def _reader_sees(running: Served) -> dict[str, Any]:
-    """Everything the reader's overview, sources header and reload list say that no listing time moves."""
-    sources = running.get("/console/api/sources", READER).json()
+    """Everything the reader's overview, sources (their rows with their listing times too) and reload list say."""
     return {"whoami": running.get("/console/api/whoami", READER).json(),
-            "sources": {key: value for key, value in sources.items() if key != "sources"},
-            "sourceIds": [row["id"] for row in sources["sources"]],
+            "sources": running.get("/console/api/sources", READER).json(),
             "reloads": running.get("/console/api/reloads", READER).json()}
+
+
+def _listed_at(running: Served, times: int) -> set[tuple[tuple[str, float | None], ...]]:
+    """The reader's sources' listing times, as `times` requests in a row say them (one set member when they agree)."""
+    return {tuple((row["id"], row["listedAt"]) for row in running.get("/console/api/sources", READER).json()["sources"])
+            for _ in range(times)}
+
+
+def test_a_listing_time_moves_only_when_its_source_is_listed_again(tmp_path: Path) -> None:
+    """The reader's watched docs folder, listed once at start: every request says the same listing time, before
+    and after a save about the hidden source alone (which lists that source again, and not the docs folder); a
+    save that changes the docs source lists it again, and its time moves then."""
+    with serve(tmp_path) as running:
+        with _admin_and_reader(running) as (admin, _):
+            [before] = _listed_at(running, 30)
+            assert dict(before)["docs"] is not None
+            hidden_source = running.manifest.read_text().replace("  secret: {url: ./secret,",
+                                                                 "  secret: {url: ./secret, description: s,")
+            save(running.manifest, hidden_source)
+            admin.wait_for("reload", generation=2)
+            assert _listed_at(running, 30) == {before}
+            save(running.manifest, hidden_source.replace("  docs: {url: ./docs}", "  docs: {url: ./docs, "
+                                                                                   "description: d}"))
+            admin.wait_for("reload", generation=3)
+            [after] = _listed_at(running, 5)
+            assert dict(after)["docs"] > dict(before)["docs"] and dict(after)["web"] == dict(before)["web"]
 
 
 def test_a_save_about_hidden_things_alone_changes_nothing_a_scoped_caller_sees(tmp_path: Path) -> None:

@@ -104,6 +104,23 @@ def _counts(catalog: Catalog, scopes: frozenset[str] | None) -> Counter[str]:
     return found
 
 
+CLOCK_SET_S = 1.0
+"""How far the wall clock must move against the monotonic one before `_wall_time` follows it (the clock was set)."""
+_wall_offset: float | None = None
+
+
+def _wall_time(at: float) -> float:
+    """The time.time() of `at`, a time.monotonic() reading: the same for the same `at` on every call, so a listing
+    time moves only when its source is listed again. (Read afresh, the two clocks' difference moves with the
+    instant between the two reads, and a listing time with it, on every request.) The offset is taken again only
+    when the wall clock was set since, by more than CLOCK_SET_S."""
+    global _wall_offset
+    offset = time.time() - time.monotonic()
+    if _wall_offset is None or abs(offset - _wall_offset) > CLOCK_SET_S:
+        _wall_offset = offset
+    return _wall_offset + at
+
+
 def source_paths(snapshot: Snapshot) -> dict[str, str]:
     """This host's folders a message may name, with the label the console shows instead."""
     paths = {str(os.path.dirname(snapshot.manifest.path)): "<manifest folder>"}
@@ -121,7 +138,7 @@ def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapp
     is failing, when it last worked and will retry; why it failed (redacted) only with `detail`."""
     catalog, manifest = snapshot.catalog, snapshot.manifest
     counts = _counts(catalog, scopes)
-    now_wall, now_mono = time.time(), time.monotonic()
+    now_wall = time.time()
     listed: dict[str, float] = {}
     for key, at in catalog.listed_at.items():
         if key.source is not None:
@@ -138,7 +155,7 @@ def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapp
         row: dict[str, Any] = {
             "id": sid, "kind": spec.kind, "protocol": spec.protocol, "description": spec.description,
             "resources": counts.get(sid, 0),
-            "listedAt": now_wall - (now_mono - listed[sid]) if sid in listed else None,
+            "listedAt": _wall_time(listed[sid]) if sid in listed else None,
             "cache": {"hits": hits.get(sid, 0), "misses": misses.get(sid, 0), "bytes": held.get(sid, 0),
                       "hitRate": round(hits.get(sid, 0) / lookups, 4) if lookups else None},
             "errors": errors.get(sid, 0),
