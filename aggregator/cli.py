@@ -159,7 +159,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except _NoRedis as exc:
             print(f"aggregator: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return EXIT_OK
+        return stop.code  # 0, or 128 + the signal of a second stop (it did not wait for what was in flight)
 
     if args.workers == 1:
         return anyio.run(run, backend_options=backend_options(loop))

@@ -1,6 +1,7 @@
 """Serving over Streamable HTTP: uvicorn with our protocol limits, on `[HOST:]PORT` or a socket workers share,
 until SIGTERM or Ctrl-C (our signal handling, installed before uvicorn starts; one heard earlier, by
-aggregator.stopping, means not serving at all)."""
+aggregator.stopping, means not serving at all; a second one, while requests in flight finish, means not waiting
+for them)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
 
     from aggregator.http_app import http_app
     from aggregator.http_limits import limited_protocol, quiet_client_disconnects
+    from aggregator.http_stop import Abandonable
 
     host, port = host_port(args.http)
     console = None
@@ -47,8 +49,8 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
         from aggregator.console.app import Console
 
         console = Console(live, discovery)
-    app = http_app(server, live, metrics, host, int(port), json_response=args.json_response,
-                   stateless=args.stateless, console=console)
+    app = Abandonable(http_app(server, live, metrics, host, int(port), json_response=args.json_response,
+                               stateless=args.stateless, console=console))
     limits = live.service.manifest.server.http
     quiet_client_disconnects()
     # log_config=None: uvicorn's own lines go through our handler, so --log-format json covers them too.
@@ -71,8 +73,11 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
         live.notifier.close()
         http.should_exit = True
 
+    def forced() -> None:  # a second stop: what is in flight is given up, each request ended cleanly
+        app.abandon()
+
     async with anyio.create_task_group() as tg:
-        await tg.start(stop_signals, stop, stopping)  # before uvicorn starts: a worker's start-up handler ends here
+        await tg.start(stop_signals, stop, stopping, forced)  # before uvicorn starts: a worker's start-up handler ends here
         if not http.should_exit:
             await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()

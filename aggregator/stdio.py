@@ -4,7 +4,8 @@ A line that is not JSON gets a JSON-RPC -32700 error (id null) and one that is J
 -32600, where the SDK drops both silently. When stdin closes (a script piping requests in), the requests already
 read are finished and their responses written before the server stops, for at most `DRAIN_TIMEOUT` seconds;
 the SDK would cancel them on end of input, and the last answers were lost. SIGTERM and SIGINT end the input as its
-end would (reading stops, what was read is answered); one heard before serving began means not serving at all.
+end would (reading stops, what was read is answered); one heard before serving began means not serving at all, and a
+second one ends the wait for what was read (those requests are not answered; every line written is whole).
 
 The server reads and writes the wire itself, with no task in between: its read loop reads the next line (a read
 the fast path serves is taken before, where the pipe delivers it: `FastReads.tap`), and a handler's response is
@@ -95,16 +96,30 @@ class _Unanswered:
 
 class _Ending:
     """A stop of stdio serving (SIGTERM/SIGINT): `stopped`, and stdin's reading ended by `close` (the pipe's
-    transport, so a read blocked on it sees end of input), whichever of the two comes first."""
+    transport, so a read blocked on it sees end of input), whichever of the two comes first; `forced` (a second
+    stop), and the wait for the requests read (`drains`) cancelled."""
 
     def __init__(self) -> None:
-        self.stopped = False
+        self.stopped = self.forced = False
         self._close: Callable[[], None] | None = None
+        self._drain: anyio.CancelScope | None = None
 
     def stop(self) -> None:
         self.stopped = True
         if self._close is not None:
             self._close()
+
+    def force(self) -> None:
+        self.forced = True
+        self.stop()
+        if self._drain is not None:
+            self._drain.cancel()
+
+    def drains(self, scope: anyio.CancelScope) -> None:
+        """`scope` waits for the requests read: cancelled by a forced stop, at once if one came already."""
+        self._drain = scope
+        if self.forced:
+            scope.cancel()
 
     def closes(self, close: Callable[[], None] | None) -> None:
         self._close = close
@@ -127,7 +142,7 @@ async def serve_stdio(server: Any, options: InitializationOptions, *, drain_time
     whole before its `send` returns."""
     ending = _Ending()
     async with anyio.create_task_group() as tg:
-        await tg.start(stop_signals, stop, ending.stop)
+        await tg.start(stop_signals, stop, ending.stop, ending.force)
         if not ending.stopped:
             await _serve(server, options, drain_timeout, ending)
         tg.cancel_scope.cancel()
@@ -214,8 +229,15 @@ class _WireIn:
 
     async def _drain(self) -> None:
         with anyio.move_on_after(self._drain_timeout) as waited:
+            if self._ending is not None:
+                self._ending.drains(waited)
             await self._unanswered.settled()
-        if waited.cancelled_caught:
+        if not waited.cancelled_caught:
+            return
+        if self._ending is not None and self._ending.forced:
+            logger.warning("stopped before %d requests read were answered; they are cancelled",
+                           len(self._unanswered.ids))
+        else:
             logger.warning("stdin closed; %d requests still unanswered after %.0f s are cancelled",
                            len(self._unanswered.ids), self._drain_timeout)
 

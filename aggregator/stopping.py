@@ -4,8 +4,12 @@ A supervisor (systemd, a Kubernetes rollout) may stop the server right after sta
 SIGTERM's default action kills the process (exit 143) and SIGINT raises KeyboardInterrupt wherever the start-up is.
 So the `aggregator` command's first step (aggregator.launch, before the CLI's own imports) makes the process's
 `Stop`, which only records the request; the server honours a stop heard before it was ready by not serving at all
-(`stop_signals`), and one heard later by finishing what is in flight. A command other than `serve` has nothing to
-finish: `release()` gives the signals their default actions back (and one heard meanwhile takes effect then).
+(`stop_signals`), and one heard later by finishing what is in flight. A second stop heard while the first waits for
+requests in flight ends serving without waiting for them: the process still winds down in order (every line it
+wrote whole, its log flushed) and exits with 128 + the signal's number, as a shell reports a program the signal
+ended. From the first instant to the exit no stop meets the default action (which would kill a process finishing
+its shutdown). A command other than `serve` has nothing to finish: `release()` gives the signals their default
+actions back (and one heard meanwhile takes effect then).
 
 This module imports nothing the interpreter has not loaded already but `signal`: it runs before anything else of
 the command.
@@ -31,12 +35,16 @@ _heard: Stop | None = None
 
 
 class Stop:
-    """SIGTERM/SIGINT handled from the moment this is made: the first one is noted (`signum`; `requested` once it
-    is set) and each is forwarded to `children` (the workers of `serve --workers`, by pid)."""
+    """SIGTERM/SIGINT handled from the moment this is made (unless not `handled`: a record only): the first one is
+    noted (`signum`; `requested` once it is set), a second one too (`forced`), and each is forwarded to `children`
+    (the workers of `serve --workers`, by pid)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handled: bool = True) -> None:
         self.signum: int | None = None
+        self.forced: int | None = None
         self.children: dict[int, int] = {}  # pid -> worker index
+        if not handled:
+            return
         for signum in STOPS:
             signal.signal(signum, self._handle)
         # A mask inherited from whoever started us (a supervisor forking from a thread that blocks them) would keep
@@ -47,8 +55,20 @@ class Stop:
     def requested(self) -> bool:
         return self.signum is not None
 
+    @property
+    def code(self) -> int:
+        """The exit code the stops heard leave: 0, or 128 + the number of the signal that forced it (a second)."""
+        return 0 if self.forced is None else 128 + self.forced
+
+    def note(self, signum: int, frame: FrameType | None = None) -> None:
+        """Record `signum`: the first stop, else the second (a handler: it forwards nothing)."""
+        if self.signum is None:
+            self.signum = signum
+        elif self.forced is None:
+            self.forced = signum
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = self.signum or signum
+        self.note(signum)
         for child in list(self.children):
             forward(child, signum)
 
@@ -82,23 +102,50 @@ def release() -> None:
         signal.raise_signal(heard.signum)
 
 
-async def stop_signals(stop: Stop | None, stopping: Callable[[], None], *, task_status: TaskStatus[None]) -> None:
+async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: Callable[[], None] = lambda: None,
+                       *, task_status: TaskStatus[None]) -> None:
     """Call `stopping()` once, for the first SIGTERM/SIGINT the event loop hears, or before `task_status.started()`
-    if `stop` heard one already (the caller then does not start serving). Started once the loop listens: from then
-    on no stop is missed, as one before went to `stop`."""
+    if `stop` heard one already (the caller then does not start serving); then `forced()` once, for a second one
+    (stop waiting for what is in flight). Both are noted in `stop` (its `code`). Started once the loop listens: from
+    then on no stop is missed, as one before went to `stop`. Listens until cancelled; from then to the process's
+    exit a stop is only noted (`Stop.note`), never the signal's default action."""
+    import asyncio
     import logging
+    import math
 
     import anyio
 
     logger = logging.getLogger("aggregator")
-    with anyio.open_signal_receiver(*STOPS) as signals:  # replaces `stop`'s handlers for as long as it is open
-        if stop is not None and stop.signum is not None:
-            logger.info("%s during start-up: stopping before serving", signal.Signals(stop.signum).name)
+    heard = stop if stop is not None else Stop(handled=False)
+    loop = asyncio.get_running_loop()
+    send, receive = anyio.create_memory_object_stream[int](math.inf)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # Python runs this in the main thread between two bytecodes (the loop's too): hand it to the loop. Python
+        # handlers throughout (not the loop's own, whose removal restores the default action): no instant is
+        # left where a stop kills the process, nor one where it runs a handler that forwards it (a worker's copy of
+        # the parent's `Stop` knows its siblings).
+        loop.call_soon_threadsafe(send.send_nowait, signum)
+
+    for signum in STOPS:
+        signal.signal(signum, on_signal)
+    try:
+        if heard.signum is not None:
+            logger.info("%s during start-up: stopping before serving", signal.Signals(heard.signum).name)
             stopping()
             task_status.started()
             return
         task_status.started()
-        async for received in signals:
-            logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
-            stopping()
-            return
+        async for received in receive:
+            if heard.signum is None:
+                heard.signum = received
+                logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
+                stopping()
+            elif heard.forced is None:
+                heard.forced = received
+                logger.warning("%s again: stopping now, without waiting for requests in flight",
+                               signal.Signals(received).name)
+                forced()
+    finally:
+        for signum in STOPS:
+            signal.signal(signum, heard.note)

@@ -1,8 +1,9 @@
 """What a scoped console caller may learn of changes it may not see, over real HTTP with real tokens: a save about
 hidden things alone changes nothing the reader sees (no catalog generation, no manifest digest, no reload record,
-no event), while the admin, who sees everything, sees the generation advance; and a reload whose change lines
+no event, no listing time), while the admin, who sees everything, sees the generation advance; and a reload whose change lines
 could not be computed (a source kind that fails to compare its settings) is not shown to the reader at all, since
-it cannot be proven to be about what the reader may see."""
+it cannot be proven to be about what the reader may see; and a stream open across a reload that hides a source from
+its caller filters by what the caller may see after it, not by what it saw when the stream opened."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.console_server import READER, Served, serve
+from tests.console_server import READER, Served, make_folder, serve
 from tests.served import ROOT
 from tests.test_console import _admin_and_reader
 from tests.test_live import save
@@ -21,12 +22,36 @@ VISIBLE = 'resources:\n  - {uri: "note://new", name: new, text: "new"}\n'
 
 
 def _reader_sees(running: Served) -> dict[str, Any]:
-    """Everything the reader's overview, sources header and reload list say that no listing time moves."""
-    sources = running.get("/console/api/sources", READER).json()
+    """Everything the reader's overview, sources (their rows with their listing times too) and reload list say."""
     return {"whoami": running.get("/console/api/whoami", READER).json(),
-            "sources": {key: value for key, value in sources.items() if key != "sources"},
-            "sourceIds": [row["id"] for row in sources["sources"]],
+            "sources": running.get("/console/api/sources", READER).json(),
             "reloads": running.get("/console/api/reloads", READER).json()}
+
+
+def _listed_at(running: Served, times: int) -> set[tuple[tuple[str, float | None], ...]]:
+    """The reader's sources' listing times, as `times` requests in a row say them (one set member when they agree)."""
+    return {tuple((row["id"], row["listedAt"]) for row in running.get("/console/api/sources", READER).json()["sources"])
+            for _ in range(times)}
+
+
+def test_a_listing_time_moves_only_when_its_source_is_listed_again(tmp_path: Path) -> None:
+    """The reader's watched docs folder, listed once at start: every request says the same listing time, before
+    and after a save about the hidden source alone (which lists that source again, and not the docs folder); a
+    save that changes the docs source lists it again, and its time moves then."""
+    with serve(tmp_path) as running:
+        with _admin_and_reader(running) as (admin, _):
+            [before] = _listed_at(running, 30)
+            assert dict(before)["docs"] is not None
+            hidden_source = running.manifest.read_text().replace("  secret: {url: ./secret,",
+                                                                 "  secret: {url: ./secret, description: s,")
+            save(running.manifest, hidden_source)
+            admin.wait_for("reload", generation=2)
+            assert _listed_at(running, 30) == {before}
+            save(running.manifest, hidden_source.replace("  docs: {url: ./docs}", "  docs: {url: ./docs, "
+                                                                                   "description: d}"))
+            admin.wait_for("reload", generation=3)
+            [after] = _listed_at(running, 5)
+            assert dict(after)["docs"] > dict(before)["docs"] and dict(after)["web"] == dict(before)["web"]
 
 
 def test_a_save_about_hidden_things_alone_changes_nothing_a_scoped_caller_sees(tmp_path: Path) -> None:
@@ -104,3 +129,37 @@ def test_a_reload_whose_change_lines_are_unknown_is_not_shown_to_a_scoped_caller
             assert running.get("/console/api/reloads", READER).json()["reloads"] == []
             assert len(running.get("/console/api/reloads").json()["reloads"]) == 2
             assert "secret" not in json.dumps(reader.frames)
+
+
+SECRET_SOURCE = "  secret: {url: ./secret, access: {scopes: [secret]}}\n"
+MORE_SECRET = 'resources:\n  - {uri: "secret://extra", name: extra, source: secret, path: plan.md}\n'
+
+
+def test_a_stream_open_across_a_reload_that_hides_a_source_follows_the_new_rules(tmp_path: Path) -> None:
+    """The reader's stream opens while the secret source is open to all (the reader sees everything, so it is told
+    the generation); a save puts the source behind the `secret` scope, and the reader hears `catalog` (what it sees
+    lost the source's entries), but no `reload` (its lines are about what it may no longer see) and no generation;
+    a later save about the now hidden source alone reaches the admin's stream and not the reader's, which still
+    hears a visible change after it."""
+    manifest = make_folder(tmp_path)
+    shown = manifest.read_text().replace(SECRET_SOURCE, "  secret: {url: ./secret}\n")
+    assert shown != manifest.read_text()
+    manifest.write_text(shown)
+    with serve(tmp_path, manifest) as running:
+        with _admin_and_reader(running) as (admin, reader):
+            assert reader.wait_for("hello")["generation"] == 1  # it sees everything now
+            hidden = shown.replace("  secret: {url: ./secret}\n", SECRET_SOURCE)
+            save(running.manifest, hidden)
+            admin.wait_for("reload", generation=2)
+            reader.wait_for("catalog")
+            save(running.manifest, hidden.replace("resources:\n", MORE_SECRET))  # the hidden source alone
+            admin.wait_for("reload", generation=3)
+            save(running.manifest, hidden.replace("resources:\n", MORE_SECRET + VISIBLE.removeprefix("resources:\n")))
+            admin.wait_for("reload", generation=4)
+            reader.wait_for("reload", ok=True)
+            # The events after hello: what its view lost, then only the visible change (its catalog and reload).
+            assert [name for name, _ in reader.frames] == ["hello", "catalog", "catalog", "reload"], reader.frames
+            assert all("generation" not in data for _, data in reader.frames[1:]), reader.frames
+            assert "secret" not in json.dumps(reader.frames)
+            [seen] = running.get("/console/api/reloads", READER).json()["reloads"]
+            assert seen["lines"] == ["+ note://new"]

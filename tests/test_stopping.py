@@ -1,7 +1,9 @@
 """SIGTERM/SIGINT stop `aggregator serve` cleanly (exit 0, no traceback, nothing half-served) at any point of its
 start-up, over stdio and HTTP: a real server process each time. The points are reached without timing: a signal
 pending when the process starts (sent while the spawner blocks it, as the child inherits that mask), once the
-process has its handler (SigCgt), and once it serves (its first answer, or its port accepting)."""
+process has its handler (SigCgt), and once it serves (its first answer, or its port accepting). A second stop while
+the first waits for a request in flight (held by an upstream that never answers) ends the process at once, still
+cleanly: exit 128 + the signal's number, every line on stdout whole, the log flushed."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import json
 import os
 import pty
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,24 +30,30 @@ INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "par
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
 
 
-def _manifest(folder: Path) -> Path:
+def _manifest(folder: Path, slow: int | None = None) -> Path:
+    """A folder of one file; with `slow` (a port), also a template reading from an HTTP server there."""
     (folder / "docs").mkdir()
     (folder / "docs" / "a.md").write_text("# A\n")
     manifest = folder / "manifest.yaml"
-    manifest.write_text('version: 1\nserver: {name: stops}\nsources:\n  docs: {url: ./docs}\n'
-                        'collections:\n  - {source: docs, glob: "*.md", uri: "docs://{path}"}\n')
+    text = ('version: 1\nserver: {name: stops}\nsources:\n  docs: {url: ./docs}\n'
+            'collections:\n  - {source: docs, glob: "*.md", uri: "docs://{path}"}\n')
+    if slow is not None:
+        text = text.replace("sources:\n", f'sources:\n  slow: {{url: "http://127.0.0.1:{slow}/", '
+                                          "allowPrivateNetwork: true, timeout: 60s}\n")
+        text += 'templates:\n  - {uriTemplate: "slow://{name}", name: slow, source: slow, path: "{name}"}\n'
+    manifest.write_text(text)
     return manifest
 
 
 @contextmanager
-def _serve(folder: Path, *extra: str, pending: signal.Signals | None = None,
-           stdin: int = subprocess.PIPE) -> Iterator[subprocess.Popen[bytes]]:
+def _serve(folder: Path, *extra: str, pending: signal.Signals | None = None, stdin: int = subprocess.PIPE,
+           slow: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """`python -m aggregator serve` on a folder of one file, stdin (unless given: an fd) and stdout pipes, stderr in
     folder/stderr.log; with `pending`, that signal is sent before the process can handle anything (blocked in the
     spawner, so it is pending in the child from its first instruction). Killed on the way out if it is still
     running."""
     log = folder / "stderr.log"
-    argv = [sys.executable, "-m", "aggregator", "serve", str(_manifest(folder)), *extra]
+    argv = [sys.executable, "-m", "aggregator", "serve", str(_manifest(folder, slow)), *extra]
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS) if pending is not None else None
     try:
         with log.open("ab") as sink:
@@ -165,3 +175,102 @@ def test_other_commands_keep_the_default_action(tmp_path: Path, command: tuple[s
     out, err = process.communicate(timeout=STOP_TIMEOUT)
     assert process.returncode == code, (process.returncode, err[-2000:])
     assert out == b"" and b"Traceback" not in err, (out[:200], err[-2000:])
+
+
+@contextmanager
+def _upstream_that_never_answers() -> Iterator[tuple[int, threading.Event]]:
+    """A port whose HTTP server reads requests and answers none (until the block ends), and an event set once a
+    request came: a read from it stays in flight as long as the test wants."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    asked = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if conn.recv(65536):
+                asked.set()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], asked
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+READ_SLOW = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "slow://x"}}) + "\n"
+
+
+def _read_in_flight(process: subprocess.Popen[bytes], port: int | None) -> list[tuple[int, str]]:
+    """Ask for slow://x: over stdio (after the handshake) when `port` is None, else over HTTP from a thread (the
+    status and body it gets, once it gets them, in the list returned)."""
+    statuses: list[tuple[int, str]] = []
+    if port is None:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(INITIALIZE.encode())
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 1
+        process.stdin.write((json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n").encode())
+        process.stdin.write(READ_SLOW.encode())
+        process.stdin.flush()
+        return statuses
+    import httpx2 as httpx
+
+    def post() -> None:
+        try:
+            answer = httpx.post(f"http://127.0.0.1:{port}/mcp", content=READ_SLOW.encode(), timeout=60,
+                                headers={"Content-Type": "application/json",
+                                         "Accept": "application/json, text/event-stream",
+                                         "MCP-Protocol-Version": "2025-11-25"})
+            statuses.append((answer.status_code, answer.text))
+        except httpx.HTTPError as exc:
+            statuses.append((0, repr(exc)))  # no whole answer
+
+    threading.Thread(target=post, daemon=True).start()
+    return statuses
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("extra", [(), ("--http", "PORT", "--stateless"),
+                                   ("--http", "PORT", "--stateless", "--workers", "2")], ids=["stdio", "http", "workers"])
+def test_a_second_stop_during_the_first_ends_the_process_at_once_and_cleanly(tmp_path: Path, extra: tuple[str, ...],
+                                                                              sig: signal.Signals) -> None:
+    """The first stop waits for a read held by an upstream (stdio: its drain, up to 30 s; HTTP: uvicorn's graceful
+    shutdown, 5 s), stdin left open; the second, sent while it waits, ends the process within a few seconds, not
+    killed by the signal: exit 128 + its number, the log saying so, no traceback, stdout whole JSON lines, and an
+    HTTP read in flight answered 503. With workers, the parent forwards both stops and exits as its worker did."""
+    log = tmp_path / "stderr.log"
+    port = free_port() if extra else None
+    extra = tuple(str(port) if part == "PORT" else part for part in extra)
+    with _upstream_that_never_answers() as (slow, asked), _serve(tmp_path, *extra, slow=slow) as process:
+        if port is not None:
+            wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
+        else:
+            wait_until(lambda: "serving 'stops'" in tail(log), "serving", process=process, log=log)
+        statuses = _read_in_flight(process, port)
+        assert asked.wait(STOP_TIMEOUT), tail(log)
+        process.send_signal(sig)
+        wait_until(lambda: "finishing requests in flight" in tail(log), "the first stop", process=process, log=log)
+        assert process.poll() is None  # still waiting for the read
+        process.send_signal(sig)
+        try:
+            code = process.wait(10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 10 s after the second stop\n{tail(log)}") from None
+        assert code == 128 + sig, (code, tail(log))
+        text = log.read_text()
+        assert "Traceback" not in text and f"{sig.name} again: stopping now" in text, tail(log)
+        assert process.stdout is not None
+        for line in process.stdout.read().splitlines():  # nothing half written (stdio: the read's answer never came)
+            json.loads(line)
+        if port is not None:  # 503, or (a long read's answer turns into an event stream) a stream ended unanswered
+            wait_until(lambda: bool(statuses), "the read's answer", timeout=10)
+            [(status, body)] = statuses
+            assert status == 503 or (status == 200 and '"id":2' not in body.replace(" ", "")), statuses

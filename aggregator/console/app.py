@@ -24,10 +24,10 @@ from aggregator.catalog import Page
 from aggregator.completion import Completer
 from aggregator.console.detail import cache_look, detail_view
 from aggregator.console.events import EventHub, EventStreamResponse, TooManyStreams
-from aggregator.console.history import KEPT_RELOADS, ReloadHistory
+from aggregator.console.history import KEPT_RELOADS, ReloadHistory, ReloadRecord
 from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_facts, catalog_scopes, entry_view, reload_view, sees_all, source_rows,
-                                      template_view, tree_view, visible_catalog, visible_uri)
+                                      template_view, tree_view, view_changed, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
 from aggregator.manifest.model import ConsoleSettings
 from aggregator.search_list import entry_filter
@@ -373,18 +373,25 @@ class Console:
 
     async def stream(self, request: Request, scopes: Scopes) -> Response:
         service = self.service
-        scoped = not sees_all(service.snapshot, scopes)
+        # Each asked as an event is sent, of the catalog and manifest served then: a reload may hide a source from
+        # this caller, or show it one, while the stream is open.
+        seen = [service.catalog]  # what the caller was last told of (held until the next list change)
 
-        def generation() -> int | None:  # asked as each event is sent: a caller may stop seeing everything
+        def generation() -> int | None:  # a caller may stop seeing everything
             snapshot = service.snapshot
             return snapshot.catalog.generation if sees_all(snapshot, scopes) else None
 
+        def changed(listing_changed: bool) -> bool:
+            old, seen[0] = seen[0], service.catalog
+            return view_changed(old, seen[0], scopes, listing_changed)
+
+        def told(record: ReloadRecord) -> bool:
+            return sees_all(service.snapshot, scopes) or record.seen_by(scopes)
+
         try:
             body = self.events.stream(lambda uri: visible_uri(service.snapshot, uri, scopes), generation,
-                                      caller=_principal(request),
-                                      admin=self._is_admin(caller_scopes(request)),
-                                      view=(lambda: visible_catalog(service.catalog, scopes)) if scoped else None,
-                                      until=caller_expiry(request), scopes=scopes)
+                                      caller=_principal(request), admin=self._is_admin(caller_scopes(request)),
+                                      changed=changed, until=caller_expiry(request), told=told)
             first = await body.__anext__()  # raises TooManyStreams before any byte is sent
         except TooManyStreams as exc:
             raise Refused(503, str(exc)) from None

@@ -4,8 +4,8 @@ Each stream has a bounded queue: a page that stops reading loses events and gets
 reloads what it shows), so a stalled tab never holds memory. Streams are capped, in all and per caller, and the
 last few are kept for holders of the admin scope, so one token cannot lock operators out; a closed tab ends its
 stream at once (`EventStreamResponse` waits for the client's disconnect beside the stream, and the stream then
-unsubscribes and gives its slot back). `updated` passes only for URIs the
-stream's caller may see when the event is sent.
+unsubscribes and gives its slot back). What a stream passes is decided as each event is sent, by what its caller may
+see then: a reload that hides a source from it (or shows one) applies to the streams already open.
 """
 
 from __future__ import annotations
@@ -98,16 +98,18 @@ class EventHub:
             queue.close()
 
     async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int | None], caller: str = "",
-                     admin: bool = False, view: Callable[[], object] | None = None, until: float | None = None,
-                     scopes: frozenset[str] | None = None) -> AsyncIterator[str]:
-        """The text of one event stream of `caller`; TooManyStreams when a cap is met. `visible(uri)` is asked
-        when an `updated` event is sent; `generation()` names the catalog generation in `hello`, `catalog`,
-        `resync` and `reload` events, or is None when this caller is not told it (views.catalog_facts); `view()`
-        (for a scoped caller) is what it may see of the catalog: a `catalog` event is sent only when that changed,
-        and a `reload` event only for a reload the caller's `scopes` may learn of (`ReloadRecord.seen_by`).
+                     admin: bool = False, changed: Callable[[bool], bool] | None = None, until: float | None = None,
+                     told: Callable[[ReloadRecord], bool] | None = None) -> AsyncIterator[str]:
+        """The text of one event stream of `caller`; TooManyStreams when a cap is met. Each is asked as its event
+        is sent, so the stream follows reloads that change what the caller may see: `visible(uri)` for an `updated`
+        event; `generation()` names the catalog generation in `hello`, `catalog`, `resync` and `reload` events, or
+        is None when this caller is not told it (views.catalog_facts); `changed(listing_changed)`, on each list
+        change (True) and each reload (False: one that changed only who may see what lists nothing new), whether
+        what the caller sees of the catalog changed since it was last asked (a `catalog` event is sent only then;
+        None: on each list change), and `told(record)` whether it may learn of a reload (`ReloadRecord.seen_by`;
+        None: of every one).
         At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
         self._admit(caller, admin)
-        seen = view() if view is not None else None
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)
         self._queues.add(send)
         overflowed = False
@@ -122,22 +124,20 @@ class EventHub:
                 pass
 
         def on_bus(event: ServerEvent) -> None:
-            nonlocal seen
             if isinstance(event, ResourcesListChanged):
-                if view is not None:
-                    now = view()
-                    if now == seen:
-                        return  # only what this caller may not see changed: it must not learn that, nor when
-                    seen = now
+                if changed is not None and not changed(True):
+                    return  # only what this caller may not see changed: it must not learn that, nor when
                 put(_told({"event": "catalog"}, generation()))
             elif isinstance(event, ResourceUpdated) and visible(event.uri):
                 put({"event": "updated", "uri": event.uri})
 
         def on_reload(record: ReloadRecord) -> None:
-            if view is not None and not record.seen_by(scopes):
+            if record.ok and changed is not None and changed(False):  # hid or showed what this caller sees
+                put(_told({"event": "catalog"}, generation()))
+            if told is not None and not told(record):
                 return
-            told = generation() is not None
-            put(_told({"event": "reload", "ok": record.ok}, record.generation if told else None))
+            shown = generation() is not None
+            put(_told({"event": "reload", "ok": record.ok}, record.generation if shown else None))
 
         unsubscribe = self.bus.subscribe(on_bus)
         self.history.listeners.append(on_reload)

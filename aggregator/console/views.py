@@ -23,7 +23,7 @@ from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 
 __all__ = ["catalog_facts", "catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows",
-           "template_view", "tree_view", "visible_catalog", "visible_uri"]
+           "template_view", "tree_view", "view_changed", "visible_catalog", "visible_uri"]
 
 _COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
 _SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
@@ -32,7 +32,11 @@ _MAX_VIEWS = 16
 
 def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
     """Every scope an entry, template or source of `snapshot` asks for (once per catalog: O(n) the first time)."""
-    catalog = snapshot.catalog
+    return _entry_scopes(snapshot.catalog) | {s for spec in snapshot.manifest.sources.values() for s in spec.access}
+
+
+def _entry_scopes(catalog: Catalog) -> frozenset[str]:
+    """Every scope an entry or template of `catalog` asks for (once per catalog)."""
     found = _SCOPES.get(catalog)
     if found is None:
         names: set[str] = set()
@@ -41,7 +45,7 @@ def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
         for template in catalog.templates:
             names |= template.spec.access
         found = _SCOPES[catalog] = frozenset(names)
-    return found | {s for spec in snapshot.manifest.sources.values() for s in spec.access}
+    return found
 
 
 def sees_all(snapshot: Snapshot, scopes: frozenset[str] | None) -> bool:
@@ -100,6 +104,23 @@ def _counts(catalog: Catalog, scopes: frozenset[str] | None) -> Counter[str]:
     return found
 
 
+CLOCK_SET_S = 1.0
+"""How far the wall clock must move against the monotonic one before `_wall_time` follows it (the clock was set)."""
+_wall_offset: float | None = None
+
+
+def _wall_time(at: float) -> float:
+    """The time.time() of `at`, a time.monotonic() reading: the same for the same `at` on every call, so a listing
+    time moves only when its source is listed again. (Read afresh, the two clocks' difference moves with the
+    instant between the two reads, and a listing time with it, on every request.) The offset is taken again only
+    when the wall clock was set since, by more than CLOCK_SET_S."""
+    global _wall_offset
+    offset = time.time() - time.monotonic()
+    if _wall_offset is None or abs(offset - _wall_offset) > CLOCK_SET_S:
+        _wall_offset = offset
+    return _wall_offset + at
+
+
 def source_paths(snapshot: Snapshot) -> dict[str, str]:
     """This host's folders a message may name, with the label the console shows instead."""
     paths = {str(os.path.dirname(snapshot.manifest.path)): "<manifest folder>"}
@@ -117,7 +138,7 @@ def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapp
     is failing, when it last worked and will retry; why it failed (redacted) only with `detail`."""
     catalog, manifest = snapshot.catalog, snapshot.manifest
     counts = _counts(catalog, scopes)
-    now_wall, now_mono = time.time(), time.monotonic()
+    now_wall = time.time()
     listed: dict[str, float] = {}
     for key, at in catalog.listed_at.items():
         if key.source is not None:
@@ -134,7 +155,7 @@ def source_rows(snapshot: Snapshot, scopes: frozenset[str] | None, *, hits: Mapp
         row: dict[str, Any] = {
             "id": sid, "kind": spec.kind, "protocol": spec.protocol, "description": spec.description,
             "resources": counts.get(sid, 0),
-            "listedAt": now_wall - (now_mono - listed[sid]) if sid in listed else None,
+            "listedAt": _wall_time(listed[sid]) if sid in listed else None,
             "cache": {"hits": hits.get(sid, 0), "misses": misses.get(sid, 0), "bytes": held.get(sid, 0),
                       "hitRate": round(hits.get(sid, 0) / lookups, 4) if lookups else None},
             "errors": errors.get(sid, 0),
@@ -211,6 +232,16 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
         out["error"] = (f"the save was refused ({len(record.issues)} problem(s)); their details need a token that "
                         "sees the whole catalog" if record.issues else record.error)
     return out
+
+
+def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, listing_changed: bool) -> bool:
+    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`, each filtered by its
+    own access rules (a reload may hide a source from the caller, or show it one, and list the same). A caller who
+    sees all of both sees what `listing_changed` says (the listing as a whole changed: not compared, O(1)); else
+    O(n) in the visible entries, as `visible_catalog`."""
+    if scopes is None or (_entry_scopes(old) <= scopes and _entry_scopes(new) <= scopes):
+        return listing_changed
+    return old is not new and visible_catalog(old, scopes) != visible_catalog(new, scopes)
 
 
 def visible_catalog(catalog: Catalog, scopes: frozenset[str] | None) -> tuple[object, ...]:
