@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from aggregator.upstream.lane import Lane
+from aggregator.upstream.lane import Callback, Lane, Sent
 
 URIS = ["bench://a.md", 'q://"quoted"\\back', "u://caf\u00e9/\u2028/\U0001f600", "c://\x00\x1f\x7f",
         "s://lone\ud800surrogate", ""]
@@ -132,5 +132,38 @@ def test_reads_answered_behind_one_that_hangs_are_not_kept_until_its_deadline() 
             await reading
         assert len(lane._deadlines) <= 130
         hanging.cancel()
+
+    asyncio.run(main())
+
+
+def test_a_read_told_of_its_timeout_in_a_callback_leaves_the_next_deadline_in_place() -> None:
+    """Relayed reads (`Lane.send`, a `Callback` waiter that marks its `Sent` answered where it is told, as
+    `Upstream.relay` does): the first read's timeout sweeps the lane from inside the sweep. Each read still times
+    out at its own deadline, and the sweep raises nothing (it popped the next read's deadline, or an empty deque)."""
+    async def main() -> None:
+        lane, _ = _lane()
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda loop, context: errors.append(context))
+        started = loop.time()
+        told: dict[str, tuple[float, object]] = {}
+        sent: dict[str, Sent] = {}
+
+        def waiter(name: str) -> Callback:
+            def call(outcome: object) -> None:
+                told[name] = (loop.time() - started, outcome)
+                sent[name].answered()
+            return Callback(call)
+
+        for name, timeout in (("first", 0.1), ("second", 0.3)):
+            one = lane.send(f"a://{name}", waiter(name), timeout)
+            assert one is not None
+            sent[name] = one
+        await asyncio.sleep(0.6)
+        assert set(told) == {"first", "second"}, told
+        assert all(isinstance(outcome, TimeoutError) for _, outcome in told.values())
+        assert 0.08 < told["first"][0] < 0.25 and 0.28 < told["second"][0] < 0.55, told
+        assert errors == []
 
     asyncio.run(main())

@@ -228,17 +228,21 @@ class Lane:
         return None
 
     def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The sweep: every read past its deadline fails, and the sweep comes back at the next deadline."""
+        """The sweep: every read past its deadline fails, and the sweep comes back at the next deadline. A read is
+        told after its deadline left the queue: a waiter told in place (`Callback`) may sweep the queue itself
+        (`Sent.answered`), or send a read whose deadline queues a sweep of its own."""
         self._sweep = None
-        deadlines, now = self._deadlines, loop.time()
-        while deadlines:
-            deadline, answer = deadlines[0]
+        now = loop.time()
+        while self._deadlines:
+            deadline, answer = self._deadlines[0]
+            if not answer.done() and deadline > now:
+                if self._sweep is not None:  # queued by a read sent meanwhile, for a later deadline
+                    self._sweep.cancel()
+                self._sweep = loop.call_at(deadline, self._expire_due, loop)
+                return
+            self._deadlines.popleft()
             if not answer.done():
-                if deadline > now:
-                    self._sweep = loop.call_at(deadline, self._expire_due, loop)
-                    return
                 answer.set_exception(TimeoutError())
-            deadlines.popleft()
 
     async def _cancel(self, request_id: str) -> None:
         """Tell the upstream a read was given up (best effort: the pipe may be gone, and we may be cancelled)."""
