@@ -246,12 +246,14 @@ class Upstream:
                 self._events.ever_connected = self._was_up = True
                 if not first:
                     self._reconnects += 1
-                self._backoff.reset(recovering=False)
-                self._connected_at = time.time()
-                self._set_state("connected")
-                logger.info("%s (%s): connected (%s)", self.describe(), self.name, client.protocol_version)
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._events.watch, conn)
+                    # Calls wait until its events are heard (modern: the listen stream acknowledged): a listing
+                    # made from then on misses none, so a listener that comes after it need not list again.
+                    await tg.start(self._events.watch, conn)
+                    self._backoff.reset(recovering=False)
+                    self._connected_at = time.time()
+                    self._set_state("connected")
+                    logger.info("%s (%s): connected (%s)", self.describe(), self.name, client.protocol_version)
                     await conn.lost.wait()
                     tg.cancel_scope.cancel()
         if connecting.cancelled_caught and not self._was_up:
@@ -315,8 +317,11 @@ class Upstream:
         return SourceError(f"{self.describe()}: {what}: {describe_failure(exc)}")
 
     async def _paginate(self, what: str, page: Callable[[Client, str | None, int], Awaitable[Page]]) -> Listing:
-        listing = await self._call(what, lambda client: paginate(
-            what, lambda cursor, room: page(client, cursor, room), self.max_pages, self.max_entries), self.list_timeout)
+        def pages(client: Client) -> Awaitable[Listing]:
+            self._events.listing()  # sent now, on a connection that is up
+            return paginate(what, lambda cursor, room: page(client, cursor, room), self.max_pages, self.max_entries)
+
+        listing = await self._call(what, pages, self.list_timeout)
         self._cuts.heard(what, listing)
         return listing
 
@@ -469,8 +474,11 @@ class Upstream:
     def on_change(self, callback: EventCallback | None) -> None:
         """Deliver the upstream's ListChanged and Updated events to `callback` (None: stop). It is also told
         ListChanged when the connection is lost, and ListChanged and Updated for every subscribed URI whenever changes
-        may have gone unheard: once it first listens, after a reconnect (or a first connection after failed
-        attempts), after a session's event stream opened again."""
+        may have gone unheard: an event came while nobody listened (or after a listener stopped), after a reconnect
+        (or a first connection after failed attempts), when an event stream opened after a listing (a legacy HTTP
+        session's; modern: one refused at first). A listener that starts after a listing, with nothing told
+        meanwhile, is told nothing: calls wait until events are heard (modern: a listen stream is open from before
+        the first call, whether anyone listens or not)."""
         self._events.on_change(callback)
 
     def subscribe(self, uris: Iterable[str]) -> None:

@@ -1,6 +1,9 @@
 """An upstream's change events, relayed from whichever wire the official client negotiated: legacy notifications
 (with resources/subscribe for the wanted URIs, and the HTTP session's event stream kept), or the modern wire's
-listen stream with the wanted filter. Whenever changes may have gone unheard, the listener is told to look again."""
+listen stream with the wanted filter. Whenever changes may have gone unheard, the listener is told to look again:
+an event that came with nobody listening, a gap in the event stream (none open yet, or one dropped) after a listing
+began or while URIs are wanted, a lost connection. Nothing else: a listener that starts after a listing with nothing
+told meanwhile is told nothing (the gateway lists its upstream once at start, not twice)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from anyio.abc import TaskStatus
 from mcp import Client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionLost
 from mcp.shared.exceptions import MCPError
@@ -64,11 +68,14 @@ class ChangeRelay:
         self.ever_connected = False
         self.missed = False
         """Changes may have gone unheard (no listener, no stream, no connection): tell the listener once it hears."""
+        self.listed = False
+        """A listing began since the listener was last told to look (`listing`): a gap in the events may leave it
+        behind."""
 
     def on_change(self, callback: EventCallback | None) -> None:
         """See `Upstream.on_change`."""
-        if callback is not None and self.callback is None and self.ever_connected:
-            self.missed = True  # nothing listened (modern: no stream was open) since whoever set it last listed
+        if callback is None and self.callback is not None:
+            self.missed = True  # its subscriptions go (modern: its stream too): the next listener looks again
         self.callback = callback
         self.wanted_changed.set()
 
@@ -79,10 +86,16 @@ class ChangeRelay:
             self.wanted = wanted
             self.wanted_changed.set()
 
+    def listing(self) -> None:
+        """A listing of the upstream begins: a change it may miss is told unless the events carry it."""
+        self.listed = True
+
     async def emit(self, event: UpstreamEvent) -> None:
-        """`event` to the listener, if any; its failure is logged and never ends the connection."""
+        """`event` to the listener, if any (with none, it is told to look again once there is one); its failure is
+        logged and never ends the connection."""
         callback = self.callback
         if callback is None:
+            self.missed = True
             return
         try:
             await callback(event)
@@ -101,22 +114,33 @@ class ChangeRelay:
         listener yet, it is told once there is one."""
         self.missed = self.callback is None
         if not self.missed:
+            self.listed = False  # what it lists from here on is what counts
             await self.emit(ListChanged())
             for uri in sorted(self.wanted):
                 await self.emit(Updated(uri))
 
-    async def watch(self, conn: Link) -> None:
-        """Keep the upstream's subscriptions equal to what is wanted, for as long as the connection lives."""
+    async def heard(self) -> None:
+        """Events flow after a gap (an event stream opened): what was listed, or is wanted, may have changed unheard
+        meanwhile."""
+        self.missed |= self.listed or bool(self.wanted)
+        if self.missed:
+            await self.tell_missed()
+
+    async def watch(self, conn: Link, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep the upstream's subscriptions equal to what is wanted, for as long as the connection lives; started
+        once its events are heard (modern: the first listen stream acknowledged, or refused), so that a listing made
+        after that misses none of them."""
         if conn.client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            await self._listen(conn)
-        else:
-            async with anyio.create_task_group() as tg:
-                if conn.session is not None:
-                    tg.start_soon(functools.partial(
-                        keep_session, conn.session, ping=functools.partial(_ping, conn.client), lost=conn.mark_lost,
-                        missed=self.tell_missed, listening=lambda: self.callback is not None,
-                        interval=self.health_interval, timeout=self.timeout, grace=STREAM_GRACE))
-                await self._sync_legacy(conn)
+            await self._listen(conn, task_status)
+            return
+        task_status.started()  # notifications come with the connection (HTTP: the session's stream, see `heard`)
+        async with anyio.create_task_group() as tg:
+            if conn.session is not None:
+                tg.start_soon(functools.partial(
+                    keep_session, conn.session, ping=functools.partial(_ping, conn.client), lost=conn.mark_lost,
+                    missed=self.heard, listening=lambda: self.callback is not None,
+                    interval=self.health_interval, timeout=self.timeout, grace=STREAM_GRACE))
+            await self._sync_legacy(conn)
 
     async def _sync_legacy(self, conn: Link) -> None:
         caps = conn.client.server_capabilities.resources
@@ -147,41 +171,54 @@ class ChangeRelay:
         except TimeoutError:
             logger.warning("%s: %s %s: no answer within %gs", self.label, what, uri, self.timeout)
 
-    async def _listen(self, conn: Link) -> None:
-        """Modern wire: one listen stream with the wanted filter, opened again whenever the filter changes. The
-        stream it replaces closes LISTEN_OVERLAP after the new one is acknowledged, so no event falls between the two;
-        changes made while none was open are told once one is (the upstream replays nothing)."""
+    async def _listen(self, conn: Link, task_status: TaskStatus[None]) -> None:
+        """Modern wire: one listen stream, open whether anyone listens or not (what comes with nobody listening is
+        told to the next listener), with the wanted filter while someone does, opened again whenever the filter
+        changes. The stream it replaces closes LISTEN_OVERLAP after the new one is acknowledged, so no event falls
+        between the two; changes made while none was open are told once one is (the upstream replays nothing)."""
+        ready = _Once(task_status)
         async with anyio.create_task_group() as tg:
             current: anyio.CancelScope | None = None
+            shown: list[str] | None = None
+            """The open stream's filter."""
             while True:
                 # Reset before reading what is wanted: a change from here on wakes the wait below.
                 changed = self.wanted_changed = anyio.Event()
-                if self.callback is None:
-                    if current is not None:
-                        current.cancel()
-                        current = None
+                uris = sorted(self.wanted) if self.callback is not None else []
+                if current is not None and uris == shown:  # a listener came or went: the stream stays as it is
+                    if self.missed:
+                        await self.tell_missed()
                     await changed.wait()
                     continue
                 try:
                     # The acknowledgment within one call's timeout (the SDK's own bound is the handshake's).
                     with anyio.fail_after(self.timeout):
-                        opened = await tg.start(self._stream, conn, sorted(self.wanted))
+                        opened = await tg.start(self._stream, conn, uris)
                 except SubscriptionLost:
                     conn.mark_lost("the listen stream was lost")
+                    ready()
                     return
                 except (MCPError, TimeoutError) as exc:
                     if isinstance(exc, MCPError) and exc.code in LOST:
                         conn.mark_lost(f"listen: {quote(exc)}")
+                        ready()
                         return
                     logger.warning("%s: subscriptions/listen refused: %s", self.label,
                                    quote(exc) if isinstance(exc, MCPError) else "no acknowledgment in time")
+                    ready()
                     await changed.wait()
                     continue
                 if current is not None:
                     tg.start_soon(_close_later, current, LISTEN_OVERLAP)
-                current = opened
-                if self.missed:
+                # None was open while calls went out (the first listen was refused): a gap. The first stream of a
+                # connection opens before any call is sent on it (what the connection before missed is `missed`).
+                gap = current is None and ready.done
+                current, shown = opened, uris
+                if gap:
+                    await self.heard()
+                elif self.missed:
                     await self.tell_missed()
+                ready()
                 await changed.wait()
 
     async def _stream(self, conn: Link, uris: list[str], *, task_status: Any) -> None:
@@ -202,6 +239,22 @@ class ChangeRelay:
             conn.mark_lost("the upstream ended the listen stream")
         except SubscriptionLost:
             conn.mark_lost("the listen stream was lost")
+
+
+class _Once:
+    """Tells a task's starter it started, once however often it is called."""
+
+    def __init__(self, task_status: TaskStatus[None]) -> None:
+        self.task_status: TaskStatus[None] | None = task_status
+
+    @property
+    def done(self) -> bool:
+        return self.task_status is None
+
+    def __call__(self) -> None:
+        if self.task_status is not None:
+            self.task_status.started()
+            self.task_status = None
 
 
 async def _close_later(scope: anyio.CancelScope, delay: float) -> None:
