@@ -202,20 +202,28 @@ theirs for the same upstream and wire; `CPU/read` is the user+system CPU of the 
 {chr(10).join(lines)}
 
 What the floors show: a hop as such (two more pipes, one more process woken twice a read) costs little latency: the
-relay floor stays within about 1.1-1.2x direct for all three upstreams. A gateway that looks at what it relays also
-reads and writes JSON: the JSON relay floor (the relay parsing each message and encoding it again with orjson,
-checking and rewriting nothing) costs 28-66 us of CPU a read and 1.1-1.25x direct over our aggregator and
-server-everything (2026-11-28, third session; with the stdlib's json it was 93-161 us and 1.3-1.7x). On this
-machine (2 vCPUs of a VM; `perf trace` timed the gateway's pipe reads and writes at 14-16 us each) the
-client, the gateway and the upstream take turns on one CPU (`perf stat`: one migration in 5 s, two context switches
-a read), so the latency a gateway adds is its CPU a read: 1.3x direct over upstreams that answer in 0.2-0.3 ms leaves
-about 40-60 us a read beyond the relay floor. Ours spends 80-140 us more than the relay floor's: the catalog's
-resolution and access, the cache's single flight, the upstream's answer checked as the SDK's model would, its own
-answer typed, sieved and encoded, the access log, and the event loop's turns (asyncio's reader and writer
-transports instead of the floor's blocking threads), spread over about 60 steps of 1-7 us each (cProfile), none of
-them most of it (more over server-everything, whose 1-12 KB documents are decoded, checked and encoded again). So the
-uncached hop comes to about 1.3x over the SDK's `MCPServer`, whose reads cost 0.5-0.7 ms of its CPU, and stays well
-above it over the fast upstreams: there it would take a read path of about a third of ours.
+relay floor stays within about 1.0-1.15x direct for all three upstreams, and the JSON relay floor (the relay parsing
+each message and encoding it again with orjson, checking and rewriting nothing) within about 1.0-1.15x too. On these
+machines (2 vCPUs of a VM) the client, the gateway and the upstream take turns on one CPU (`perf stat`: one
+migration in 5 s, two context switches a read), so the latency a gateway adds is about its CPU a read, and the
+machine's speed varied by up to 1.5x between runs minutes apart (the same direct read 0.81, 1.01 and 1.11 ms): the
+ratios within one run are the figures.
+
+2026-11-28, fourth session: the gateway's instructions a relayed read, counted with callgrind (the gateway alone,
+collection on for 1,000 sequential reads only, legacy wire; a count does not move with the machine's load), went
+over our aggregator from 364k to 247k and over server-everything from 576k to 440k. Four costs stood out:
+the read's chain of closures was a reference cycle (a lane waiter held its callback, whose closure held the `Sent`
+holding the waiter), so every read left about 57 objects to the cycle collector (18k instructions a read); the
+per-read value objects were frozen dataclasses, whose `__init__` sets each field through `object.__setattr__`, about
+10x a plain slotted one's (51k); asyncio's selector, handles and pipe transports run in Python, and `serve` now runs
+on uvloop when it is installed (the `fast` extra, part of `server`; 45k); an upstream's text was encoded to UTF-8
+and decoded back (24k over server-everything's non-ASCII documents). The direct read of our aggregator from its
+cache went from 252k to 175k instructions. In an A/B on one machine (600 reads, 3 rounds, legacy wire, the code
+before this session run from a worktree with the same venv) the uncached hop went from 1.36x to 1.28x direct over
+our aggregator and from 1.49x to 1.33x over server-everything (1.26x and 1.32x with this session's code on asyncio's
+loop). What is left over the fast upstreams is the layers of the read (resolution and access, the cache's single
+flight, the upstream's answer checked as the SDK's model would, the content typed, the result sieved and encoded),
+about 2,900 bytecodes and 120 Python calls a read, none of them most of it.
 
 Since 2026-11-28 (second session) an uncached read through the gateway is relayed in callbacks
 (`aggregator/reads/relayed.py`): taken from stdin's pipe callback, sent on the lean lane at once, and answered from
