@@ -4,6 +4,7 @@ timer per read)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from typing import Any
@@ -165,5 +166,34 @@ def test_a_read_told_of_its_timeout_in_a_callback_leaves_the_next_deadline_in_pl
         assert all(isinstance(outcome, TimeoutError) for _, outcome in told.values())
         assert 0.08 < told["first"][0] < 0.25 and 0.28 < told["second"][0] < 0.55, told
         assert errors == []
+
+    asyncio.run(main())
+
+
+def test_answered_relayed_reads_leave_nothing_to_the_cycle_collector() -> None:
+    """A relayed read's waiter calls a closure that holds the read's `Sent` (as `Upstream.relay`'s does), and the
+    `Sent` holds the waiter: once told, the waiter lets go of the closure, so the read's objects go when its last
+    reference does, not at the next collection (about 57 objects a read through the gateway were left to it)."""
+    def relay(lane: Lane) -> None:
+        sent: Sent | None = None
+
+        def answered(outcome: object) -> None:
+            assert sent is not None
+            sent.answered()
+
+        sent = lane.send("a://x", Callback(answered), 30.0)
+
+    async def main() -> None:
+        lane, _ = _lane()
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        gc.collect()
+        gc.disable()
+        try:
+            for n in range(1, 51):
+                relay(lane)
+                assert lane.claims({"jsonrpc": "2.0", "id": f"agg-{n}", "result": {"contents": []}})
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
 
     asyncio.run(main())
