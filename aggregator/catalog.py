@@ -357,10 +357,11 @@ class Catalog:
         if entry.render is not None:
             return RenderTarget(entry.uri, entry.mime_type, entry.render, access=entry.access)
         assert entry.source is not None and entry.path is not None, entry.uri
+        # Positional: keyword arguments take the slower way into `__init__`, and every read of a listed file is here.
         return FileTarget(entry.uri, entry.mime_type, entry.source, entry.path,
-                          mime_declared=entry.display.mime_type is not None or entry.convert is not None,
-                          decompress=entry.decompress and is_gzip_name(self._file_name(entry.source, entry.path)),
-                          access=entry.access, convert=entry.convert)
+                          entry.display.mime_type is not None or entry.convert is not None,
+                          entry.decompress and is_gzip_name(self._file_name(entry.source, entry.path)),
+                          entry.convert, entry.access)
 
     def _file_name(self, source: str | None, path: str) -> str:
         """The file a source path names: only a URL path has a query to leave out (in a folder `what?#frag.md` is

@@ -25,6 +25,9 @@ def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
        st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
 @example([b"x" * 65, b"short"], [64, 66])
 @example([b"x" * 200], [1, 2, 3])
+@example([b"x" * 64], [])  # one whole line in one chunk (the splitter's shortcut), at the cap
+@example([b"x" * 65], [])  # and one past it, which the shortcut leaves to the buffer
+@example([b"a", b"b"], [2])  # whole lines in chunks of their own, one after the other
 def test_lines_give_every_short_line_and_one_skip_per_long_one(lines: list[bytes], cuts: list[int]) -> None:
     """However the stream is chunked: each line up to the cap comes whole, in order; each line past it comes as
     Oversized with its first bytes, ending (tail set) exactly once, with its last bytes."""

@@ -77,6 +77,11 @@ class LineSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes | Oversized | None]:
         """The items `chunk` completes, as `lines` yields them; a None (past the skip budget) is the last one."""
+        if self._head is None and not self._buffer:
+            # The usual chunk, one whole answer: its line as it is, without going through the buffer (three copies).
+            newline = chunk.find(b"\n")
+            if newline == len(chunk) - 1 and newline <= self.limit:
+                return [chunk[:newline]]
         items: list[bytes | Oversized | None] = []
         if self._head is not None:
             newline = chunk.find(b"\n")
