@@ -211,17 +211,18 @@ ratios within one run are the figures.
 
 2026-11-28, fourth session: the gateway's instructions a relayed read, counted with callgrind (the gateway alone,
 collection on for 1,000 sequential reads only, legacy wire; a count does not move with the machine's load), went
-over our aggregator from 364k to 247k and over server-everything from 576k to 440k. Four costs stood out:
+over our aggregator from 364k to 237k and over server-everything from 576k to 420k. Five costs stood out:
 the read's chain of closures was a reference cycle (a lane waiter held its callback, whose closure held the `Sent`
 holding the waiter), so every read left about 57 objects to the cycle collector (18k instructions a read); the
 per-read value objects were frozen dataclasses, whose `__init__` sets each field through `object.__setattr__`, about
 10x a plain slotted one's (51k); asyncio's selector, handles and pipe transports run in Python, and `serve` now runs
 on uvloop when it is installed (the `fast` extra, part of `server`; 45k); an upstream's text was encoded to UTF-8
-and decoded back (24k over server-everything's non-ASCII documents). The direct read of our aggregator from its
+and decoded back (24k over server-everything's non-ASCII documents); and the upstream's line went through
+the line splitter's buffer, three copies of each answer (10-19k). The direct read of our aggregator from its
 cache went from 252k to 175k instructions. In an A/B on one machine (600 reads, 3 rounds, legacy wire, the code
 before this session run from a worktree with the same venv) the uncached hop went from 1.36x to 1.28x direct over
 our aggregator and from 1.49x to 1.33x over server-everything (1.26x and 1.32x with this session's code on asyncio's
-loop). What is left over the fast upstreams is the layers of the read (resolution and access, the cache's single
+loop; both before the line splitter's shortcut). What is left over the fast upstreams is the layers of the read (resolution and access, the cache's single
 flight, the upstream's answer checked as the SDK's model would, the content typed, the result sieved and encoded),
 about 2,900 bytecodes and 120 Python calls a read, none of them most of it.
 
