@@ -222,9 +222,10 @@ the line splitter's buffer, three copies of each answer (10-19k). The direct rea
 cache went from 252k to 175k instructions. In an A/B on one machine (600 reads, 3 rounds, legacy wire, the code
 before this session run from a worktree with the same venv) the uncached hop went from 1.36x to 1.28x direct over
 our aggregator and from 1.49x to 1.33x over server-everything (1.26x and 1.32x with this session's code on asyncio's
-loop; both before the line splitter's shortcut). What is left over the fast upstreams is the layers of the read (resolution and access, the cache's single
-flight, the upstream's answer checked as the SDK's model would, the content typed, the result sieved and encoded),
-about 2,900 bytecodes and 120 Python calls a read, none of them most of it.
+loop; both before the line splitter's shortcut). What is left over the fast upstreams is the layers of the read
+(resolution and access, the cache's single flight, the upstream's answer checked as the SDK's model would, the
+content typed, the result sieved and encoded), about 2,900 bytecodes and 120 Python calls a read, none of them most
+of it.
 
 Since 2026-11-28 (second session) an uncached read through the gateway is relayed in callbacks
 (`aggregator/reads/relayed.py`): taken from stdin's pipe callback, sent on the lean lane at once, and answered from
