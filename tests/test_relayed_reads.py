@@ -30,7 +30,7 @@ from tests.test_upstream import ENV, HERE
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
 
 
-def _manifest(folder: Path, ttl: str = "0s", **environ: str) -> Path:
+def _manifest(folder: Path, ttl: str = "0s", timeout: str = "3s", **environ: str) -> Path:
     env = {"PYTHONPATH": ENV["PYTHONPATH"], "UPSTREAM_HANGING": "1", "UPSTREAM_CHANGES": "1", **environ}
     return write_manifest(folder, f"""
         version: 1
@@ -38,7 +38,7 @@ def _manifest(folder: Path, ttl: str = "0s", **environ: str) -> Path:
         defaults: {{ttl: {ttl}}}
         sources:
           up: {{url: "mcp+stdio:", prefix: "test://", command: {UPSTREAM!r}, env: {env!r}, maxBytes: 50000,
-                timeout: 3s}}
+                timeout: {timeout}}}
         collections:
           - {{source: up, glob: "static-*", uri: "wiki://{{path}}"}}
           - {{source: up, glob: "{{boom,big,hang,hanging,counter}}", uri: "wiki://{{path}}"}}
@@ -174,7 +174,8 @@ def test_a_relayed_read_whose_connection_is_lost_is_read_again_the_usual_way(tmp
     pidfile = tmp_path / "upstream.pid"
 
     async def main() -> None:
-        service = await ResourceService.open(_manifest(tmp_path, UPSTREAM_PIDFILE=str(pidfile)))
+        # Calls bounded well past a loaded machine's restart of the upstream (a new Python process, its handshake).
+        service = await ResourceService.open(_manifest(tmp_path, timeout="15s", UPSTREAM_PIDFILE=str(pidfile)))
         handlers = ResourceHandlers(service, Discovery(service), None)
         try:
             await service.read("wiki://static-text")
@@ -196,7 +197,8 @@ def test_a_relayed_read_whose_connection_is_lost_is_read_again_the_usual_way(tmp
 def test_a_reload_keeps_the_source_of_a_relayed_read_open_until_it_ends(tmp_path: Path) -> None:
     """A reload that drops the source of a relayed read still in flight closes it only once the read ends."""
     async def main() -> None:
-        manifest = _manifest(tmp_path)
+        # The held read must outlast the reload's start of a new upstream on a loaded machine: a bound well past it.
+        manifest = _manifest(tmp_path, timeout="15s")
         service = await ResourceService.open(manifest)
         handlers = ResourceHandlers(service, Discovery(service), None)
         try:
