@@ -73,11 +73,10 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
         live.notifier.close()
         http.should_exit = True
 
-    def forced() -> None:  # a second stop: what is in flight is given up, each request ended cleanly
-        app.abandon()
-
     async with anyio.create_task_group() as tg:
-        await tg.start(stop_signals, stop, stopping, forced)  # before uvicorn starts: a worker's start-up handler ends here
+        # Before uvicorn starts: a worker's start-up handler ends here. A second stop gives up what is in flight,
+        # each request ended cleanly (`abandon`).
+        await tg.start(stop_signals, stop, stopping, app.abandon)
         if not http.should_exit:
             await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()

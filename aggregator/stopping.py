@@ -137,12 +137,12 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
             return
         task_status.started()
         async for received in receive:
-            if heard.signum is None:
-                heard.signum = received
+            first, second = heard.signum is None, heard.forced is None
+            heard.note(received)  # the one place that tells a first stop from a second
+            if first:
                 logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
                 stopping()
-            elif heard.forced is None:
-                heard.forced = received
+            elif second:
                 logger.warning("%s again: stopping now, without waiting for requests in flight",
                                signal.Signals(received).name)
                 forced()
