@@ -16,8 +16,8 @@ from aggregator.manifest.model import Annotations, Display, Icon
 from aggregator.search import Hit
 from aggregator.search_query import SEARCH_TEMPLATE
 
-__all__ = ["COMPLETE", "SEARCH_TEMPLATE_DICT", "cache_scope", "contents_dict", "resource_dict", "search_result",
-           "template_dict", "ttl_ms"]
+__all__ = ["COMPLETE", "SEARCH_TEMPLATE_DICT", "ReadResult", "cache_scope", "contents_dict", "read_result",
+           "resource_dict", "search_result", "template_dict", "ttl_ms"]
 
 COMPLETE = {"resultType": "complete"}
 """The modern wire requires `resultType`; the legacy wire's result schema drops it."""
@@ -108,6 +108,26 @@ def hit_dict(hit: Hit) -> dict[str, Any]:
 
 def search_result(query: str, hits: list[Hit]) -> dict[str, Any]:
     return {"query": query, "results": [hit_dict(h) for h in hits]}
+
+
+class ReadResult(dict[str, Any]):
+    """A `resources/read` result as `read_result` builds it: every value of the type the wire wants, keys in the
+    order the SDK's result sieve dumps them (`cacheScope`, `contents`, `resultType`, `ttlMs`; an item's `blob` or
+    `text` beside `mimeType` and `uri`), so the fast paths put it on the wire without checking it again
+    (`wire_results.shaped`)."""
+
+    __slots__ = ()
+
+
+def read_result(uri: str, content: Content, ttl: float, private: bool) -> ReadResult:
+    """A read's result: its content under `uri`, with how long a client may keep it (seconds) and its scope."""
+    if content.text is not None:
+        item = {"mimeType": content.mime_type, "text": content.text, "uri": uri}
+    else:
+        item = {"blob": base64.b64encode(content.blob or b"").decode("ascii"), "mimeType": content.mime_type,
+                "uri": uri}
+    return ReadResult(cacheScope="private" if private else "public", contents=[item], resultType="complete",
+                      ttlMs=max(0, int(ttl * 1000)))
 
 
 def contents_dict(uri: str, content: Content) -> dict[str, Any]:

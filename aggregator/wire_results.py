@@ -25,6 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from aggregator.codec import dumps
+from aggregator.mcp_shapes import ReadResult
 
 __all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "Envelopes", "ItemsText", "encode_response", "page_line", "shaped"]
 
@@ -124,6 +125,11 @@ class _Kept:
 def shaped(server: Any, method: str, version: str, result: Mapping[str, Any], stamp: Any = None) -> dict[str, Any]:
     """The handler's result as the SDK's runner puts it on the wire: cache hints under the handler's keys, the
     version's result sieve, and the `serverInfo` stamp on the modern wire (`stamp`: the server's, taken before)."""
+    if type(result) is ReadResult:  # ours, of the sieve's shape: what the version keeps of it (hints are its own)
+        if version == _MODERN:
+            return {**result, "_meta": {SERVER_INFO_META_KEY: stamp or server.server_info_stamp}}
+        if version == _LEGACY:
+            return {"contents": result["contents"]}
     hint = server.cache_hints.get(method)
     dumped = {"ttlMs": hint.ttl_ms, "cacheScope": hint.scope, **result} if hint is not None else dict(result)
     try:
@@ -142,6 +148,8 @@ def shaped(server: Any, method: str, version: str, result: Mapping[str, Any], st
 
 
 READ = "resources/read"
+_LEGACY, _MODERN = "2025-11-25", "2026-07-28"
+"""The versions whose read sieve `read_sieved` (and `shaped` for a `ReadResult`) knows."""
 _TEXT_ITEM, _BLOB_ITEM = frozenset({"uri", "mimeType", "text"}), frozenset({"uri", "mimeType", "blob"})
 _READ_KEYS = frozenset({"contents", "ttlMs", "cacheScope", "resultType"})
 """The keys of the read result our handler builds: all of them on the 2026-07-28 wire; at most these on 2025-11-25,

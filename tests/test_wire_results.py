@@ -96,7 +96,9 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from mcp_types import methods as sdk_methods  # noqa: E402
 
-from aggregator.wire_results import read_sieved  # noqa: E402
+from aggregator.content import Content  # noqa: E402
+from aggregator.mcp_shapes import ReadResult, read_result  # noqa: E402
+from aggregator.wire_results import read_sieved, shaped  # noqa: E402
 
 _VALUE = st.one_of(st.text(), st.none(), st.integers(), st.booleans(), st.floats(allow_nan=False), st.binary())
 _ITEM = st.one_of(
@@ -154,3 +156,30 @@ def test_a_result_of_our_shape_is_sieved_fast_when_its_values_are_valid(version:
     valid = all(type(v) is str for item in result["contents"] for v in item.values()) and (
         version == "2025-11-25" or (result["ttlMs"] >= 0 and result["cacheScope"] in ("public", "private")))
     assert (read_sieved(version, result) is not None) == valid
+
+
+class _Server:
+    """What `shaped` uses of the SDK's server: its cache hints and its `serverInfo` stamp."""
+
+    cache_hints: dict[str, Any] = {}
+    server_info_stamp = {"name": "t", "version": "1"}
+
+
+_CONTENTS = st.builds(lambda mime, text, blob: Content(mime, text, None) if blob is None else Content(mime, None, blob),
+                      st.text(max_size=8), st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=20)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(["2025-11-25", MODERN, "2025-06-18"]), uri=st.text(max_size=10), content=_CONTENTS,
+       ttl=st.floats(min_value=-5, max_value=1e9), private=st.booleans())
+def test_a_read_result_is_shaped_as_the_sdks_sieve_shapes_the_same_dict(version: str, uri: str, content: Content,
+                                                                         ttl: float, private: bool) -> None:
+    """`shaped` takes a `ReadResult` without checking it again: what it gives must be what the sieve gives the same
+    result as a plain dict, keys in the same order, on every version (those it does not know go to the sieve)."""
+    result = read_result(uri, content, ttl, private)
+    assert type(result) is ReadResult
+    fast, slow = shaped(_Server(), READ, version, result), shaped(_Server(), READ, version, dict(result))
+    assert fast == slow and list(fast) == list(slow)
+    assert all(list(a) == list(b) for a, b in zip(fast["contents"], slow["contents"]))
+    sieved = _sieve(version, dict(result))
+    assert sieved is not None and sieved["contents"] == fast["contents"]

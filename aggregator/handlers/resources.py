@@ -17,7 +17,7 @@ from aggregator.completion import NONE as NO_COMPLETIONS
 from aggregator.completion import Completer
 from aggregator.handlers.running import failure_of, run_handler, scopes_of
 from aggregator.listing_json import items_json
-from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, cache_scope, contents_dict, resource_dict,
+from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, ReadResult, cache_scope, read_result, resource_dict,
                                    search_result, template_dict, ttl_ms)
 from aggregator.metrics import Metrics, timer
 from aggregator.reads.reader import Served
@@ -155,7 +155,6 @@ def _listing(items: list[dict[str, Any]] | ItemsText, key: str, served: ServedPa
     return result
 
 
-def _read_result(uri: str, served: Served) -> dict[str, Any]:
+def _read_result(uri: str, served: Served) -> ReadResult:
     """A read's result: ttl and cache scope come with the content, from the snapshot it was read from."""
-    return {"contents": [contents_dict(uri, served.content)], "ttlMs": ttl_ms(served.ttl),
-            "cacheScope": cache_scope(served.private), **COMPLETE}
+    return read_result(uri, served.content, served.ttl, served.private)
