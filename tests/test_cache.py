@@ -172,3 +172,60 @@ def test_forget_decides_per_key_kind() -> None:
     with pytest.raises(TypeError):
         Forget.of(sources={"docs"})(("docs", "a.md"))  # a key of another shape is an error, not silently kept
     assert str(a_md) == "docs/a.md"  # what the cache's log lines name
+
+
+def test_a_lead_landed_unkept_is_shared_with_its_followers_and_kept_nothing() -> None:
+    """`lead`/`land` (a load the caller makes itself, as a relayed read does): a `get_or_load` of the key meanwhile
+    follows it (no load of its own) and gets its value; a policy that keeps nothing keeps nothing, so the next read
+    loads; a key with a copy or a load under way is not led."""
+    backend = Backend()
+    cache: ContentCache[str, Blob] = ContentCache(1000)
+
+    async def main() -> None:
+        flight = cache.lead("k")
+        assert flight is not None and cache.lead("k") is None and cache.misses == 1
+        got: list[Blob] = []
+
+        async def follow() -> None:
+            got.append(await cache.get_or_load("k", CachePolicy(0), backend.load))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.sleep(0.01)
+            cache.land("k", flight, CachePolicy(0), Blob(3, "led"))
+        assert got == [Blob(3, "led")] and backend.loads == 0 and cache.hits == 1
+        assert len(cache) == 0 and cache.current_bytes == 0
+        again = cache.lead("k")
+        assert again is not None
+        cache.land("k", again, CachePolicy(60), Blob(3, "kept"))
+        assert cache.get("k") == Blob(3, "kept") and cache.lead("k") is None
+
+    anyio.run(main)
+
+
+def test_a_lead_failed_or_given_up_tells_its_followers() -> None:
+    """A lead's error reaches its followers (nothing kept); a lead given up (`land` with neither) sends them to load
+    again themselves."""
+    backend = Backend()
+    cache: ContentCache[str, Blob] = ContentCache(1000)
+
+    async def main() -> None:
+        outcomes: list[object] = []
+
+        async def follow() -> None:
+            try:
+                outcomes.append(await cache.get_or_load("k", CachePolicy(0), backend.load))
+            except OSError as exc:
+                outcomes.append(exc)
+
+        failure = OSError("upstream down")
+        for error in (failure, None):
+            flight = cache.lead("k")
+            assert flight is not None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                await anyio.sleep(0.01)
+                cache.land("k", flight, CachePolicy(0), error=error)
+        assert outcomes == [failure, Blob(10, "body@v1")] and backend.loads == 1 and len(cache) == 0
+
+    anyio.run(main)
