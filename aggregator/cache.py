@@ -19,7 +19,7 @@ from cachetools import Cache, LRUCache
 
 from aggregator.tracing import NO_SPAN, cache_event, enabled, span
 
-__all__ = ["CachePolicy", "ContentCache", "Sized"]
+__all__ = ["CachePolicy", "ContentCache", "Flight", "Sized"]
 
 logger = logging.getLogger("aggregator.cache")
 
@@ -53,9 +53,10 @@ class _Slot(Generic[V]):
     stale_until: float
 
 
-class _Flight(Generic[V]):
+class Flight(Generic[V]):
     """One load in progress; followers `wait` for it to end, then read `value` or `error`. The event exists only
-    once a follower waits: most loads have none, and an event per load is a good part of a cold read's cost."""
+    once a follower waits: most loads have none, and an event per load is a good part of a cold read's cost. A
+    caller that leads a load itself (`ContentCache.lead`) may pass a subclass holding its own state as well."""
 
     # Class-level defaults, no `__init__` and no slots: a flight is made per miss, and a Python `__init__` setting
     # five slots costs about three times an instance that sets only what its load changes (in its own dict).
@@ -91,7 +92,7 @@ class ContentCache(Generic[K, V]):
         self._entries: LRUCache[K, _Slot[V]] = LRUCache(maxsize=max_bytes,
                                                         getsizeof=lambda slot: slot.value.nbytes)
         self._timer = timer
-        self._flights: dict[K, _Flight[V]] = {}
+        self._flights: dict[K, Flight[V]] = {}
         self.hits_by: Counter[str] = Counter()
         self.misses_by: Counter[str] = Counter()
         """Hits and misses by the key's `source` (keys without one count under ''): the console's per-source rates,
@@ -148,7 +149,7 @@ class ContentCache(Generic[K, V]):
 
     async def _lead(self, key: K, old: _Slot[V] | None, policy: CachePolicy, load: Load[V],
                     revalidate: Revalidate | None, stale_on: tuple[type[BaseException], ...]) -> V:
-        flight: _Flight[V] = _Flight()  # not `_Flight[V]()`: calling a subscripted generic costs microseconds
+        flight: Flight[V] = Flight()  # not `Flight[V]()`: calling a subscripted generic costs microseconds
         self._flights[key] = flight
         try:
             with span("aggregator.cache.load", **_traced(key)) if enabled() else NO_SPAN:
@@ -190,19 +191,18 @@ class ContentCache(Generic[K, V]):
         self._store(key, value, version, policy)
         return value
 
-    def lead(self, key: K) -> _Flight[V] | None:
-        """A miss of `key` whose load the caller makes itself, then ends with `land` (concurrent `get_or_load`s of
-        the key follow it meanwhile); None when the cache holds a copy (fresh, or one to revalidate or serve stale)
-        or a load is under way: the caller goes through `get_or_load`."""
+    def lead(self, key: K, flight: Flight[V]) -> bool:
+        """Whether the caller may load `key` itself as `flight` (a new one), which it then ends with `land`
+        (concurrent `get_or_load`s of the key follow it meanwhile); False when the cache holds a copy (fresh, or
+        one to revalidate or serve stale) or a load is under way: the caller goes through `get_or_load`."""
         if key in self._flights or key in self._entries:
-            return None
-        flight: _Flight[V] = _Flight()
+            return False
         self._flights[key] = flight
         self.misses_by[_group(key)] += 1
         cache_event("miss")
-        return flight
+        return True
 
-    def land(self, key: K, flight: _Flight[V], policy: CachePolicy, value: V | None = None,
+    def land(self, key: K, flight: Flight[V], policy: CachePolicy, value: V | None = None,
              error: BaseException | None = None) -> None:
         """End the load `lead` began: its value stored as `get_or_load` stores one, or its error (nothing kept);
         neither: it was given up, and those following it load again."""

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
-from aggregator.cache import CachePolicy, ContentCache
+from aggregator.cache import CachePolicy, ContentCache, Flight
 
 
 @dataclass
@@ -182,8 +182,8 @@ def test_a_lead_landed_unkept_is_shared_with_its_followers_and_kept_nothing() ->
     cache: ContentCache[str, Blob] = ContentCache(1000)
 
     async def main() -> None:
-        flight = cache.lead("k")
-        assert flight is not None and cache.lead("k") is None and cache.misses == 1
+        flight: Flight[Blob] = Flight()
+        assert cache.lead("k", flight) and not cache.lead("k", Flight()) and cache.misses == 1
         got: list[Blob] = []
 
         async def follow() -> None:
@@ -195,10 +195,10 @@ def test_a_lead_landed_unkept_is_shared_with_its_followers_and_kept_nothing() ->
             cache.land("k", flight, CachePolicy(0), Blob(3, "led"))
         assert got == [Blob(3, "led")] and backend.loads == 0 and cache.hits == 1
         assert len(cache) == 0 and cache.current_bytes == 0
-        again = cache.lead("k")
-        assert again is not None
+        again: Flight[Blob] = Flight()
+        assert cache.lead("k", again)
         cache.land("k", again, CachePolicy(60), Blob(3, "kept"))
-        assert cache.get("k") == Blob(3, "kept") and cache.lead("k") is None
+        assert cache.get("k") == Blob(3, "kept") and not cache.lead("k", Flight())
 
     anyio.run(main)
 
@@ -220,8 +220,8 @@ def test_a_lead_failed_or_given_up_tells_its_followers() -> None:
 
         failure = OSError("upstream down")
         for error in (failure, None):
-            flight = cache.lead("k")
-            assert flight is not None
+            flight: Flight[Blob] = Flight()
+            assert cache.lead("k", flight)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(follow)
                 await anyio.sleep(0.01)

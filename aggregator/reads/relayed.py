@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from aggregator.cache import ContentCache, Flight
+from aggregator.cache_keys import CacheKey
 from aggregator.catalog import FileTarget
 from aggregator.content import Content
 from aggregator.errors import RequestError
-from aggregator.reads.file import file_key, typed, unpacked
+from aggregator.reads.backend import SourceCalls
+from aggregator.reads.file import file_key, typed
 from aggregator.reads.reader import Reader, Served, served_of
-from aggregator.snapshot import Leases, Snapshot
+from aggregator.snapshot import Leases, Snapshot, SourceLimits
 from aggregator.sources import Blob, SourceError
 
 __all__ = ["Relayed", "relay_read"]
@@ -42,60 +45,73 @@ def relay_read(reader: Reader, leases: Leases, snapshot: Snapshot, uri: str, sco
     if (type(target) is not FileTarget or target.source not in snapshot.relayed or target.convert is not None
             or target.decompress):
         return None
-    limits = snapshot.limits[target.source]
-    cache, calls, source = reader.caches.cache, reader.calls, snapshot.sources[target.source]
-    key = file_key(target, snapshot.epochs[target.source])
-    flight = cache.lead(key)
-    if flight is None:
-        return None
+    return _Relay().start(reader.caches.cache, reader.calls, leases, snapshot, target, scopes, done)
 
-    ended = False
 
-    def answered(outcome: Blob | Exception | None) -> None:
-        nonlocal ended
-        ended = True
-        leases.let_go(snapshot)
-        try:
-            content = _content(target, outcome, limits.max_bytes, source.url_paths)
-        except SourceError as exc:
-            failure: Exception = calls.failure(snapshot, target, exc)
-        except Exception as exc:  # noqa: BLE001 - what a read raises, for the handler to map
-            failure = exc
+class _Relay(Flight[Content]):
+    """One relayed read: the cache's flight of its key (what reads of the key meanwhile follow) and the read's
+    state, with its callbacks as bound methods (one object per read, not two closures over a dozen cells).
+    Made bare and filled by `start` (no `__init__`: a Python one is a good part of what a read costs)."""
+
+    _cache: ContentCache[CacheKey, Content]
+    _calls: SourceCalls
+    _leases: Leases
+    _snapshot: Snapshot
+    _target: FileTarget
+    _scopes: frozenset[str] | None
+    _told: Relayed
+    _key: CacheKey
+    _limits: SourceLimits
+    _give_up: Callable[[], None]
+
+    def start(self, cache: ContentCache[CacheKey, Content], calls: SourceCalls, leases: Leases, snapshot: Snapshot,
+              target: FileTarget, scopes: frozenset[str] | None, done: Relayed) -> Callable[[], None] | None:
+        """`relay_read` of `target` (relayed: no decompression, no conversion) once resolved and allowed."""
+        self._key = key = file_key(target, snapshot.epochs[target.source])
+        if not cache.lead(key, self):
+            return None  # a copy, or a load under way: the usual way serves it from them
+        self._limits = limits = snapshot.limits[target.source]
+        self._cache, self._calls, self._leases, self._snapshot = cache, calls, leases, snapshot
+        self._target, self._scopes, self._told = target, scopes, done
+        give_up = snapshot.sources[target.source].relay(target.path, limits.max_bytes, self._answered)
+        if give_up is None:
+            cache.land(key, self, limits.policy)
+            return None
+        leases.hold(snapshot)
+        self._give_up = give_up
+        return self._cancel
+
+    def _answered(self, outcome: Blob | Exception | None) -> None:
+        """The source's outcome: landed in the cache for the read's followers, then told."""
+        self.ended = True  # landed below whatever happens: a cancel from here on does nothing
+        target, cache, policy = self._target, self._cache, self._limits.policy
+        self._leases.let_go(self._snapshot)
+        if outcome is None:
+            cache.land(self._key, self, policy)
+            self._told(None)
+            return
+        if isinstance(outcome, Exception):
+            failure = self._calls.failure(self._snapshot, target, outcome) if isinstance(outcome, SourceError) \
+                else outcome
         else:
-            if content is None:
-                cache.land(key, flight, limits.policy)
-                done(None)
+            try:
+                # Not decompressed (`relay_read` refuses those): the bytes are the blob's as they came.
+                content = typed(target, outcome, outcome.data)
+            except Exception as exc:  # noqa: BLE001 - what a read raises, for the handler to map
+                failure = exc
             else:
-                calls.succeeded(target.source)
-                cache.land(key, flight, limits.policy, content)
-                done(served_of(snapshot, target, scopes, content))
+                self._calls.succeeded(target.source)
+                cache.land(self._key, self, policy, content)
+                self._told(served_of(self._snapshot, target, self._scopes, content))
+                return
+        cache.land(self._key, self, policy, error=failure)
+        self._told(failure)
+
+    def _cancel(self) -> None:
+        """Give the read up: the source told, the snapshot let go, its followers sent to load again."""
+        if self.ended:
             return
-        cache.land(key, flight, limits.policy, error=failure)
-        done(failure)
-
-    give_up = source.relay(target.path, limits.max_bytes, answered)
-    if give_up is None:
-        cache.land(key, flight, limits.policy)
-        return None
-    leases.hold(snapshot)
-
-    def cancel() -> None:
-        nonlocal ended
-        if ended:
-            return
-        ended = True
-        give_up()
-        leases.let_go(snapshot)
-        cache.land(key, flight, limits.policy)
-
-    return cancel
-
-
-def _content(target: FileTarget, outcome: Blob | Exception | None, max_bytes: int, url_paths: bool
-             ) -> Content | None:
-    """What `outcome` serves of `target` (None: not read); the failure it holds, raised."""
-    if outcome is None:
-        return None
-    if isinstance(outcome, Exception):
-        raise outcome
-    return typed(target, outcome, unpacked(target, outcome, max_bytes, url_paths))
+        self.ended = True
+        self._give_up()
+        self._leases.let_go(self._snapshot)
+        self._cache.land(self._key, self, self._limits.policy)
