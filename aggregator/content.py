@@ -5,6 +5,7 @@ from __future__ import annotations
 import mimetypes
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 QUERY_FORMATS = {"json": "application/json", "csv": "text/csv", "markdown": "text/markdown"}
 """The media type of a query template's result in each `format:` it may ask for."""
@@ -167,6 +168,7 @@ def gunzip(data: bytes, max_bytes: int) -> bytes:
     return bytes(out)
 
 
+@lru_cache(maxsize=256)  # a handful of types serve nearly every read: a C-level lookup, not the parse, per read
 def is_text_mime(mime_type: str) -> bool:
     """True for MIME types whose bodies are text (text/*, JSON, XML, YAML and their +suffix forms)."""
     base = mime_type.split(";", 1)[0].strip().lower()
