@@ -300,7 +300,7 @@ class Catalog:
 
     def resolve(self, uri: str) -> Target:
         """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
-        entry = self.get(uri)
+        entry = self.entries.get(uri)
         if entry is not None:
             return self._entry_target(entry)
         for candidate in self._candidates(uri):

@@ -80,7 +80,7 @@ def _time(mtime: float) -> float | None:
 class Rows(Sequence[Entry]):
     """Entries in URI order (`uris`), immutable. Indexing builds a compact row's Entry; a slice is a list."""
 
-    __slots__ = ("_blocks", "_starts", "_makers", "_explicit", "uris", "_joined")
+    __slots__ = ("_blocks", "_starts", "_makers", "_explicit", "uris", "_joined", "_lasts")
 
     def __init__(self, uris: list[str], which: array[int], sizes: array[int], mtimes: array[float],
                  makers: tuple[RowMaker, ...] = (), explicit: Mapping[str, Entry] | None = None) -> None:
@@ -95,6 +95,7 @@ class Rows(Sequence[Entry]):
         self.uris: Chunked[str] = Chunked(list(map(_FIRST, blocks)))
         """The URIs in order: a sequence over the blocks' lists (bisected block-wise by `chunked.find_left`)."""
         self._starts = self.uris._starts
+        self._lasts: list[str] | None = None  # `uris.lasts()` once `get` asked: a read's lookup calls nothing more
         self._makers = makers
         self._explicit = explicit
         self._joined = 0  # edits that joined makers since unused ones were last pruned
@@ -192,8 +193,22 @@ class Rows(Sequence[Entry]):
         return [(block, start, stop) for block, start, stop in zip(self._blocks, self._starts, self._starts[1:])]
 
     def get(self, uri: str) -> Entry | None:
-        found = self._find(uri)
-        return None if found is None else self._row(self._blocks[found[0]], found[1])
+        """The entry of the row `uri`, if any: O(log n). `_find` then `_row`, inline: every read of a listed URI
+        looks here."""
+        lasts = self._lasts
+        if lasts is None:
+            lasts = self._lasts = self.uris.lasts()
+        c = bisect_left(lasts, uri)
+        if c == len(lasts):
+            return None
+        uris, which, sizes, mtimes = self._blocks[c]
+        j = bisect_left(uris, uri)
+        if j == len(uris) or uris[j] != uri:
+            return None
+        kind = which[j]
+        if kind == EXPLICIT:
+            return self._explicit[uri]
+        return self._makers[kind - 1].row_entry(uri, _size(sizes[j]), _time(mtimes[j]))
 
     def is_compact(self, uri: str) -> bool:
         """Whether `uri` has a compact row."""
