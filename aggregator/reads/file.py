@@ -21,12 +21,15 @@ from aggregator.sources import Blob
 __all__ = ["file_key", "read_file", "typed", "unpacked"]
 
 logger = logging.getLogger("aggregator")
+_tuple_new = tuple.__new__
 
 
 def file_key(target: FileTarget, epoch: int) -> FileKey:
     """What a read of `target` is cached under, its source opened in `epoch` (the read path and the console's
     detail pane both ask here, so they cannot disagree)."""
-    return FileKey(target.source, epoch, target.path, target.mime_type, target.decompress, target.convert)
+    # The tuple made in C: `FileKey(...)` runs the named tuple's Python `__new__`, and every read makes one.
+    return _tuple_new(FileKey, (target.source, epoch, target.path, target.mime_type, target.decompress,
+                                target.convert))
 
 
 async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, calls: SourceCalls,
