@@ -37,6 +37,7 @@ Param = str | tuple[str, ...] | None
 """A URI variable's value as a Target holds it: absent (None), one string, or an exploded list as a tuple."""
 RENDERED_TYPE = "text/markdown"  # what rendered resources are unless the manifest says otherwise
 _MAX_VIEWS = 64  # distinct caller scope sets whose filtered listing is kept per catalog
+_MAX_TARGETS = 4096  # listed URIs whose targets a catalog keeps (a client's working set), then it starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,8 @@ class Catalog:
         self._views: dict[frozenset[str], tuple[Rows, Sequence[str]]] = {}
         self._access_count: int | None = None
         self._by_path: dict[CollectionSpec, PathIndex] = {}
+        # What listed URIs read lately resolved to: the catalog never changes, so neither does a URI's target.
+        self._targets: dict[str, Target] = {}
         self._index_templates(templates)
 
     def _index_templates(self, templates: Iterable[TemplateEntry]) -> None:
@@ -238,7 +241,7 @@ class Catalog:
         for derived in ("listing_signature", "restricted"):
             new.__dict__.pop(derived, None)
         new.generation, new.entries, new._uris = generation, entries, uris
-        new._views, new._access_count, new._by_path = {}, access_count, dict(self._by_path)
+        new._views, new._access_count, new._by_path, new._targets = {}, access_count, dict(self._by_path), {}
         new.collections, new.listed_at = dict(self.collections), dict(self.listed_at)
         new.published, new.published_at = dict(self.published), dict(self.published_at)
         new.stated_at = dict(self.stated_at)
@@ -299,10 +302,18 @@ class Catalog:
                 continue
 
     def resolve(self, uri: str) -> Target:
-        """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe."""
+        """What `uri` names; ResourceNotFound for unknown URIs and for any refused as unsafe. A listed URI's target
+        is kept (up to `_MAX_TARGETS` of them): a URI read again resolves in one dict lookup."""
+        target = self._targets.get(uri)
+        if target is not None:
+            return target
         entry = self.entries.get(uri)
         if entry is not None:
-            return self._entry_target(entry)
+            # Only listed URIs: their number and size are the catalog's own, not whatever a client sends.
+            if len(self._targets) >= _MAX_TARGETS:
+                self._targets.clear()  # not an LRU: a hit then costs nothing more than the lookup
+            target = self._targets[uri] = self._entry_target(entry)
+            return target
         for candidate in self._candidates(uri):
             spec = candidate.spec
             # File paths keep undecodable bytes (surrogate escapes); values that are data stay valid Unicode.
