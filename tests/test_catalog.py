@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator.catalog import Catalog, Entry, FileTarget, prefix_range
+from aggregator.catalog_rows import Rows
 from aggregator.compiler import compile_catalog
 from aggregator.errors import InvalidCursor, ResourceNotFound
 from aggregator.manifest.model import (
@@ -165,3 +166,20 @@ def test_prefix_range_is_exactly_the_keys_with_the_prefix(keys: list[str], prefi
     keys = sorted(keys)
     start, end = prefix_range(keys, prefix)
     assert keys[start:end] == [k for k in keys if k.startswith(prefix)]
+
+
+def test_a_listed_uri_resolves_alike_again_and_in_a_successor_afresh(root: Path, monkeypatch: pytest.MonkeyPatch
+                                                                      ) -> None:
+    """A listed URI's target is kept once resolved (the same again, past the bound the kept ones are dropped and
+    resolved anew); a successor with other entries resolves its own, never one its predecessor kept."""
+    monkeypatch.setattr("aggregator.catalog._MAX_TARGETS", 2)
+    cat = compile_(manifest(root, collections=[collection()]))
+    uris = [e.uri for e in cat.entries]
+    first = [cat.resolve(uri) for uri in uris]
+    assert [cat.resolve(uri) for uri in uris] == first
+    assert [t.path for t in first if isinstance(t, FileTarget)] == ["a.md", "b.md", "sub/c.md", "sub/d e.md"]
+    moved = [e._replace(path=f"moved/{e.path}") for e in cat.entries]
+    later = cat.successor(Rows.of(moved), uris, cat.generation + 1, 0)
+    got = later.resolve(uris[0])
+    assert isinstance(got, FileTarget) and got.path == "moved/a.md"
+    assert cat.resolve(uris[0]) == first[0]
