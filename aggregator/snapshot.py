@@ -147,7 +147,12 @@ class Leases:
 
     def let_go(self, snapshot: Snapshot) -> None:
         """End a `hold`: sources a reload dropped meanwhile close in a task of their own once no read holds them."""
-        if self._dropped(snapshot):
+        # `_dropped` inline: every relayed read ends here.
+        if (held := self._held[snapshot] - 1) > 0:
+            self._held[snapshot] = held
+            return
+        del self._held[snapshot]
+        if self._retired:
             task = asyncio.get_running_loop().create_task(self._close_idle())
             self._closing.add(task)  # held until done: the loop keeps only a weak reference
             task.add_done_callback(self._closing.discard)

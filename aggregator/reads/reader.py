@@ -71,4 +71,5 @@ class Reader:
 def served_of(snapshot: Snapshot, target: Target, scopes: frozenset[str] | None, content: Content) -> Served:
     """`content` read of `target` for a caller holding `scopes`, with the ttl and cache scope `snapshot` gives it."""
     ttl = snapshot.ttl(target) if content.max_age is None else min(snapshot.ttl(target), content.max_age)
-    return Served(content, ttl, content.private or snapshot.private(target, scopes))
+    # A trusted caller's read (no scopes) is never private: not asked.
+    return Served(content, ttl, content.private or (scopes is not None and snapshot.private(target, scopes)))
