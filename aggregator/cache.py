@@ -124,6 +124,14 @@ class ContentCache(Generic[K, V]):
         slot = self._entries.get(key)
         return slot.value if slot is not None and self._timer() < slot.fresh_until else None
 
+    def fresh(self, key: K) -> V | None:
+        """The fresh value for `key` counted as a hit, as `get_or_load` would serve it; None: `get_or_load` it."""
+        slot = self._entries.get(key)
+        if slot is not None and self._timer() < slot.fresh_until:
+            self._hit(key)
+            return slot.value
+        return None
+
     async def get_or_load(self, key: K, policy: CachePolicy, load: Load[V],
                           revalidate: Revalidate | None = None,
                           stale_on: tuple[type[BaseException], ...] = ()) -> V:

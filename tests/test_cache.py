@@ -229,3 +229,21 @@ def test_a_lead_failed_or_given_up_tells_its_followers() -> None:
         assert outcomes == [failure, Blob(10, "body@v1")] and backend.loads == 1 and len(cache) == 0
 
     anyio.run(main)
+
+
+def test_fresh_serves_and_counts_only_a_fresh_copy() -> None:
+    """`fresh` is `get_or_load`'s hit: a fresh copy, counted as a hit; an expired or missing one is None, uncounted
+    (then `get_or_load` revalidates or loads it)."""
+    clock, backend = Clock(), Backend()
+    cache: ContentCache[str, Blob] = ContentCache(1000, timer=clock)
+
+    async def main() -> None:
+        assert cache.fresh("k") is None
+        loaded = await cache.get_or_load("k", CachePolicy(5), backend.load)
+        assert cache.fresh("k") is loaded and cache.hits == 1 and cache.misses == 1
+        clock.now = 6
+        assert cache.fresh("k") is None and cache.hits == 1
+        assert await cache.get_or_load("k", CachePolicy(5), backend.load, backend.revalidate) is loaded
+        assert backend.loads == 1 and cache.revalidated == 1
+
+    anyio.run(main)

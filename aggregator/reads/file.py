@@ -37,8 +37,11 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
     """The content of the file `target` names, from `snapshot`'s source and limits (converted when it says so).
     `background`: the search indexer's read, whose conversion yields to clients' (and is the one they get from
     the cache: a client's read that waits for it moves it ahead of the indexer's queue)."""
-    source, limits, path, convert = (snapshot.sources[target.source], snapshot.limits[target.source], target.path,
-                                     target.convert)
+    convert = target.convert
+    key = file_key(target, snapshot.epochs[target.source])
+    if convert is None and (hit := caches.cache.fresh(key)) is not None:
+        return hit  # what `cached()` gives of a fresh copy, without making the loaders a miss needs
+    source, limits, path = snapshot.sources[target.source], snapshot.limits[target.source], target.path
     # A document is read up to its conversion's input limit: the Markdown, not the file, is what is served.
     max_bytes = convert.max_input_bytes if convert is not None else limits.max_bytes
 
@@ -53,8 +56,6 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
     async def revalidate(version: str) -> bool:
         return await calls.call("aggregator.source.version", snapshot, target, path,
                                 lambda: source.version(path)) == version
-
-    key = file_key(target, snapshot.epochs[target.source])
 
     async def cached() -> Content:
         return await caches.get_or_load(snapshot, key, load, lambda spec, cluster: cluster.file_item(
