@@ -114,7 +114,7 @@ class Lease:
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        await self._leases._release(self.snapshot)  # noqa: SLF001
+        await self._leases.release(self.snapshot)
 
 
 class Leases:
@@ -157,7 +157,8 @@ class Leases:
             self._closing.add(task)  # held until done: the loop keeps only a weak reference
             task.add_done_callback(self._closing.discard)
 
-    async def _release(self, snapshot: Snapshot) -> None:
+    async def release(self, snapshot: Snapshot) -> None:
+        """End a `hold` as a `Lease` ends: sources a reload dropped meanwhile closed here once no read holds them."""
         if self._dropped(snapshot):
             await self._close_idle()
 
