@@ -47,7 +47,9 @@ class Reader:
         """The content of `uri` for a caller holding `scopes` (None: trusted), all from `snapshot`; ResourceNotFound,
         ResourceTooLarge, ResourceUnavailable (or another RequestError) otherwise."""
         target = snapshot.allowed(uri, scopes)
-        match target:
+        match target:  # most reads are of files: that case first
+            case FileTarget():
+                content = await read_file(snapshot, target, self.caches, self.calls, self.documents)
             case TextTarget():
                 content = Content(target.mime_type or "text/plain", text=target.text)
             case RenderTarget():
@@ -58,8 +60,6 @@ class Reader:
                     content = await read_rendered(snapshot, target, scopes, read_nested, self.render_inputs)
             case QueryTarget():
                 content = await read_query(snapshot, target, self.caches, self.calls)
-            case FileTarget():
-                content = await read_file(snapshot, target, self.caches, self.calls, self.documents)
         return served_of(snapshot, target, scopes, content)
 
     async def indexed(self, snapshot: Snapshot, target: FileTarget) -> Content:
