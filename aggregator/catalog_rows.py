@@ -193,8 +193,7 @@ class Rows(Sequence[Entry]):
         return [(block, start, stop) for block, start, stop in zip(self._blocks, self._starts, self._starts[1:])]
 
     def get(self, uri: str) -> Entry | None:
-        """The entry of the row `uri`, if any: O(log n). `_find` then `_row`, inline: every read of a listed URI
-        looks here."""
+        """The entry of the row `uri`, if any: O(log n). `_find` then `_row` inline (a read's lookup is here)."""
         lasts = self._lasts
         if lasts is None:
             lasts = self._lasts = self.uris.lasts()
