@@ -92,6 +92,8 @@ class FastReads:
         self._owner: Relays | None = owner if isinstance(owner, Relays) else None
         """The read handler's owner (ResourceHandlers), when it relays reads."""
         self._out: Immediate | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop `tap` runs on: on Python 3.11 asking for the running loop costs a getpid() system call."""
 
     def saw(self, message: types.JSONRPCMessage) -> None:
         """Note a message the SDK will handle: the first request decides the era; `initialize` is remembered."""
@@ -166,7 +168,7 @@ class FastReads:
             args = _Params(args)
         # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
         # done callback, which would cost every read one more turn of the loop.
-        self.tasks[request_id] = asyncio.get_running_loop().create_task(
+        self.tasks[request_id] = (self._loop or asyncio.get_running_loop()).create_task(
             self._serve(request_id, method, version, args, handler, answer))
         return request_id
 
@@ -192,6 +194,7 @@ class FastReads:
         and every chunk while the reader's buffer holds anything, go to the reader in order as they would have."""
         feed = reader.feed_data
         self._out = out
+        self._loop = asyncio.get_running_loop()
 
         def data_received(data: bytes) -> None:
             start = 0
@@ -246,7 +249,7 @@ class FastReads:
     def _done(self, request_id: types.RequestId) -> bool:
         """The running read leaves `tasks`; False when its cancellation took it out already (it is not answered;
         its id may have gone to a new read)."""
-        if self.tasks.get(request_id) is asyncio.current_task():
+        if self.tasks.get(request_id) is asyncio.current_task(self._loop):
             del self.tasks[request_id]
             return True
         return False
