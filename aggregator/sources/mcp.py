@@ -221,7 +221,7 @@ class McpSource(Source):
 
     def _blob(self, result: UpstreamRead) -> McpBlob:
         content = result.first
-        return McpBlob(content.data, self.values.mime_type(content.mime_type), None,
+        return McpBlob(content.raw, self.values.mime_type(content.mime_type), None,
                        None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",
                        content.text, result.ttl_ms, result.cache_scope)
 

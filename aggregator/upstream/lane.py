@@ -36,7 +36,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-__all__ = ["ID_MARK", "Callback", "Lane", "Sent", "Waiter", "result_of"]
+from aggregator.codec import loads, loads_strict
+
+__all__ = ["ID_MARK", "Callback", "Lane", "LooseResult", "Sent", "Waiter", "parsed", "result_of"]
 
 _PREFIX = "agg-"
 ID_MARK = f'"{_PREFIX}'.encode()
@@ -329,6 +331,25 @@ def _answer_of(message: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(checked, types.JSONRPCError):
         return {"error": checked.error}
     return {"result": checked.result} if isinstance(checked, types.JSONRPCResponse) else None
+
+
+class LooseResult(dict[str, Any]):
+    """A result parsed by the stdlib's parser where orjson refused the line: its strings may hold a lone surrogate,
+    which no UTF-8 encodes, so the SDK's model checks it (`answers.read_answer` leaves it alone)."""
+
+    __slots__ = ()
+
+
+def parsed(line: bytes) -> Any:
+    """A line from the upstream's stdout as `codec.loads` parses it (ValueError or RecursionError where it raises),
+    with its result a `LooseResult` where orjson refused the line."""
+    try:
+        return loads_strict(line)
+    except ValueError:  # the stdlib decides, and the result may hold a lone surrogate
+        message = loads(line)
+    if type(message) is dict and type(result := message.get("result")) is dict:
+        message["result"] = LooseResult(result)
+    return message
 
 
 def result_of(message: dict[str, Any] | None) -> dict[str, Any]:

@@ -22,8 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from aggregator.codec import loads
-from aggregator.upstream.lane import ID_MARK, Lane
+from aggregator.upstream.lane import ID_MARK, Lane, parsed
 from aggregator.upstream.oversized import LineSplitter, Oversized
 
 __all__ = ["QUEUED_BYTES", "StdoutTap", "tap"]
@@ -87,7 +86,7 @@ class StdoutTap:
         if line.find(ID_MARK) < 0:  # most of the SDK's traffic is not parsed twice
             return False
         try:
-            return self._lane.claims(loads(line))
+            return self._lane.claims(parsed(line))
         except (ValueError, RecursionError):
             return False
 
