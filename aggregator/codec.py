@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "loads", "loads_strict"]
+__all__ = ["dumps", "dumps_line", "loads", "loads_strict"]
 
 _dumps = orjson.dumps
 _loads = orjson.loads
@@ -28,6 +28,7 @@ _EncodeError = orjson.JSONEncodeError
 # writes the first four as their base type and refuses the rest, so they go to it.
 _AS_STDLIB = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 _AS_STDLIB_SORTED = _AS_STDLIB | orjson.OPT_SORT_KEYS
+_AS_STDLIB_LINE = _AS_STDLIB | orjson.OPT_APPEND_NEWLINE
 _stdlib_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _stdlib_encode_sorted = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
 
@@ -57,3 +58,11 @@ def dumps(value: Any, sort_keys: bool = False) -> bytes:
         return _dumps(value, option=_AS_STDLIB_SORTED if sort_keys else _AS_STDLIB)
     except _EncodeError:  # an integer past 64 bits, a key that is not a string, a lone surrogate, a type of its own
         return (_stdlib_encode_sorted if sort_keys else _stdlib_encode)(value).encode("utf-8")
+
+
+def dumps_line(value: Any) -> bytes:
+    """`dumps(value)` and a newline: one line of a JSON-lines stream, written whole (no copy to add the newline)."""
+    try:
+        return _dumps(value, option=_AS_STDLIB_LINE)
+    except _EncodeError:
+        return _stdlib_encode(value).encode("utf-8") + b"\n"
