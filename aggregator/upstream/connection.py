@@ -34,7 +34,7 @@ from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
 from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, past_cap, quote, too_big
 from aggregator.upstream.http_session import SessionWatch
-from aggregator.upstream.lane import Callback, Lane, Sent, result_of
+from aggregator.upstream.lane import Lane, Sent, result_of
 from aggregator.upstream.link import Link
 from aggregator.upstream.pages import Page, model_page, resource_page
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
@@ -46,6 +46,7 @@ __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEve
 logger = logging.getLogger("aggregator.upstream")
 
 T = TypeVar("T")
+R = TypeVar("R")
 State = Literal["idle", "connecting", "connected", "failed", "closed"]
 
 MAX_COMPLETIONS = 100
@@ -351,12 +352,12 @@ class Upstream:
         Over stdio, a read on a connection that is up while the cap has room is sent at once on the lean lane, its
         timeout the lane's own: no cancel scope, no wait for a slot, no task hop. Any other read waits as `_call`
         says (a slot, a connection), and one the lane lost goes to the next connection that way."""
-        conn, slot = self._conn, self._free_lane()
-        if conn is not None and slot is not None:
-            lane, borrower = slot
-            answer: dict[str, Any] | Exception
+        conn, borrower = self._conn, object()
+        lane = self._free_lane(borrower)
+        if conn is not None and lane is not None:
+            answer: dict[str, Any] | None | Exception
             try:
-                answer = await lane.read(uri, self.timeout)
+                answer = await lane.ask(uri, self.timeout)
             except Exception as exc:  # noqa: BLE001 - mapped as `_call` maps it (cancellation is no Exception)
                 answer = exc
             finally:
@@ -372,57 +373,35 @@ class Upstream:
             result = await client.read_resource(uri, cache_mode="bypass")
             return read_result(self.describe(), uri, result, max_bytes, *hints(client, result))
 
-        return await self._call(_READ, read, retried=conn is not None and slot is not None)
+        return await self._call(_READ, read, retried=conn is not None and lane is not None)
 
-    def relay(self, uri: str, max_bytes: int, done: Callable[[UpstreamRead | Exception | None], None]
-              ) -> Callable[[], None] | None:
+    def relay(self, uri: str, max_bytes: int, done: Callable[[R | Exception | None], None],
+              make: Callable[[UpstreamRead], R]) -> Callable[[], None] | None:
         """Send a read of `uri` on the lean lane now, its outcome handed to `done` where the answer arrives: what
-        `read` returns or raises, or None when the connection was lost under it (`read` would go to the next
-        connection). Returns how to give it up (the upstream is told), or None (nothing sent: `read` instead) when
-        the lane is not free at once."""
-        conn, slot = self._conn, self._free_lane()
-        if conn is None or slot is None:
+        `read` returns (as `make` makes it of that) or raises, or None when the connection was lost under it (`read`
+        would go to the next connection). Returns how to give it up (the upstream is told), or None (nothing sent:
+        `read` instead) when the lane is not free at once."""
+        conn = self._conn
+        if conn is None:
             return None
-        lane, borrower = slot
-        sent: Sent | None = None
-
-        def answered(outcome: dict[str, Any] | None | BaseException) -> None:
-            self._limiter.release_on_behalf_of(borrower)
-            if sent is not None:
-                sent.answered()
-            answer: dict[str, Any] | Exception
-            try:
-                answer = outcome if isinstance(outcome, Exception) else result_of(outcome)  # type: ignore[arg-type]
-            except MCPError as exc:
-                answer = exc
-            try:
-                read = self._settled(conn, lane, uri, max_bytes, answer)
-            except Exception as exc:  # noqa: BLE001 - the caller's to map, as `read` raises it
-                done(exc)
-                return
-            done(read)
-
-        waiter = Callback(answered)
-        sent = lane.send(uri, waiter, self.timeout)
-        if sent is None:
-            self._limiter.release_on_behalf_of(borrower)
+        read = _Relayed(self, conn, uri, max_bytes, done, make)
+        lane = self._free_lane(read)
+        if lane is None:
             return None
+        if not lane.send(uri, read, self.timeout):
+            self._limiter.release_on_behalf_of(read)
+            return None
+        return read.give_up
 
-        def give_up() -> None:
-            if not waiter.done():  # once answered, there is nothing to give up
-                self._limiter.release_on_behalf_of(borrower)
-                sent.give_up()
-
-        return give_up
-
-    def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | Exception
+    def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | None | BaseException
                  ) -> UpstreamRead | None:
-        """A lane read's outcome: its result checked (`answer`), or the failure its caller sees (raised); None when
-        the connection was lost under it (the read goes to the next connection)."""
+        """A lane read's outcome: its answer (the message, None when the connection ended) checked, or the failure
+        its caller sees (raised); None when the connection was lost under it (the read goes to the next
+        connection)."""
         try:
-            if isinstance(answer, Exception):
+            if isinstance(answer, BaseException):
                 raise answer
-            return self._answer(uri, answer, max_bytes, lane.modern)
+            return self._answer(uri, result_of(answer), max_bytes, lane.modern)
         except MCPError as exc:
             if not self._again(_READ, conn, exc):
                 raise self._failure(_READ, exc, self.timeout) from None
@@ -433,25 +412,24 @@ class Upstream:
                 raise
             raise failure from None
 
-    def _free_lane(self) -> tuple[Lane, object] | None:
-        """The lean lane of the connection that is up, with a slot of the cap taken for the read on behalf of the
-        object returned beside it (the caller releases it: one borrower a read, so no lookup of the current task);
-        None when the read must wait (no connection up, no lane, the cap full) or keep the SDK's span."""
+    def _free_lane(self, borrower: object) -> Lane | None:
+        """The lean lane of the connection that is up, with a slot of the cap taken for the read on behalf of
+        `borrower` (the caller releases it: one borrower a read, so no lookup of the current task); None (no slot
+        taken) when the read must wait (no connection up, no lane, the cap full) or keep the SDK's span."""
         conn = self._conn
         lane = conn.lane if conn is not None else None
         if (lane is None or not lane.ready or self._state != "connected" or conn is None or conn.lost.is_set()
                 or tracing.enabled()):
             return None
-        borrower = object()
         try:
             self._limiter.acquire_on_behalf_of_nowait(borrower)
         except anyio.WouldBlock:  # full: `_call` waits
             return None
-        return lane, borrower
+        return lane
 
     def _answer(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
         """A read's answer from the lane, checked as the SDK's model checks it (ValidationError when it fails)."""
-        read = read_answer(self.describe(), uri, answer, max_bytes, modern)
+        read = read_answer(self._described, uri, answer, max_bytes, modern)
         if read is not None:
             return read
         result = types.ReadResourceResult.model_validate(answer, by_name=False)
@@ -484,6 +462,40 @@ class Upstream:
     def subscribe(self, uris: Iterable[str]) -> None:
         """Ask for Updated events of exactly `uris` (legacy: resources/subscribe; modern: subscriptions/listen)."""
         self._events.subscribe(uris)
+
+
+class _Relayed(Sent):
+    """A read `Upstream.relay` sent, a slot of the cap held on its behalf until it is answered or given up: its
+    outcome checked as `read` checks it (`Upstream._settled`) and handed to `done`, made by `make`."""
+
+    __slots__ = ("_upstream", "_conn", "_uri", "_max_bytes", "_done", "_make")
+
+    def __init__(self, upstream: Upstream, conn: Link, uri: str, max_bytes: int,
+                 done: Callable[[Any], None], make: Callable[[UpstreamRead], Any]) -> None:
+        self._upstream, self._conn, self._uri, self._max_bytes, self._done, self._make = (
+            upstream, conn, uri, max_bytes, done, make)
+
+    def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
+        upstream, done = self._upstream, self._done
+        self._done = _ignored  # let go: `done`'s closures may hold the give-up handle, this object
+        upstream._limiter.release_on_behalf_of(self)  # noqa: SLF001 - its own upstream's
+        try:
+            read = upstream._settled(self._conn, self._lane, self._uri, self._max_bytes, outcome)  # noqa: SLF001
+        except Exception as exc:  # noqa: BLE001 - the caller's to map, as `read` raises it
+            done(exc)
+            return
+        done(None if read is None else self._make(read))
+
+    def give_up(self) -> None:
+        """Never told; the slot is free again and the upstream told (nothing once answered)."""
+        if not self._over:
+            self._upstream._limiter.release_on_behalf_of(self)  # noqa: SLF001 - its own upstream's
+            self._done = _ignored
+            super().give_up()
+
+
+def _ignored(outcome: object) -> None:
+    """What a read answered or given up hands its outcome to (nothing: it is told once)."""
 
 
 _READ = "resources/read"
