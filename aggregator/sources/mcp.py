@@ -217,7 +217,7 @@ class McpSource(Source):
         return self.upstream.relay(self.root + path, max_bytes, done, self._blob)  # `uri_of`, one call less
 
     def _blob(self, result: UpstreamRead) -> McpBlob:
-        content = result.first
+        content = result.contents[0]  # `first`, one call less
         return McpBlob(content.raw, self.values.mime_type(content.mime_type), None,
                        None if result.ttl_ms is None else result.ttl_ms / 1000, result.cache_scope == "private",
                        content.text, result.ttl_ms, result.cache_scope)

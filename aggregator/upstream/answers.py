@@ -137,8 +137,9 @@ def read_answer(label: str, uri: str, result: dict[str, Any], max_bytes: int, mo
     """`read_result` of a read's `result` as the wire gave it (a parsed dict), without the SDK's models, for the shape
     upstreams answer: text or blob contents of plain values, valid hints (`modern`: the wire that has them). None for
     any other shape: the model decides those (it rejects or coerces them), so what this takes it would take alike."""
-    contents = result.get("contents")
-    if type(result) is not dict or type(contents) is not list or not plain_meta(result):
+    contents, meta = result.get("contents"), result.get("_meta")
+    if (type(result) is not dict or type(contents) is not list
+            or (meta is not None and type(meta) is not dict)):  # `plain_meta`, written out
         return None  # a `LooseResult` too: it may hold text no UTF-8 encodes
     ttl_ms, cache_scope = result.get("ttlMs"), result.get("cacheScope")
     if ("ttlMs" in result and (type(ttl_ms) is not int or ttl_ms < 0)) or (
@@ -146,11 +147,12 @@ def read_answer(label: str, uri: str, result: dict[str, Any], max_bytes: int, mo
         return None
     items: list[tuple[str, str | None, str | None, str]] = []
     for item in contents:
-        if type(item) is not dict or not plain_meta(item):
+        if type(item) is not dict:
             return None
         item_uri, mime_type, text, blob = item.get("uri"), item.get("mimeType"), item.get("text"), item.get("blob")
         if (type(item_uri) is not str or (mime_type is not None and type(mime_type) is not str)
-                or (text is None) == (blob is None) or type(text if blob is None else blob) is not str):
+                or (text is None) == (blob is None) or type(text if blob is None else blob) is not str
+                or ((meta := item.get("_meta")) is not None and type(meta) is not dict)):
             return None
         items.append((item_uri, mime_type, text, blob or ""))
     if not modern:

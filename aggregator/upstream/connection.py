@@ -401,7 +401,9 @@ class Upstream:
         try:
             if isinstance(answer, BaseException):
                 raise answer
-            return self._answer(uri, result_of(answer), max_bytes, lane.modern)
+            result = result_of(answer)
+            return (read_answer(self._described, uri, result, max_bytes, lane.modern)  # `_answer`, one call less
+                    or self._modelled(uri, result, max_bytes, lane.modern))
         except MCPError as exc:
             if not self._again(_READ, conn, exc):
                 raise self._failure(_READ, exc, self.timeout) from None
@@ -429,9 +431,11 @@ class Upstream:
 
     def _answer(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
         """A read's answer from the lane, checked as the SDK's model checks it (ValidationError when it fails)."""
-        read = read_answer(self._described, uri, answer, max_bytes, modern)
-        if read is not None:
-            return read
+        return (read_answer(self._described, uri, answer, max_bytes, modern)
+                or self._modelled(uri, answer, max_bytes, modern))
+
+    def _modelled(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
+        """`_answer` of a result `read_answer` leaves to the SDK's model."""
         result = types.ReadResourceResult.model_validate(answer, by_name=False)
         sent = result.model_fields_set
         given = ((result.ttl_ms if "ttl_ms" in sent else None, result.cache_scope if "cache_scope" in sent else None)

@@ -303,7 +303,11 @@ class Sent:
         return self._over
 
     def set_result(self, message: dict[str, Any] | None, /) -> None:
-        self._ended()
+        # `_ended`, written out: every answer comes this way.
+        self._over = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._lane._swept()  # noqa: SLF001 - its own lane's
         self.answered(message)
 
     def set_exception(self, exc: BaseException, /) -> None:
