@@ -35,13 +35,14 @@ _NEAR_END = 64
 """Bytes at each end of a line where an answer's id is looked for first."""
 
 
-class StdoutTap:
+class StdoutTap(LineSplitter):
     """The lines of one child's stdout: lane answers claimed as they arrive, the rest iterated by one reader task
-    (`async for`), ending when the pipe does (after a None: a line past the skip budget)."""
+    (`async for`), ending when the pipe does (after a None: a line past the skip budget). It splits them itself (a
+    `LineSplitter`)."""
 
     def __init__(self, reader: asyncio.StreamReader, limit: int, lane: Lane) -> None:
+        super().__init__(limit)
         self._reader = reader
-        self._splitter = LineSplitter(limit)
         self._lane = lane
         self._items: deque[Item] = deque()
         self._queued = 0
@@ -66,10 +67,14 @@ class StdoutTap:
             self._eof()
 
     def _feed(self, data: bytes) -> None:
+        end = len(data) - 1
+        if (data.find(b"\n") == end and end <= self.limit and self._head is None and not self._buffer
+                and not self._ended and self._claimed(data[:end])):
+            return  # the usual chunk: one whole answer to a lane read (`feed`'s own first case, without its list)
         if self._ended:
             return
         waiting = len(self._items)
-        for item in self._splitter.feed(data):
+        for item in self.feed(data):
             if type(item) is bytes and self._claimed(item):
                 continue
             self._items.append(item)
@@ -100,7 +105,7 @@ class StdoutTap:
 
     def _eof(self) -> None:
         if not self._ended:
-            self._items.extend(self._splitter.end())
+            self._items.extend(self.end())
             self._ended = True
         self._wake()
 
