@@ -28,16 +28,17 @@ from pydantic import ValidationError
 
 from aggregator import tracing
 from aggregator.sources.base import SourceError, SourceNotFound, SourceUnsupported
-from aggregator.upstream.answers import (Listing, UpstreamContent, UpstreamRead, hints, listed, read_answer,
-                                         read_result)
+from aggregator.upstream.answers import (Listing, Make, UpstreamContent, UpstreamRead, hints, listed, read_answer,
+                                         read_result, upstream_read)
 from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
 from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, past_cap, quote, too_big
 from aggregator.upstream.http_session import SessionWatch
-from aggregator.upstream.lane import Lane, Sent, result_of
+from aggregator.upstream.lane import Lane, result_of
 from aggregator.upstream.link import Link
 from aggregator.upstream.pages import Page, model_page, resource_page
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
+from aggregator.upstream.relaying import RelayedRead
 from aggregator.upstream.transports import HttpTarget, Target
 
 __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEvent", "UpstreamRead",
@@ -362,7 +363,7 @@ class Upstream:
                 answer = exc
             finally:
                 self._limiter.release_on_behalf_of(borrower)
-            if (settled := self._settled(conn, lane, uri, max_bytes, answer)) is not None:
+            if (settled := self._settled(conn, lane, uri, max_bytes, answer, upstream_read)) is not None:
                 return settled
 
         async def read(client: Client) -> UpstreamRead:
@@ -376,15 +377,15 @@ class Upstream:
         return await self._call(_READ, read, retried=conn is not None and lane is not None)
 
     def relay(self, uri: str, max_bytes: int, done: Callable[[R | Exception | None], None],
-              make: Callable[[UpstreamRead], R]) -> Callable[[], None] | None:
+              make: Make[R]) -> Callable[[], None] | None:
         """Send a read of `uri` on the lean lane now, its outcome handed to `done` where the answer arrives: what
-        `read` returns (as `make` makes it of that) or raises, or None when the connection was lost under it (`read`
-        would go to the next connection). Returns how to give it up (the upstream is told), or None (nothing sent:
-        `read` instead) when the lane is not free at once."""
+        `read` returns (made by `make` of the read's contents and hints: see `answers.read_result`) or raises, or
+        None when the connection was lost under it (`read` would go to the next connection). Returns how to give it
+        up (the upstream is told), or None (nothing sent: `read` instead) when the lane is not free at once."""
         conn = self._conn
         if conn is None:
             return None
-        read = _Relayed(self, conn, uri, max_bytes, done, make)
+        read = RelayedRead(self, conn, uri, max_bytes, done, make)
         lane = self._free_lane(read)
         if lane is None:
             return None
@@ -393,17 +394,17 @@ class Upstream:
             return None
         return read.give_up
 
-    def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | None | BaseException
-                 ) -> UpstreamRead | None:
-        """A lane read's outcome: its answer (the message, None when the connection ended) checked, or the failure
-        its caller sees (raised); None when the connection was lost under it (the read goes to the next
-        connection)."""
+    def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | None | BaseException,
+                 make: Make[R]) -> R | None:
+        """A lane read's outcome: its answer (the message, None when the connection ended) checked and made by `make`
+        (`answers.read_result`), or the failure its caller sees (raised); None when the connection was lost under it
+        (the read goes to the next connection)."""
         try:
             if isinstance(answer, BaseException):
                 raise answer
             result = result_of(answer)
-            return (read_answer(self._described, uri, result, max_bytes, lane.modern)  # `_answer`, one call less
-                    or self._modelled(uri, result, max_bytes, lane.modern))
+            made = read_answer(self._described, uri, result, max_bytes, lane.modern, make)  # `_answer`, one call less
+            return made if made is not None else self._modelled(uri, result, max_bytes, lane.modern, make)
         except MCPError as exc:
             if not self._again(_READ, conn, exc):
                 raise self._failure(_READ, exc, self.timeout) from None
@@ -432,15 +433,16 @@ class Upstream:
     def _answer(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
         """A read's answer from the lane, checked as the SDK's model checks it (ValidationError when it fails)."""
         return (read_answer(self._described, uri, answer, max_bytes, modern)
-                or self._modelled(uri, answer, max_bytes, modern))
+                or self._modelled(uri, answer, max_bytes, modern, upstream_read))
 
-    def _modelled(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
-        """`_answer` of a result `read_answer` leaves to the SDK's model."""
+    def _modelled(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool,
+                  make: Make[R]) -> R:
+        """`_answer` of a result `read_answer` leaves to the SDK's model, made by `make`."""
         result = types.ReadResourceResult.model_validate(answer, by_name=False)
         sent = result.model_fields_set
         given = ((result.ttl_ms if "ttl_ms" in sent else None, result.cache_scope if "cache_scope" in sent else None)
                  if modern else (None, None))
-        return read_result(self.describe(), uri, result, max_bytes, *given)
+        return read_result(self.describe(), uri, result, max_bytes, *given, make)
 
     async def complete(self, uri_template: str, name: str, value: str,
                        context: Mapping[str, str] | None = None) -> types.Completion:
@@ -466,40 +468,6 @@ class Upstream:
     def subscribe(self, uris: Iterable[str]) -> None:
         """Ask for Updated events of exactly `uris` (legacy: resources/subscribe; modern: subscriptions/listen)."""
         self._events.subscribe(uris)
-
-
-class _Relayed(Sent):
-    """A read `Upstream.relay` sent, a slot of the cap held on its behalf until it is answered or given up: its
-    outcome checked as `read` checks it (`Upstream._settled`) and handed to `done`, made by `make`."""
-
-    __slots__ = ("_upstream", "_conn", "_uri", "_max_bytes", "_done", "_make")
-
-    def __init__(self, upstream: Upstream, conn: Link, uri: str, max_bytes: int,
-                 done: Callable[[Any], None], make: Callable[[UpstreamRead], Any]) -> None:
-        self._upstream, self._conn, self._uri, self._max_bytes, self._done, self._make = (
-            upstream, conn, uri, max_bytes, done, make)
-
-    def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
-        upstream, done = self._upstream, self._done
-        self._done = _ignored  # let go: `done`'s closures may hold the give-up handle, this object
-        upstream._limiter.release_on_behalf_of(self)  # noqa: SLF001 - its own upstream's
-        try:
-            read = upstream._settled(self._conn, self._lane, self._uri, self._max_bytes, outcome)  # noqa: SLF001
-        except Exception as exc:  # noqa: BLE001 - the caller's to map, as `read` raises it
-            done(exc)
-            return
-        done(None if read is None else self._make(read))
-
-    def give_up(self) -> None:
-        """Never told; the slot is free again and the upstream told (nothing once answered)."""
-        if not self._over:
-            self._upstream._limiter.release_on_behalf_of(self)  # noqa: SLF001 - its own upstream's
-            self._done = _ignored
-            super().give_up()
-
-
-def _ignored(outcome: object) -> None:
-    """What a read answered or given up hands its outcome to (nothing: it is told once)."""
 
 
 _READ = "resources/read"
