@@ -4,8 +4,8 @@ pipe's own callback, everything else goes to the reader task in order.
 Through the stream a lane answer woke the reader task, which parsed it and woke the read: two turns of the event
 loop and the stream's and the line iterator's machinery per read, a good part of a hop (benchmarks/upstream_hop.py).
 Here the answer resolves the read's future where the bytes arrive: in the pipe transport's own `data_received`
-(`_Direct` stands in for asyncio's subprocess pipe protocol, which defers every chunk to a later turn of the loop
-through `call_soon`: one more loop iteration per read). Lines are split and bounded as
+(`_Direct` stands in for asyncio's or uvloop's subprocess pipe protocol, which defers every chunk to a later turn of
+the loop through `call_soon`: one more loop iteration per read). Lines are split and bounded as
 `oversized.lines` does (a line past the cap is skipped as it streams, never buffered). What waits for the reader task
 is bounded too: past `QUEUED_BYTES` the pipe stops being read until the task catches up, as the stream's own buffer
 did.
@@ -35,13 +35,14 @@ _NEAR_END = 64
 """Bytes at each end of a line where an answer's id is looked for first."""
 
 
-class StdoutTap:
+class StdoutTap(LineSplitter):
     """The lines of one child's stdout: lane answers claimed as they arrive, the rest iterated by one reader task
-    (`async for`), ending when the pipe does (after a None: a line past the skip budget)."""
+    (`async for`), ending when the pipe does (after a None: a line past the skip budget). It splits them itself (a
+    `LineSplitter`)."""
 
     def __init__(self, reader: asyncio.StreamReader, limit: int, lane: Lane) -> None:
+        super().__init__(limit)
         self._reader = reader
-        self._splitter = LineSplitter(limit)
         self._lane = lane
         self._items: deque[Item] = deque()
         self._queued = 0
@@ -51,8 +52,11 @@ class StdoutTap:
         reader.feed_data = self._feed  # type: ignore[method-assign, assignment]
         reader.feed_eof = self._eof  # type: ignore[method-assign]
         reader.set_exception = self._failed  # type: ignore[method-assign]
-        pipe = getattr(reader, "_transport", None)
-        if isinstance(pipe, asyncio.ReadTransport):
+        pipe: Any = getattr(reader, "_transport", None)
+        # asyncio's pipe, or uvloop's (no asyncio.ReadTransport, but it swaps protocols as asyncio's does; its own
+        # subprocess protocol defers every chunk through `call_soon` too)
+        if isinstance(pipe, asyncio.ReadTransport) or (callable(getattr(pipe, "set_protocol", None))
+                                                       and callable(getattr(pipe, "get_protocol", None))):
             pipe.set_protocol(_Direct(pipe.get_protocol(), self._feed))
         pending = getattr(reader, "_buffer", None)  # what came before the tap was in place
         if pending:
@@ -63,10 +67,14 @@ class StdoutTap:
             self._eof()
 
     def _feed(self, data: bytes) -> None:
+        end = len(data) - 1
+        if (data.find(b"\n") == end and end <= self.limit and self._head is None and not self._buffer
+                and not self._ended and self._claimed(data[:end])):
+            return  # the usual chunk: one whole answer to a lane read (`feed`'s own first case, without its list)
         if self._ended:
             return
         waiting = len(self._items)
-        for item in self._splitter.feed(data):
+        for item in self.feed(data):
             if type(item) is bytes and self._claimed(item):
                 continue
             self._items.append(item)
@@ -97,7 +105,7 @@ class StdoutTap:
 
     def _eof(self) -> None:
         if not self._ended:
-            self._items.extend(self._splitter.end())
+            self._items.extend(self.end())
             self._ended = True
         self._wake()
 
@@ -135,10 +143,9 @@ class _Direct(asyncio.Protocol):
     protocol's way (which tells the process it ended, and the reader its end after any chunk it deferred)."""
 
     def __init__(self, inner: asyncio.BaseProtocol, feed: Callable[[bytes], None]) -> None:
-        self._inner, self._feed = inner, feed
-
-    def data_received(self, data: bytes) -> None:
-        self._feed(data)
+        self._inner = inner
+        # The transport calls `feed` itself (asyncio's and uvloop's look `data_received` up on the instance).
+        self.data_received = feed  # type: ignore[method-assign, assignment]
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received() if isinstance(self._inner, asyncio.Protocol) else None
