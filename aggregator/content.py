@@ -179,12 +179,14 @@ def is_text_mime(mime_type: str) -> bool:
     )
 
 
-def decode_body(data: bytes, mime_type: str | None, max_age: float | None = None, private: bool = False,
+def decode_body(data: bytes | None, mime_type: str | None, max_age: float | None = None, private: bool = False,
                 decoded: str | None = None) -> Content:
     """Text when the type says text (or, untyped, the bytes look like text) and the bytes are UTF-8; else a blob.
     `max_age` and `private` are what the backend said of it (`Content`'s); `decoded`, the text `data` is the UTF-8
-    of, when the backend sent it so (not decoded again)."""
+    of, when the backend sent it so (not decoded again); `data` None: that UTF-8, encoded only if a blob needs it."""
     if mime_type is None:
+        if data is None:
+            data = (decoded or "").encode("utf-8")
         looks_text = b"\x00" not in data[:_SNIFF_BYTES]
         text = _utf8(data, decoded) if looks_text else None
         if text is not None:
@@ -194,11 +196,13 @@ def decode_body(data: bytes, mime_type: str | None, max_age: float | None = None
         text = _utf8(data, decoded)
         if text is not None:
             return Content(mime_type, text, None, max_age, private)
-    return Content(mime_type, None, data, max_age, private)
+    return Content(mime_type, None, data if data is not None else (decoded or "").encode("utf-8"), max_age, private)
 
 
-def _utf8(data: bytes, decoded: str | None) -> str | None:
+def _utf8(data: bytes | None, decoded: str | None) -> str | None:
     if decoded is None:
+        if data is None:
+            return None
         try:
             decoded = data.decode("utf-8")
         except UnicodeDecodeError:

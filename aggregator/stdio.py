@@ -71,8 +71,9 @@ class _Unanswered:
             self.ids.add(request_id)
 
     def discard(self, request_id: Any) -> None:
-        self.ids.discard(request_id)
-        if not self.ids:
+        ids = self.ids
+        ids.discard(request_id)
+        if not ids and self._none is not None:
             self._settle()
 
     def abandon(self) -> None:
@@ -308,7 +309,8 @@ class _WireOut:
         """`answer` written at once, outside any task (a read relayed in callbacks): what the pipe cannot take yet it
         buffers (such reads start only while it is `ready`, and at most a lane's worth are out at a time)."""
         out = self._out
-        if self._closed or not isinstance(out, _PipeWriter) or not out.write_now(_line(request_id, data, error)):
+        if self._closed or not isinstance(out, _PipeWriter) or not out.write_now(
+                data if data is not None else _line(request_id, data, error)):
             logger.debug("dropped the answer to %r: stdout closed", request_id)
             return
         self._unanswered.discard(request_id)

@@ -92,6 +92,8 @@ class FastReads:
         self._owner: Relays | None = owner if isinstance(owner, Relays) else None
         """The read handler's owner (ResourceHandlers), when it relays reads."""
         self._out: Immediate | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop `tap` runs on: on Python 3.11 asking for the running loop costs a getpid() system call."""
 
     def saw(self, message: types.JSONRPCMessage) -> None:
         """Note a message the SDK will handle: the first request decides the era; `initialize` is remembered."""
@@ -128,8 +130,8 @@ class FastReads:
         return self._server.server_info_stamp
 
     def _usable(self) -> bool:
-        return (not tracing.enabled() and len(self._server.middleware) == 1
-                and type(self._server.middleware[0]) is OpenTelemetryMiddleware)
+        middleware = self._server.middleware
+        return not tracing.enabled() and len(middleware) == 1 and type(middleware[0]) is OpenTelemetryMiddleware
 
     def take(self, line: bytes, answer: Answer) -> types.RequestId | None:
         """Start answering `line` if it is a request this path serves exactly as the SDK would, and return its id;
@@ -153,50 +155,31 @@ class FastReads:
             params = {}  # a listing's params are optional (the modern wire's `_meta` is not: its check fails)
         elif type(params) is not dict:
             return None
-        args = _arguments(method, params)
+        args: str | _Params | _ListParams | None = _arguments(method, params)
         if args is None:
             return None
         version = self._version(method, params)
         if version is None or not self._usable():
             return None
-        if (method == METHOD and (owner := self._owner) is not None and owner.relaying
-                and self._relayed(request_id, version, args, handler, answer)):  # type: ignore[arg-type]
-            return request_id
+        if type(args) is str:  # a read: relayed in callbacks where it can be, else served by a task
+            if (owner := self._owner) is not None and owner.relaying and self._relayed(request_id, version, args,
+                                                                                      handler, answer):
+                return request_id
+            args = _Params(args)
         # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
         # done callback, which would cost every read one more turn of the loop.
-        self.tasks[request_id] = asyncio.get_running_loop().create_task(
+        self.tasks[request_id] = (self._loop or asyncio.get_running_loop()).create_task(
             self._serve(request_id, method, version, args, handler, answer))
         return request_id
 
-    def _relayed(self, request_id: types.RequestId, version: str, args: _Params, handler: Handler,
-                 answer: Answer) -> bool:
+    def _relayed(self, request_id: types.RequestId, version: str, uri: str, handler: Handler, answer: Answer) -> bool:
         """Whether the read was started in callbacks (`ResourceHandlers.relay_read`) to be answered in the one that
         brings its outcome, with no task; False (nothing started) when it must be served by `_serve`."""
         owner, out = self._owner, self._out
         if owner is None or out is None or not out.ready():
             return False
-        running = _Relayed()
-
-        def reply(outcome: dict[str, Any] | MCPError | None) -> None:
-            if self.tasks.get(request_id) is not running:
-                return  # cancelled: never answered
-            running.give_up = None  # over: nothing to give up
-            if outcome is None:  # to be read the usual way
-                self.tasks[request_id] = asyncio.get_running_loop().create_task(
-                    self._serve(request_id, METHOD, version, args, handler, answer))
-                return
-            del self.tasks[request_id]
-            if isinstance(outcome, MCPError):
-                out.answer_now(request_id, None, _error_data(METHOD, outcome))
-                return
-            try:
-                data = encode_response(request_id, shaped(self._server, METHOD, version, outcome, self._stamp))
-            except Exception as exc:  # noqa: BLE001 - mapped as `_serve` maps it (the result sieve refused it)
-                out.answer_now(request_id, None, _error_data(METHOD, exc))
-                return
-            out.answer_now(request_id, data, None)
-
-        running.give_up = owner.relay_read(args.uri, version in MODERN_PROTOCOL_VERSIONS, reply)
+        running = _Relayed(self, out, request_id, version, uri, handler, answer)
+        running.give_up = owner.relay_read(uri, version in MODERN_PROTOCOL_VERSIONS, running.reply)
         if running.give_up is None:
             return False
         self.tasks[request_id] = running
@@ -211,6 +194,7 @@ class FastReads:
         and every chunk while the reader's buffer holds anything, go to the reader in order as they would have."""
         feed = reader.feed_data
         self._out = out
+        self._loop = asyncio.get_running_loop()
 
         def data_received(data: bytes) -> None:
             start = 0
@@ -228,11 +212,10 @@ class FastReads:
 
     def _version(self, method: str, params: dict[str, Any]) -> str | None:
         """The protocol version the request is served at, None when the SDK must see it."""
-        own = params.keys() - {"_meta"}
-        if own not in _OWN_PARAMS[method]:
-            return None
         if self.era == "legacy":
-            return self.legacy_version if "_meta" not in params else None
+            return self.legacy_version if "_meta" not in params and params.keys() in _OWN_PARAMS[method] else None
+        if params.keys() - {"_meta"} not in _OWN_PARAMS[method]:
+            return None
         known = self._envelopes.known(method, params.get("_meta"))
         if known is not None:  # the envelope the classifier and validator accepted last time (no headers on stdio)
             return known
@@ -266,7 +249,7 @@ class FastReads:
     def _done(self, request_id: types.RequestId) -> bool:
         """The running read leaves `tasks`; False when its cancellation took it out already (it is not answered;
         its id may have gone to a new read)."""
-        if self.tasks.get(request_id) is asyncio.current_task():
+        if self.tasks.get(request_id) is asyncio.current_task(self._loop):
             del self.tasks[request_id]
             return True
         return False
@@ -294,12 +277,38 @@ class Relays(Protocol):
 
 
 class _Relayed:
-    """A read served in callbacks, in `tasks` as a task would be: `cancel` gives it up (it is never answered)."""
+    """A read served in callbacks, in `tasks` as a task would be: `reply` answers it where its outcome arrives,
+    `cancel` gives it up (it is never answered). One object a read, its bound `reply` the handler's callback."""
 
-    __slots__ = ("give_up",)
+    __slots__ = ("_paths", "_out", "_request_id", "_version", "_uri", "_handler", "_answer", "give_up")
 
-    def __init__(self) -> None:
+    def __init__(self, paths: FastReads, out: Immediate, request_id: types.RequestId, version: str, uri: str,
+                 handler: Handler, answer: Answer) -> None:
+        self._paths, self._out, self._request_id, self._version = paths, out, request_id, version
+        self._uri, self._handler, self._answer = uri, handler, answer
         self.give_up: Callable[[], None] | None = None
+
+    def reply(self, outcome: dict[str, Any] | MCPError | None) -> None:
+        """Answer with the handler's result or error; None: the read goes the usual way (`_serve`)."""
+        paths, request_id = self._paths, self._request_id
+        if paths.tasks.get(request_id) is not self:
+            return  # cancelled: never answered
+        self.give_up = None  # over: nothing to give up
+        if outcome is None:  # to be read the usual way
+            paths.tasks[request_id] = asyncio.get_running_loop().create_task(paths._serve(  # noqa: SLF001
+                request_id, METHOD, self._version, _Params(self._uri), self._handler, self._answer))
+            return
+        del paths.tasks[request_id]
+        if isinstance(outcome, MCPError):
+            self._out.answer_now(request_id, None, _error_data(METHOD, outcome))
+            return
+        try:
+            data = encode_response(request_id, shaped(paths._server, METHOD, self._version, outcome,  # noqa: SLF001
+                                                      paths._stamp))  # noqa: SLF001
+        except Exception as exc:  # noqa: BLE001 - mapped as `_serve` maps it (the result sieve refused it)
+            self._out.answer_now(request_id, None, _error_data(METHOD, exc))
+            return
+        self._out.answer_now(request_id, data, None)
 
     def cancel(self) -> bool:
         give_up, self.give_up = self.give_up, None
@@ -321,12 +330,12 @@ _ENVELOPES = frozenset({"jsonrpc", "id", "method", "params"})
 _ABSENT = object()
 
 
-def _arguments(method: str, params: dict[str, Any]) -> _Params | _ListParams | None:
-    """The handler's params object for `params` (already known to be a dict), None when their values are not the
-    types the path takes (a `null` cursor, a number for a URI ...)."""
+def _arguments(method: str, params: dict[str, Any]) -> str | _ListParams | None:
+    """A read's URI, or a listing's params object, from `params` (already known to be a dict); None when their values
+    are not the types the path takes (a `null` cursor, a number for a URI ...)."""
     if method == METHOD:
         uri = params.get("uri")
-        return _Params(uri) if type(uri) is str else None
+        return uri if type(uri) is str else None
     cursor = params.get("cursor")
     return _ListParams(cursor) if (cursor is None and "cursor" not in params) or type(cursor) is str else None
 

@@ -24,7 +24,7 @@ from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from aggregator.codec import dumps
+from aggregator.codec import dumps, dumps_line
 from aggregator.mcp_shapes import ReadResult
 
 __all__ = ["LIST_ITEMS", "SERVER_INFO_META_KEY", "Envelopes", "ItemsText", "encode_response", "page_line", "shaped"]
@@ -194,7 +194,7 @@ def read_sieved(version: str, result: Mapping[str, Any]) -> dict[str, Any] | Non
 
 def encode_response(request_id: types.RequestId, result: dict[str, Any]) -> bytes:
     """One JSON-RPC response line, as compact as the SDK's (UTF-8, no spaces)."""
-    return dumps({"jsonrpc": "2.0", "id": request_id, "result": result}) + b"\n"
+    return dumps_line({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
 def page_line(server: Any, method: str, version: str, request_id: types.RequestId, result: Mapping[str, Any],
@@ -210,5 +210,5 @@ def page_line(server: Any, method: str, version: str, request_id: types.RequestI
     head, marker, tail = line.partition(_SPLICE_JSON)
     if not marker or _SPLICE_JSON in tail:  # a string of the envelope holds the marker: never in practice
         envelope[key] = json.loads(items) if isinstance(items, ItemsText) else items
-        return dumps({"jsonrpc": "2.0", "id": request_id, "result": envelope}) + b"\n"
+        return dumps_line({"jsonrpc": "2.0", "id": request_id, "result": envelope})
     return head + (items.encode("utf-8") if isinstance(items, ItemsText) else dumps(items, sort_keys=True)) + tail

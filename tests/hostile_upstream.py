@@ -12,7 +12,7 @@
 - `nocaps`: advertises no resources capability and answers -32601 to every resources method.
 - `values`: lists and reads values no client should get: control characters (NUL, ESC, CR/LF) in URIs, names,
   titles, descriptions, mimeTypes, templates and completions, a 100 KB URI, a mimeType that would inject a
-  header.
+  header; reading h://t/lone answers text holding a lone surrogate (`LONE`).
 
 In every mode but `broken`, reading a URI answers `text of <uri>` with the entry's listed mimeType, and templates are
 listed (none but in `values`) unless said otherwise.
@@ -45,6 +45,8 @@ VALUE_TEMPLATES = [
     {"uriTemplate": "h://esc\u001b/{a}", "name": "esc"},
     {"uriTemplate": "h://m/{a}", "name": "m", "mimeType": INJECTED},
 ]
+LONE = "half \ud800 of a pair: \u00e9"
+"""What `values` reads at h://t/lone: text holding a lone surrogate (JSON's escape of it), which no UTF-8 encodes."""
 flipped = False
 
 
@@ -101,7 +103,7 @@ def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
         mime = next((r.get("mimeType") for r in listed() if r["uri"] == uri), None)
         if uri.startswith("h://m/"):
             mime = INJECTED
-        content = ({"blob": PNG} if mime == INJECTED else {"text": f"text of {uri}"})
+        content = ({"blob": PNG} if mime == INJECTED else {"text": LONE if uri == "h://t/lone" else f"text of {uri}"})
         reply(rid, {"contents": [{"uri": uri, **({"mimeType": mime} if mime else {}), **content}]})
     elif method == "completion/complete" and MODE == "values":
         reply(rid, {"completion": {"values": ["fine", "bad\u001b[2J", "x" * 5000]}})

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.codec import dumps, loads, loads_strict
+from aggregator.codec import dumps, dumps_line, loads, loads_strict
 
 _INT64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 _TEXT = st.text(st.characters(codec=None))  # every code point, lone surrogates included
@@ -89,8 +89,12 @@ def test_dumps_writes_what_json_writes(value: Any, sort_keys: bool) -> None:
     if expected is UnicodeEncodeError:
         with pytest.raises(UnicodeEncodeError):
             dumps(value, sort_keys)
+        with pytest.raises(UnicodeEncodeError):
+            dumps_line(value)
     else:
         assert dumps(value, sort_keys) == expected
+        if not sort_keys:
+            assert dumps_line(value) == expected + b"\n"
 
 
 @settings(max_examples=200)

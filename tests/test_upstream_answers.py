@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
 from aggregator.upstream.answers import UpstreamRead, read_answer, read_result
+from aggregator.upstream.lane import LooseResult, parsed
 
 URI = "test://a"
 TEXT = {"uri": URI, "text": "héllo", "mimeType": "text/plain"}
@@ -81,3 +82,33 @@ def test_read_answer_takes_the_common_shapes() -> None:
     read = read_answer("up", URI, {"contents": [TEXT], "ttlMs": 5000, "cacheScope": "public"}, 100, True)
     assert read is not None and (read.ttl_ms, read.cache_scope) == (5000, "public")
     assert read.first.data == "héllo".encode() and read.first.is_text
+
+
+@pytest.mark.parametrize(("text", "encoded_now"), [("a" * 100, False), ("é" * 25, False), ("é" * 26, True),
+                                                    ("é" * 50, True), ("\U0001f600" * 25, False)])
+def test_a_texts_utf8_is_encoded_only_when_asked_for_or_when_its_size_is_in_doubt(text: str, encoded_now: bool) -> None:
+    """Within the bound at 4 bytes a character, a text's bytes are left unencoded (a served text needs none); nearer
+    the bound they are encoded to check their size exactly. Either way its bytes are its UTF-8."""
+    read = read_answer("up", URI, {"contents": [{"uri": URI, "text": text}]}, 100, False)
+    assert read is not None
+    assert (read.first.raw is not None) == encoded_now
+    assert read.first.data == text.encode() and read.first.raw == text.encode() and read.first.text == text
+
+
+def test_a_text_past_the_bound_once_encoded_is_too_large_as_before() -> None:
+    with pytest.raises(SourceTooLarge) as raised:
+        read_answer("up", URI, {"contents": [{"uri": URI, "text": "é" * 51}]}, 100, False)
+    assert (raised.value.size, raised.value.limit) == (102, 100)
+
+
+def test_a_result_the_stdlib_parsed_is_left_to_the_model() -> None:
+    """A line orjson refuses (here a lone surrogate's escape) is parsed by the stdlib, its result marked loose: the
+    SDK's model decides it, and its text, which no UTF-8 encodes, keeps the bytes `surrogatepass` gives."""
+    line = b'{"jsonrpc": "2.0", "id": "agg-1", "result": {"contents": [{"uri": "test://a", "text": "a\\ud800b"}]}}'
+    message = parsed(line)
+    assert type(message["result"]) is LooseResult
+    assert read_answer("up", URI, message["result"], 100, False) is None
+    model = types.ReadResourceResult.model_validate(message["result"], by_name=False)
+    content = read_result("up", URI, model, 100).first
+    assert content.data == "a\ud800b".encode("utf-8", "surrogatepass") and content.text is None
+    assert type(parsed(line.replace(b"\\ud800", b"x"))["result"]) is dict

@@ -6,6 +6,7 @@ its other sources: what is wrong is left out and said once per source and kind o
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_types import ResourceTemplateReference
+from mcp_types import BlobResourceContents, ResourceTemplateReference
 
 from tests.conftest import MODES, write_manifest
 from tests.test_live import save, uris
@@ -24,6 +25,9 @@ from tests.command import aggregator
 
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+LONE = "half \ud800 of a pair: \u00e9"
+"""What the `values` upstream reads at h://t/lone (tests/hostile_upstream.py's `LONE`; that module serves on import)."""
 
 
 def hostile(mode: str) -> str:
@@ -201,6 +205,10 @@ def test_values_no_client_should_get(mode: str, tmp_path: Path) -> None:
             for uri in ("va+h://bad-mime", "va+h://m/1"):
                 content = (await client.read_resource(uri)).contents[0]
                 assert content.mime_type is None or not CONTROL.search(content.mime_type), content
+            # Text no UTF-8 can encode (a lone surrogate) is served as the bytes it stands for, not as text.
+            lone = (await client.read_resource("va+h://t/lone")).contents[0]
+            assert isinstance(lone, BlobResourceContents) and lone.mime_type == "application/octet-stream"
+            assert base64.b64decode(lone.blob) == LONE.encode("utf-8", "surrogatepass")
 
     anyio.run(main)
     text = log.read_text()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from aggregator.upstream.lane import Callback, Lane, Sent
+from aggregator.upstream.lane import Lane, Sent
 
 URIS = ["bench://a.md", 'q://"quoted"\\back', "u://caf\u00e9/\u2028/\U0001f600", "c://\x00\x1f\x7f",
         "s://lone\ud800surrogate", ""]
@@ -137,9 +137,22 @@ def test_reads_answered_behind_one_that_hangs_are_not_kept_until_its_deadline() 
     asyncio.run(main())
 
 
+class _Told(Sent):
+    """A sent read that calls `call` with its outcome (a closure may hold it: as `Upstream.relay`'s reads do)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+
+    def answered(self, outcome: object) -> None:
+        call, self.call = self.call, None  # let go of the closure, as `Upstream.relay`'s reads do
+        call(outcome)
+
+
 def test_a_read_told_of_its_timeout_in_a_callback_leaves_the_next_deadline_in_place() -> None:
-    """Relayed reads (`Lane.send`, a `Callback` waiter that marks its `Sent` answered where it is told, as
-    `Upstream.relay` does): the first read's timeout sweeps the lane from inside the sweep. Each read still times
+    """Relayed reads (`Lane.send`, a `Sent` told in place, which sweeps the lane where it is told, as
+    `Upstream.relay`'s are): the first read's timeout sweeps the lane from inside the sweep. Each read still times
     out at its own deadline, and the sweep raises nothing (it popped the next read's deadline, or an empty deque)."""
     async def main() -> None:
         lane, _ = _lane()
@@ -149,18 +162,14 @@ def test_a_read_told_of_its_timeout_in_a_callback_leaves_the_next_deadline_in_pl
         loop.set_exception_handler(lambda loop, context: errors.append(context))
         started = loop.time()
         told: dict[str, tuple[float, object]] = {}
-        sent: dict[str, Sent] = {}
 
-        def waiter(name: str) -> Callback:
+        def waiter(name: str) -> Sent:
             def call(outcome: object) -> None:
                 told[name] = (loop.time() - started, outcome)
-                sent[name].answered()
-            return Callback(call)
+            return _Told(call)
 
         for name, timeout in (("first", 0.1), ("second", 0.3)):
-            one = lane.send(f"a://{name}", waiter(name), timeout)
-            assert one is not None
-            sent[name] = one
+            assert lane.send(f"a://{name}", waiter(name), timeout)
         await asyncio.sleep(0.6)
         assert set(told) == {"first", "second"}, told
         assert all(isinstance(outcome, TimeoutError) for _, outcome in told.values())
@@ -171,17 +180,18 @@ def test_a_read_told_of_its_timeout_in_a_callback_leaves_the_next_deadline_in_pl
 
 
 def test_answered_relayed_reads_leave_nothing_to_the_cycle_collector() -> None:
-    """A relayed read's waiter calls a closure that holds the read's `Sent` (as `Upstream.relay`'s does), and the
-    `Sent` holds the waiter: once told, the waiter lets go of the closure, so the read's objects go when its last
+    """A relayed read's closure holds the read (its give-up handle, as a caller of `Upstream.relay` keeps it), and
+    the read holds the closure: once told, the read lets go of it, so the read's objects go when its last
     reference does, not at the next collection (about 57 objects a read through the gateway were left to it)."""
     def relay(lane: Lane) -> None:
-        sent: Sent | None = None
+        handle: list[Any] = []
 
         def answered(outcome: object) -> None:
-            assert sent is not None
-            sent.answered()
+            assert handle
 
-        sent = lane.send("a://x", Callback(answered), 30.0)
+        sent = _Told(answered)
+        handle.append(sent.give_up)
+        assert lane.send("a://x", sent, 30.0)
 
     async def main() -> None:
         lane, _ = _lane()

@@ -41,7 +41,8 @@ async def _child(script: str) -> Any:
     return await anyio.open_process([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
-def test_lane_answers_are_claimed_and_the_rest_reaches_the_reader() -> None:
+@pytest.mark.parametrize("uvloop", [False, True])
+def test_lane_answers_are_claimed_and_the_rest_reaches_the_reader(uvloop: bool) -> None:
     async def main() -> None:
         async with await _child(ANSWERING) as process:
             lane = Lane(process.stdin.send)
@@ -58,11 +59,12 @@ def test_lane_answers_are_claimed_and_the_rest_reaches_the_reader() -> None:
         assert isinstance(items[1], Oversized) and items[1].head.startswith(b"x") and items[1].tail
         assert items[2:] == [b'{"jsonrpc":"2.0","id":7,"result":{}}', b"no newline"]
 
-    anyio.run(main)
+    anyio.run(main, backend_options={"use_uvloop": uvloop})
 
 
+@pytest.mark.parametrize("uvloop", [False, True])
 @pytest.mark.parametrize("lines", [4 * QUEUED_BYTES // 1000])
-def test_a_lagging_reader_pauses_the_pipe(lines: int) -> None:
+def test_a_lagging_reader_pauses_the_pipe(lines: int, uvloop: bool) -> None:
     async def main() -> None:
         async with await _child(FLOODING.replace("LINES", str(lines))) as process:
             stdout = tap(process, 4096, Lane(process.stdin.send))
@@ -77,12 +79,14 @@ def test_a_lagging_reader_pauses_the_pipe(lines: int) -> None:
                 await process.wait()
         assert len(got) == lines and all(isinstance(g, bytes) and g.startswith(b"%08d" % i) for i, g in enumerate(got))
 
-    anyio.run(main)
+    anyio.run(main, backend_options={"use_uvloop": uvloop})
 
 
-def test_an_answer_is_claimed_in_the_pipe_callback_itself() -> None:
+@pytest.mark.parametrize("uvloop", [False, True])
+def test_an_answer_is_claimed_in_the_pipe_callback_itself(uvloop: bool) -> None:
     """The bytes the pipe reads resolve the lane's read in that same callback: no turn of the event loop between the
-    pipe and the read (asyncio's subprocess protocol defers each chunk to a later turn, a loop iteration per read)."""
+    pipe and the read (asyncio's subprocess protocol defers each chunk to a later turn, a loop iteration per read, and
+    so does uvloop's)."""
 
     async def main() -> None:
         async with await _child("import sys; sys.stdin.read()") as process:
@@ -98,4 +102,4 @@ def test_an_answer_is_claimed_in_the_pipe_callback_itself() -> None:
             assert await reading == {"contents": []}
             await process.stdin.aclose()
 
-    anyio.run(main)
+    anyio.run(main, backend_options={"use_uvloop": uvloop})

@@ -5,6 +5,7 @@ only entries whose `access` scopes its token holds; results that depend on the c
 from __future__ import annotations
 
 import json
+from time import perf_counter
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from aggregator.handlers.running import failure_of, run_handler, scopes_of
 from aggregator.listing_json import items_json
 from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, ReadResult, cache_scope, read_result, resource_dict,
                                    search_result, template_dict, ttl_ms)
-from aggregator.metrics import Metrics, timer
+from aggregator.metrics import Metrics
 from aggregator.reads.reader import Served
 from aggregator.search import Discovery
 from aggregator.service import ResourceService, ServedPage
@@ -96,38 +97,12 @@ class ResourceHandlers:
         returns how to cancel it (counted as an error, as a cancelled handler is), or None: call `read_resource`."""
         if self.discovery.is_search_uri(uri):
             return None
-        elapsed, metrics = timer(), self.metrics
-        ended = False
-
-        def done(outcome: Served | Exception | None) -> None:
-            nonlocal ended
-            ended = True
-            if outcome is None:
-                reply(None)
-                return
-            if isinstance(outcome, Served):
-                result: dict[str, Any] | MCPError = _read_result(uri, outcome)
-                said = "ok"
-            else:
-                result, said = failure_of(outcome, uri, modern)
-            if metrics is not None:
-                metrics.observe(READ, uri, said, elapsed(), STDIO)
-            reply(result)
-
-        give_up = self.service.relay(uri, None, done)
+        relay = _Relay(uri, modern, reply, self.metrics)
+        give_up = self.service.relay(uri, None, relay.done)
         if give_up is None:
             return None
-
-        def cancel() -> None:
-            nonlocal ended
-            if ended:
-                return
-            ended = True
-            give_up()
-            if metrics is not None:
-                metrics.observe(READ, uri, "error", elapsed(), STDIO)
-
-        return cancel
+        relay.give_up = give_up
+        return relay.cancel
 
     async def complete(self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> dict[str, Any]:
         async def body() -> dict[str, Any]:
@@ -153,6 +128,46 @@ def _listing(items: list[dict[str, Any]] | ItemsText, key: str, served: ServedPa
     if served.page.next_cursor is not None:
         result["nextCursor"] = served.page.next_cursor
     return result
+
+
+class _Relay:
+    """One read of `relay_read`: `done` tells its outcome once, or `cancel` gives it up first (counted as an error,
+    as a cancelled handler is). One object a read, its bound methods the callbacks."""
+
+    __slots__ = ("_uri", "_modern", "_reply", "_metrics", "_started", "_ended", "give_up")
+
+    def __init__(self, uri: str, modern: bool, reply: Callable[[dict[str, Any] | MCPError | None], None],
+                 metrics: Metrics | None) -> None:
+        self._uri, self._modern, self._reply, self._metrics = uri, modern, reply, metrics
+        self._started = perf_counter()
+        self._ended = False
+        self.give_up: Callable[[], None] = _nothing
+
+    def done(self, outcome: Served | Exception | None) -> None:
+        self._ended = True
+        if outcome is None:
+            self._reply(None)
+            return
+        if isinstance(outcome, Served):
+            result: dict[str, Any] | MCPError = _read_result(self._uri, outcome)
+            said = "ok"
+        else:
+            result, said = failure_of(outcome, self._uri, self._modern)
+        if self._metrics is not None:
+            self._metrics.observe(READ, self._uri, said, perf_counter() - self._started, STDIO)
+        self._reply(result)
+
+    def cancel(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.give_up()
+        if self._metrics is not None:
+            self._metrics.observe(READ, self._uri, "error", perf_counter() - self._started, STDIO)
+
+
+def _nothing() -> None:
+    """What a relayed read not yet started gives up."""
 
 
 def _read_result(uri: str, served: Served) -> ReadResult:

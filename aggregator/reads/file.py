@@ -50,6 +50,7 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
                                 lambda: source.read(path, max_bytes))
         data = unpacked(target, blob, max_bytes, source.url_paths)
         if convert is not None:
+            data = blob.data if data is None else data
             return await convert_file(target, convert, data, documents, turn), blob.version
         return typed(target, blob, data), blob.version
 
@@ -71,19 +72,23 @@ async def read_file(snapshot: Snapshot, target: FileTarget, caches: Caches, call
         return await cached()
 
 
-def unpacked(target: FileTarget, blob: Blob, max_bytes: int, url_paths: bool) -> bytes:
-    """The bytes a read of `target` serves (or converts): `blob`'s, decompressed when the entry says so."""
+def unpacked(target: FileTarget, blob: Blob, max_bytes: int, url_paths: bool) -> bytes | None:
+    """The bytes a read of `target` serves (or converts): `blob`'s, decompressed when the entry says so; None when
+    they are `blob`'s text's UTF-8, not encoded yet (`Blob.raw`)."""
+    if not target.decompress:
+        return blob.raw
     # An HTTP server may send a .gz with Content-Encoding: gzip, which the client already undid.
-    undone = url_paths and not blob.data.startswith(b"\x1f\x8b")
-    return _gunzip(target, blob.data, max_bytes) if target.decompress and not undone else blob.data
+    if url_paths and not blob.data.startswith(b"\x1f\x8b"):
+        return blob.data
+    return _gunzip(target, blob.data, max_bytes)
 
 
-def typed(target: FileTarget, blob: Blob, data: bytes) -> Content:
+def typed(target: FileTarget, blob: Blob, data: bytes | None) -> Content:
     """`data` (what `unpacked` gave of `blob`) as the content of `target`: text or bytes, of the declared type."""
     # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
     upstream = None if target.decompress else blob.mime_type
     declared = target.mime_type if target.mime_declared or not upstream else upstream
-    return decode_body(data, declared, blob.max_age, blob.private, blob.text if data is blob.data else None)
+    return decode_body(data, declared, blob.max_age, blob.private, blob.text if data is blob.raw else None)
 
 
 def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:

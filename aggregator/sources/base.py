@@ -32,7 +32,9 @@ class FileInfo:
 class Blob:
     """A file's bytes as read, with what the backend said about them."""
 
-    data: bytes
+    raw: bytes | None
+    """The bytes; None when they are the UTF-8 of `text`, not encoded until `data` is asked for (a relayed text is
+    served as the text it came as)."""
     mime_type: str | None = None
     """The type the backend declared (an HTTP Content-Type), if any."""
     version: str | None = None
@@ -43,6 +45,14 @@ class Blob:
     text: str | None = None
     """The bytes as the text the backend sent, when it sent text (an MCP upstream's): `data` is its UTF-8, which a
     read need not decode again."""
+
+    @property
+    def data(self) -> bytes:
+        """The bytes (the text's UTF-8, encoded once, when `raw` is None)."""
+        raw = self.raw
+        if raw is None:
+            raw = self.raw = (self.text or "").encode("utf-8")
+        return raw
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,16 +28,17 @@ from pydantic import ValidationError
 
 from aggregator import tracing
 from aggregator.sources.base import SourceError, SourceNotFound, SourceUnsupported
-from aggregator.upstream.answers import (Listing, UpstreamContent, UpstreamRead, hints, listed, read_answer,
-                                         read_result)
+from aggregator.upstream.answers import (Listing, Make, UpstreamContent, UpstreamRead, hints, listed, read_answer,
+                                         read_result, upstream_read)
 from aggregator.upstream.backoff import Backoff
 from aggregator.upstream.events import ChangeRelay, EventCallback, ListChanged, Updated, UpstreamEvent
 from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_found, past_cap, quote, too_big
 from aggregator.upstream.http_session import SessionWatch
-from aggregator.upstream.lane import Callback, Lane, Sent, result_of
+from aggregator.upstream.lane import Lane, result_of
 from aggregator.upstream.link import Link
 from aggregator.upstream.pages import Page, model_page, resource_page
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
+from aggregator.upstream.relaying import RelayedRead
 from aggregator.upstream.transports import HttpTarget, Target
 
 __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEvent", "UpstreamRead",
@@ -46,6 +47,7 @@ __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEve
 logger = logging.getLogger("aggregator.upstream")
 
 T = TypeVar("T")
+R = TypeVar("R")
 State = Literal["idle", "connecting", "connected", "failed", "closed"]
 
 MAX_COMPLETIONS = 100
@@ -351,17 +353,17 @@ class Upstream:
         Over stdio, a read on a connection that is up while the cap has room is sent at once on the lean lane, its
         timeout the lane's own: no cancel scope, no wait for a slot, no task hop. Any other read waits as `_call`
         says (a slot, a connection), and one the lane lost goes to the next connection that way."""
-        conn, slot = self._conn, self._free_lane()
-        if conn is not None and slot is not None:
-            lane, borrower = slot
-            answer: dict[str, Any] | Exception
+        conn, borrower = self._conn, object()
+        lane = self._free_lane(borrower)
+        if conn is not None and lane is not None:
+            answer: dict[str, Any] | None | Exception
             try:
-                answer = await lane.read(uri, self.timeout)
+                answer = await lane.ask(uri, self.timeout)
             except Exception as exc:  # noqa: BLE001 - mapped as `_call` maps it (cancellation is no Exception)
                 answer = exc
             finally:
                 self._limiter.release_on_behalf_of(borrower)
-            if (settled := self._settled(conn, lane, uri, max_bytes, answer)) is not None:
+            if (settled := self._settled(conn, lane, uri, max_bytes, answer, upstream_read)) is not None:
                 return settled
 
         async def read(client: Client) -> UpstreamRead:
@@ -372,57 +374,37 @@ class Upstream:
             result = await client.read_resource(uri, cache_mode="bypass")
             return read_result(self.describe(), uri, result, max_bytes, *hints(client, result))
 
-        return await self._call(_READ, read, retried=conn is not None and slot is not None)
+        return await self._call(_READ, read, retried=conn is not None and lane is not None)
 
-    def relay(self, uri: str, max_bytes: int, done: Callable[[UpstreamRead | Exception | None], None]
-              ) -> Callable[[], None] | None:
+    def relay(self, uri: str, max_bytes: int, done: Callable[[R | Exception | None], None],
+              make: Make[R]) -> Callable[[], None] | None:
         """Send a read of `uri` on the lean lane now, its outcome handed to `done` where the answer arrives: what
-        `read` returns or raises, or None when the connection was lost under it (`read` would go to the next
-        connection). Returns how to give it up (the upstream is told), or None (nothing sent: `read` instead) when
-        the lane is not free at once."""
-        conn, slot = self._conn, self._free_lane()
-        if conn is None or slot is None:
+        `read` returns (made by `make` of the read's contents and hints: see `answers.read_result`) or raises, or
+        None when the connection was lost under it (`read` would go to the next connection). Returns how to give it
+        up (the upstream is told), or None (nothing sent: `read` instead) when the lane is not free at once."""
+        conn = self._conn
+        if conn is None:
             return None
-        lane, borrower = slot
-        sent: Sent | None = None
-
-        def answered(outcome: dict[str, Any] | None | BaseException) -> None:
-            self._limiter.release_on_behalf_of(borrower)
-            if sent is not None:
-                sent.answered()
-            answer: dict[str, Any] | Exception
-            try:
-                answer = outcome if isinstance(outcome, Exception) else result_of(outcome)  # type: ignore[arg-type]
-            except MCPError as exc:
-                answer = exc
-            try:
-                read = self._settled(conn, lane, uri, max_bytes, answer)
-            except Exception as exc:  # noqa: BLE001 - the caller's to map, as `read` raises it
-                done(exc)
-                return
-            done(read)
-
-        waiter = Callback(answered)
-        sent = lane.send(uri, waiter, self.timeout)
-        if sent is None:
-            self._limiter.release_on_behalf_of(borrower)
+        read = RelayedRead(self, conn, uri, max_bytes, done, make)
+        lane = self._free_lane(read)
+        if lane is None:
             return None
+        if not lane.send(uri, read, self.timeout):
+            self._limiter.release_on_behalf_of(read)
+            return None
+        return read.give_up
 
-        def give_up() -> None:
-            if not waiter.done():  # once answered, there is nothing to give up
-                self._limiter.release_on_behalf_of(borrower)
-                sent.give_up()
-
-        return give_up
-
-    def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | Exception
-                 ) -> UpstreamRead | None:
-        """A lane read's outcome: its result checked (`answer`), or the failure its caller sees (raised); None when
-        the connection was lost under it (the read goes to the next connection)."""
+    def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | None | BaseException,
+                 make: Make[R]) -> R | None:
+        """A lane read's outcome: its answer (the message, None when the connection ended) checked and made by `make`
+        (`answers.read_result`), or the failure its caller sees (raised); None when the connection was lost under it
+        (the read goes to the next connection)."""
         try:
-            if isinstance(answer, Exception):
+            if isinstance(answer, BaseException):
                 raise answer
-            return self._answer(uri, answer, max_bytes, lane.modern)
+            result = result_of(answer)
+            made = read_answer(self._described, uri, result, max_bytes, lane.modern, make)  # `_answer`, one call less
+            return made if made is not None else self._modelled(uri, result, max_bytes, lane.modern, make)
         except MCPError as exc:
             if not self._again(_READ, conn, exc):
                 raise self._failure(_READ, exc, self.timeout) from None
@@ -433,32 +415,34 @@ class Upstream:
                 raise
             raise failure from None
 
-    def _free_lane(self) -> tuple[Lane, object] | None:
-        """The lean lane of the connection that is up, with a slot of the cap taken for the read on behalf of the
-        object returned beside it (the caller releases it: one borrower a read, so no lookup of the current task);
-        None when the read must wait (no connection up, no lane, the cap full) or keep the SDK's span."""
+    def _free_lane(self, borrower: object) -> Lane | None:
+        """The lean lane of the connection that is up, with a slot of the cap taken for the read on behalf of
+        `borrower` (the caller releases it: one borrower a read, so no lookup of the current task); None (no slot
+        taken) when the read must wait (no connection up, no lane, the cap full) or keep the SDK's span."""
         conn = self._conn
         lane = conn.lane if conn is not None else None
         if (lane is None or not lane.ready or self._state != "connected" or conn is None or conn.lost.is_set()
                 or tracing.enabled()):
             return None
-        borrower = object()
         try:
             self._limiter.acquire_on_behalf_of_nowait(borrower)
         except anyio.WouldBlock:  # full: `_call` waits
             return None
-        return lane, borrower
+        return lane
 
     def _answer(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool) -> UpstreamRead:
         """A read's answer from the lane, checked as the SDK's model checks it (ValidationError when it fails)."""
-        read = read_answer(self.describe(), uri, answer, max_bytes, modern)
-        if read is not None:
-            return read
+        return (read_answer(self._described, uri, answer, max_bytes, modern)
+                or self._modelled(uri, answer, max_bytes, modern, upstream_read))
+
+    def _modelled(self, uri: str, answer: dict[str, Any], max_bytes: int, modern: bool,
+                  make: Make[R]) -> R:
+        """`_answer` of a result `read_answer` leaves to the SDK's model, made by `make`."""
         result = types.ReadResourceResult.model_validate(answer, by_name=False)
         sent = result.model_fields_set
         given = ((result.ttl_ms if "ttl_ms" in sent else None, result.cache_scope if "cache_scope" in sent else None)
                  if modern else (None, None))
-        return read_result(self.describe(), uri, result, max_bytes, *given)
+        return read_result(self.describe(), uri, result, max_bytes, *given, make)
 
     async def complete(self, uri_template: str, name: str, value: str,
                        context: Mapping[str, str] | None = None) -> types.Completion:

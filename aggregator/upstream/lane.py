@@ -36,7 +36,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-__all__ = ["ID_MARK", "Callback", "Lane", "Sent", "Waiter", "result_of"]
+from aggregator.codec import loads, loads_strict
+
+__all__ = ["ID_MARK", "Lane", "LooseResult", "Sent", "Waiter", "parsed", "result_of"]
 
 _PREFIX = "agg-"
 ID_MARK = f'"{_PREFIX}'.encode()
@@ -65,6 +67,8 @@ class Lane:
         self._deadlines: deque[tuple[float, Waiter]] = deque()
         """Reads waiting with a timeout, by deadline (one timeout per lane: later reads, later deadlines)."""
         self._sweep: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop `send` runs in, once known."""
         self._enveloped: set[str] = set()
         """Requests whose answer is taken only with a valid JSON-RPC envelope (listings)."""
         self._telling: set[asyncio.Task[None]] = set()
@@ -115,9 +119,14 @@ class Lane:
     async def read(self, uri: str, timeout: float | None = None) -> dict[str, Any]:
         """The upstream's result for `resources/read` of `uri` (a complete one, as the wire gave it); MCPError for an
         error answer or a connection that ended, TimeoutError past `timeout` seconds (None: the caller bounds it)."""
+        return result_of(await self.ask(uri, timeout))
+
+    async def ask(self, uri: str, timeout: float | None = None) -> dict[str, Any] | None:
+        """`read`'s answer as the wire gave it (the message: `result_of` takes its result), None when the connection
+        ended; MCPError when it ended under the write, TimeoutError past `timeout` seconds."""
         if self._closed:
-            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
-        return result_of(await self._ask(*self._request(uri), timeout))
+            return None
+        return await self._ask(*self._request(uri), timeout)
 
     async def list_resources(self, cursor: str | None) -> dict[str, Any]:
         """The upstream's result for one `resources/list` page from `cursor` (None: the first), as the wire gave it
@@ -172,20 +181,24 @@ class Lane:
                 await self._cancel(request_id)
         return message
 
-    def send(self, uri: str, waiter: Waiter, timeout: float) -> Sent | None:
+    def send(self, uri: str, sent: Sent, timeout: float) -> bool:
         """Ask for `uri` now, its answer (the message, None when the connection ended, TimeoutError past `timeout`)
-        handed to `waiter` where it arrives; None (nothing sent) when the pipe cannot take the line at once."""
+        handed to `sent.answered` where it arrives; False (nothing sent) when the pipe cannot take the line at once."""
         if self._closed or self._write_now is None:
-            return None
+            return False
         request_id, line = self._request(uri)
         try:
             if not self._write_now(line):
-                return None
+                return False
         except OSError:
-            return None  # the child stopped reading: the caller's usual path finds the connection gone
-        self._waiting[request_id] = waiter
-        loop = asyncio.get_running_loop()
-        return Sent(self, request_id, waiter, self._expire_at(loop, loop.time() + timeout, waiter))
+            return False  # the child stopped reading: the caller's usual path finds the connection gone
+        self._waiting[request_id] = sent
+        sent._lane, sent._request_id, sent._over = self, request_id, False  # noqa: SLF001 - its own reads'
+        loop = self._loop
+        if loop is None:  # the lane lives in one loop: asked once (asking costs a system call on Python 3.11)
+            loop = self._loop = asyncio.get_running_loop()
+        sent._expiry = self._expire_at(loop, loop.time() + timeout, sent)  # noqa: SLF001
+        return True
 
     def _request(self, uri: str) -> tuple[str, bytes]:
         """A new read's id and its request line: what json.dumps would write (compact, UTF-8 as it is), from its
@@ -204,13 +217,13 @@ class Lane:
             self._deadlines = deque(entry for entry in deadlines if not entry[1].done())
 
     def _given_up(self, sent: Sent) -> None:
-        """A sent read no longer wanted: its waiter never told, the read forgotten, and the upstream told (in a task
-        of its own)."""
-        sent.waiter.cancel()
-        if sent.expiry is not None:
-            sent.expiry.cancel()
-        if self._waiting.pop(sent.request_id, None) is not None and not self._closed:
-            task = asyncio.get_running_loop().create_task(self._cancel(sent.request_id))
+        """A sent read no longer wanted (`Sent.give_up`, never told): its timer stopped, the read forgotten, and
+        the upstream told (in a task of its own)."""
+        if sent._expiry is not None:  # noqa: SLF001 - its own reads'
+            sent._expiry.cancel()  # noqa: SLF001
+        request_id = sent._request_id  # noqa: SLF001
+        if self._waiting.pop(request_id, None) is not None and not self._closed:
+            task = asyncio.get_running_loop().create_task(self._cancel(request_id))
             self._telling.add(task)  # held until done: the loop keeps only a weak reference
             task.add_done_callback(self._telling.discard)
         self._swept()
@@ -229,8 +242,8 @@ class Lane:
 
     def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
         """The sweep: every read past its deadline fails, and the sweep comes back at the next deadline. A read is
-        told after its deadline left the queue: a waiter told in place (`Callback`) may sweep the queue itself
-        (`Sent.answered`), or send a read whose deadline queues a sweep of its own."""
+        told after its deadline left the queue: a waiter told in place (`Sent`) sweeps the queue itself, and may send a
+        read whose deadline queues a sweep of its own."""
         self._sweep = None
         now = loop.time()
         while self._deadlines:
@@ -255,7 +268,7 @@ class Lane:
 
 
 class Waiter(Protocol):
-    """What waits for a lane answer: an asyncio future, or `send`'s callback in its shape."""
+    """What waits for a lane answer: an asyncio future, or a `Sent`."""
 
     def done(self) -> bool: ...
     def set_result(self, message: dict[str, Any] | None, /) -> None: ...
@@ -263,55 +276,55 @@ class Waiter(Protocol):
     def cancel(self) -> bool: ...
 
 
-class Callback:
-    """A waiter that hands the answer (or the failure) to a function where it arrives, once."""
-
-    __slots__ = ("_call", "_done")
-
-    def __init__(self, call: Callable[[dict[str, Any] | None | BaseException], None]) -> None:
-        self._call, self._done = call, False
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, message: dict[str, Any] | None, /) -> None:
-        self._told()(message)
-
-    def set_exception(self, exc: BaseException, /) -> None:
-        self._told()(exc)
-
-    def cancel(self) -> bool:
-        """Never call the function (the read was given up)."""
-        self._told()
-        return True
-
-    def _told(self) -> Callable[[dict[str, Any] | None | BaseException], None]:
-        """The function, let go of: its closure usually holds the `Sent` that holds this waiter, a cycle that would
-        keep a read's whole chain of closures for the cycle collector (about 60 objects a read)."""
-        call, self._call, self._done = self._call, _ignored, True
-        return call
-
-
 class Sent:
-    """A read `send` wrote: `answered` once its answer came (the waiter told), `give_up` when it is no longer
-    wanted (the upstream is told, as the SDK tells a cancelled call)."""
+    """One read `send` wrote, and at once what waits for its answer (the lane's `Waiter`) and how to give it up: its
+    subclass's `answered` is told once, where the outcome arrives (the message, None when the connection ended,
+    TimeoutError past its deadline), unless `give_up` came first (then never; the upstream is told, as the SDK
+    tells a cancelled call). One object a read, its fields set by `send`."""
 
-    __slots__ = ("_lane", "request_id", "waiter", "expiry")
+    __slots__ = ("_lane", "_request_id", "_expiry", "_over")
 
-    def __init__(self, lane: Lane, request_id: str, waiter: Waiter, expiry: asyncio.TimerHandle | None) -> None:
-        self._lane, self.request_id, self.waiter, self.expiry = lane, request_id, waiter, expiry
+    _lane: Lane
+    _request_id: str
+    _expiry: asyncio.TimerHandle | None
+    _over: bool
 
-    def answered(self) -> None:
-        if self.expiry is not None:
-            self.expiry.cancel()
-        self._lane._swept()  # noqa: SLF001 - its own lane's
+    def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
+        """The read's outcome (once)."""
+        raise NotImplementedError
 
     def give_up(self) -> None:
-        self._lane._given_up(self)  # noqa: SLF001 - its own lane's
+        """The read is no longer wanted: nothing once it was answered (or given up)."""
+        if not self._over:
+            self._over = True
+            self._lane._given_up(self)  # noqa: SLF001 - its own lane's
 
+    def done(self) -> bool:
+        return self._over
 
-def _ignored(outcome: dict[str, Any] | None | BaseException) -> None:
-    """What a waiter already told calls."""
+    def set_result(self, message: dict[str, Any] | None, /) -> None:
+        # `_ended`, written out: every answer comes this way.
+        self._over = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._lane._swept()  # noqa: SLF001 - its own lane's
+        self.answered(message)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._ended()
+        self.answered(exc)
+
+    def cancel(self) -> bool:
+        """Never told (the read was given up)."""
+        self._over = True
+        return True
+
+    def _ended(self) -> None:
+        """Told: over, its timer (if it had one of its own) stopped, the lane's deadlines swept."""
+        self._over = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._lane._swept()  # noqa: SLF001 - its own lane's
 
 
 def _expire(answer: Waiter) -> None:
@@ -329,6 +342,25 @@ def _answer_of(message: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(checked, types.JSONRPCError):
         return {"error": checked.error}
     return {"result": checked.result} if isinstance(checked, types.JSONRPCResponse) else None
+
+
+class LooseResult(dict[str, Any]):
+    """A result parsed by the stdlib's parser where orjson refused the line: its strings may hold a lone surrogate,
+    which no UTF-8 encodes, so the SDK's model checks it (`answers.read_answer` leaves it alone)."""
+
+    __slots__ = ()
+
+
+def parsed(line: bytes) -> Any:
+    """A line from the upstream's stdout as `codec.loads` parses it (ValueError or RecursionError where it raises),
+    with its result a `LooseResult` where orjson refused the line."""
+    try:
+        return loads_strict(line)
+    except ValueError:  # the stdlib decides, and the result may hold a lone surrogate
+        message = loads(line)
+    if type(message) is dict and type(result := message.get("result")) is dict:
+        message["result"] = LooseResult(result)
+    return message
 
 
 def result_of(message: dict[str, Any] | None) -> dict[str, Any]:

@@ -27,9 +27,8 @@ from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
-from aggregator.codec import loads
 from aggregator.upstream.failures import too_big
-from aggregator.upstream.lane import Lane
+from aggregator.upstream.lane import Lane, parsed
 from aggregator.upstream.oversized import MISSING, Oversized, answered_id, lines
 from aggregator.upstream.tap import tap
 
@@ -187,7 +186,7 @@ def _parse(line: bytes, lane: Lane) -> SessionMessage | Exception | None:
     """One message for the session, None for the lane's, or the error the session reports for a line that is not
     one."""
     try:
-        message = loads(line)
+        message = parsed(line)
         if lane.claims(message):
             return None
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))

@@ -4,8 +4,8 @@ pipe's own callback, everything else goes to the reader task in order.
 Through the stream a lane answer woke the reader task, which parsed it and woke the read: two turns of the event
 loop and the stream's and the line iterator's machinery per read, a good part of a hop (benchmarks/upstream_hop.py).
 Here the answer resolves the read's future where the bytes arrive: in the pipe transport's own `data_received`
-(`_Direct` stands in for asyncio's subprocess pipe protocol, which defers every chunk to a later turn of the loop
-through `call_soon`: one more loop iteration per read). Lines are split and bounded as
+(`_Direct` stands in for asyncio's or uvloop's subprocess pipe protocol, which defers every chunk to a later turn of
+the loop through `call_soon`: one more loop iteration per read). Lines are split and bounded as
 `oversized.lines` does (a line past the cap is skipped as it streams, never buffered). What waits for the reader task
 is bounded too: past `QUEUED_BYTES` the pipe stops being read until the task catches up, as the stream's own buffer
 did.
@@ -22,8 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from aggregator.codec import loads
-from aggregator.upstream.lane import ID_MARK, Lane
+from aggregator.upstream.lane import ID_MARK, Lane, parsed
 from aggregator.upstream.oversized import LineSplitter, Oversized
 
 __all__ = ["QUEUED_BYTES", "StdoutTap", "tap"]
@@ -32,15 +31,18 @@ QUEUED_BYTES = 256 * 1024
 """Bytes of lines waiting for the reader task past which the pipe is no longer read (until the task takes them)."""
 
 Item = bytes | Oversized | None
+_NEAR_END = 64
+"""Bytes at each end of a line where an answer's id is looked for first."""
 
 
-class StdoutTap:
+class StdoutTap(LineSplitter):
     """The lines of one child's stdout: lane answers claimed as they arrive, the rest iterated by one reader task
-    (`async for`), ending when the pipe does (after a None: a line past the skip budget)."""
+    (`async for`), ending when the pipe does (after a None: a line past the skip budget). It splits them itself (a
+    `LineSplitter`)."""
 
     def __init__(self, reader: asyncio.StreamReader, limit: int, lane: Lane) -> None:
+        super().__init__(limit)
         self._reader = reader
-        self._splitter = LineSplitter(limit)
         self._lane = lane
         self._items: deque[Item] = deque()
         self._queued = 0
@@ -50,8 +52,11 @@ class StdoutTap:
         reader.feed_data = self._feed  # type: ignore[method-assign, assignment]
         reader.feed_eof = self._eof  # type: ignore[method-assign]
         reader.set_exception = self._failed  # type: ignore[method-assign]
-        pipe = getattr(reader, "_transport", None)
-        if isinstance(pipe, asyncio.ReadTransport):
+        pipe: Any = getattr(reader, "_transport", None)
+        # asyncio's pipe, or uvloop's (no asyncio.ReadTransport, but it swaps protocols as asyncio's does; its own
+        # subprocess protocol defers every chunk through `call_soon` too)
+        if isinstance(pipe, asyncio.ReadTransport) or (callable(getattr(pipe, "set_protocol", None))
+                                                       and callable(getattr(pipe, "get_protocol", None))):
             pipe.set_protocol(_Direct(pipe.get_protocol(), self._feed))
         pending = getattr(reader, "_buffer", None)  # what came before the tap was in place
         if pending:
@@ -62,10 +67,14 @@ class StdoutTap:
             self._eof()
 
     def _feed(self, data: bytes) -> None:
+        end = len(data) - 1
+        if (data.find(b"\n") == end and end <= self.limit and self._head is None and not self._buffer
+                and not self._ended and self._claimed(data[:end])):
+            return  # the usual chunk: one whole answer to a lane read (`feed`'s own first case, without its list)
         if self._ended:
             return
         waiting = len(self._items)
-        for item in self._splitter.feed(data):
+        for item in self.feed(data):
             if type(item) is bytes and self._claimed(item):
                 continue
             self._items.append(item)
@@ -84,16 +93,19 @@ class StdoutTap:
     def _claimed(self, line: bytes) -> bool:
         """Whether `line` answers a lane read (it is delivered then); anything else, a line that does not parse
         included, is the reader task's."""
-        if line.find(ID_MARK) < 0:  # most of the SDK's traffic is not parsed twice
+        # Most of the SDK's traffic is not parsed twice. An answer's id is near one end (first from Python's SDK,
+        # last from the TypeScript one's): looked for there before the whole line (of up to megabytes) is scanned.
+        if (line.find(ID_MARK, 0, _NEAR_END) < 0 and line.find(ID_MARK, len(line) - _NEAR_END) < 0
+                and line.find(ID_MARK) < 0):
             return False
         try:
-            return self._lane.claims(loads(line))
+            return self._lane.claims(parsed(line))
         except (ValueError, RecursionError):
             return False
 
     def _eof(self) -> None:
         if not self._ended:
-            self._items.extend(self._splitter.end())
+            self._items.extend(self.end())
             self._ended = True
         self._wake()
 
@@ -131,10 +143,9 @@ class _Direct(asyncio.Protocol):
     protocol's way (which tells the process it ended, and the reader its end after any chunk it deferred)."""
 
     def __init__(self, inner: asyncio.BaseProtocol, feed: Callable[[bytes], None]) -> None:
-        self._inner, self._feed = inner, feed
-
-    def data_received(self, data: bytes) -> None:
-        self._feed(data)
+        self._inner = inner
+        # The transport calls `feed` itself (asyncio's and uvloop's look `data_received` up on the instance).
+        self.data_received = feed  # type: ignore[method-assign, assignment]
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received() if isinstance(self._inner, asyncio.Protocol) else None

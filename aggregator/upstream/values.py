@@ -35,6 +35,8 @@ MAX_MIME_CHARS = 255
 """Longer mimeTypes are dropped."""
 MAX_COMPLETION_CHARS = 1024
 """Longer completion values are left out."""
+KEPT_MEDIA_TYPES = 64
+"""Valid mimeTypes remembered per upstream, not checked again."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # \t and \n are text in a description
@@ -58,6 +60,8 @@ class UpstreamValues:
         self.label = label
         """Who the log names: the upstream and the source id."""
         self._said: set[str] = set()
+        self._media_types: set[str] = set()
+        """mimeTypes found valid already (at most `KEPT_MEDIA_TYPES`)."""
 
     def resources(self, items: Iterable[ListedResource]) -> list[ListedResource]:
         """The servable resources of a listing, in order: the first of each URI, display text cleaned."""
@@ -69,7 +73,11 @@ class UpstreamValues:
 
     def mime_type(self, value: str | None) -> str | None:
         """`value` if it is a media type, else None (the entry or content is then typed as if it gave none)."""
-        if value is None or is_media_type(value):
+        if value is None or value in self._media_types:  # an upstream's reads carry a few types, again and again
+            return value
+        if is_media_type(value):
+            if len(self._media_types) < KEPT_MEDIA_TYPES:
+                self._media_types.add(value)
             return value
         self.said("mimeType(s) dropped: not a media type", value)
         return None
