@@ -95,8 +95,9 @@ class _Relay(Flight[Content]):
                 else outcome
         else:
             try:
-                # Not decompressed (`relay_read` refuses those): the bytes are the blob's as they came.
-                content = typed(target, outcome, outcome.data)
+                # Not decompressed (`relay_read` refuses those): `unpacked` gives the blob's own bytes, None while
+                # they are its text not encoded yet (`Blob.raw`).
+                content = typed(target, outcome, outcome.raw)
             except Exception as exc:  # noqa: BLE001 - what a read raises, for the handler to map
                 failure = exc
             else:
