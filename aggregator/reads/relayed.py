@@ -110,9 +110,8 @@ class _Relay(Flight[Content]):
 
     def _cancel(self) -> None:
         """Give the read up: the source told, the snapshot let go, its followers sent to load again."""
-        if self.ended:
-            return
-        self.ended = True
-        self._give_up()
-        self._leases.let_go(self._snapshot)
-        self._cache.land(self._key, self, self._limits.policy)
+        if not self.ended:  # once: a second cancel, or one after the answer, does nothing
+            self.ended = True  # before the source is told, as the answer sets it first
+            self._give_up()
+            self._leases.let_go(self._snapshot)
+            self._cache.land(self._key, self, self._limits.policy)
