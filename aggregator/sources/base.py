@@ -28,8 +28,25 @@ class FileInfo:
     """The type the backend knows the file to have (a SQL table's schema document is JSON), if any."""
 
 
+class TextBytes:
+    """Bytes held as `raw`, or (`raw` None) as the UTF-8 of `text`, encoded only if `data` is asked for: a relayed
+    text is served as the text it came as."""
+
+    __slots__ = ()
+    raw: bytes | None
+    text: str | None
+
+    @property
+    def data(self) -> bytes:
+        """The bytes (the text's UTF-8, encoded once, when `raw` is None)."""
+        raw = self.raw
+        if raw is None:
+            raw = self.raw = (self.text or "").encode("utf-8")  # type: ignore[misc]  # a subclass's slot
+        return raw
+
+
 @dataclass(slots=True)
-class Blob:
+class Blob(TextBytes):
     """A file's bytes as read, with what the backend said about them."""
 
     raw: bytes | None
@@ -45,14 +62,6 @@ class Blob:
     text: str | None = None
     """The bytes as the text the backend sent, when it sent text (an MCP upstream's): `data` is its UTF-8, which a
     read need not decode again."""
-
-    @property
-    def data(self) -> bytes:
-        """The bytes (the text's UTF-8, encoded once, when `raw` is None)."""
-        raw = self.raw
-        if raw is None:
-            raw = self.raw = (self.text or "").encode("utf-8")
-        return raw
 
 
 @dataclass(frozen=True, slots=True)

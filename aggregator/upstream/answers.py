@@ -14,7 +14,7 @@ import mcp_types as types
 from mcp import Client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
+from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge, TextBytes
 
 __all__ = ["CACHE_SCOPES", "Content", "ListedResource", "Listing", "Make", "UpstreamContent", "UpstreamRead", "hints",
            "listed", "plain_meta", "read_answer", "read_result", "timestamp", "upstream_read"]
@@ -78,7 +78,7 @@ class Listing:
 
 
 @dataclass(slots=True)
-class UpstreamContent:
+class UpstreamContent(TextBytes):
     uri: str
     mime_type: str | None
     raw: bytes | None
@@ -87,14 +87,6 @@ class UpstreamContent:
     text: str | None = None
     """The text sent, when `data` is its UTF-8 (None: a blob, or text holding a lone surrogate, which only
     `surrogatepass` encodes and no decoding gives back)."""
-
-    @property
-    def data(self) -> bytes:
-        """The bytes (the text's UTF-8, encoded once, when `raw` is None)."""
-        raw = self.raw
-        if raw is None:
-            raw = self.raw = (self.text or "").encode("utf-8")
-        return raw
 
     def __eq__(self, other: object) -> bool:
         """Equal contents: the same bytes whether encoded yet or not."""
