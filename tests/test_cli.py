@@ -122,10 +122,9 @@ def sample_services() -> Iterator[dict[str, str]]:
     import http.server
     import threading
 
-    db = ROOT / "sample-configs" / "sql" / "crm.db"
-    fresh = db.with_name(f"crm.db.{os.getpid()}")
-    subprocess.run([sys.executable, str(db.with_name("make_db.py")), str(fresh)], check=True, capture_output=True)
-    os.replace(fresh, db)  # in one step: a test on another worker may be reading it
+    # The script moves the database into place in one step: a test on another worker may be reading it.
+    subprocess.run([sys.executable, str(ROOT / "sample-configs" / "sql" / "make_db.py")], check=True,
+                   capture_output=True)
     boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
     moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
     s3 = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

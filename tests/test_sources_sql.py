@@ -167,6 +167,23 @@ def test_errors_hide_sql_and_credentials(tmp_path: Path, caplog: pytest.LogCaptu
     assert "hunter2" not in caplog.text and "secret_column" not in caplog.text
 
 
+def test_the_sample_database_script_can_run_while_another_run_or_a_reader_uses_the_file(tmp_path: Path) -> None:
+    """Tests on several workers (and users with a server running) rebuild the sample at once: no run may fail and a
+    reader never finds the file missing or half built."""
+    import sqlite3
+
+    script, db = ROOT / "sample-configs" / "sql" / "make_db.py", tmp_path / "crm.db"
+    for _ in range(4):
+        runs = [subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE) for _ in range(4)]
+        while any(run.poll() is None for run in runs):
+            if db.exists():
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as reader:
+                    assert reader.execute("SELECT count(*) FROM customers").fetchone() == (4,)
+        assert [(run.wait(), run.stderr.read()) for run in runs if run.stderr] == [(0, b"")] * 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crm.db"]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_sample_manifest_over_stdio(mode: str, tmp_path: Path) -> None:
     """The bundled sample, its database built by its script, read through the official client."""

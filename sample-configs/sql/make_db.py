@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -34,12 +35,23 @@ ORDERS = [(1, 1, 1999, "2026-01-03"), (2, 1, 4500, "2026-02-11"), (3, 2, 1250, "
 
 
 def build(path: Path) -> Path:
-    path.unlink(missing_ok=True)
-    with sqlite3.connect(path) as db:
-        db.executescript(SCHEMA)
-        db.executemany("INSERT INTO customers VALUES (?, ?, ?, ?, '2026-03-01T00:00:00Z')", CUSTOMERS)
-        db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", ORDERS)
-        db.execute("INSERT INTO internal_audit VALUES (1, 'not for assistants')")
+    """Write the database beside `path` and move it into place in one step, so that a server reading `path`, or
+    another run of this script, never sees a half-built or missing file."""
+    fresh = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fresh.unlink(missing_ok=True)
+    try:
+        db = sqlite3.connect(fresh)
+        try:
+            with db:
+                db.executescript(SCHEMA)
+                db.executemany("INSERT INTO customers VALUES (?, ?, ?, ?, '2026-03-01T00:00:00Z')", CUSTOMERS)
+                db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", ORDERS)
+                db.execute("INSERT INTO internal_audit VALUES (1, 'not for assistants')")
+        finally:
+            db.close()
+        os.replace(fresh, path)
+    finally:
+        fresh.unlink(missing_ok=True)
     return path
 
 
