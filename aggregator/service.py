@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
 
@@ -28,7 +28,7 @@ from aggregator.documents.stored import stored_conversions
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
-from aggregator.reads.relayed import Relayed, relay_read
+from aggregator.reads.relayed import MAX_PLANS, RelayPlan, relay_plan
 from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
 from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source
@@ -59,6 +59,7 @@ class ResourceService:
                  cache: ContentCache[CacheKey, Content] | None = None) -> None:
         self._snapshot = build_snapshot(manifest, catalog, sources, {sid: catalog.generation for sid in sources})
         self._leases = Leases()
+        self._plans = _Plans(self._snapshot)
         self._swapping = anyio.Lock()
         self._reader = Reader(cache if cache is not None else ContentCache(manifest.defaults.cache_bytes))
         self._reader.documents.stored = stored_conversions(manifest.server.documents)  # read at start only
@@ -347,21 +348,38 @@ class ResourceService:
             await leases.release(snapshot)
 
 
-    @property
-    def relays(self) -> bool:
-        """Whether any read may be relayed now (`relay`): some source can, and its reads are never kept."""
-        return bool(self._snapshot.relayed)
-
-    def relay(self, uri: str, scopes: frozenset[str] | None, done: Relayed) -> Callable[[], None] | None:
-        """`read` started in callbacks where it can be (`reads.relayed`: an uncached read of an upstream over a pipe),
-        `done` told its end; returns how to give it up, or None: `read` it instead."""
-        return relay_read(self._reader, self._leases, self._snapshot, uri, scopes, done)
+    def relay_plan(self, uri: str, refused: Callable[[str], bool]) -> RelayPlan | None:
+        """How reads of `uri` by a trusted caller are relayed in callbacks while the current snapshot serves
+        (`reads.relayed`: an uncached read of an upstream over a pipe), None: `read` it instead (also when
+        `refused(uri)`: a URI the caller serves otherwise). Resolved once a URI and snapshot."""
+        snapshot, plans = self._snapshot, self._plans
+        if plans.snapshot is not snapshot:
+            plans = self._plans = _Plans(snapshot)
+        plan = plans.get(uri, _UNPLANNED)
+        if plan is _UNPLANNED:
+            if len(plans) >= MAX_PLANS:
+                plans.clear()  # a bound, not an eviction order: the plans of URIs read again come back at once
+            plan = plans[uri] = None if refused(uri) else relay_plan(self._reader, self._leases, snapshot, uri)
+        return plan
 
     async def read_indexed(self, target: FileTarget) -> Content:
         """What the search index holds of a `convert:` file: its Markdown as reads get it, from the content cache
         or converted there as background work; ResourceNotConverted (or another RequestError) otherwise."""
         async with self.lease() as snapshot:
             return await self._reader.indexed(snapshot, target)
+
+
+class _Plans(dict[str, "RelayPlan | None"]):
+    """The relay plans of one snapshot's URIs (None: read the usual way)."""
+
+    __slots__ = ("snapshot",)
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+
+_UNPLANNED: Any = object()
 
 
 def _reads_of(catalog: Catalog, source: str, uris: Iterable[str]) -> dict[str, str | None]:

@@ -44,8 +44,8 @@ class Snapshot:
     epochs: Mapping[str, int]
     """The catalog generation each source was opened in; cache keys carry it."""
     relayed: frozenset[str] = frozenset()
-    """The sources whose reads may be relayed in callbacks (`reads/relayed.py`): those that can (`Source.relay`)
-    and whose reads are never kept (ttl 0)."""
+    """The sources whose reads may be relayed in callbacks (`reads/relayed.py`): those that can
+    (`Source.relay_route`) and whose reads are never kept (ttl 0)."""
 
     @property
     def generation(self) -> int:
@@ -88,7 +88,7 @@ def build_snapshot(manifest: Manifest, catalog: Catalog, sources: Mapping[str, S
     """The snapshot serving `catalog` from `sources` (opened in `epochs`), each source's limits from `manifest`."""
     limits = {sid: _limits(spec, manifest.defaults) for sid, spec in manifest.sources.items()}
     relayed = frozenset(sid for sid, source in sources.items()
-                        if type(source).relay is not Source.relay and sid in limits and limits[sid].ttl <= 0)
+                        if type(source).relay_route is not Source.relay_route and sid in limits and limits[sid].ttl <= 0)
     # Read-only views: a snapshot is shared by every read that leased it.
     return Snapshot(manifest, catalog, MappingProxyType(dict(sources)), MappingProxyType(limits),
                     MappingProxyType(dict(epochs)), relayed)

@@ -20,7 +20,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import mcp_types as types
 from mcp.server._otel import OpenTelemetryMiddleware
@@ -28,11 +28,15 @@ from mcp.server.runner import _has_modern_envelope
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator import tracing
 from aggregator.codec import loads_strict
 from aggregator.wire_results import LIST_ITEMS, Envelopes, encode_response, page_line, shaped
+
+if TYPE_CHECKING:
+    from aggregator.reads.reader import Served
+    from aggregator.reads.relayed import RelayPlan
+    from aggregator.stdio_relay import RelayedRead
 
 __all__ = ["FastReads", "fast_reads_for"]
 
@@ -86,7 +90,7 @@ class FastReads:
         self._initialize_id: types.RequestId | None = None
         self.legacy_version: str | None = None
         """The version the legacy handshake negotiated (None: no handshake answered, the SDK serves reads)."""
-        self.tasks: dict[types.RequestId, asyncio.Task[None] | _Relayed] = {}
+        self.tasks: dict[types.RequestId, asyncio.Task[None] | RelayedRead] = {}
         self._envelopes = Envelopes()
         owner = getattr(handler, "__self__", None)
         self._owner: Relays | None = owner if isinstance(owner, Relays) else None
@@ -162,8 +166,7 @@ class FastReads:
         if version is None or not self._usable():
             return None
         if type(args) is str:  # a read: relayed in callbacks where it can be, else served by a task
-            if (owner := self._owner) is not None and owner.relaying and self._relayed(request_id, version, args,
-                                                                                      handler, answer):
+            if self._owner is not None and self._relayed(request_id, version, args, handler, answer):
                 return request_id
             args = _Params(args)
         # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
@@ -173,17 +176,36 @@ class FastReads:
         return request_id
 
     def _relayed(self, request_id: types.RequestId, version: str, uri: str, handler: Handler, answer: Answer) -> bool:
-        """Whether the read was started in callbacks (`ResourceHandlers.relay_read`) to be answered in the one that
-        brings its outcome, with no task; False (nothing started) when it must be served by `_serve`."""
+        """Whether the read was started in callbacks (`stdio_relay`) to be answered in the one that brings its
+        outcome, with no task; False (nothing started) when it must be served by `_serve`."""
         owner, out = self._owner, self._out
         if owner is None or out is None or not out.ready():
             return False
-        running = _Relayed(self, out, request_id, version, uri, handler, answer)
-        running.give_up = owner.relay_read(uri, version in MODERN_PROTOCOL_VERSIONS, running.reply)
-        if running.give_up is None:
+        plan = owner.relay_plan(uri)
+        if plan is None:
             return False
-        self.tasks[request_id] = running
-        return True
+        # Imported once a plan exists (an upstream is served): a manifest of folders never loads the upstream side.
+        from aggregator.stdio_relay import RelayedRead
+        return RelayedRead().start(self, out, plan, request_id, version, uri, handler, answer)
+
+    @property
+    def relays(self) -> Relays | None:
+        """What serves relayed reads' outcomes (the read handler's owner), when reads are relayed."""
+        return self._owner
+
+    def serve_read(self, request_id: types.RequestId, version: str, uri: str, handler: Handler, answer: Answer
+                   ) -> Awaitable[None]:
+        """A read served by a task: `_serve`'s coroutine (a relayed read whose connection was lost under it)."""
+        return self._serve(request_id, METHOD, version, _Params(uri), handler, answer)
+
+    def shaped_read(self, version: str, result: dict[str, Any]) -> dict[str, Any]:
+        """A read's result as it goes on the wire at `version` (`wire_results.shaped`)."""
+        return shaped(self._server, METHOD, version, result, self._stamp)
+
+    @staticmethod
+    def error_data(exc: Exception) -> types.ErrorData:
+        """What the SDK's dispatcher answers for a read handler's exception."""
+        return _error_data(METHOD, exc)
 
     def tap(self, reader: asyncio.StreamReader, answer: Answer, taken: Callable[[types.RequestId], None],
             out: Immediate | None = None) -> None:
@@ -267,54 +289,14 @@ class Immediate(Protocol):
 
 @runtime_checkable
 class Relays(Protocol):
-    """What relays reads in callbacks (ResourceHandlers): whether it may now, and `relay_read`."""
+    """What relays reads in callbacks (ResourceHandlers): a URI's plan, and what a relayed read answers."""
 
-    @property
-    def relaying(self) -> bool: ...
+    def relay_plan(self, uri: str) -> RelayPlan | None: ...
 
-    def relay_read(self, uri: str, modern: bool, reply: Callable[[dict[str, Any] | MCPError | None], None]
-                   ) -> Callable[[], None] | None: ...
+    def relayed(self, uri: str, modern: bool, outcome: Served | Exception, started: float
+                ) -> dict[str, Any] | MCPError: ...
 
-
-class _Relayed:
-    """A read served in callbacks, in `tasks` as a task would be: `reply` answers it where its outcome arrives,
-    `cancel` gives it up (it is never answered). One object a read, its bound `reply` the handler's callback."""
-
-    __slots__ = ("_paths", "_out", "_request_id", "_version", "_uri", "_handler", "_answer", "give_up")
-
-    def __init__(self, paths: FastReads, out: Immediate, request_id: types.RequestId, version: str, uri: str,
-                 handler: Handler, answer: Answer) -> None:
-        self._paths, self._out, self._request_id, self._version = paths, out, request_id, version
-        self._uri, self._handler, self._answer = uri, handler, answer
-        self.give_up: Callable[[], None] | None = None
-
-    def reply(self, outcome: dict[str, Any] | MCPError | None) -> None:
-        """Answer with the handler's result or error; None: the read goes the usual way (`_serve`)."""
-        paths, request_id = self._paths, self._request_id
-        if paths.tasks.get(request_id) is not self:
-            return  # cancelled: never answered
-        self.give_up = None  # over: nothing to give up
-        if outcome is None:  # to be read the usual way
-            paths.tasks[request_id] = asyncio.get_running_loop().create_task(paths._serve(  # noqa: SLF001
-                request_id, METHOD, self._version, _Params(self._uri), self._handler, self._answer))
-            return
-        del paths.tasks[request_id]
-        if isinstance(outcome, MCPError):
-            self._out.answer_now(request_id, None, _error_data(METHOD, outcome))
-            return
-        try:
-            data = encode_response(request_id, shaped(paths._server, METHOD, self._version, outcome,  # noqa: SLF001
-                                                      paths._stamp))  # noqa: SLF001
-        except Exception as exc:  # noqa: BLE001 - mapped as `_serve` maps it (the result sieve refused it)
-            self._out.answer_now(request_id, None, _error_data(METHOD, exc))
-            return
-        self._out.answer_now(request_id, data, None)
-
-    def cancel(self) -> bool:
-        give_up, self.give_up = self.give_up, None
-        if give_up is not None:
-            give_up()
-        return True
+    def relay_counted(self, uri: str, said: str, started: float) -> None: ...
 
 
 def _error_data(method: str, exc: Exception) -> types.ErrorData:

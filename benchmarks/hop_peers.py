@@ -1,6 +1,7 @@
 """The upstreams of the one-hop benchmark and the peers read over each: the upstream itself (`direct`), the
 upstream behind the relay floor (`relay floor`, benchmarks/peers/relay.py: bytes copied) and the JSON relay floor
-(`JSON relay floor`, benchmarks/peers/json_relay.py: every message parsed and encoded again), and behind an
+(`JSON relay floor`, benchmarks/peers/json_relay.py: every message parsed and encoded again), the same on an event
+loop (`loop relay floor`, benchmarks/peers/loop_relay.py: what the aggregator is built on), and behind an
 aggregator whose only source is that upstream (`one hop`: outer cache off; `one hop, cached`: on).
 
 Each upstream serves text resources over stdio: our own aggregator and the SDK's `MCPServer` the 1,000 files of the
@@ -70,14 +71,15 @@ UPSTREAMS = {upstream.name: upstream for upstream in [
              prefix="demo://resource/static/document/", glob="*.md", unavailable=_everything_unavailable),
 ]}
 
-PEERS = ("direct", "relay floor", "JSON relay floor", "one hop", "one hop, cached")
+PEERS = ("direct", "relay floor", "JSON relay floor", "loop relay floor", "one hop", "one hop, cached")
 
 
 def peers(upstream: Upstream, root: Path, folder: Path) -> dict[str, StdioServerParameters]:
     """Every peer of `upstream` by name, in PEERS' order (the gateways' manifests written under `folder`)."""
     command = upstream.command(root, folder)
     found = {"direct": StdioServerParameters(command=command[0], args=command[1:], env=ENV, cwd=str(REPO))}
-    for name, module in (("relay floor", "relay"), ("JSON relay floor", "json_relay")):
+    for name, module in (("relay floor", "relay"), ("JSON relay floor", "json_relay"),
+                         ("loop relay floor", "loop_relay")):
         found[name] = StdioServerParameters(command=sys.executable, args=["-m", f"benchmarks.peers.{module}", *command],
                                             env=ENV, cwd=str(REPO))
     for name, ttl in (("one hop", "0s"), ("one hop, cached", "60s")):

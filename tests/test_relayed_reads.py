@@ -1,13 +1,15 @@
-"""Reads relayed in callbacks (`aggregator/reads/relayed.py`): an uncached read of an `mcp+stdio:` upstream answered
-from the pipe callback that brings the upstream's answer, with no task. The relay is what serves such reads
-(`ResourceHandlers.relay_read` starts them; it refuses what it must not take), and a client over stdio sees of them
-exactly what the SDK's path shows: the same answers and errors on both wires, the same access log, a cancelled read
-unanswered and cancelled upstream, the cache's single flight shared with reads served the usual way, and a read
-whose connection is lost under it read again the usual way. Real processes throughout: our upstream test server
-(tests/upstream_server.py) behind `aggregator serve`."""
+"""Reads relayed in callbacks (`aggregator/stdio_relay.py` over `aggregator/reads/relayed.py`): an uncached read
+of an `mcp+stdio:` upstream answered from the pipe callback that brings the upstream's answer, with no task. The
+relay is what serves such reads (`stdio_relay.RelayedRead`, over a URI's `RelayPlan`; a URI without one is read the
+usual way), and a client over stdio sees of them exactly what the SDK's path shows: the same answers and errors on
+both wires, the same access log, a cancelled read unanswered and cancelled upstream, the cache's single flight
+shared with reads served the usual way, and a read whose connection is lost under it read again the usual way. Real
+processes throughout: our upstream test server (tests/upstream_server.py) behind `aggregator serve`."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import sys
@@ -16,11 +18,14 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp.shared.exceptions import MCPError
 
+from aggregator import __version__
 from aggregator.handlers.resources import ResourceHandlers
 from aggregator.search import Discovery
+from aggregator.server import build_server
 from aggregator.service import ResourceService
+from aggregator.stdio_fast import fast_reads_for
+from aggregator.stdio_relay import RelayedRead
 from tests.conftest import write_manifest
 from tests.test_stdio_fast import MODERN_META, _read
 from tests.test_stdio_fast import _script as _reads
@@ -77,51 +82,73 @@ def test_a_client_sees_of_relayed_reads_what_the_sdk_path_shows(tmp_path: Path, 
     assert access[("stdio", "resources/read", "wiki://static-text", "ok")] == 2
 
 
-def _relay(handlers: ResourceHandlers, uri: str, modern: bool = False
-           ) -> tuple[Any, anyio.Event, list[dict[str, Any] | MCPError | None]]:
-    """Start a relayed read: how to cancel it (None: refused), an event set once it replied, what it replied."""
-    replied, got = anyio.Event(), []
+class _Stdio:
+    """The stdio fast path of a real server over `service` (its read handler's relayed reads included), fed request
+    lines as the pipe would and its answers kept by id: those written at once (`answer_now`, a relayed read's) and
+    those a task writes (a read served the usual way). A legacy connection whose handshake was answered."""
 
-    def reply(outcome: dict[str, Any] | MCPError | None) -> None:
-        got.append(outcome)
-        replied.set()
+    def __init__(self, service: ResourceService) -> None:
+        self.fast = fast_reads_for(build_server(service))
+        assert self.fast is not None
+        self.fast.era, self.fast.gate_open, self.fast.legacy_version = "legacy", True, "2025-11-25"
+        self.fast._out = self  # noqa: SLF001 - what stdout's writer is to it
+        self.answers: dict[Any, Any] = {}
+        self.answered = anyio.Event()
 
-    return handlers.relay_read(uri, modern, reply), replied, got
+    def ready(self) -> bool:
+        return True
+
+    def answer_now(self, request_id: Any, data: bytes | None, error: Any) -> None:
+        self.answers[request_id] = json.loads(data)["result"] if data is not None else error
+        self.answered.set()
+
+    async def _answer(self, request_id: Any, data: bytes | None, error: Any) -> None:
+        self.answer_now(request_id, data, error)
+
+    def read(self, request_id: int, uri: str, modern: bool = False) -> Any:
+        """Send a read; the running read (`RelayedRead` when relayed, a task when not)."""
+        self.fast._loop = asyncio.get_running_loop()  # noqa: SLF001
+        line = json.dumps(_read(request_id, uri, **({"_meta": MODERN_META} if modern else {}))).encode() + b"\n"
+        if modern:
+            self.fast.era = "modern"
+        assert self.fast.take(line, self._answer) == request_id
+        return self.fast.tasks.get(request_id)
+
+    async def answer(self, request_id: int) -> Any:
+        with anyio.fail_after(10):
+            while request_id not in self.answers:
+                self.answered = anyio.Event()
+                await self.answered.wait()
+        return self.answers[request_id]
 
 
-def test_relay_read_serves_what_it_may_and_refuses_the_rest(tmp_path: Path) -> None:
-    """Uncached reads of the upstream are relayed (text, and a failure as the handler's MCPError); a URI the catalog
-    lacks, a search URI and a source whose copies may be kept are refused (read the usual way). A relayed read and
+def test_relayed_reads_serve_what_they_may_and_the_rest_goes_the_usual_way(tmp_path: Path) -> None:
+    """Uncached reads of the upstream are relayed (text, and a failure as the handler's error); a URI the catalog
+    lacks, a search URI and a source whose copies may be kept have no plan (read the usual way). A relayed read and
     a read served the usual way at the same time share one upstream read (the cache's single flight)."""
     async def main() -> None:
         # The upstream says its reads are public (and not to be kept): reads of them may share one flight.
         service = await ResourceService.open(_manifest(tmp_path, UPSTREAM_CACHE="public:0"))
-        handlers = ResourceHandlers(service, Discovery(service), None)
+        stdio = _Stdio(service)
+        handlers = stdio.fast.relays
+        assert isinstance(handlers, ResourceHandlers)
         try:
             await service.read("wiki://static-text")  # connected: the lane is up
-            assert service.relays
-            cancel, replied, got = _relay(handlers, "wiki://static-text", modern=True)
-            assert cancel is not None
-            with anyio.fail_after(10):
-                await replied.wait()
-            assert got == [{"contents": [{"uri": "wiki://static-text", "mimeType": "text/plain",
-                                          "text": "Hello from one"}], "ttlMs": 0, "cacheScope": "public",
-                            "resultType": "complete"}]
-            cancel, replied, got = _relay(handlers, "wiki://boom")
-            assert cancel is not None
-            with anyio.fail_after(10):
-                await replied.wait()
-            assert isinstance(got[0], MCPError) and got[0].error.code == -32603
-            assert got[0].error.data == {"uri": "wiki://boom"} and "SECRET" not in got[0].error.message
-            assert _relay(handlers, "wiki://nope")[0] is None
-            assert _relay(handlers, "search://?q=x")[0] is None
+            assert isinstance(stdio.read(1, "wiki://static-text", modern=True), RelayedRead)
+            assert await stdio.answer(1) == {
+                "contents": [{"uri": "wiki://static-text", "mimeType": "text/plain", "text": "Hello from one"}],
+                "ttlMs": 0, "cacheScope": "public", "resultType": "complete",
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "relayed", "version": __version__}}}
+            stdio.fast.era = "legacy"
+            assert isinstance(stdio.read(2, "wiki://boom"), RelayedRead)
+            error = await stdio.answer(2)
+            assert error.code == -32603 and error.data == {"uri": "wiki://boom"} and "SECRET" not in error.message
+            assert handlers.relay_plan("wiki://nope") is None and handlers.relay_plan("search://?q=x") is None
             # One upstream read for both: the usual read follows the relayed one's flight.
-            cancel, replied, got = _relay(handlers, "wiki://counter")
-            assert cancel is not None
-            usual = (await service.read("wiki://counter")).content.text
-            with anyio.fail_after(10):
-                await replied.wait()
-            assert usual == got[0]["contents"][0]["text"] == "read 1"  # type: ignore[index]
+            assert isinstance(stdio.read(3, "wiki://counter"), RelayedRead)
+            assert isinstance(stdio.read(4, "wiki://counter"), asyncio.Task)
+            assert (await stdio.answer(3))["contents"][0]["text"] == (await stdio.answer(4))["contents"][0]["text"]
+            assert (await stdio.answer(3))["contents"][0]["text"] == "read 1"
             assert (await service.read("wiki://counter")).content.text == "read 2"
         finally:
             await service.aclose()
@@ -134,8 +161,7 @@ def test_relay_read_serves_what_it_may_and_refuses_the_rest(tmp_path: Path) -> N
         service = await ResourceService.open(_manifest(kept, ttl="60s"))
         try:
             await service.read("wiki://static-text")
-            assert not service.relays  # nothing is even resolved for a relay
-            assert _relay(ResourceHandlers(service, Discovery(service), None), "wiki://static-binary")[0] is None
+            assert ResourceHandlers(service, Discovery(service), None).relay_plan("wiki://static-binary") is None
         finally:
             await service.aclose()
 
@@ -147,19 +173,19 @@ def test_a_cancelled_relayed_read_frees_its_slot_and_tells_the_upstream(tmp_path
     reads than the cap run after many cancellations)."""
     async def main() -> None:
         service = await ResourceService.open(_manifest(tmp_path))
-        handlers = ResourceHandlers(service, Discovery(service), None)
+        stdio = _Stdio(service)
         try:
             await service.read("wiki://static-text")
-            for _ in range(12):  # more than the cap (maxConcurrency 8): a slot kept would block the last ones
-                cancel, replied, got = _relay(handlers, "wiki://hang")
-                assert cancel is not None
+            for n in range(12):  # more than the cap (maxConcurrency 8): a slot kept would block the last ones
+                read = stdio.read(n, "wiki://hang")
+                assert isinstance(read, RelayedRead)
                 await anyio.sleep(0.05)
-                cancel()
-                cancel()  # twice: nothing more happens
+                stdio.fast.tasks.pop(n).cancel()  # as the client's notifications/cancelled does
+                read.cancel()  # twice: nothing more happens
             with anyio.fail_after(10):
                 while (await service.read("wiki://hanging")).content.text != "0":
                     await anyio.sleep(0.05)
-            assert not got and not replied.is_set()
+            assert not stdio.answers
             upstream = service.sources["up"].upstream  # type: ignore[attr-defined]
             assert upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
         finally:
@@ -176,16 +202,17 @@ def test_a_relayed_read_whose_connection_is_lost_is_read_again_the_usual_way(tmp
     async def main() -> None:
         # Calls bounded well past a loaded machine's restart of the upstream (a new Python process, its handshake).
         service = await ResourceService.open(_manifest(tmp_path, timeout="15s", UPSTREAM_PIDFILE=str(pidfile)))
-        handlers = ResourceHandlers(service, Discovery(service), None)
+        stdio = _Stdio(service)
         try:
             await service.read("wiki://static-text")
-            cancel, replied, got = _relay(handlers, "wiki://hang")
-            assert cancel is not None
+            assert isinstance(stdio.read(1, "wiki://hang"), RelayedRead)
             await anyio.sleep(0.2)
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
             with anyio.fail_after(10):
-                await replied.wait()
-            assert got == [None]
+                while not isinstance(stdio.fast.tasks.get(1), asyncio.Task):
+                    await anyio.sleep(0.02)
+            assert not stdio.answers  # nothing answered: read again by a task, the usual way
+            stdio.fast.tasks.pop(1).cancel()
             with anyio.fail_after(20):
                 assert (await service.read("wiki://static-text")).content.text == "Hello from one"
         finally:
@@ -200,18 +227,17 @@ def test_a_reload_keeps_the_source_of_a_relayed_read_open_until_it_ends(tmp_path
         # The held read must outlast the reload's start of a new upstream on a loaded machine: a bound well past it.
         manifest = _manifest(tmp_path, timeout="15s")
         service = await ResourceService.open(manifest)
-        handlers = ResourceHandlers(service, Discovery(service), None)
+        stdio = _Stdio(service)
         try:
             await service.read("wiki://static-text")
             upstream = service.sources["up"].upstream  # type: ignore[attr-defined]
-            cancel, _, _ = _relay(handlers, "wiki://hang")
-            assert cancel is not None
+            assert isinstance(stdio.read(1, "wiki://hang"), RelayedRead)
             manifest.write_text(manifest.read_text().replace("'UPSTREAM_CHANGES': '1'", "'UPSTREAM_TAG': 'two'"))
             await service.reload()
             assert service.sources["up"].upstream is not upstream
             await anyio.sleep(0.3)
             assert upstream.status.state == "connected"  # held by the read
-            cancel()
+            stdio.fast.tasks.pop(1).cancel()
             with anyio.fail_after(10):
                 while upstream.status.state != "closed":
                     await anyio.sleep(0.05)

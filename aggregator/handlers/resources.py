@@ -22,6 +22,7 @@ from aggregator.mcp_shapes import (COMPLETE, SEARCH_TEMPLATE_DICT, ReadResult, c
                                    search_result, template_dict, ttl_ms)
 from aggregator.metrics import Metrics
 from aggregator.reads.reader import Served
+from aggregator.reads.relayed import RelayPlan
 from aggregator.search import Discovery
 from aggregator.service import ResourceService, ServedPage
 from aggregator.wire_results import READ, ItemsText
@@ -84,25 +85,29 @@ class ResourceHandlers:
 
         return await run_handler(ctx, uri, body, self.metrics)
 
-    @property
-    def relaying(self) -> bool:
-        """Whether a read may be relayed now (`relay_read`): some source of the current snapshot can."""
-        return self.service.relays
+    def relay_plan(self, uri: str) -> RelayPlan | None:
+        """How `read_resource` of `uri` for a trusted caller (stdio) is served in callbacks where the service can
+        (`ResourceService.relay_plan`); None: call `read_resource`. What such a read serves is `relayed`'s."""
+        return self.service.relay_plan(uri, self.discovery.is_search_uri)
 
-    def relay_read(self, uri: str, modern: bool, reply: Callable[[dict[str, Any] | MCPError | None], None]
-                   ) -> Callable[[], None] | None:
-        """`read_resource` for a trusted caller (stdio) on the `modern` wire or not, served in callbacks where the
-        service can (`ResourceService.relay`): `reply` gets the result, the MCPError the handler would raise, or
-        None (then call `read_resource`: nothing was counted). Counted and access-logged as `run_handler` does;
-        returns how to cancel it (counted as an error, as a cancelled handler is), or None: call `read_resource`."""
-        if self.discovery.is_search_uri(uri):
-            return None
-        relay = _Relay(uri, modern, reply, self.metrics)
-        give_up = self.service.relay(uri, None, relay.done)
-        if give_up is None:
-            return None
-        relay.give_up = give_up
-        return relay.cancel
+    def relayed(self, uri: str, modern: bool, outcome: Served | Exception, started: float) -> ReadResult | MCPError:
+        """What `read_resource` answers for a relayed read of `uri` on the `modern` wire or not, begun at `started`
+        (`perf_counter`): the result, or the MCPError it would raise; counted and access-logged as `run_handler`
+        does."""
+        if isinstance(outcome, Served):
+            result: ReadResult | MCPError = _read_result(uri, outcome)
+            said = "ok"
+        else:
+            result, said = failure_of(outcome, uri, modern)
+        if self.metrics is not None:
+            self.metrics.observe(READ, uri, said, perf_counter() - started, STDIO)
+        return result
+
+    def relay_counted(self, uri: str, said: str, started: float) -> None:
+        """Count a relayed read of `uri` begun at `started` that ended as `said` without `relayed`: served as its
+        plan shaped it ("ok"), or given up ("error", as a cancelled handler is)."""
+        if self.metrics is not None:
+            self.metrics.observe(READ, uri, said, perf_counter() - started, STDIO)
 
     async def complete(self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> dict[str, Any]:
         async def body() -> dict[str, Any]:
@@ -128,46 +133,6 @@ def _listing(items: list[dict[str, Any]] | ItemsText, key: str, served: ServedPa
     if served.page.next_cursor is not None:
         result["nextCursor"] = served.page.next_cursor
     return result
-
-
-class _Relay:
-    """One read of `relay_read`: `done` tells its outcome once, or `cancel` gives it up first (counted as an error,
-    as a cancelled handler is). One object a read, its bound methods the callbacks."""
-
-    __slots__ = ("_uri", "_modern", "_reply", "_metrics", "_started", "_ended", "give_up")
-
-    def __init__(self, uri: str, modern: bool, reply: Callable[[dict[str, Any] | MCPError | None], None],
-                 metrics: Metrics | None) -> None:
-        self._uri, self._modern, self._reply, self._metrics = uri, modern, reply, metrics
-        self._started = perf_counter()
-        self._ended = False
-        self.give_up: Callable[[], None] = _nothing
-
-    def done(self, outcome: Served | Exception | None) -> None:
-        self._ended = True
-        if outcome is None:
-            self._reply(None)
-            return
-        if isinstance(outcome, Served):
-            result: dict[str, Any] | MCPError = _read_result(self._uri, outcome)
-            said = "ok"
-        else:
-            result, said = failure_of(outcome, self._uri, self._modern)
-        if self._metrics is not None:
-            self._metrics.observe(READ, self._uri, said, perf_counter() - self._started, STDIO)
-        self._reply(result)
-
-    def cancel(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        self.give_up()
-        if self._metrics is not None:
-            self._metrics.observe(READ, self._uri, "error", perf_counter() - self._started, STDIO)
-
-
-def _nothing() -> None:
-    """What a relayed read not yet started gives up."""
 
 
 def _read_result(uri: str, served: Served) -> ReadResult:

@@ -18,7 +18,7 @@ from aggregator.reads.documents import convert_file
 from aggregator.snapshot import Snapshot
 from aggregator.sources import Blob
 
-__all__ = ["file_key", "read_file", "typed", "unpacked"]
+__all__ = ["declared_type", "file_key", "read_file", "typed", "unpacked"]
 
 logger = logging.getLogger("aggregator")
 _tuple_new = tuple.__new__
@@ -85,10 +85,15 @@ def unpacked(target: FileTarget, blob: Blob, max_bytes: int, url_paths: bool) ->
 
 def typed(target: FileTarget, blob: Blob, data: bytes | None) -> Content:
     """`data` (what `unpacked` gave of `blob`) as the content of `target`: text or bytes, of the declared type."""
+    return decode_body(data, declared_type(target, blob), blob.max_age, blob.private,
+                       blob.text if data is blob.raw else None)
+
+
+def declared_type(target: FileTarget, blob: Blob) -> str | None:
+    """The type `typed` serves `blob` as when it says one (None: a look at the bytes decides)."""
     # An upstream Content-Type beats a guess from the name, except for the bytes we decompressed.
     upstream = None if target.decompress else blob.mime_type
-    declared = target.mime_type if target.mime_declared or not upstream else upstream
-    return decode_body(data, declared, blob.max_age, blob.private, blob.text if data is blob.raw else None)
+    return target.mime_type if target.mime_declared or not upstream else upstream
 
 
 def _gunzip(target: FileTarget, data: bytes, max_bytes: int) -> bytes:

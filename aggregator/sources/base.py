@@ -10,7 +10,7 @@ import builtins  # `builtins.list` in annotations below the class's own `list` m
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import anyio
 
@@ -145,6 +145,22 @@ POLL_CONCURRENCY = 8
 """Version checks one `poll` runs at once by default."""
 
 
+class RelayRoute(Protocol):
+    """Reads of one path of a source sent without a task (`Source.relay_route`). `sent` is the read's own object
+    (the upstream's `lane.Sent`: the route's kind names what it must be), told its answer where it arrives."""
+
+    def send(self, sent: Any) -> bool:
+        """Send a read now, a slot of the source's concurrency cap held for it; False: nothing sent (read it the
+        usual way)."""
+
+    def settle(self, sent: Any, answer: Any) -> Blob | None:
+        """The blob `read` returns of `sent`'s answer (its slot freed), None when the connection was lost under it
+        (read again the usual way); raises what `read` raises."""
+
+    def release(self, sent: Any) -> None:
+        """Free the slot of a read given up before its answer."""
+
+
 class Source(ABC):
     """A place files come from: list them, stat one, read one (in the spirit of httpx's `AsyncBaseTransport`).
 
@@ -177,11 +193,10 @@ class Source(ABC):
     async def read(self, path: str, max_bytes: int) -> Blob:
         """The whole file; SourceTooLarge if it holds more than `max_bytes`."""
 
-    def relay(self, path: str, max_bytes: int, done: Callable[[Blob | Exception | None], None]
-              ) -> Callable[[], None] | None:
-        """Start `read(path, max_bytes)` without a task, its outcome handed to `done` in a callback (the blob, the
-        failure `read` raises, or None: ask `read` instead); returns how to give it up, or None when the source
-        cannot, or not now (the caller awaits `read`). Only a source whose reads cross a pipe it holds can."""
+    def relay_route(self, path: str, max_bytes: int) -> RelayRoute | None:
+        """Where reads of `path` (at most `max_bytes`) can be sent without a task, their outcomes handed over in a
+        callback; None when the source cannot (the caller awaits `read`). Only a source whose reads cross a pipe it
+        holds can."""
         return None
 
     @abstractmethod

@@ -32,7 +32,7 @@ from aggregator import heap
 from aggregator.globs import path_filter
 from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.model import namespaced_uri
-from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedTemplate,
+from aggregator.sources.base import (Blob, RelayRoute, ChangeCallback, FileInfo, Published, PublishedTemplate,
                                      Source, SourceError, SourceNotFound, SourceUnsupported)
 from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
@@ -209,12 +209,10 @@ class McpSource(Source):
         anyway, and a digest of every read (most are never kept: an uncached hop) is a hash for nothing."""
         return self._blob(await self.upstream.read(self.uri_of(path), max_bytes))
 
-    def relay(self, path: str, max_bytes: int, done: Callable[[Blob | Exception | None], None]
-              ) -> Callable[[], None] | None:
-        """`read` sent at once, its outcome handed to `done` where the answer arrives (the blob, the failure `read`
-        raises, or None: the connection was lost under it, `read` goes to the next one); see `Upstream.relay`.
-        Returns how to give it up, or None (nothing sent: `read` instead)."""
-        return self.upstream.relay(self.root + path, max_bytes, done, self._made)  # `uri_of`, one call less
+    def relay_route(self, path: str, max_bytes: int) -> RelayRoute | None:
+        """Reads of `path` sent on the upstream's lean lane without a task, their outcomes what `read` returns or
+        raises (see `Upstream.route`)."""
+        return self.upstream.route(self.uri_of(path), max_bytes, self._made)
 
     def _blob(self, result: UpstreamRead) -> McpBlob:
         content = result.first

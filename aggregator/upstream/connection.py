@@ -38,7 +38,7 @@ from aggregator.upstream.lane import Lane, result_of
 from aggregator.upstream.link import Link
 from aggregator.upstream.pages import Page, model_page, resource_page
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
-from aggregator.upstream.relaying import RelayedRead
+from aggregator.upstream.relaying import Route
 from aggregator.upstream.transports import HttpTarget, Target
 
 __all__ = ["ListChanged", "Listing", "Upstream", "UpstreamContent", "UpstreamEvent", "UpstreamRead",
@@ -376,23 +376,10 @@ class Upstream:
 
         return await self._call(_READ, read, retried=conn is not None and lane is not None)
 
-    def relay(self, uri: str, max_bytes: int, done: Callable[[R | Exception | None], None],
-              make: Make[R]) -> Callable[[], None] | None:
-        """Send a read of `uri` on the lean lane now, its outcome handed to `done` where the answer arrives: what
-        `read` returns (made by `make` of the read's contents and hints: see `answers.read_result`) or raises, or
-        None when the connection was lost under it (`read` would go to the next connection). Returns how to give it
-        up (the upstream is told), or None (nothing sent: `read` instead) when the lane is not free at once."""
-        conn = self._conn
-        if conn is None:
-            return None
-        read = RelayedRead(self, conn, uri, max_bytes, done, make)
-        lane = self._free_lane(read)
-        if lane is None:
-            return None
-        if not lane.send(uri, read, self.timeout):
-            self._limiter.release_on_behalf_of(read)
-            return None
-        return read.give_up
+    def route(self, uri: str, max_bytes: int, make: Make[R]) -> Route:
+        """Reads of `uri` sent on the lean lane without a task, their outcomes what `read` returns (made by `make` of
+        a read's contents and hints: see `answers.read_result`) or raises (see `relaying.Route`)."""
+        return Route(self, uri, max_bytes, make)
 
     def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | None | BaseException,
                  make: Make[R]) -> R | None:

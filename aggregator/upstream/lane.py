@@ -282,12 +282,14 @@ class Sent:
     TimeoutError past its deadline), unless `give_up` came first (then never; the upstream is told, as the SDK
     tells a cancelled call). One object a read, its fields set by `send`."""
 
-    __slots__ = ("_lane", "_request_id", "_expiry", "_over")
+    __slots__ = ("_lane", "_request_id", "_expiry", "_over", "_link")
 
     _lane: Lane
     _request_id: str
     _expiry: asyncio.TimerHandle | None
     _over: bool
+    _link: Any
+    """Its sender's: the connection it went on (`relaying.Route`)."""
 
     def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
         """The read's outcome (once)."""

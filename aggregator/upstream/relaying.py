@@ -1,11 +1,10 @@
-"""A read `Upstream.relay` sent on the lean lane: one object that is the lane's waiter, the sent read's handle, the
-give-up handle and the borrower of the upstream's cap slot at once (no closures, no cells: a relayed read is the
-gateway's hot path)."""
+"""Reads of one upstream URI sent on the lean lane without a task (`Upstream.route`): the `RelayRoute` an MCP
+source gives for a path. The read's own object is a `lane.Sent` (the lane's waiter and the give-up handle at once),
+which borrows a slot of the upstream's cap until its answer is settled or it is given up."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import anyio
 
@@ -13,51 +12,58 @@ from aggregator.upstream.answers import Make
 from aggregator.upstream.lane import Lane, Sent
 from aggregator.upstream.link import Link
 
-__all__ = ["RelayedRead", "Sender"]
-
-R = TypeVar("R")
+__all__ = ["Route", "Sender"]
 
 
 class Sender(Protocol):
-    """What a relayed read asks of the `Upstream` that sent it: the cap it holds a slot of, and its outcome checked."""
+    """What a route asks of the `Upstream` it sends on: a free lane with a slot of its cap, the cap, its timeout,
+    and a read's outcome checked as `read` checks it."""
+
+    timeout: float
 
     @property
     def _limiter(self) -> anyio.CapacityLimiter: ...
 
+    @property
+    def _conn(self) -> Link | None: ...
+
+    def _free_lane(self, borrower: object) -> Lane | None: ...
+
     def _settled(self, conn: Link, lane: Lane, uri: str, max_bytes: int, answer: dict[str, Any] | None | BaseException,
-                 make: Make[R]) -> R | None: ...
+                 make: Make[Any]) -> Any: ...
 
 
-class RelayedRead(Sent):
-    """A read `Upstream.relay` sent, a slot of the cap held on its behalf until it is answered or given up: its
-    outcome checked as `Upstream.read` checks it (`Upstream._settled`, made by `make`) and handed to `done`, once."""
+class Route:
+    """Reads of `uri` (at most `max_bytes`) on `upstream`'s lean lane, their outcomes made by `make` (the source's
+    blob of a read's checked contents)."""
 
-    __slots__ = ("_upstream", "_conn", "_uri", "_max_bytes", "_done", "_make")
+    __slots__ = ("_upstream", "_uri", "_max_bytes", "_make")
 
-    def __init__(self, upstream: Sender, conn: Link, uri: str, max_bytes: int,
-                 done: Callable[[Any], None], make: Make[Any]) -> None:
-        self._upstream, self._conn, self._uri, self._max_bytes, self._done, self._make = (
-            upstream, conn, uri, max_bytes, done, make)
+    def __init__(self, upstream: Sender, uri: str, max_bytes: int, make: Make[Any]) -> None:
+        self._upstream, self._uri, self._max_bytes, self._make = upstream, uri, max_bytes, make
 
-    def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
-        upstream, done = self._upstream, self._done
-        self._done = _ignored  # let go: `done`'s closures may hold the give-up handle, this object
-        upstream._limiter.release_on_behalf_of(self)  # noqa: SLF001 - the slot taken for it
-        try:
-            read = upstream._settled(self._conn, self._lane, self._uri, self._max_bytes, outcome,  # noqa: SLF001
-                                     self._make)
-        except Exception as exc:  # noqa: BLE001 - the caller's to map, as `read` raises it
-            done(exc)
-            return
-        done(read)
+    def send(self, sent: Sent) -> bool:
+        """Send a read now, its answer handed to `sent` where it arrives (the message, None when the connection
+        ended, TimeoutError past the upstream's timeout), a slot of the cap taken on its behalf; False (nothing sent,
+        no slot held) when the lane is not free at once."""
+        upstream = self._upstream
+        lane = upstream._free_lane(sent)  # noqa: SLF001 - the upstream's own lane and cap
+        if lane is None:
+            return False
+        sent._link = upstream._conn  # noqa: SLF001 - the connection `_free_lane` found up
+        if not lane.send(self._uri, sent, upstream.timeout):
+            upstream._limiter.release_on_behalf_of(sent)  # noqa: SLF001
+            return False
+        return True
 
-    def give_up(self) -> None:
-        """Never told; the slot is free again and the upstream told (nothing once answered)."""
-        if not self._over:
-            self._upstream._limiter.release_on_behalf_of(self)  # noqa: SLF001 - the slot taken for it
-            self._done = _ignored
-            super().give_up()
+    def settle(self, sent: Sent, answer: dict[str, Any] | None | BaseException) -> Any:
+        """What `read` returns of `sent`'s answer, its slot freed; None when the connection was lost under it (read
+        again: the next connection); raises what `read` raises."""
+        upstream = self._upstream
+        upstream._limiter.release_on_behalf_of(sent)  # noqa: SLF001 - the slot taken for it
+        return upstream._settled(sent._link, sent._lane, self._uri, self._max_bytes, answer,  # noqa: SLF001
+                                 self._make)
 
-
-def _ignored(outcome: object) -> None:
-    """What a read answered or given up hands its outcome to (nothing: it is told once)."""
+    def release(self, sent: Sent) -> None:
+        """Free the slot of a read given up before its answer."""
+        self._upstream._limiter.release_on_behalf_of(sent)  # noqa: SLF001 - the slot taken for it
