@@ -46,7 +46,7 @@ def _manifest(folder: Path, ttl: str = "0s", timeout: str = "3s", **environ: str
                 timeout: {timeout}}}
         collections:
           - {{source: up, glob: "static-*", uri: "wiki://{{path}}"}}
-          - {{source: up, glob: "{{boom,big,hang,hanging,counter}}", uri: "wiki://{{path}}"}}
+          - {{source: up, glob: "{{boom,big,hang,hanging,counter,texts}}", uri: "wiki://{{path}}"}}
         """)
 
 
@@ -80,6 +80,28 @@ def test_a_client_sees_of_relayed_reads_what_the_sdk_path_shows(tmp_path: Path, 
     assert access[("stdio", "resources/read", "wiki://big", "too_large")] == 1
     assert access[("stdio", "resources/read", "wiki://hang", "error")] == 1
     assert access[("stdio", "resources/read", "wiki://static-text", "ok")] == 2
+
+
+@pytest.mark.parametrize("hints", ["", "private:5000"], ids=["no-hints", "hints"])
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_answers_alike_but_for_their_text_are_served_as_the_usual_way_serves_them(tmp_path: Path, wire: str,
+                                                                               hints: str) -> None:
+    """One URI read again and again, its text changing (non-ASCII, quotes and control characters, line separators,
+    a byte-order mark, the text that stands for a cut-out text, nothing): after the first, relayed answers are
+    written into the first one's line; each is the SDK's path's answer, on both wires, with the upstream's caching
+    hints or without."""
+    from tests.upstream_server import TEXTS
+
+    manifest = _manifest(tmp_path, UPSTREAM_TEXTS="1", **({"UPSTREAM_CACHE": hints} if hints else {}))
+    meta = {"_meta": MODERN_META} if wire == "modern" else {}
+    opening = [(m, 0.0) for m in _reads(wire) if m.get("method") != "resources/read"]
+    opening[0] = (opening[0][0], WAIT)
+    count = 2 * len(TEXTS) + 1
+    script = [*opening, *((_read(n, "wiki://texts", **meta), WAIT) for n in range(101, 101 + count))]
+    (fast, _), (slow, _) = (_run(manifest, script, on) for on in (True, False))
+    assert fast == slow
+    served = [fast[n]["result"]["contents"][0]["text"] for n in range(101, 101 + count)]
+    assert served == [text.removeprefix("\ufeff") for text in (TEXTS * 3)[:count]]
 
 
 class _Stdio:

@@ -10,6 +10,7 @@ Options (environment) for the tests of upstream connections (tests/test_upstream
   servers on older SDKs): no caching hints, sessions over HTTP.
 - `UPSTREAM_SESSION_400=1` (HTTP): a request naming a session this process does not know is answered 400 naming
   it, as @modelcontextprotocol/server-everything does, instead of the SDK's 404.
+- `UPSTREAM_TEXTS=1`: `test://texts` answers TEXTS in turn.
 - `UPSTREAM_CHANGES=1`: `test://counter` (how many times it was read), `test://add/{name}` (reading it lists
   `test://added/{name}` and tells list_changed), `test://race/{name}` (lists `.../{name}-1` and tells, then the next
   resources/list lists `.../{name}-2` and tells while it answers the list as it was before), and every listen stream
@@ -63,6 +64,9 @@ class _Bus(InMemorySubscriptionBus):
 
 
 CHANGES = os.environ.get("UPSTREAM_CHANGES") == "1"
+TEXTS = ["plain", "ünïcödé ✓ 😀", 'quotes " and \\ backslash\n\ttab', "\u2028 and \u2029 separators", "\ufeffa BOM first",
+         "the marker \x00aggregator-relayed-text\x00 inside", "", "plain again", "<script>\u0000</script>"]
+"""What `test://texts` answers in turn (UPSTREAM_TEXTS): texts a relayed answer's shape must carry as they are."""
 bus = _Bus()
 server = MCPServer("test-upstream", version="1.0", subscriptions=bus, cache_hints={
     "resources/read": CacheHint(ttl_ms=int(_ttl), scope=_scope)} if _scope else None)  # type: ignore[typeddict-item]
@@ -145,6 +149,15 @@ async def _tell_list_changed(session: Any) -> None:
 
 held_get = anyio.Event()
 race_armed: list[str] = []
+
+if os.environ.get("UPSTREAM_TEXTS"):  # listed only when asked: other tests count what this server lists
+    texts_read = 0
+
+    @server.resource("test://texts", mime_type="text/markdown")
+    def texts() -> str:
+        global texts_read
+        texts_read += 1
+        return TEXTS[(texts_read - 1) % len(TEXTS)]
 
 if CHANGES:
     reads = 0
