@@ -2,12 +2,13 @@
 that brings the request, answered from the one that brings the upstream's answer, with no task and one object a
 read (`RelayedRead`: the stdio path's running read, the lane's waiter and the cache's flight of its key at once).
 
-Most answers are one text, differing from the last answer of the same URI only in that text. The first such
+Most answers are one text, and differ from the last answer of the same URI only in that text. The first such
 answer goes the usual way (checked as `Upstream.read` checks it, typed, its ttl and cache scope, the version's
-result sieve, encoded); when what it served is that text as it came (`RelayPlan.text_as_sent`), the line is kept
-with the text cut out (`_Shape`), and later answers alike (`answers.plain_text`: the same MIME type, hints and
-client wire) are served by writing their text into it. The line is checked at that point to be the one the usual
-way wrote, so a kept shape serves exactly what the usual way would.
+result sieve, encoded); when what it served is that text as it came (`RelayPlan.text_as_sent`), its line is kept
+with the text cut out, with the upstream's result it was made of (`Shape`), per client wire and upstream wire. A
+later answer whose result equals that one but for its text (compared as parsed, in C) is served by writing its
+text into the line, without checking, typing or shaping it again: what the usual way serves is a function of that
+result, the snapshot's plan and the wire. A line is kept only once checked to be the one the usual way wrote.
 """
 
 from __future__ import annotations
@@ -21,19 +22,16 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from aggregator.cache import Flight
-from aggregator.codec import dumps
+from aggregator.codec import dumps, loads_strict
 from aggregator.content import Content
 from aggregator.reads.reader import Served
 from aggregator.reads.relayed import RelayPlan
 from aggregator.sources import Blob
-from aggregator.upstream.answers import plain_text
 from aggregator.upstream.lane import Sent
 from aggregator.wire_results import encode_response
 
 __all__ = ["RelayedRead", "Shape"]
 
-MAX_SHAPES = 64
-"""Shapes kept per plan (one per MIME type, hints and client wire an upstream answers with)."""
 _BOM = "\ufeff"
 _MARK = "\x00aggregator-relayed-text\x00"
 """What stands for the text while a shape is cut (a text holding it is served the usual way)."""
@@ -41,29 +39,34 @@ _LINE_HEAD = b'{"jsonrpc":"2.0","id":'
 
 
 class Shape:
-    """An answer line with its text cut out: `head`, the text encoded, `tail` (the request's id goes first)."""
+    """An answer line with its text cut out (`head`, the text encoded, `tail`; the request's id goes first), and the
+    upstream's result it was made of, its text emptied (`result`): an answer equal to that but for its text is
+    served as this line with its own text."""
 
-    __slots__ = ("head", "tail")
+    __slots__ = ("head", "tail", "result")
 
-    def __init__(self, head: bytes, tail: bytes) -> None:
-        self.head, self.tail = head, tail
+    def __init__(self, head: bytes, tail: bytes, result: dict[str, Any]) -> None:
+        self.head, self.tail, self.result = head, tail, result
 
     def line(self, request_id: types.RequestId, text: str) -> bytes:
         return b"".join((_LINE_HEAD, dumps(request_id), self.head, dumps(text), self.tail))
 
 
-def _shape_of(result: dict[str, Any], text: str) -> Shape | None:
-    """The shape of a shaped read `result` whose one content's text is `text`; None when the text is not found
-    once where it is expected (then nothing is kept)."""
-    contents = result.get("contents")
-    if type(contents) is not list or len(contents) != 1 or type(item := contents[0]) is not dict \
-            or item.get("text") is not text or _MARK in text:
+def _shape_of(shaped: dict[str, Any], text: str, result: dict[str, Any], item: dict[str, Any]) -> Shape | None:
+    """The shape of a shaped read `shaped` whose one content's text is `text`, the upstream's `result` (whose one
+    content is `item`) kept with its text emptied; None when the text is not found once where it is expected."""
+    contents = shaped.get("contents")
+    if (type(contents) is not list or len(contents) != 1 or type(served := contents[0]) is not dict
+            or served.get("text") is not text or _MARK in text):
         return None
-    marked = dumps({**result, "contents": [{**item, "text": _MARK}]})
+    marked = dumps({**shaped, "contents": [{**served, "text": _MARK}]})
     head, found, tail = marked.partition(dumps(_MARK))
     if not found or dumps(_MARK) in tail:
         return None
-    return Shape(b',"result":' + head, tail + b"}\n")
+    item["text"] = ""
+    kept = loads_strict(dumps(result))  # a copy of its own: the answer's dicts are not ours to keep
+    item["text"] = text
+    return Shape(b',"result":' + head, tail + b"}\n", kept)
 
 
 class RelayedRead(Sent, Flight[Content]):
@@ -101,19 +104,29 @@ class RelayedRead(Sent, Flight[Content]):
     def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
         plan, paths, asked = self._plan, self._paths, self._asked
         plan.leases.let_go(plan.snapshot)
-        # The text of an answer like one already shaped, when no read of the key follows this one.
-        found = plain_text(outcome, plan.limits.max_bytes, self._lane.modern) if self._done is None else None
-        if found is not None:
-            text = found[0]
-            shape = plan.shapes.get((self._version, found[1:]))
-            if shape is not None and text[:1] != _BOM and paths.tasks.get(asked) is self:
-                plan.route.release(self)
-                plan.cache.land(plan.key, self, plan.limits.policy)
-                plan.calls.succeeded(plan.target.source)
-                del paths.tasks[asked]
-                self._out.answer_now(asked, shape.line(asked, text), None)
-                paths.relays.relay_counted(self._uri, "ok", self._started)
-                return
+        # One text: served into the shape kept for an answer equal to it but for its text, when no read of the key
+        # follows this one (they need the content itself).
+        text = result = item = None
+        if (self._done is None and type(outcome) is dict and outcome.get("error") is None
+                and type(result := outcome.get("result")) is dict  # not a `LooseResult`: it may hold lone surrogates
+                and type(contents := result.get("contents")) is list and len(contents) == 1
+                and type(item := contents[0]) is dict and type(text := item.get("text")) is str):
+            kept = plan.shapes.get((self._version, self._lane.modern))
+            if kept is not None:
+                item["text"] = ""
+                alike = result == kept.result
+                item["text"] = text
+                limit = plan.limits.max_bytes
+                # Equal but for a number's type (`==` takes 1.0 and True for 1): the one number the read uses.
+                if (alike and type(result.get("ttlMs", 0)) is int and text[:1] != _BOM and len(text) <= limit
+                        and (text.isascii() or len(text) * 4 <= limit) and paths.tasks.get(asked) is self):
+                    plan.route.release(self)
+                    plan.cache.land(plan.key, self, plan.limits.policy)
+                    plan.calls.succeeded(plan.target.source)
+                    del paths.tasks[asked]
+                    self._out.answer_now(asked, kept.line(asked, text), None)
+                    paths.relays.relay_counted(self._uri, "ok", self._started)
+                    return
         blob: Blob | Exception | None
         try:
             blob = plan.route.settle(self, outcome)
@@ -131,21 +144,21 @@ class RelayedRead(Sent, Flight[Content]):
                 asked, self._version, self._uri, self._handler, self._answer))
             return
         del paths.tasks[asked]
-        result = paths.relays.relayed(self._uri, self._modern(), served, self._started)
-        if isinstance(result, MCPError):
-            self._out.answer_now(asked, None, paths.error_data(result))
+        answer = paths.relays.relayed(self._uri, self._modern(), served, self._started)
+        if isinstance(answer, MCPError):
+            self._out.answer_now(asked, None, paths.error_data(answer))
             return
         try:
-            shaped = paths.shaped_read(self._version, result)
+            shaped = paths.shaped_read(self._version, answer)
         except Exception as exc:  # noqa: BLE001 - mapped as the usual path maps it (the result sieve refused it)
             self._out.answer_now(asked, None, paths.error_data(exc))
             return
         line = encode_response(asked, shaped)
-        if found is not None and isinstance(blob, Blob) and isinstance(served, Served) \
-                and plan.text_as_sent(blob, served) \
-                and len(plan.shapes) < MAX_SHAPES and (shape := _shape_of(shaped, found[0])) is not None \
-                and shape.line(asked, found[0]) == line:
-            plan.shapes[(self._version, found[1:])] = shape
+        if (text is not None and result is not None and item is not None and isinstance(blob, Blob)
+                and isinstance(served, Served) and plan.text_as_sent(blob, served)):
+            shape = _shape_of(shaped, text, result, item)
+            if shape is not None and shape.line(asked, text) == line:
+                plan.shapes[(self._version, self._lane.modern)] = shape
         self._out.answer_now(asked, line, None)
 
     def cancel(self) -> bool:

@@ -8,12 +8,10 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge
-from aggregator.upstream.answers import UpstreamRead, plain_text, read_answer, read_result
+from aggregator.upstream.answers import UpstreamRead, read_answer, read_result
 from aggregator.upstream.lane import LooseResult, parsed
 
 URI = "test://a"
@@ -74,53 +72,6 @@ def test_read_answer_agrees_with_the_model(result: dict[str, Any], modern: bool)
     except (SourceNotFound, SourceTooLarge, SourceError) as exc:
         quick = type(exc)
     assert quick is None or quick == expected
-
-
-def _agrees(result: Any, modern: bool, max_bytes: int = 100) -> None:
-    """`plain_text` takes only an answer the model reads as one text within bounds, and says what the model says of
-    it (text, MIME type, and on the modern wire its hints)."""
-    found = plain_text({"jsonrpc": "2.0", "id": "agg-1", "result": result}, max_bytes, modern)
-    if found is None:
-        return
-    expected = _by_model(result, modern)
-    assert isinstance(expected, UpstreamRead) and len(expected.contents) == 1 and expected.first.is_text
-    assert found == (expected.first.text, expected.first.mime_type, expected.ttl_ms, expected.cache_scope)
-
-
-@pytest.mark.parametrize("modern", [False, True])
-@pytest.mark.parametrize("result", RESULTS, ids=range(len(RESULTS)))
-def test_plain_text_takes_one_text_only_as_the_model_reads_it(result: dict[str, Any], modern: bool) -> None:
-    _agrees(result, modern)
-
-
-_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 6000), st.floats(allow_nan=False), st.text(max_size=30),
-                    st.just([]), st.just({}))
-_ITEMS = st.fixed_dictionaries({"uri": st.sampled_from([URI, URI, "test://b", 5]), "text": st.text(max_size=40) | st.text(
-    max_size=40) | _VALUES}, optional={"blob": st.sampled_from([None, "eA==", 5]),
-    "mimeType": st.sampled_from([None, "text/plain", "application/json", "image/png", 5]),
-    "_meta": st.sampled_from([None, {}, {"k": 1}, [], "no"])})
-_RESULTS = st.fixed_dictionaries({"contents": st.lists(_ITEMS, min_size=1, max_size=1) | st.lists(_ITEMS, max_size=3)
-                                               | _VALUES}, optional={
-    "ttlMs": st.sampled_from([0, 5000, -1, 5.0, True, "5", None]), "cacheScope": st.sampled_from(
-        ["public", "private", "shared", None, 5]), "resultType": st.sampled_from(["complete", "input_required", None]),
-    "_meta": st.sampled_from([None, {}, "no"])})
-
-
-@given(_RESULTS, st.booleans(), st.integers(0, 60))
-@settings(max_examples=1500, deadline=None)  # one in about forty is a plain text: most examples test refusals
-def test_plain_text_never_takes_what_the_model_reads_otherwise(result: dict[str, Any], modern: bool,
-                                                              max_bytes: int) -> None:
-    _agrees(result, modern, max_bytes)
-
-
-def test_plain_text_takes_no_error_no_loose_result_and_nothing_past_its_bound() -> None:
-    assert plain_text({"id": "agg-1", "result": {"contents": [TEXT]}}, 100, False) == ("héllo", "text/plain", None,
-                                                                                       None)
-    assert plain_text({"id": "agg-1", "result": {"contents": [TEXT]}, "error": {"code": 1}}, 100, False) is None
-    assert plain_text({"id": "agg-1", "result": LooseResult({"contents": [TEXT]})}, 100, False) is None
-    assert plain_text({"id": "agg-1", "result": {"contents": [TEXT]}}, 4, False) is None
-    assert plain_text({"id": "agg-1", "result": {"contents": [{**TEXT, "text": "é" * 26}]}}, 100, False) is None
-    assert plain_text(None, 100, False) is None and plain_text(TimeoutError(), 100, False) is None
 
 
 def test_read_answer_takes_the_common_shapes() -> None:

@@ -17,7 +17,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from aggregator.sources.base import SourceError, SourceNotFound, SourceTooLarge, TextBytes
 
 __all__ = ["CACHE_SCOPES", "Content", "ListedResource", "Listing", "Make", "UpstreamContent", "UpstreamRead", "hints",
-           "listed", "plain_meta", "plain_text", "read_answer", "read_result", "timestamp", "upstream_read"]
+           "listed", "plain_meta", "read_answer", "read_result", "timestamp", "upstream_read"]
 
 MAX_SIZE = 2**63
 """Sizes from here on are no size (an array of signed 64-bit integers keeps them)."""
@@ -166,34 +166,6 @@ def read_answer(label: str, uri: str, result: dict[str, Any], max_bytes: int, mo
     if not modern:
         return _read(label, uri, items, max_bytes, None, None, make, strict=True)
     return _read(label, uri, items, max_bytes, ttl_ms, cache_scope, make, strict=True)
-
-
-def plain_text(message: Any, max_bytes: int, modern: bool) -> tuple[str, str | None, int | None, str | None] | None:
-    """A read's answer (the message) that `read_answer` takes as one text within `max_bytes`, its text encoded only
-    if asked for: the text, its mimeType, and the result's ttlMs and cacheScope (`modern`: the wire that has them;
-    None where absent). None for any other answer (an error, a blob, several contents ...): the usual way decides."""
-    if type(message) is not dict or message.get("error") is not None:
-        return None
-    result = message.get("result")
-    if type(result) is not dict:  # a `LooseResult` too
-        return None
-    contents, meta = result.get("contents"), result.get("_meta")
-    if (type(contents) is not list or len(contents) != 1 or (meta is not None and type(meta) is not dict)
-            or result.get("resultType", "complete") != "complete"):
-        return None
-    item = contents[0]
-    if type(item) is not dict:
-        return None
-    text, mime_type, meta = item.get("text"), item.get("mimeType"), item.get("_meta")
-    if (type(text) is not str or item.get("blob") is not None or type(item.get("uri")) is not str
-            or (mime_type is not None and type(mime_type) is not str) or (meta is not None and type(meta) is not dict)
-            or len(text) > max_bytes or not (text.isascii() or len(text) * 4 <= max_bytes)):
-        return None
-    ttl_ms, cache_scope = result.get("ttlMs"), result.get("cacheScope")
-    if ("ttlMs" in result and (type(ttl_ms) is not int or ttl_ms < 0)) or (
-            "cacheScope" in result and cache_scope not in CACHE_SCOPES):
-        return None  # checked on either wire, as `read_answer` checks them
-    return (text, mime_type, ttl_ms, cache_scope) if modern else (text, mime_type, None, None)
 
 
 CACHE_SCOPES = ("public", "private")
