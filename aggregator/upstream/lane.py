@@ -43,6 +43,7 @@ __all__ = ["ID_MARK", "Lane", "LooseResult", "Sent", "Waiter", "parsed", "result
 _PREFIX = "agg-"
 ID_MARK = f'"{_PREFIX}'.encode()
 """Bytes every line answering a lane read holds (its id's start): a line without them is not parsed for the lane."""
+_READ_HEAD = f'{{"jsonrpc":"2.0","id":"{_PREFIX}'.encode()
 _KEPT_DONE = 64
 """Deadlines of reads already over that may wait behind one still waiting before they are swept out."""
 _CLIENT_CAPABILITIES: dict[str, Any] = {}
@@ -184,9 +185,20 @@ class Lane:
     def send(self, uri: str, sent: Sent, timeout: float) -> bool:
         """Ask for `uri` now, its answer (the message, None when the connection ended, TimeoutError past `timeout`)
         handed to `sent.answered` where it arrives; False (nothing sent) when the pipe cannot take the line at once."""
+        return self.send_read(self.read_tail(uri), sent, timeout)
+
+    def read_tail(self, uri: str) -> bytes:
+        """What follows a read's id in its request line on this lane (`send_read`): made once for a URI read often."""
+        return (f'","method":"resources/read","params":{{"uri":{encode_basestring(uri)}{self._tail}'
+                ).encode("utf-8", "surrogatepass")
+
+    def send_read(self, tail: bytes, sent: Sent, timeout: float) -> bool:
+        """`send` of the read whose request line ends with `tail` (`read_tail`)."""
         if self._closed or self._write_now is None:
             return False
-        request_id, line = self._request(uri)
+        number = next(self._ids)
+        request_id = _PREFIX + str(number)
+        line = b"".join((_READ_HEAD, str(number).encode(), tail))
         try:
             if not self._write_now(line):
                 return False
@@ -203,9 +215,8 @@ class Lane:
     def _request(self, uri: str) -> tuple[str, bytes]:
         """A new read's id and its request line: what json.dumps would write (compact, UTF-8 as it is), from its
         fixed parts and the encoded URI."""
-        request_id = f"{_PREFIX}{next(self._ids)}"
-        return request_id, (f'{{"jsonrpc":"2.0","id":"{request_id}","method":"resources/read","params":{{"uri":'
-                            f'{encode_basestring(uri)}{self._tail}').encode("utf-8", "surrogatepass")
+        number = next(self._ids)
+        return _PREFIX + str(number), b"".join((_READ_HEAD, str(number).encode(), self.read_tail(uri)))
 
     def _swept(self) -> None:
         """Deadlines of reads over are dropped from the front, and all of them once they outnumber those waiting."""

@@ -37,10 +37,13 @@ class Route:
     """Reads of `uri` (at most `max_bytes`) on `upstream`'s lean lane, their outcomes made by `make` (the source's
     blob of a read's checked contents)."""
 
-    __slots__ = ("_upstream", "_uri", "_max_bytes", "_make")
+    __slots__ = ("_upstream", "_uri", "_max_bytes", "_make", "_lane", "_tail")
 
     def __init__(self, upstream: Sender, uri: str, max_bytes: int, make: Make[Any]) -> None:
         self._upstream, self._uri, self._max_bytes, self._make = upstream, uri, max_bytes, make
+        self._lane: Lane | None = None
+        self._tail = b""
+        """What follows the id in the request line on `_lane` (each connection has its own)."""
 
     def send(self, sent: Sent) -> bool:
         """Send a read now, its answer handed to `sent` where it arrives (the message, None when the connection
@@ -51,7 +54,9 @@ class Route:
         if lane is None:
             return False
         sent._link = upstream._conn  # noqa: SLF001 - the connection `_free_lane` found up
-        if not lane.send(self._uri, sent, upstream.timeout):
+        if lane is not self._lane:
+            self._lane, self._tail = lane, lane.read_tail(self._uri)
+        if not lane.send_read(self._tail, sent, upstream.timeout):
             upstream._limiter.release_on_behalf_of(sent)  # noqa: SLF001
             return False
         return True
