@@ -95,6 +95,8 @@ class FastReads:
         owner = getattr(handler, "__self__", None)
         self._owner: Relays | None = owner if isinstance(owner, Relays) else None
         """The read handler's owner (ResourceHandlers), when it relays reads."""
+        self.relays = self._owner
+        """What serves relayed reads' outcomes (the read handler's owner), when reads are relayed."""
         self._out: Immediate | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop `tap` runs on: on Python 3.11 asking for the running loop costs a getpid() system call."""
@@ -184,14 +186,8 @@ class FastReads:
         plan = owner.relay_plan(uri)
         if plan is None:
             return False
-        # Imported once a plan exists (an upstream is served): a manifest of folders never loads the upstream side.
-        from aggregator.stdio_relay import RelayedRead
-        return RelayedRead().start(self, out, plan, request_id, version, uri, handler, answer)
-
-    @property
-    def relays(self) -> Relays | None:
-        """What serves relayed reads' outcomes (the read handler's owner), when reads are relayed."""
-        return self._owner
+        return (_relayed_read or _relayed_read_type())().start(self, out, plan, request_id, version, uri, handler,
+                                                               answer)
 
     def serve_read(self, request_id: types.RequestId, version: str, uri: str, handler: Handler, answer: Answer
                    ) -> Awaitable[None]:
@@ -297,6 +293,19 @@ class Relays(Protocol):
                 ) -> dict[str, Any] | MCPError: ...
 
     def relay_counted(self, uri: str, said: str, started: float) -> None: ...
+
+
+_relayed_read: type[RelayedRead] | None = None
+
+
+def _relayed_read_type() -> type[RelayedRead]:
+    """`stdio_relay.RelayedRead`, imported once a plan exists (an upstream is served): a manifest of folders never
+    loads the upstream side."""
+    global _relayed_read
+    from aggregator.stdio_relay import RelayedRead
+
+    _relayed_read = RelayedRead
+    return RelayedRead
 
 
 def _error_data(method: str, exc: Exception) -> types.ErrorData:

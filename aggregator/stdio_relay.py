@@ -137,8 +137,9 @@ class RelayedRead(Sent, Flight[Content]):
             plan.cache.land(plan.key, self, plan.limits.policy, error=served)
         else:
             plan.cache.land(plan.key, self, plan.limits.policy, served.content)
-        if paths.tasks.get(asked) is not self:
-            return  # cancelled meanwhile: never answered
+        if paths.tasks.get(asked) is not self:  # cancelled, its `cancel` still to come: never answered
+            paths.relays.relay_counted(self._uri, "error", self._started)
+            return
         if served is None:  # the connection was lost under it: read the usual way (the next connection)
             paths.tasks[asked] = asyncio.get_running_loop().create_task(paths.serve_read(
                 asked, self._version, self._uri, self._handler, self._answer))
