@@ -18,6 +18,7 @@ from time import perf_counter
 from typing import Any
 
 import mcp_types as types
+import orjson
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -36,6 +37,7 @@ _BOM = "\ufeff"
 _MARK = "\x00aggregator-relayed-text\x00"
 """What stands for the text while a shape is cut (a text holding it is served the usual way)."""
 _LINE_HEAD = b'{"jsonrpc":"2.0","id":'
+_encoded = orjson.dumps
 
 
 class Shape:
@@ -49,7 +51,9 @@ class Shape:
         self.head, self.tail, self.result = head, tail, result
 
     def line(self, request_id: types.RequestId, text: str) -> bytes:
-        return b"".join((_LINE_HEAD, dumps(request_id), self.head, dumps(text), self.tail))
+        """The line answering `request_id` with `text` (orjson's own encoder: an id and a text parsed by orjson, a
+        plain int or str with no lone surrogate, encode as `codec.dumps` encodes them)."""
+        return b"".join((_LINE_HEAD, _encoded(request_id), self.head, _encoded(text), self.tail))
 
 
 def _shape_of(shaped: dict[str, Any], text: str, result: dict[str, Any], item: dict[str, Any]) -> Shape | None:
