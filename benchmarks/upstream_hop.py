@@ -1,7 +1,8 @@
 """Reads through one hop vs direct and vs the relay floors, over three upstreams (benchmarks/hop_peers.py): the
 official client reads from the upstream over stdio (`direct`), through the relay floor (a stdlib process copying the
 bytes both ways: the least a hop costs) and the JSON relay floor (the same, parsing and encoding every message: the
-least a gateway that reads what it relays costs), and through an aggregator whose source is that upstream (`one hop`:
+least a gateway that reads what it relays costs) and the same on an event loop (the loop relay floor), and through an
+aggregator whose source is that upstream (`one hop`:
 McpSource over aggregator.upstream, the outer cache off, every read crosses both; `one hop, cached`: on).
 
 `python -m benchmarks.upstream_hop [--reads 600] [--rounds 3] [--modes legacy,auto] [--upstreams ...] [--write]`
@@ -115,15 +116,17 @@ def row(mode: str, upstream: str, name: str, run: Run, direct: Run, relay: Run) 
 
 def summary(mode: str, upstream: str, figures: dict[str, Run]) -> str:
     """One line of what the floors show for one upstream and wire."""
-    direct, relay, parsed, hop = (figures[name] for name in ("direct", "relay floor", "JSON relay floor", "one hop"))
+    direct, relay, parsed, looped, hop = (figures[name] for name in (
+        "direct", "relay floor", "JSON relay floor", "loop relay floor", "one hop"))
     budget = (TARGET * direct.median_ms - relay.median_ms) * 1000
     return (f"- {mode}, {upstream}: direct {direct.median_ms:.2f} ms; the relay floor "
             f"{relay.median_ms / direct.median_ms:.2f}x direct, the JSON relay floor "
-            f"{parsed.median_ms / direct.median_ms:.2f}x; one hop {hop.median_ms / direct.median_ms:.2f}x "
+            f"{parsed.median_ms / direct.median_ms:.2f}x, the loop relay floor "
+            f"{looped.median_ms / direct.median_ms:.2f}x; one hop {hop.median_ms / direct.median_ms:.2f}x "
             f"direct, {hop.median_ms / relay.median_ms:.2f}x the relay floor. {TARGET}x direct leaves a gateway "
             f"{budget:.0f} us a read beyond the relay floor; ours spends {hop.outer_us:.0f} us of CPU a read (the "
-            f"relay {relay.outer_us:.0f}, the JSON relay {parsed.outer_us:.0f}, the upstream serving it directly "
-            f"{direct.outer_us:.0f})")
+            f"relay {relay.outer_us:.0f}, the JSON relay {parsed.outer_us:.0f}, the loop relay "
+            f"{looped.outer_us:.0f}, the upstream serving it directly {direct.outer_us:.0f})")
 
 
 def measure_all(upstreams: list[str], modes: list[str], reads: int, rounds: int, root: Path
@@ -185,13 +188,15 @@ of benchmarks/hop_peers.py over stdio: {"; ".join(f"`{name}`: {UPSTREAMS[name].s
 Each is read directly (`direct`), through the relay floor (`relay floor`: benchmarks/peers/relay.py, a stdlib
 process that starts the upstream and copies bytes both ways, parsing nothing: the least code that makes a stdio
 hop), through the JSON relay floor (`JSON relay floor`: benchmarks/peers/json_relay.py, the same relay parsing each
-message and encoding it again: the least a gateway that reads what it relays does), and through an aggregator
+message and encoding it again: the least a gateway that reads what it relays does), through the same on an event
+loop (`loop relay floor`: benchmarks/peers/loop_relay.py, uvloop's pipe callbacks instead of a thread a direction,
+as the aggregator is built), and through an aggregator
 whose only source is that upstream (`mcp+stdio:`, the `mcp` kind; its collection
 serves the upstream's resources as `bench://{{path}}`) with its own cache off (`one hop`: every read crosses both
 servers) and on (`one hop, cached`: reads stop at the outer cache when the upstream lets it keep them). Every
-resource is read once first. A row is the median of {args.rounds} rounds; each round starts the five peers of an
+resource is read once first. A row is the median of {args.rounds} rounds; each round starts the six peers of an
 upstream afresh, then interleaves their reads in blocks (50 reads of each peer in turn, one client each), so that
-load from elsewhere on the machine falls on all five alike. `ready` is from starting the server to its first listing;
+load from elsewhere on the machine falls on all six alike. `ready` is from starting the server to its first listing;
 `reads/s` is one over the mean read; `x direct` and `x relay floor` are the median read over
 theirs for the same upstream and wire; `CPU/read` is the user+system CPU of the process the client talks to
 (`server`) and of the processes it started (`upstream`) per measured read, `both, x direct` their sum over
