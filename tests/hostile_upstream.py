@@ -13,6 +13,8 @@
 - `values`: lists and reads values no client should get: control characters (NUL, ESC, CR/LF) in URIs, names,
   titles, descriptions, mimeTypes, templates and completions, a 100 KB URI, a mimeType that would inject a
   header; reading h://t/lone answers text holding a lone surrogate (`LONE`).
+- `numbers`: lists h://t/numbers, which answers a new text each time with a `ttlMs` of the next of `NUMBERS` (equal
+  to 1 but for its type, or not a valid one), and h://t/lone (as in `values`).
 
 In every mode but `broken`, reading a URI answers `text of <uri>` with the entry's listed mimeType, and templates are
 listed (none but in `values`) unless said otherwise.
@@ -47,7 +49,10 @@ VALUE_TEMPLATES = [
 ]
 LONE = "half \ud800 of a pair: \u00e9"
 """What `values` reads at h://t/lone: text holding a lone surrogate (JSON's escape of it), which no UTF-8 encodes."""
+NUMBERS: list[Any] = [1, True, 1.0, 1, "1", -1, 1]
+"""The `ttlMs` of h://t/numbers' answers in turn (`values`)."""
 flipped = False
+numbers_read = 0
 
 
 def send(message: dict[str, Any]) -> None:
@@ -67,6 +72,8 @@ def listed() -> list[dict[str, Any]]:
     plain = [{"uri": "h://x", "name": "x"}, {"uri": "h://y", "name": "y"}]
     if MODE == "values":
         return VALUES
+    if MODE == "numbers":
+        return [{"uri": "h://t/numbers", "name": "numbers"}, {"uri": "h://t/lone", "name": "lone"}]
     if MODE == "dupes" or (MODE == "flip" and flipped):
         return [plain[0], {"uri": "h://x", "name": "x again"}, plain[1], *([{"uri": "h://z", "name": "z"}] if flipped
                                                                          else [])]
@@ -85,7 +92,7 @@ def capabilities() -> dict[str, Any]:
 
 def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
     """Every mode but `broken`."""
-    global flipped
+    global flipped, numbers_read
     if method == "initialize":
         reply(rid, {"protocolVersion": "2025-11-25", "capabilities": capabilities(),
                     "serverInfo": {"name": f"hostile-{MODE}", "version": "0"}})
@@ -104,6 +111,11 @@ def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
         if uri.startswith("h://m/"):
             mime = INJECTED
         content = ({"blob": PNG} if mime == INJECTED else {"text": LONE if uri == "h://t/lone" else f"text of {uri}"})
+        if uri == "h://t/numbers":
+            numbers_read += 1
+            reply(rid, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"read {numbers_read}"}],
+                        "ttlMs": NUMBERS[(numbers_read - 1) % len(NUMBERS)]})
+            return
         reply(rid, {"contents": [{"uri": uri, **({"mimeType": mime} if mime else {}), **content}]})
     elif method == "completion/complete" and MODE == "values":
         reply(rid, {"completion": {"values": ["fine", "bad\u001b[2J", "x" * 5000]}})

@@ -104,6 +104,31 @@ def test_answers_alike_but_for_their_text_are_served_as_the_usual_way_serves_the
     assert served == [text.removeprefix("\ufeff") for text in (TEXTS * 3)[:count]]
 
 
+def test_hostile_answers_alike_but_for_a_numbers_type_or_a_lone_surrogate_go_the_usual_way(tmp_path: Path) -> None:
+    """A kept shape is used only for an answer equal to its own but for the text: a `ttlMs` equal to the kept one's
+    but for its type (True, 1.0 for 1), or not valid, and text holding a lone surrogate, are served as the SDK's path
+    serves them."""
+    manifest = write_manifest(tmp_path, f"""
+        version: 1
+        server: {{name: relayed}}
+        defaults: {{ttl: 0s}}
+        sources:
+          va: {{url: "mcp+stdio:", prefix: "h://t/", command: {[sys.executable, str(HERE / "hostile_upstream.py"),
+                                                                 "numbers"]!r}}}
+        collections:
+          - {{source: va, glob: "*", uri: "wiki://{{path}}"}}
+        """)
+    opening = [(m, 0.0) for m in _reads("legacy") if m.get("method") != "resources/read"]
+    opening[0] = (opening[0][0], WAIT)
+    count = 14  # twice round tests/hostile_upstream.py's NUMBERS (importing it would serve on this test's stdin)
+    script = [*opening, *((_read(n, "wiki://numbers" if n % 3 else "wiki://lone"), WAIT)
+                          for n in range(101, 101 + count))]
+    (fast, _), (slow, _) = (_run(manifest, script, on) for on in (True, False))
+    assert fast == slow
+    assert any("error" in answer for answer in fast.values()) and any(
+        answer.get("result", {}).get("contents", [{}])[0].get("text", "").startswith("read") for answer in fast.values())
+
+
 class _Stdio:
     """The stdio fast path of a real server over `service` (its read handler's relayed reads included), fed request
     lines as the pipe would and its answers kept by id: those written at once (`answer_now`, a relayed read's) and
