@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from time import perf_counter
-from collections.abc import Callable
 from typing import Any
 
 import mcp.types as types
