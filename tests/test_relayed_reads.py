@@ -267,3 +267,96 @@ def test_a_reload_keeps_the_source_of_a_relayed_read_open_until_it_ends(tmp_path
             await service.aclose()
 
     anyio.run(main)
+
+
+SLOW = [sys.executable, str(HERE / "hostile_upstream.py"), "slow"]
+
+
+def _slow_manifest(folder: Path) -> Path:
+    """An upstream that never answers slow://slow, answers slow://late past the timeout, and says at slow://told
+    what it was told; a cap of two reads at once."""
+    return write_manifest(folder, f"""
+        version: 1
+        server: {{name: relayed}}
+        defaults: {{ttl: 0s}}
+        sources:
+          slow: {{url: "mcp+stdio:", prefix: "h://", command: {SLOW!r}, env: {ENV!r}, timeout: 500ms,
+                  maxConcurrency: 2}}
+        collections:
+          - {{source: slow, glob: "*", uri: "slow://{{path}}"}}
+        """)
+
+
+async def _told(service: ResourceService, cancelled: int) -> dict[str, Any]:
+    """What the slow upstream was told, once it was told of `cancelled` reads given up (its cancellations are sent
+    in a task of their own)."""
+    with anyio.fail_after(10):
+        while True:
+            told: dict[str, Any] = json.loads((await service.read("slow://told")).content.text or "")
+            if len(told["cancelled"]) >= cancelled:
+                return told
+            await anyio.sleep(0.05)
+
+
+def _cancelled_with_reasons(told: dict[str, Any]) -> set[str]:
+    """The ids of the reads the upstream was told were given up, each told with a reason."""
+    assert all(isinstance(params.get("reason"), str) and params["reason"] for params in told["cancelled"]), told
+    return {params["requestId"] for params in told["cancelled"]}
+
+
+def test_a_relayed_read_given_up_is_forgotten_and_cancelled_upstream(tmp_path: Path) -> None:
+    """Relayed reads past their timeout (more of them than the cap), one whose answer comes after its timeout, and
+    one cancelled by its caller: each fails or goes unanswered, the lane keeps no waiter for any of them, the
+    upstream is told of each (notifications/cancelled, its id and a reason), the cap's slots are all given back,
+    and a good read is relayed and answered after them."""
+    async def main() -> None:
+        service = await ResourceService.open(_slow_manifest(tmp_path))
+        handlers = ResourceHandlers(service, Discovery(service), None)
+        try:
+            assert (await service.read("slow://x")).content.text == "text of h://x"
+            upstream = service.sources["slow"].upstream  # type: ignore[attr-defined]
+            lane = upstream._conn.lane  # noqa: SLF001
+            for uri in ["slow://slow"] * 3 + ["slow://late"]:  # one after the other: the cap is two
+                cancel, replied, got = _relay(handlers, uri)
+                assert cancel is not None  # relayed: a slot was free
+                with anyio.fail_after(10):
+                    await replied.wait()
+                assert isinstance(got[0], MCPError) and "could not be read" in got[0].error.message, got
+                assert not lane._waiting  # noqa: SLF001
+            cancel, replied, got = _relay(handlers, "slow://slow")
+            assert cancel is not None
+            await anyio.sleep(0.1)
+            cancel()
+            assert not lane._waiting and not got  # noqa: SLF001
+            told = await _told(service, 5)
+            assert _cancelled_with_reasons(told) >= set(told["slow"]) and len(told["slow"]) == 4
+            await anyio.sleep(1.5)  # slow://late's answer came, and was dropped
+            assert not lane._waiting and upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
+            cancel, replied, got = _relay(handlers, "slow://x")
+            assert cancel is not None
+            with anyio.fail_after(10):
+                await replied.wait()
+            assert got[0]["contents"][0]["text"] == "text of h://x"  # type: ignore[index]
+            assert upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_a_client_over_stdio_sees_reads_given_up_cancelled_upstream(tmp_path: Path, wire: str) -> None:
+    """Over stdio, a read past its timeout and a read its client cancels: the upstream is told of both (their ids,
+    a reason) whether the read was relayed (the fast path) or awaited (the SDK's path)."""
+    manifest = _slow_manifest(tmp_path)
+    meta = {"_meta": MODERN_META} if wire == "modern" else {}
+    opening = [(m, 0.0) for m in _reads(wire) if m.get("method") != "resources/read"]
+    opening[0] = (opening[0][0], WAIT)
+    script = [*opening, (_read(101, "slow://slow", **meta), WAIT), (_read(102, "slow://slow", **meta), 0.3),
+              ({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 102}}, 0.5),
+              (_read(103, "slow://told", **meta), WAIT)]
+    for fast in (True, False):
+        answers, _ = _run(manifest, script, fast)
+        assert "could not be read" in answers[101]["error"]["message"] and 102 not in answers
+        told = json.loads(answers[103]["result"]["contents"][0]["text"])
+        assert len(told["slow"]) == 2 and _cancelled_with_reasons(told) == set(told["slow"]), (fast, told)
