@@ -13,10 +13,12 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2 as httpx
 import pytest
 
 from aggregator import __version__
@@ -27,6 +29,9 @@ from aggregator.service import ResourceService
 from aggregator.stdio_fast import fast_reads_for
 from aggregator.stdio_relay import RelayedRead
 from tests.conftest import write_manifest
+from tests.served import serve_http
+from tests.test_http_fast import _modern
+from tests.test_http_fast_observed import _modern_headers
 from tests.test_stdio_fast import MODERN_META, _read
 from tests.test_stdio_fast import _script as _reads
 from tests.test_stdio_fast_observed import WAIT, _accessed, _run
@@ -272,15 +277,15 @@ def test_a_reload_keeps_the_source_of_a_relayed_read_open_until_it_ends(tmp_path
 SLOW = [sys.executable, str(HERE / "hostile_upstream.py"), "slow"]
 
 
-def _slow_manifest(folder: Path) -> Path:
-    """An upstream that never answers slow://slow, answers slow://late past the timeout, and says at slow://told
-    what it was told; a cap of two reads at once."""
+def _slow_manifest(folder: Path, timeout: str = "500ms") -> Path:
+    """An upstream that never answers slow://slow, answers slow://late past the timeout (1.5 s: give it less), and
+    says at slow://told what it was told; a cap of two reads at once."""
     return write_manifest(folder, f"""
         version: 1
         server: {{name: relayed}}
         defaults: {{ttl: 0s}}
         sources:
-          slow: {{url: "mcp+stdio:", prefix: "h://", command: {SLOW!r}, env: {ENV!r}, timeout: 500ms,
+          slow: {{url: "mcp+stdio:", prefix: "h://", command: {SLOW!r}, env: {ENV!r}, timeout: {timeout},
                   maxConcurrency: 2}}
         collections:
           - {{source: slow, glob: "*", uri: "slow://{{path}}"}}
@@ -330,6 +335,7 @@ def test_a_relayed_read_given_up_is_forgotten_and_cancelled_upstream(tmp_path: P
             assert not lane._waiting and not got  # noqa: SLF001
             told = await _told(service, 5)
             assert _cancelled_with_reasons(told) >= set(told["slow"]) and len(told["slow"]) == 4
+            assert [params["reason"] for params in told["cancelled"]] == ["timed out"] * 4 + ["caller cancelled"]
             await anyio.sleep(1.5)  # slow://late's answer came, and was dropped
             assert not lane._waiting and upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
             cancel, replied, got = _relay(handlers, "slow://x")
@@ -360,3 +366,24 @@ def test_a_client_over_stdio_sees_reads_given_up_cancelled_upstream(tmp_path: Pa
         assert "could not be read" in answers[101]["error"]["message"] and 102 not in answers
         told = json.loads(answers[103]["result"]["contents"][0]["text"])
         assert len(told["slow"]) == 2 and _cancelled_with_reasons(told) == set(told["slow"]), (fast, told)
+        assert {p["requestId"]: p["reason"] for p in told["cancelled"]} == dict(zip(
+            told["slow"], ["timed out", "caller cancelled"], strict=True)), (fast, told)
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_read_whose_http_client_goes_away_is_cancelled_upstream(tmp_path: Path, fast: str) -> None:
+    """Over HTTP (reads are awaited there, not relayed), a client that disconnects from a read its upstream holds:
+    the upstream is told at once (the caller's cancellation, well before the read's timeout)."""
+    with serve_http(_slow_manifest(tmp_path, timeout="30s"), tmp_path, env={"AGGREGATOR_HTTP_FAST": fast}) as server:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(server.url, content=json.dumps(_modern(7, "slow://slow")).encode(),
+                       headers=_modern_headers("", "slow://slow"), timeout=0.5)
+        deadline = time.monotonic() + 10
+        while True:
+            told = json.loads(httpx.post(server.url, content=json.dumps(_modern(8, "slow://told")).encode(),
+                                         headers=_modern_headers("", "slow://told"), timeout=10
+                                         ).json()["result"]["contents"][0]["text"])
+            if told["cancelled"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert told["cancelled"] == [{"requestId": told["slow"][0], "reason": "caller cancelled"}], told
