@@ -22,6 +22,7 @@ import httpx2 as httpx
 import pytest
 
 from aggregator import __version__
+from aggregator.event_loop import backend_options
 from aggregator.handlers.resources import ResourceHandlers
 from aggregator.search import Discovery
 from aggregator.server import build_server
@@ -309,11 +310,12 @@ def _cancelled_with_reasons(told: dict[str, Any]) -> set[str]:
     return {params["requestId"] for params in told["cancelled"]}
 
 
-def test_a_relayed_read_given_up_is_forgotten_and_cancelled_upstream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_relayed_read_given_up_is_forgotten_and_cancelled_upstream(tmp_path: Path, loop: str) -> None:
     """Relayed reads past their timeout (more of them than the cap), one whose answer comes after its timeout, and
     one cancelled by its caller: each fails or goes unanswered, the lane keeps no waiter for any of them, the
     upstream is told of each (notifications/cancelled, its id and a reason), the cap's slots are all given back,
-    and a good read is relayed and answered after them."""
+    and a good read is relayed and answered after them. On both loops `serve` runs on."""
     async def main() -> None:
         service = await ResourceService.open(_slow_manifest(tmp_path))
         handlers = ResourceHandlers(service, Discovery(service), None)
@@ -347,7 +349,7 @@ def test_a_relayed_read_given_up_is_forgotten_and_cancelled_upstream(tmp_path: P
         finally:
             await service.aclose()
 
-    anyio.run(main)
+    anyio.run(main, backend_options=backend_options(loop))
 
 
 @pytest.mark.parametrize("wire", ["legacy", "modern"])
