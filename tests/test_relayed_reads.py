@@ -318,34 +318,28 @@ def test_a_relayed_read_given_up_is_forgotten_and_cancelled_upstream(tmp_path: P
     and a good read is relayed and answered after them. On both loops `serve` runs on."""
     async def main() -> None:
         service = await ResourceService.open(_slow_manifest(tmp_path))
-        handlers = ResourceHandlers(service, Discovery(service), None)
+        stdio = _Stdio(service)
         try:
             assert (await service.read("slow://x")).content.text == "text of h://x"
             upstream = service.sources["slow"].upstream  # type: ignore[attr-defined]
             lane = upstream._conn.lane  # noqa: SLF001
-            for uri in ["slow://slow"] * 3 + ["slow://late"]:  # one after the other: the cap is two
-                cancel, replied, got = _relay(handlers, uri)
-                assert cancel is not None  # relayed: a slot was free
-                with anyio.fail_after(10):
-                    await replied.wait()
-                assert isinstance(got[0], MCPError) and "could not be read" in got[0].error.message, got
+            for n, uri in enumerate(["slow://slow"] * 3 + ["slow://late"], start=1):  # in turn: the cap is two
+                assert isinstance(stdio.read(n, uri), RelayedRead)  # relayed: a slot was free
+                error = await stdio.answer(n)
+                assert "could not be read" in error.message, error
                 assert not lane._waiting  # noqa: SLF001
-            cancel, replied, got = _relay(handlers, "slow://slow")
-            assert cancel is not None
+            assert isinstance(stdio.read(5, "slow://slow"), RelayedRead)
             await anyio.sleep(0.1)
-            cancel()
-            assert not lane._waiting and not got  # noqa: SLF001
+            stdio.fast.tasks.pop(5).cancel()  # as the client's notifications/cancelled does
+            assert not lane._waiting and 5 not in stdio.answers  # noqa: SLF001
             told = await _told(service, 5)
             assert _cancelled_with_reasons(told) >= set(told["slow"]) and len(told["slow"]) == 4
             assert [params["reason"] for params in told["cancelled"]] == ["timed out"] * 4 + ["caller cancelled"]
             await anyio.sleep(1.5)  # slow://late's answer came, and was dropped
             assert not lane._waiting and upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
-            cancel, replied, got = _relay(handlers, "slow://x")
-            assert cancel is not None
-            with anyio.fail_after(10):
-                await replied.wait()
-            assert got[0]["contents"][0]["text"] == "text of h://x"  # type: ignore[index]
-            assert upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
+            assert isinstance(stdio.read(6, "slow://x"), RelayedRead)
+            assert (await stdio.answer(6))["contents"][0]["text"] == "text of h://x"
+            assert upstream._limiter.borrowed_tokens == 0 and not stdio.fast.tasks  # noqa: SLF001
         finally:
             await service.aclose()
 
