@@ -15,6 +15,9 @@
   header; reading h://t/lone answers text holding a lone surrogate (`LONE`).
 - `numbers`: lists h://t/numbers, which answers a new text each time with a `ttlMs` of the next of `NUMBERS` (equal
   to 1 but for its type, or not a valid one), and h://t/lone (as in `values`).
+- `slow`: lists h://x, h://slow, h://late and h://told; never answers a read of h://slow, answers one of h://late
+  after `LATE` seconds, and answers one of h://told with what it was told (JSON: `slow`, the ids of the reads of
+  h://slow it got; `cancelled`, the params of every notifications/cancelled).
 
 In every mode but `broken`, reading a URI answers `text of <uri>` with the entry's listed mimeType, and templates are
 listed (none but in `values`) unless said otherwise.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -51,13 +55,19 @@ LONE = "half \ud800 of a pair: \u00e9"
 """What `values` reads at h://t/lone: text holding a lone surrogate (JSON's escape of it), which no UTF-8 encodes."""
 NUMBERS: list[Any] = [1, True, 1.0, 1, "1", -1, 1]
 """The `ttlMs` of h://t/numbers' answers in turn (`values`)."""
-flipped = False
 numbers_read = 0
+LATE = 1.5
+"""Seconds before `slow` answers a read of h://late."""
+flipped = False
+told: dict[str, list[Any]] = {"slow": [], "cancelled": []}
+"""What `slow` answers at h://told."""
+_writing = threading.Lock()  # `slow`'s late answers are written from a timer's thread
 
 
 def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with _writing:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
 
 
 def reply(rid: object, result: dict[str, Any]) -> None:
@@ -74,6 +84,8 @@ def listed() -> list[dict[str, Any]]:
         return VALUES
     if MODE == "numbers":
         return [{"uri": "h://t/numbers", "name": "numbers"}, {"uri": "h://t/lone", "name": "lone"}]
+    if MODE == "slow":
+        return [plain[0], *({"uri": f"h://{name}", "name": name} for name in ("slow", "late", "told"))]
     if MODE == "dupes" or (MODE == "flip" and flipped):
         return [plain[0], {"uri": "h://x", "name": "x again"}, plain[1], *([{"uri": "h://z", "name": "z"}] if flipped
                                                                          else [])]
@@ -102,6 +114,8 @@ def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
         reply(rid, {"resources": listed(), **({"nextCursor": "again"} if MODE == "loop" else {})})
     elif method == "resources/templates/list" and MODE != "plain":
         reply(rid, {"resourceTemplates": VALUE_TEMPLATES if MODE == "values" else []})
+    elif method == "resources/read" and MODE == "slow" and params["uri"] in ("h://slow", "h://late", "h://told"):
+        slowly(rid, params["uri"])
     elif method == "resources/read":
         uri = params["uri"]
         if MODE == "flip" and uri == "h://flip":
@@ -123,6 +137,21 @@ def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
         reply(rid, {})
     else:
         fail(rid)
+
+
+def slowly(rid: object, uri: str) -> None:
+    """`slow`'s reads of h://slow (never answered), h://late (answered late) and h://told."""
+    if uri == "h://slow":
+        told["slow"].append(rid)
+        return
+    text = json.dumps(told) if uri == "h://told" else f"text of {uri}"
+    answer = {"jsonrpc": "2.0", "id": rid, "result": {"contents": [{"uri": uri, "text": text}]}}
+    if uri == "h://late":
+        timer = threading.Timer(LATE, send, (answer,))
+        timer.daemon = True  # the upstream ends with its stdin, answers still due or not
+        timer.start()
+    else:
+        send(answer)
 
 
 def broken(method: str, rid: object, params: dict[str, Any]) -> None:
@@ -157,6 +186,8 @@ def broken(method: str, rid: object, params: dict[str, Any]) -> None:
 
 for line in sys.stdin:
     request = json.loads(line)
+    if request.get("method") == "notifications/cancelled":
+        told["cancelled"].append(request.get("params"))
     if request.get("id") is None:
         continue
     (broken if MODE == "broken" else orderly)(request.get("method", ""), request["id"], request.get("params") or {})

@@ -13,13 +13,16 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2 as httpx
 import pytest
 
 from aggregator import __version__
+from aggregator.event_loop import backend_options
 from aggregator.handlers.resources import ResourceHandlers
 from aggregator.search import Discovery
 from aggregator.server import build_server
@@ -27,6 +30,9 @@ from aggregator.service import ResourceService
 from aggregator.stdio_fast import fast_reads_for
 from aggregator.stdio_relay import RelayedRead
 from tests.conftest import write_manifest
+from tests.served import serve_http
+from tests.test_http_fast import _modern
+from tests.test_http_fast_observed import _modern_headers
 from tests.test_stdio_fast import MODERN_META, _read
 from tests.test_stdio_fast import _script as _reads
 from tests.test_stdio_fast_observed import WAIT, _accessed, _run
@@ -292,3 +298,113 @@ def test_a_reload_keeps_the_source_of_a_relayed_read_open_until_it_ends(tmp_path
             await service.aclose()
 
     anyio.run(main)
+
+
+SLOW = [sys.executable, str(HERE / "hostile_upstream.py"), "slow"]
+
+
+def _slow_manifest(folder: Path, timeout: str = "500ms") -> Path:
+    """An upstream that never answers slow://slow, answers slow://late past the timeout (1.5 s: give it less), and
+    says at slow://told what it was told; a cap of two reads at once."""
+    return write_manifest(folder, f"""
+        version: 1
+        server: {{name: relayed}}
+        defaults: {{ttl: 0s}}
+        sources:
+          slow: {{url: "mcp+stdio:", prefix: "h://", command: {SLOW!r}, env: {ENV!r}, timeout: {timeout},
+                  maxConcurrency: 2}}
+        collections:
+          - {{source: slow, glob: "*", uri: "slow://{{path}}"}}
+        """)
+
+
+async def _told(service: ResourceService, cancelled: int) -> dict[str, Any]:
+    """What the slow upstream was told, once it was told of `cancelled` reads given up (its cancellations are sent
+    in a task of their own)."""
+    with anyio.fail_after(10):
+        while True:
+            told: dict[str, Any] = json.loads((await service.read("slow://told")).content.text or "")
+            if len(told["cancelled"]) >= cancelled:
+                return told
+            await anyio.sleep(0.05)
+
+
+def _cancelled_with_reasons(told: dict[str, Any]) -> set[str]:
+    """The ids of the reads the upstream was told were given up, each told with a reason."""
+    assert all(isinstance(params.get("reason"), str) and params["reason"] for params in told["cancelled"]), told
+    return {params["requestId"] for params in told["cancelled"]}
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_relayed_read_given_up_is_forgotten_and_cancelled_upstream(tmp_path: Path, loop: str) -> None:
+    """Relayed reads past their timeout (more of them than the cap), one whose answer comes after its timeout, and
+    one cancelled by its caller: each fails or goes unanswered, the lane keeps no waiter for any of them, the
+    upstream is told of each (notifications/cancelled, its id and a reason), the cap's slots are all given back,
+    and a good read is relayed and answered after them. On both loops `serve` runs on."""
+    async def main() -> None:
+        service = await ResourceService.open(_slow_manifest(tmp_path))
+        stdio = _Stdio(service)
+        try:
+            assert (await service.read("slow://x")).content.text == "text of h://x"
+            upstream = service.sources["slow"].upstream  # type: ignore[attr-defined]
+            lane = upstream._conn.lane  # noqa: SLF001
+            for n, uri in enumerate(["slow://slow"] * 3 + ["slow://late"], start=1):  # in turn: the cap is two
+                assert isinstance(stdio.read(n, uri), RelayedRead)  # relayed: a slot was free
+                error = await stdio.answer(n)
+                assert "could not be read" in error.message, error
+                assert not lane._waiting  # noqa: SLF001
+            assert isinstance(stdio.read(5, "slow://slow"), RelayedRead)
+            await anyio.sleep(0.1)
+            stdio.fast.tasks.pop(5).cancel()  # as the client's notifications/cancelled does
+            assert not lane._waiting and 5 not in stdio.answers  # noqa: SLF001
+            told = await _told(service, 5)
+            assert _cancelled_with_reasons(told) >= set(told["slow"]) and len(told["slow"]) == 4
+            assert [params["reason"] for params in told["cancelled"]] == ["timed out"] * 4 + ["caller cancelled"]
+            await anyio.sleep(1.5)  # slow://late's answer came, and was dropped
+            assert not lane._waiting and upstream._limiter.borrowed_tokens == 0  # noqa: SLF001
+            assert isinstance(stdio.read(6, "slow://x"), RelayedRead)
+            assert (await stdio.answer(6))["contents"][0]["text"] == "text of h://x"
+            assert upstream._limiter.borrowed_tokens == 0 and not stdio.fast.tasks  # noqa: SLF001
+        finally:
+            await service.aclose()
+
+    anyio.run(main, backend_options=backend_options(loop))
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_a_client_over_stdio_sees_reads_given_up_cancelled_upstream(tmp_path: Path, wire: str) -> None:
+    """Over stdio, a read past its timeout and a read its client cancels: the upstream is told of both (their ids,
+    a reason) whether the read was relayed (the fast path) or awaited (the SDK's path)."""
+    manifest = _slow_manifest(tmp_path)
+    meta = {"_meta": MODERN_META} if wire == "modern" else {}
+    opening = [(m, 0.0) for m in _reads(wire) if m.get("method") != "resources/read"]
+    opening[0] = (opening[0][0], WAIT)
+    script = [*opening, (_read(101, "slow://slow", **meta), WAIT), (_read(102, "slow://slow", **meta), 0.3),
+              ({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 102}}, 0.5),
+              (_read(103, "slow://told", **meta), WAIT)]
+    for fast in (True, False):
+        answers, _ = _run(manifest, script, fast)
+        assert "could not be read" in answers[101]["error"]["message"] and 102 not in answers
+        told = json.loads(answers[103]["result"]["contents"][0]["text"])
+        assert len(told["slow"]) == 2 and _cancelled_with_reasons(told) == set(told["slow"]), (fast, told)
+        assert {p["requestId"]: p["reason"] for p in told["cancelled"]} == dict(zip(
+            told["slow"], ["timed out", "caller cancelled"], strict=True)), (fast, told)
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_read_whose_http_client_goes_away_is_cancelled_upstream(tmp_path: Path, fast: str) -> None:
+    """Over HTTP (reads are awaited there, not relayed), a client that disconnects from a read its upstream holds:
+    the upstream is told at once (the caller's cancellation, well before the read's timeout)."""
+    with serve_http(_slow_manifest(tmp_path, timeout="30s"), tmp_path, env={"AGGREGATOR_HTTP_FAST": fast}) as server:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(server.url, content=json.dumps(_modern(7, "slow://slow")).encode(),
+                       headers=_modern_headers("", "slow://slow"), timeout=0.5)
+        deadline = time.monotonic() + 10
+        while True:
+            told = json.loads(httpx.post(server.url, content=json.dumps(_modern(8, "slow://told")).encode(),
+                                         headers=_modern_headers("", "slow://told"), timeout=10
+                                         ).json()["result"]["contents"][0]["text"])
+            if told["cancelled"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert told["cancelled"] == [{"requestId": told["slow"][0], "reason": "caller cancelled"}], told

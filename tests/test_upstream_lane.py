@@ -36,6 +36,12 @@ def _expected(request_id: str, params: dict[str, Any]) -> bytes:
                       separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
 
 
+def _cancelled(written: list[bytes]) -> dict[str, str]:
+    """The reads cancelled upstream in `written`, and why."""
+    notes = [json.loads(line)["params"] for line in written if b"notifications/cancelled" in line]
+    return {note["requestId"]: note["reason"] for note in notes}
+
+
 @pytest.mark.parametrize("modern", [False, True])
 def test_the_request_line_is_the_json_encoders(modern: bool) -> None:
     async def main() -> None:
@@ -74,8 +80,7 @@ def test_reads_time_out_at_their_own_deadline_and_answered_ones_do_not() -> None
         assert 0.28 < time.monotonic() - started < 0.6
         assert not untimed.done()
         # Every read given up was cancelled upstream, the answered one was not.
-        cancelled = {json.loads(line)["params"]["requestId"] for line in written if b"notifications/cancelled" in line}
-        assert cancelled == {"agg-1", "agg-3"}
+        assert _cancelled(written) == {"agg-1": "timed out", "agg-3": "timed out"}
         lane.close()
         with pytest.raises(MCPError):
             await untimed
@@ -153,9 +158,11 @@ class _Told(Sent):
 def test_a_read_told_of_its_timeout_in_a_callback_leaves_the_next_deadline_in_place() -> None:
     """Relayed reads (`Lane.send`, a `Sent` told in place, which sweeps the lane where it is told, as
     `Upstream.relay`'s are): the first read's timeout sweeps the lane from inside the sweep. Each read still times
-    out at its own deadline, and the sweep raises nothing (it popped the next read's deadline, or an empty deque)."""
+    out at its own deadline, and the sweep raises nothing (it popped the next read's deadline, or an empty deque).
+    Each is forgotten (an answer that comes late is dropped) and cancelled upstream at once, as an awaited read is;
+    one given up by its caller is too, for its own reason."""
     async def main() -> None:
-        lane, _ = _lane()
+        lane, written = _lane()
         lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
         loop = asyncio.get_running_loop()
         errors: list[dict[str, Any]] = []
@@ -175,6 +182,12 @@ def test_a_read_told_of_its_timeout_in_a_callback_leaves_the_next_deadline_in_pl
         assert all(isinstance(outcome, TimeoutError) for _, outcome in told.values())
         assert 0.08 < told["first"][0] < 0.25 and 0.28 < told["second"][0] < 0.55, told
         assert errors == []
+        assert not lane._waiting and _cancelled(written) == {"agg-1": "timed out", "agg-2": "timed out"}
+        assert lane.claims({"jsonrpc": "2.0", "id": "agg-1", "result": {"contents": []}})  # late: dropped
+        given_up = waiter("given up")
+        assert lane.send("a://given-up", given_up, 30.0)
+        given_up.give_up()
+        assert not lane._waiting and _cancelled(written)["agg-3"] == "caller cancelled" and "given up" not in told
 
     asyncio.run(main())
 

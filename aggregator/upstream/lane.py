@@ -9,7 +9,8 @@ of a hop. The lane's ids are strings (`agg-N`) the SDK never mints (its ids are 
 each other's answers. An error answer becomes the `MCPError` the SDK would raise, a result is handed over as the
 wire's dict (the caller checks it: `answers.read_answer`, else the SDK's result model), and a connection that ends fails every read waiting (CONNECTION_CLOSED,
 as the SDK's), so `Upstream._call`'s retry and error mapping apply unchanged. A read given up (timeout,
-cancellation) is cancelled upstream with `notifications/cancelled`, as the SDK does.
+cancellation, awaited or sent) is forgotten and cancelled upstream with `notifications/cancelled` (its id and a
+reason), as the SDK does.
 
 A read costs no task hop of its own: the line is written at once when the pipe holds nothing unsent (`write_now`;
 else it waits its turn behind the SDK's writes), and its answer comes through a future the reader resolves, which a
@@ -46,6 +47,9 @@ ID_MARK = f'"{_PREFIX}'.encode()
 _READ_HEAD = f'{{"jsonrpc":"2.0","id":"{_PREFIX}'.encode()
 _KEPT_DONE = 64
 """Deadlines of reads already over that may wait behind one still waiting before they are swept out."""
+_TIMED_OUT = "timed out"
+_CANCELLED = "caller cancelled"
+"""Why a read given up is cancelled upstream: past its deadline, or its caller gave it up (the SDK's words)."""
 _CLIENT_CAPABILITIES: dict[str, Any] = {}
 """What our client declares (no roots, sampling or elicitation): the SDK's client with no callbacks says the same."""
 
@@ -179,7 +183,8 @@ class Lane:
                 answer.cancel()
             self._swept()
             if not answered and self._waiting.pop(request_id, None) is not None and not self._closed:
-                await self._cancel(request_id)
+                timed_out = not answer.cancelled() and isinstance(answer.exception(), TimeoutError)
+                await self._cancel(_cancellation(request_id, _TIMED_OUT if timed_out else _CANCELLED))
         return message
 
     def send(self, uri: str, sent: Sent, timeout: float) -> bool:
@@ -227,17 +232,27 @@ class Lane:
             # Reads answered behind one still waiting: dropped now rather than at its deadline.
             self._deadlines = deque(entry for entry in deadlines if not entry[1].done())
 
-    def _given_up(self, sent: Sent) -> None:
-        """A sent read no longer wanted (`Sent.give_up`, never told): its timer stopped, the read forgotten, and
-        the upstream told (in a task of its own)."""
+    def _given_up(self, sent: Sent, reason: str = _CANCELLED) -> None:
+        """A sent read over with no answer (`Sent.give_up`, never told; or past its deadline): its timer stopped, the
+        read forgotten (an answer still to come is dropped), and the upstream told why."""
         if sent._expiry is not None:  # noqa: SLF001 - its own reads'
             sent._expiry.cancel()  # noqa: SLF001
         request_id = sent._request_id  # noqa: SLF001
         if self._waiting.pop(request_id, None) is not None and not self._closed:
-            task = asyncio.get_running_loop().create_task(self._cancel(request_id))
-            self._telling.add(task)  # held until done: the loop keeps only a weak reference
-            task.add_done_callback(self._telling.discard)
+            self._tell(_cancellation(request_id, reason))
         self._swept()
+
+    def _tell(self, note: bytes) -> None:
+        """Write `note` at once where the pipe can take it (the pipe stays free for the next read), else in a task of
+        its own behind the writes under way."""
+        try:
+            if self._write_now is not None and self._write_now(note):
+                return
+        except OSError:
+            return  # the child stopped reading: the connection's end is told as it comes
+        task = asyncio.get_running_loop().create_task(self._cancel(note))
+        self._telling.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(self._telling.discard)
 
     def _expire_at(self, loop: asyncio.AbstractEventLoop, deadline: float,
                    answer: Waiter) -> asyncio.TimerHandle | None:
@@ -268,12 +283,12 @@ class Lane:
             if not answer.done():
                 answer.set_exception(TimeoutError())
 
-    async def _cancel(self, request_id: str) -> None:
-        """Tell the upstream a read was given up (best effort: the pipe may be gone, and we may be cancelled)."""
-        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+    async def _cancel(self, note: bytes) -> None:
+        """Tell the upstream a read was given up (`_cancellation`; best effort: the pipe may be gone, and we may be
+        cancelled)."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
             try:
-                await self._write(json.dumps(note).encode() + b"\n")
+                await self._write(note)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass
 
@@ -316,7 +331,7 @@ class Sent:
         return self._over
 
     def set_result(self, message: dict[str, Any] | None, /) -> None:
-        # `_ended`, written out: every answer comes this way.
+        # Over, its timer (if it had one of its own) stopped, the lane's deadlines swept: every answer comes this way.
         self._over = True
         if self._expiry is not None:
             self._expiry.cancel()
@@ -324,7 +339,10 @@ class Sent:
         self.answered(message)
 
     def set_exception(self, exc: BaseException, /) -> None:
-        self._ended()
+        # Past its deadline (the one failure the lane tells): given up as `Lane._ask` gives up an awaited read, so no
+        # waiter is kept for an answer that may never come, and the upstream stops the work.
+        self._over = True
+        self._lane._given_up(self, _TIMED_OUT)  # noqa: SLF001 - its own lane's
         self.answered(exc)
 
     def cancel(self) -> bool:
@@ -332,12 +350,11 @@ class Sent:
         self._over = True
         return True
 
-    def _ended(self) -> None:
-        """Told: over, its timer (if it had one of its own) stopped, the lane's deadlines swept."""
-        self._over = True
-        if self._expiry is not None:
-            self._expiry.cancel()
-        self._lane._swept()  # noqa: SLF001 - its own lane's
+
+def _cancellation(request_id: str, reason: str) -> bytes:
+    """The line telling the upstream that read `request_id` was given up, and why (as the SDK's client words it)."""
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id, "reason": reason}}
+    return json.dumps(note).encode() + b"\n"
 
 
 def _expire(answer: Waiter) -> None:
