@@ -287,6 +287,9 @@ class Immediate(Protocol):
 class Relays(Protocol):
     """What relays reads in callbacks (ResourceHandlers): a URI's plan, and what a relayed read answers."""
 
+    metrics: Any
+    """Where reads are counted (None: nowhere, and `relay_counted` need not be called)."""
+
     def relay_plan(self, uri: str) -> RelayPlan | None: ...
 
     def relayed(self, uri: str, modern: bool, outcome: Served | Exception, started: float

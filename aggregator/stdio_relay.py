@@ -45,10 +45,12 @@ class Shape:
     upstream's result it was made of, its text emptied (`result`): an answer equal to that but for its text is
     served as this line with its own text."""
 
-    __slots__ = ("head", "tail", "result")
+    __slots__ = ("head", "tail", "result", "modern")
 
-    def __init__(self, head: bytes, tail: bytes, result: dict[str, Any]) -> None:
+    def __init__(self, head: bytes, tail: bytes, result: dict[str, Any], modern: bool) -> None:
         self.head, self.tail, self.result = head, tail, result
+        self.modern = modern
+        """Whether `result` came on the modern wire (its hints count there)."""
 
     def line(self, request_id: types.RequestId, text: str) -> bytes:
         """The line answering `request_id` with `text` (orjson's own encoder: an id and a text parsed by orjson, a
@@ -56,21 +58,34 @@ class Shape:
         return b"".join((_LINE_HEAD, _encoded(request_id), self.head, _encoded(text), self.tail))
 
 
-def _shape_of(shaped: dict[str, Any], text: str, result: dict[str, Any], item: dict[str, Any]) -> Shape | None:
-    """The shape of a shaped read `shaped` whose one content's text is `text`, the upstream's `result` (whose one
-    content is `item`) kept with its text emptied; None when the text is not found once where it is expected."""
+def _one_text(outcome: Any) -> tuple[dict[str, Any], dict[str, Any], str] | None:
+    """The result of an answer that is one text (parsed by orjson: no `LooseResult`), its one content and the text;
+    None for any other answer."""
+    if (type(outcome) is dict and outcome.get("error") is None and type(result := outcome.get("result")) is dict
+            and type(contents := result.get("contents")) is list and len(contents) == 1
+            and type(item := contents[0]) is dict and type(text := item.get("text")) is str):
+        return result, item, text
+    return None
+
+
+def _shape_of(shaped: dict[str, Any], outcome: Any, modern: bool) -> Shape | None:
+    """The shape of a shaped read `shaped` made of the upstream's answer `outcome` (on the `modern` wire or not),
+    whose one text it serves as it came; None when the answer is not one text or the text is not found once where
+    it is expected."""
+    found = _one_text(outcome)
     contents = shaped.get("contents")
-    if (type(contents) is not list or len(contents) != 1 or type(served := contents[0]) is not dict
-            or served.get("text") is not text or _MARK in text):
+    if (found is None or type(contents) is not list or len(contents) != 1 or type(served := contents[0]) is not dict
+            or served.get("text") is not found[2] or _MARK in found[2]):
         return None
+    result, item, text = found
     marked = dumps({**shaped, "contents": [{**served, "text": _MARK}]})
-    head, found, tail = marked.partition(dumps(_MARK))
-    if not found or dumps(_MARK) in tail:
+    head, cut, tail = marked.partition(dumps(_MARK))
+    if not cut or dumps(_MARK) in tail:
         return None
     item["text"] = ""
     kept = loads_strict(dumps(result))  # a copy of its own: the answer's dicts are not ours to keep
     item["text"] = text
-    return Shape(b',"result":' + head, tail + b"}\n", kept)
+    return Shape(b',"result":' + head, tail + b"}\n", kept, modern)
 
 
 class RelayedRead(Sent, Flight[Content]):
@@ -108,29 +123,33 @@ class RelayedRead(Sent, Flight[Content]):
     def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
         plan, paths, asked = self._plan, self._paths, self._asked
         plan.leases.let_go(plan.snapshot)
-        # One text: served into the shape kept for an answer equal to it but for its text, when no read of the key
-        # follows this one (they need the content itself).
-        text = result = item = None
-        if (self._done is None and type(outcome) is dict and outcome.get("error") is None
-                and type(result := outcome.get("result")) is dict  # not a `LooseResult`: it may hold lone surrogates
-                and type(contents := result.get("contents")) is list and len(contents) == 1
-                and type(item := contents[0]) is dict and type(text := item.get("text")) is str):
-            kept = plan.shapes.get((self._version, self._lane.modern))
-            if kept is not None:
-                item["text"] = ""
-                alike = result == kept.result
-                item["text"] = text
-                limit = plan.limits.max_bytes
-                # Equal but for a number's type (`==` takes 1.0 and True for 1): the one number the read uses.
-                if (alike and type(result.get("ttlMs", 0)) is int and text[:1] != _BOM and len(text) <= limit
-                        and (text.isascii() or len(text) * 4 <= limit) and paths.tasks.get(asked) is self):
-                    plan.route.release(self)
-                    plan.cache.land(plan.key, self, plan.limits.policy)
-                    plan.calls.succeeded(plan.target.source)
-                    del paths.tasks[asked]
-                    self._out.answer_now(asked, kept.line(asked, text), None)
-                    paths.relays.relay_counted(self._uri, "ok", self._started)
-                    return
+        # Served into the shape kept for an answer equal to this one but for its text, when no read of the key
+        # follows this one (they need the content itself). Whatever differs fails the comparison (in C).
+        kept = plan.shapes.get(self._version) if self._done is None and type(outcome) is dict else None
+        if kept is not None and kept.modern is self._lane.modern:
+            try:
+                result = outcome["result"]  # type: ignore[index]  # a dict (above)
+                item = result["contents"][0]
+                text = item["text"]
+            except (KeyError, IndexError, TypeError):
+                pass  # not one text: the usual way
+            else:
+                if type(result) is dict and type(text) is str and outcome.get("error") is None:  # type: ignore[union-attr]
+                    item["text"] = ""
+                    alike = result == kept.result  # not a `LooseResult` (above): no lone surrogate in the text
+                    item["text"] = text
+                    limit = plan.limits.max_bytes
+                    # Equal but for a number's type (`==` takes 1.0 and True for 1): the one number a read uses.
+                    if (alike and type(result.get("ttlMs", 0)) is int and text[:1] != _BOM and len(text) <= limit
+                            and (text.isascii() or len(text) * 4 <= limit) and paths.tasks.get(asked) is self):
+                        plan.route.release(self)
+                        plan.cache.land(plan.key, self, plan.limits.policy)
+                        plan.calls.succeeded(plan.target.source)
+                        del paths.tasks[asked]
+                        self._out.answer_now(asked, kept.line(asked, text), None)
+                        if (relays := paths.relays).metrics is not None:
+                            relays.relay_counted(self._uri, "ok", self._started)
+                        return
         blob: Blob | Exception | None
         try:
             blob = plan.route.settle(self, outcome)
@@ -159,11 +178,10 @@ class RelayedRead(Sent, Flight[Content]):
             self._out.answer_now(asked, None, paths.error_data(exc))
             return
         line = encode_response(asked, shaped)
-        if (text is not None and result is not None and item is not None and isinstance(blob, Blob)
-                and isinstance(served, Served) and plan.text_as_sent(blob, served)):
-            shape = _shape_of(shaped, text, result, item)
-            if shape is not None and shape.line(asked, text) == line:
-                plan.shapes[(self._version, self._lane.modern)] = shape
+        if isinstance(blob, Blob) and isinstance(served, Served) and plan.text_as_sent(blob, served):
+            shape = _shape_of(shaped, outcome, self._lane.modern)
+            if shape is not None and blob.text is not None and shape.line(asked, blob.text) == line:
+                plan.shapes[self._version] = shape
         self._out.answer_now(asked, line, None)
 
     def cancel(self) -> bool:
