@@ -201,9 +201,9 @@ class Lane:
         """`send` of the read whose request line ends with `tail` (`read_tail`)."""
         if self._closed or self._write_now is None:
             return False
-        number = next(self._ids)
-        request_id = _PREFIX + str(number)
-        line = b"".join((_READ_HEAD, str(number).encode(), tail))
+        number = str(next(self._ids))
+        request_id = _PREFIX + number
+        line = _READ_HEAD + number.encode() + tail
         try:
             if not self._write_now(line):
                 return False
