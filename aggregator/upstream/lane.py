@@ -46,6 +46,8 @@ ID_MARK = f'"{_PREFIX}'.encode()
 """Bytes every line answering a lane read holds (its id's start): a line without them is not parsed for the lane."""
 _READ_HEAD = f'{{"jsonrpc":"2.0","id":"{_PREFIX}'.encode()
 _KEPT_DONE = 64
+_SWEPT_PAST = 16
+"""Deadlines queued past which an answered read sweeps the queue (fewer wait for the next answer over this many)."""
 """Deadlines of reads already over that may wait behind one still waiting before they are swept out."""
 _TIMED_OUT = "timed out"
 _CANCELLED = "caller cancelled"
@@ -331,11 +333,14 @@ class Sent:
         return self._over
 
     def set_result(self, message: dict[str, Any] | None, /) -> None:
-        # Over, its timer (if it had one of its own) stopped, the lane's deadlines swept: every answer comes this way.
+        # Over, its timer (if it had one of its own) stopped: every answer comes this way. The lane's deadlines of
+        # reads over are swept once a few are queued (the sweep passes over them meanwhile), not at every answer.
         self._over = True
         if self._expiry is not None:
             self._expiry.cancel()
-        self._lane._swept()  # noqa: SLF001 - its own lane's
+        lane = self._lane
+        if len(lane._deadlines) > _SWEPT_PAST:  # noqa: SLF001 - its own lane's
+            lane._swept()  # noqa: SLF001
         self.answered(message)
 
     def set_exception(self, exc: BaseException, /) -> None:
