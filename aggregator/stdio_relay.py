@@ -110,8 +110,8 @@ class RelayedRead(Sent, Flight[Content]):
         cache, key = plan.cache, plan.key
         if plan.caches.shared is not None or not cache.lead(key, self):
             return False  # a load under way, or a copy the cluster may hold: the usual way serves it from them
-        self._paths, self._out, self._plan, self._asked, self._version, self._uri = paths, out, plan, asked, version, uri
-        self._handler, self._answer = handler, answer
+        self._paths, self._out, self._plan, self._asked = paths, out, plan, asked
+        self._version, self._uri, self._handler, self._answer = version, uri, handler, answer
         self._started = perf_counter()
         if not plan.route.send(self):
             cache.land(key, self, plan.limits.policy)
@@ -125,16 +125,17 @@ class RelayedRead(Sent, Flight[Content]):
         plan.leases.let_go(plan.snapshot)
         # Served into the shape kept for an answer equal to this one but for its text, when no read of the key
         # follows this one (they need the content itself). Whatever differs fails the comparison (in C).
-        kept = plan.shapes.get(self._version) if self._done is None and type(outcome) is dict else None
-        if kept is not None and kept.modern is self._lane.modern:
+        message = outcome if type(outcome) is dict else None
+        kept = plan.shapes.get(self._version) if message is not None and self._done is None else None
+        if kept is not None and message is not None and kept.modern is self._lane.modern:
             try:
-                result = outcome["result"]  # type: ignore[index]  # a dict (above)
+                result = message["result"]
                 item = result["contents"][0]
                 text = item["text"]
             except (KeyError, IndexError, TypeError):
                 pass  # not one text: the usual way
             else:
-                if type(result) is dict and type(text) is str and outcome.get("error") is None:  # type: ignore[union-attr]
+                if type(result) is dict and type(text) is str and message.get("error") is None:
                     item["text"] = ""
                     alike = result == kept.result  # not a `LooseResult` (above): no lone surrogate in the text
                     item["text"] = text

@@ -64,8 +64,8 @@ class _Bus(InMemorySubscriptionBus):
 
 
 CHANGES = os.environ.get("UPSTREAM_CHANGES") == "1"
-TEXTS = ["plain", "ünïcödé ✓ 😀", 'quotes " and \\ backslash\n\ttab', "\u2028 and \u2029 separators", "\ufeffa BOM first",
-         "the marker \x00aggregator-relayed-text\x00 inside", "", "plain again", "<script>\u0000</script>"]
+TEXTS = ["plain", "ünïcödé ✓ 😀", 'quotes " and \\ backslash\n\ttab', "\u2028 and \u2029 separators",
+         "\ufeffa BOM first", "the marker \x00aggregator-relayed-text\x00 inside", "", "plain again", "<script>\u0000</script>"]
 """What `test://texts` answers in turn (UPSTREAM_TEXTS): texts a relayed answer's shape must carry as they are."""
 bus = _Bus()
 server = MCPServer("test-upstream", version="1.0", subscriptions=bus, cache_hints={

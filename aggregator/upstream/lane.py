@@ -358,7 +358,8 @@ class Sent:
 
 def _cancellation(request_id: str, reason: str) -> bytes:
     """The line telling the upstream that read `request_id` was given up, and why (as the SDK's client words it)."""
-    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id, "reason": reason}}
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": reason}}
     return json.dumps(note).encode() + b"\n"
 
 
