@@ -9,15 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from aggregator.workers import listening_socket
-from tests.isolation import free_port
-from tests.served import ROOT, STOP_TIMEOUT, catches, start, tail, wait_until
-from tests.test_live import BASE
+from tests.served import ROOT, STOP_TIMEOUT
 
 
 def test_connections_accepted_on_the_shared_socket_have_nodelay() -> None:
@@ -39,48 +35,6 @@ def test_connections_accepted_on_the_shared_socket_have_nodelay() -> None:
 
     asyncio.run(main())
     assert seen and seen[0] != 0
-
-
-START_UP_CPU = 0.4
-"""CPU seconds a `serve` stopped as soon as it handles SIGTERM may spend: its interpreter and CLI start (about 0.15 s
-here), not the rest of its start-up (its imports of the server alone are about 0.6 s more)."""
-
-
-@pytest.mark.parametrize("extra", [(), ("--stateless", "--workers", "2")], ids=["http", "workers"])
-def test_a_stop_at_the_first_instant_ends_start_up_there(tmp_path: Path, extra: tuple[str, ...]) -> None:
-    """SIGTERM once `serve` handles it ends it cleanly without first finishing its start-up: a second of imports
-    and checks that a loaded machine stretched past the 15 s a test (or a supervisor) waits for the exit. Measured
-    as the process's CPU time, which load does not stretch."""
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n")
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(BASE)
-    log = tmp_path / "stderr.log"
-    process = start([sys.executable, "-m", "aggregator", "serve", str(manifest), "--http", str(free_port()), *extra],
-                    log)
-    try:
-        wait_until(lambda: catches(process.pid, signal.SIGTERM), "the SIGTERM handler", process=process, log=log)
-        process.send_signal(signal.SIGTERM)
-        status, cpu = _waited(process.pid, STOP_TIMEOUT)
-    finally:
-        if process.returncode is None and process.poll() is None:
-            process.kill()
-            process.wait()
-    assert os.waitstatus_to_exitcode(status) == 0, tail(log)
-    assert "Traceback" not in log.read_text(), tail(log)
-    assert cpu < START_UP_CPU, (cpu, tail(log))
-
-
-def _waited(pid: int, timeout: float) -> tuple[int, float]:
-    """The wait status and CPU seconds (user + system, its own and its reaped children's) of child `pid` once it
-    has ended; AssertionError if it is still running after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ended, status, usage = os.wait4(pid, os.WNOHANG)
-        if ended:
-            return status, usage.ru_utime + usage.ru_stime
-        time.sleep(0.02)
-    raise AssertionError(f"still running {timeout:g}s after the stop")
 
 
 # A parent of two workers that serve (sleep) until stopped, and SIGTERM sent to it by a profile hook at the first
