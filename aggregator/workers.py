@@ -51,11 +51,11 @@ def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], 
     broken worker is seen by whatever supervises the service rather than silently halving its capacity.
     """
     stop = stop or listen()
-    # Reaped here, whatever disposition we were started with (an ignored SIGCHLD reaps children itself).
+    # Whatever we were started with: were SIGCHLD ignored, the kernel would reap the workers and we never see one end.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    # From here the stops and the children's ends are blocked and taken in turn by `_wait`, never by a handler
-    # between two bytecodes: one landing just before a fork missed that child, one just before os.wait() was
-    # acted on only once a worker had ended. A stop heard until now ran the handler as they were blocked.
+    # From here the stops and the workers' ends are blocked and taken in turn by `_wait`, never by a handler run
+    # between two bytecodes: one run just before a fork missed that worker, and one due just as os.wait() began ran
+    # only once a worker had ended. A stop that came before this ran the handler inside pthread_sigmask: `requested`.
     unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
     try:
         children: dict[int, int] = {}  # pid -> worker index
