@@ -214,6 +214,10 @@ def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop, loop: str) ->
         _report(exc)
         return EXIT_INVALID
     sock = listening_socket(*host_port(args.http))
+    # Before forking (the workers resume collecting): the collector leaves the modules imported alone, so a
+    # worker's collections keep the pages it shares with us unwritten, and our exit does not walk them (a third of
+    # our CPU, which a loaded machine stretches to seconds after the workers have stopped).
+    gc.freeze()
     stop.at_once = False  # a folder to remove and workers to stop from here: run_workers hears the stops
     # One scrape of /metrics covers every worker: each writes its figures to files in a folder of this run only.
     with private_folder() as shared:
