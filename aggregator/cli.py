@@ -82,9 +82,22 @@ async def _cluster(service: Any) -> AsyncIterator[RedisLink | None]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # Heard since aggregator.launch (from here when main() is called directly): a stop before the server is ready
-    # is honoured once it is, by not serving (serve_http, serve_stdio).
+    # Heard since aggregator.launch (from here when main() is called directly). Until the server opens anything (the
+    # manifest's sources, the workers) a stop ends the process at once: its imports alone are a second of CPU, which
+    # a loaded machine stretches past a supervisor's stop timeout. Later, one before the server is ready is honoured
+    # once it is, by not serving (serve_http, serve_stdio).
     stop = listen()
+    stop.at_once = True
+    try:
+        if stop.requested:
+            return EXIT_OK
+        return _serve(args, stop)
+    finally:
+        stop.at_once = False
+
+
+def _serve(args: argparse.Namespace, stop: Stop) -> int:
+    """`serve`, with stops ending it at once (`stop.at_once`) until it opens the manifest or forks the workers."""
     try:
         loop = chosen(args.loop)
     except ValueError as exc:
@@ -162,6 +175,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return stop.code  # 0, or 128 + the signal of a second stop (it did not wait for what was in flight)
 
     if args.workers == 1:
+        stop.at_once = False
         return anyio.run(run, backend_options=backend_options(loop))
     return _serve_workers(args, run, stop, loop)
 
@@ -200,6 +214,11 @@ def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop, loop: str) ->
         _report(exc)
         return EXIT_INVALID
     sock = listening_socket(*host_port(args.http))
+    # Before forking (the workers resume collecting): the collector leaves the modules imported alone, so a
+    # worker's collections keep the pages it shares with us unwritten, and our exit does not walk them (a third of
+    # our CPU, which a loaded machine stretches to seconds after the workers have stopped).
+    gc.freeze()
+    stop.at_once = False  # a folder to remove and workers to stop from here: run_workers hears the stops
     # One scrape of /metrics covers every worker: each writes its figures to files in a folder of this run only.
     with private_folder() as shared:
         return run_workers(args.workers, lambda index: anyio.run(run, sock, shared,

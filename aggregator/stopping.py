@@ -9,7 +9,9 @@ requests in flight ends serving without waiting for them: the process still wind
 wrote whole, its log flushed) and exits with 128 + the signal's number, as a shell reports a program the signal
 ended. From the first instant to the exit no stop meets the default action (which would kill a process finishing
 its shutdown). A command other than `serve` has nothing to finish: `release()` gives the signals their default
-actions back (and one heard meanwhile takes effect then).
+actions back (and one heard meanwhile takes effect then). While `serve` does start-up work that leaves nothing to
+finish (its imports, the manifest check of `--workers`: a second of CPU, which a loaded machine stretches past any
+supervisor's stop timeout) it sets `Stop.at_once`: a stop then ends the process there and then, exit 0.
 
 This module imports nothing the interpreter has not loaded already but `signal`: it runs before anything else of
 the command.
@@ -36,13 +38,16 @@ _heard: Stop | None = None
 
 class Stop:
     """SIGTERM/SIGINT handled from the moment this is made (unless not `handled`: a record only): the first one is
-    noted (`signum`; `requested` once it is set), a second one too (`forced`), and each is forwarded to `children`
-    (the workers of `serve --workers`, by pid)."""
+    noted (`signum`; `requested` once it is set), a second one too (`forced`); while `at_once`, a stop ends the
+    process."""
 
     def __init__(self, handled: bool = True) -> None:
         self.signum: int | None = None
         self.forced: int | None = None
-        self.children: dict[int, int] = {}  # pid -> worker index
+        self.at_once = False
+        """Set around start-up work that leaves nothing to finish: a stop meanwhile ends the process at once, exit 0
+        (os._exit from the handler: it takes no lock the interrupted code may hold, and flushes nothing; stderr is
+        line-buffered, so every line logged is out whole)."""
         if not handled:
             return
         for signum in STOPS:
@@ -61,7 +66,7 @@ class Stop:
         return 0 if self.forced is None else 128 + self.forced
 
     def note(self, signum: int, frame: FrameType | None = None) -> None:
-        """Record `signum`: the first stop, else the second (a handler: it forwards nothing)."""
+        """Record `signum`: the first stop, else the second (also a handler: what `stop_signals` leaves in place)."""
         if self.signum is None:
             self.signum = signum
         elif self.forced is None:
@@ -69,16 +74,8 @@ class Stop:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.note(signum)
-        for child in list(self.children):
-            forward(child, signum)
-
-
-def forward(pid: int, signum: int) -> None:
-    """Send `signum` to `pid`, which may have ended meanwhile."""
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
+        if self.at_once:
+            os._exit(0)
 
 
 def listen() -> Stop:
@@ -123,8 +120,7 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         # Python runs this in the main thread between two bytecodes (the loop's too): hand it to the loop. Python
         # handlers throughout (not the loop's own, whose removal restores the default action): no instant is
-        # left where a stop kills the process, nor one where it runs a handler that forwards it (a worker's copy of
-        # the parent's `Stop` knows its siblings).
+        # left where a stop kills the process.
         loop.call_soon_threadsafe(send.send_nowait, signum)
 
     for signum in STOPS:
