@@ -247,6 +247,27 @@ behind any relay spends more CPU a read than when read directly (111 us direct, 
 behind the gateway: three processes taking turns on two CPUs) and the gateway's 176k instructions still cost 229
 us. With the official client's direct read at 0.57 ms, 1.3x leaves a gateway about 170 us, its CPU included.
 
+2026-11-28, sixth session: a relayed read is one object (`aggregator/stdio_relay.py`: the stdio path's running
+read, the lane's waiter and the cache's flight at once) over a plan made once per URI and snapshot
+(`reads/relayed.py`: the target, limits, cache key and the upstream's route), and an answer that equals the last one
+of its URI but for its text (compared as parsed) is written into that answer's line with its text cut out, without
+being checked, typed, sieved and encoded again. The gateway's instructions a relayed read (callgrind, as above) went
+over our aggregator from 176k to 110k (legacy; modern 188k to 121k) and over server-everything from 301k to 240k;
+about 1,400 bytecodes and 50 Python calls a read are left (the request's parse and checks, the lane's send with its
+cap, deadline and write, the tap's claim of the answer, the flight, the lease, the access count). In an A/B run on
+this machine (the code before this session from a worktree with the same venv, 800 reads, 5 rounds, load about 1.3,
+interleaved with direct, the JSON relay floor and the loop relay floor) the uncached hop went over our aggregator
+from 1.53x to 1.43x direct on both wires (the gateway and the upstream together 118-122 us of CPU a read before,
+102-103 us after), and over server-everything from 1.35-1.44x to 1.22-1.32x (the JSON relay floor 1.05-1.07x in
+those runs). With the six peers of the table above the same code measures 1.38-1.50x over server-everything: ratios
+of reads this short (0.16-0.33 ms) move by about 0.1 with what else runs. Over our own aggregator the relay floors
+themselves (1.21-1.32x here) leave 1.3x out of reach of any relay that parses JSON on this machine. The loop relay
+floor (uvloop's callbacks parsing and encoding every message, nothing else) spends 33k instructions a read over our
+aggregator, and a minimal gateway on uvloop that also renumbers reads and checks and renames their answers 47k
+(about 1.2x direct in the same kind of run): 1.3x over our aggregator would need a gateway at roughly 75k, two
+thirds of ours now. Compiling the four upstream modules of the read (answers, lane, relaying, tap) with mypyc took
+14.5k off 175k in a trial (not adopted: a build step and a C compiler for every install).
+
 Since 2026-11-28 (second session) an uncached read through the gateway is relayed in callbacks
 (`aggregator/reads/relayed.py`): taken from stdin's pipe callback, sent on the lean lane at once, and answered from
 the callback that brings the upstream's answer, through the same layers without awaiting them (no task, two fewer
