@@ -33,6 +33,11 @@ from aggregator.wire_results import encode_response
 
 __all__ = ["RelayedRead", "Shape"]
 
+MAX_KEPT_RESULT = 4096
+"""Bytes of an upstream's result (its text left out) past which no shape is kept of it."""
+RELEARN_AFTER = 16
+"""Answers in a row that do not fit a kept shape after which another is learnt (an upstream that changed its form);
+until then they are served the usual way without the cost of cutting a new shape each time."""
 _BOM = "\ufeff"
 _MARK = "\x00aggregator-relayed-text\x00"
 """What stands for the text while a shape is cut (a text holding it is served the usual way)."""
@@ -45,12 +50,14 @@ class Shape:
     upstream's result it was made of, its text emptied (`result`): an answer equal to that but for its text is
     served as this line with its own text."""
 
-    __slots__ = ("head", "tail", "result", "modern")
+    __slots__ = ("head", "tail", "result", "modern", "missed")
 
     def __init__(self, head: bytes, tail: bytes, result: dict[str, Any], modern: bool) -> None:
         self.head, self.tail, self.result = head, tail, result
         self.modern = modern
         """Whether `result` came on the modern wire (its hints count there)."""
+        self.missed = 0
+        """Answers in a row it did not fit (past RELEARN_AFTER, the next one served the usual way is kept instead)."""
 
     def line(self, request_id: types.RequestId, text: str) -> bytes:
         """The line answering `request_id` with `text` (orjson's own encoder: an id and a text parsed by orjson, a
@@ -83,9 +90,11 @@ def _shape_of(shaped: dict[str, Any], outcome: Any, modern: bool) -> Shape | Non
     if not cut or dumps(_MARK) in tail:
         return None
     item["text"] = ""
-    kept = loads_strict(dumps(result))  # a copy of its own: the answer's dicts are not ours to keep
+    encoded = dumps(result)
     item["text"] = text
-    return Shape(b',"result":' + head, tail + b"}\n", kept, modern)
+    if len(encoded) > MAX_KEPT_RESULT:
+        return None  # an upstream's `_meta` of megabytes is not kept for every URI
+    return Shape(b',"result":' + head, tail + b"}\n", loads_strict(encoded), modern)
 
 
 class RelayedRead(Sent, Flight[Content]):
@@ -126,8 +135,8 @@ class RelayedRead(Sent, Flight[Content]):
         # Served into the shape kept for an answer equal to this one but for its text, when no read of the key
         # follows this one (they need the content itself). Whatever differs fails the comparison (in C).
         message = outcome if type(outcome) is dict else None
-        kept = plan.shapes.get(self._version) if message is not None and self._done is None else None
-        if kept is not None and message is not None and kept.modern is self._lane.modern:
+        kept = plan.shapes.get(self._version)
+        if kept is not None and message is not None and self._done is None and kept.modern is self._lane.modern:
             try:
                 result = message["result"]
                 item = result["contents"][0]
@@ -150,7 +159,9 @@ class RelayedRead(Sent, Flight[Content]):
                         self._out.answer_now(asked, kept.line(asked, text), None)
                         if (relays := paths.relays).metrics is not None:
                             relays.relay_counted(self._uri, "ok", self._started)
+                        kept.missed = 0
                         return
+            kept.missed += 1
         blob: Blob | Exception | None
         try:
             blob = plan.route.settle(self, outcome)
@@ -179,7 +190,8 @@ class RelayedRead(Sent, Flight[Content]):
             self._out.answer_now(asked, None, paths.error_data(exc))
             return
         line = encode_response(asked, shaped)
-        if isinstance(blob, Blob) and isinstance(served, Served) and plan.text_as_sent(blob, served):
+        if ((kept is None or kept.missed > RELEARN_AFTER) and isinstance(blob, Blob) and isinstance(served, Served)
+                and plan.text_as_sent(blob, served)):
             shape = _shape_of(shaped, outcome, self._lane.modern)
             if shape is not None and blob.text is not None and shape.line(asked, blob.text) == line:
                 plan.shapes[self._version] = shape

@@ -14,7 +14,8 @@
   titles, descriptions, mimeTypes, templates and completions, a 100 KB URI, a mimeType that would inject a
   header; reading h://t/lone answers text holding a lone surrogate (`LONE`).
 - `numbers`: lists h://t/numbers, which answers a new text each time with a `ttlMs` of the next of `NUMBERS` (equal
-  to 1 but for its type, or not a valid one), and h://t/lone (as in `values`).
+  to 1 but for its type, or not a valid one), h://t/lone (as in `values`) and h://t/meta (a text whose result has an
+  8 KB `_meta`).
 - `slow`: lists h://x, h://slow, h://late and h://told; never answers a read of h://slow, answers one of h://late
   after `LATE` seconds, and answers one of h://told with what it was told (JSON: `slow`, the ids of the reads of
   h://slow it got; `cancelled`, the params of every notifications/cancelled).
@@ -83,7 +84,7 @@ def listed() -> list[dict[str, Any]]:
     if MODE == "values":
         return VALUES
     if MODE == "numbers":
-        return [{"uri": "h://t/numbers", "name": "numbers"}, {"uri": "h://t/lone", "name": "lone"}]
+        return [{"uri": f"h://t/{name}", "name": name} for name in ("numbers", "lone", "meta")]
     if MODE == "slow":
         return [plain[0], *({"uri": f"h://{name}", "name": name} for name in ("slow", "late", "told"))]
     if MODE == "dupes" or (MODE == "flip" and flipped):
@@ -125,6 +126,10 @@ def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
         if uri.startswith("h://m/"):
             mime = INJECTED
         content = ({"blob": PNG} if mime == INJECTED else {"text": LONE if uri == "h://t/lone" else f"text of {uri}"})
+        if uri == "h://t/meta":
+            reply(rid, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": "metadata"}],
+                        "_meta": {"padding": "p" * 8000}})
+            return
         if uri == "h://t/numbers":
             numbers_read += 1
             reply(rid, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"read {numbers_read}"}],

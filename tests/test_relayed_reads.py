@@ -110,11 +110,8 @@ def test_answers_alike_but_for_their_text_are_served_as_the_usual_way_serves_the
     assert served == [text.removeprefix("\ufeff") for text in (TEXTS * 3)[:count]]
 
 
-def test_hostile_answers_alike_but_for_a_numbers_type_or_a_lone_surrogate_go_the_usual_way(tmp_path: Path) -> None:
-    """A kept shape is used only for an answer equal to its own but for the text: a `ttlMs` equal to the kept one's
-    but for its type (True, 1.0 for 1), or not valid, and text holding a lone surrogate, are served as the SDK's path
-    serves them."""
-    manifest = write_manifest(tmp_path, f"""
+def _hostile_manifest(folder: Path) -> Path:
+    return write_manifest(folder, f"""
         version: 1
         server: {{name: relayed}}
         defaults: {{ttl: 0s}}
@@ -124,6 +121,13 @@ def test_hostile_answers_alike_but_for_a_numbers_type_or_a_lone_surrogate_go_the
         collections:
           - {{source: va, glob: "*", uri: "wiki://{{path}}"}}
         """)
+
+
+def test_hostile_answers_alike_but_for_a_numbers_type_or_a_lone_surrogate_go_the_usual_way(tmp_path: Path) -> None:
+    """A kept shape is used only for an answer equal to its own but for the text: a `ttlMs` equal to the kept one's
+    but for its type (True, 1.0 for 1), or not valid, and text holding a lone surrogate, are served as the SDK's path
+    serves them."""
+    manifest = _hostile_manifest(tmp_path)
     opening = [(m, 0.0) for m in _reads("legacy") if m.get("method") != "resources/read"]
     opening[0] = (opening[0][0], WAIT)
     count = 14  # twice round tests/hostile_upstream.py's NUMBERS (importing it would serve on this test's stdin)
@@ -133,6 +137,28 @@ def test_hostile_answers_alike_but_for_a_numbers_type_or_a_lone_surrogate_go_the
     assert fast == slow
     texts = [a["result"]["contents"][0].get("text", "") for a in fast.values() if "contents" in a.get("result", {})]
     assert any("error" in answer for answer in fast.values()) and any(text.startswith("read") for text in texts)
+
+
+def test_no_shape_is_kept_of_an_answer_whose_result_is_large_but_for_its_text(tmp_path: Path) -> None:
+    """An upstream's result of kilobytes besides its text (an 8 KB `_meta`) is served the usual way each time and
+    nothing of it is kept for the URI; a small one's shape is kept."""
+    async def main() -> None:
+        service = await ResourceService.open(_hostile_manifest(tmp_path))
+        stdio = _Stdio(service)
+        handlers = stdio.fast.relays
+        assert isinstance(handlers, ResourceHandlers)
+        try:
+            await service.read("wiki://lone")  # connected: the lane is up
+            for n, uri in enumerate(["wiki://meta", "wiki://numbers"] * 3):
+                assert isinstance(stdio.read(n, uri), RelayedRead)
+                assert (await stdio.answer(n))["contents"][0]["text"] in ("metadata", f"read {n // 2 + 1}")
+            meta, numbers = handlers.relay_plan("wiki://meta"), handlers.relay_plan("wiki://numbers")
+            assert meta is not None and numbers is not None
+            assert not meta.shapes and list(numbers.shapes) == ["2025-11-25"]
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
 
 
 class _Stdio:
