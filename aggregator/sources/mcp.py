@@ -79,11 +79,11 @@ class McpSource(Source):
         self.values = UpstreamValues(f"{upstream.describe()} ({id})")
         """What the upstream lists and reads is checked here before it is served."""
         self._generation = 0
+        """Counts the upstream's ListChanged: a listing asked before the latest one is not kept (it may predate it)."""
         self._kept: ResourceRecords | None = None
         """The last records listed (what the catalog most likely holds), for an equal listing to share them."""
         self._prefix = namespaced_uri(namespace, "") if namespace else ""
         """What the kept records' URIs start with: the namespace the catalog lists them under."""
-        """Counts the upstream's ListChanged: a listing asked before the latest one is not kept (it may predate it)."""
 
     def describe(self) -> str:
         return self.upstream.describe()
