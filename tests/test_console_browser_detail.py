@@ -197,8 +197,16 @@ def test_hostile_names_and_contents_stay_text_in_the_detail_pane(browser: Any,
             page.on("pageerror", lambda e: problems.append(str(e)))
             page.goto(running.base + "/console")
             _open(page, "h://")
-            uris = page.eval_on_selector_all("#tree button[data-uri]", "bs => bs.map(b => b.dataset.uri)")
             names = (XSS_NAME, "x.json", "100%.md", "spaced name.md")
+            # The crumbs change before the listing arrives: wait for the tree itself (or fail on what it shows).
+            try:
+                page.wait_for_function(
+                    "uris => uris.every(u => [...document.querySelectorAll('#tree button[data-uri]')]"
+                    ".some(b => b.dataset.uri === u))", arg=["h://" + quote(name) for name in names],
+                    timeout=WAIT_MS)
+            except sync_api.TimeoutError:
+                pass  # the assertion below says what the tree showed
+            uris = page.eval_on_selector_all("#tree button[data-uri]", "bs => bs.map(b => b.dataset.uri)")
             assert all("h://" + quote(name) in uris for name in names), uris  # a name's URI is percent-encoded
             for name in names:
                 uri = "h://" + quote(name)
