@@ -261,8 +261,8 @@ from 1.53x to 1.43x direct on both wires (the gateway and the upstream together 
 102-103 us after), and over server-everything from 1.35-1.44x to 1.22-1.32x (the JSON relay floor 1.05-1.07x in
 those runs). With the six peers of the table above the same code measures 1.38-1.50x over server-everything: ratios
 of reads this short (0.16-0.33 ms) move by about 0.1 with what else runs. Over our own aggregator the relay floors
-themselves (1.21-1.32x here) leave 1.3x out of reach of any relay that parses JSON on this machine. The loop relay
-floor (uvloop's callbacks parsing and encoding every message, nothing else) spends 33k instructions a read over our
+themselves measure 1.21-1.32x here, so 1.3x leaves a gateway about 15 us a read beyond the loop relay floor. The loop
+relay floor (uvloop's callbacks parsing and encoding every message, nothing else) spends 33k instructions a read over our
 aggregator, and a minimal gateway on uvloop that also renumbers reads and checks and renames their answers 47k
 (about 1.2x direct in the same kind of run): 1.3x over our aggregator would need a gateway at roughly 75k, two
 thirds of ours now. Compiling the four upstream modules of the read (answers, lane, relaying, tap) with mypyc took
