@@ -98,13 +98,12 @@ class ResourceHandlers:
             said = "ok"
         else:
             result, said = failure_of(outcome, uri, modern)
-        if self.metrics is not None:
-            self.metrics.observe(READ, uri, said, perf_counter() - started, STDIO)
+        self.relay_counted(uri, said, started)
         return result
 
     def relay_counted(self, uri: str, said: str, started: float) -> None:
-        """Count a relayed read of `uri` begun at `started` that ended as `said` without `relayed`: served as its
-        plan shaped it ("ok"), or given up ("error", as a cancelled handler is)."""
+        """Count and access-log a relayed read of `uri` begun at `started` that ended as `said` (`relayed`'s outcome;
+        "ok" for one served as its plan shaped it, "error" for one given up, as a cancelled handler is)."""
         if self.metrics is not None:
             self.metrics.observe(READ, uri, said, perf_counter() - started, STDIO)
 

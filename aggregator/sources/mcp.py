@@ -32,7 +32,7 @@ from aggregator import heap
 from aggregator.globs import path_filter
 from aggregator.manifest.source_urls import url_scheme
 from aggregator.manifest.model import namespaced_uri
-from aggregator.sources.base import (Blob, RelayRoute, ChangeCallback, FileInfo, Published, PublishedTemplate,
+from aggregator.sources.base import (Blob, ChangeCallback, FileInfo, Published, PublishedTemplate, RelayRoute,
                                      Source, SourceError, SourceNotFound, SourceUnsupported)
 from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,

@@ -46,9 +46,9 @@ ID_MARK = f'"{_PREFIX}'.encode()
 """Bytes every line answering a lane read holds (its id's start): a line without them is not parsed for the lane."""
 _READ_HEAD = f'{{"jsonrpc":"2.0","id":"{_PREFIX}'.encode()
 _KEPT_DONE = 64
+"""Deadlines of reads already over that may wait behind one still waiting before they are swept out."""
 _SWEPT_PAST = 16
 """Deadlines queued past which an answered read sweeps the queue (fewer wait for the next answer over this many)."""
-"""Deadlines of reads already over that may wait behind one still waiting before they are swept out."""
 _TIMED_OUT = "timed out"
 _CANCELLED = "caller cancelled"
 """Why a read given up is cancelled upstream: past its deadline, or its caller gave it up (the SDK's words)."""
@@ -133,7 +133,7 @@ class Lane:
         ended; MCPError when it ended under the write, TimeoutError past `timeout` seconds."""
         if self._closed:
             return None
-        return await self._ask(*self._request(uri), timeout)
+        return await self._ask(*self._request(self.read_tail(uri)), timeout)
 
     async def list_resources(self, cursor: str | None) -> dict[str, Any]:
         """The upstream's result for one `resources/list` page from `cursor` (None: the first), as the wire gave it
@@ -203,9 +203,7 @@ class Lane:
         """`send` of the read whose request line ends with `tail` (`read_tail`)."""
         if self._closed or self._write_now is None:
             return False
-        number = str(next(self._ids))
-        request_id = _PREFIX + number
-        line = _READ_HEAD + number.encode() + tail
+        request_id, line = self._request(tail)
         try:
             if not self._write_now(line):
                 return False
@@ -219,11 +217,11 @@ class Lane:
         sent._expiry = self._expire_at(loop, loop.time() + timeout, sent)  # noqa: SLF001
         return True
 
-    def _request(self, uri: str) -> tuple[str, bytes]:
-        """A new read's id and its request line: what json.dumps would write (compact, UTF-8 as it is), from its
-        fixed parts and the encoded URI."""
-        number = next(self._ids)
-        return _PREFIX + str(number), b"".join((_READ_HEAD, str(number).encode(), self.read_tail(uri)))
+    def _request(self, tail: bytes) -> tuple[str, bytes]:
+        """A new read's id and its request line ending with `tail` (`read_tail`): what json.dumps would write
+        (compact, UTF-8 as it is)."""
+        number = str(next(self._ids))
+        return _PREFIX + number, _READ_HEAD + number.encode() + tail
 
     def _swept(self) -> None:
         """Deadlines of reads over are dropped from the front, and all of them once they outnumber those waiting."""

@@ -57,17 +57,16 @@ class Route:
         if lane is not self._lane:
             self._lane, self._tail = lane, lane.read_tail(self._uri)
         if not lane.send_read(self._tail, sent, upstream.timeout):
-            upstream._limiter.release_on_behalf_of(sent)  # noqa: SLF001
+            self.release(sent)
             return False
         return True
 
     def settle(self, sent: Sent, answer: dict[str, Any] | None | BaseException) -> Any:
         """What `read` returns of `sent`'s answer, its slot freed; None when the connection was lost under it (read
         again: the next connection); raises what `read` raises."""
-        upstream = self._upstream
-        upstream._limiter.release_on_behalf_of(sent)  # noqa: SLF001 - the slot taken for it
-        return upstream._settled(sent._link, sent._lane, self._uri, self._max_bytes, answer,  # noqa: SLF001
-                                 self._make)
+        self.release(sent)
+        return self._upstream._settled(sent._link, sent._lane, self._uri, self._max_bytes, answer,  # noqa: SLF001
+                                       self._make)
 
     def release(self, sent: Sent) -> None:
         """Free the slot of a read given up before its answer."""
