@@ -93,10 +93,8 @@ class FastReads:
         self.tasks: dict[types.RequestId, asyncio.Task[None] | RelayedRead] = {}
         self._envelopes = Envelopes()
         owner = getattr(handler, "__self__", None)
-        self._owner: Relays | None = owner if isinstance(owner, Relays) else None
-        """The read handler's owner (ResourceHandlers), when it relays reads."""
-        self.relays = self._owner
-        """What serves relayed reads' outcomes (the read handler's owner), when reads are relayed."""
+        self.relays: Relays | None = owner if isinstance(owner, Relays) else None
+        """The read handler's owner (ResourceHandlers), when it relays reads: their plans and outcomes."""
         self._out: Immediate | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop `tap` runs on: on Python 3.11 asking for the running loop costs a getpid() system call."""
@@ -168,7 +166,7 @@ class FastReads:
         if version is None or not self._usable():
             return None
         if type(args) is str:  # a read: relayed in callbacks where it can be, else served by a task
-            if self._owner is not None and self._relayed(request_id, version, args, handler, answer):
+            if self.relays is not None and self._relayed(request_id, version, args, handler, answer):
                 return request_id
             args = _Params(args)
         # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
@@ -180,7 +178,7 @@ class FastReads:
     def _relayed(self, request_id: types.RequestId, version: str, uri: str, handler: Handler, answer: Answer) -> bool:
         """Whether the read was started in callbacks (`stdio_relay`) to be answered in the one that brings its
         outcome, with no task; False (nothing started) when it must be served by `_serve`."""
-        owner, out = self._owner, self._out
+        owner, out = self.relays, self._out
         if owner is None or out is None or not out.ready():
             return False
         plan = owner.relay_plan(uri)
