@@ -116,22 +116,24 @@ class RelayedRead(Sent, Flight[Content]):
               handler: Any, answer: Any) -> bool:
         """Send the read of `uri` asked as `asked` at `version`, answered through `out` where its outcome comes;
         False (nothing started) when it must be served the usual way."""
+        started = perf_counter()
         cache, key = plan.cache, plan.key
         if plan.caches.shared is not None or not cache.lead(key, self):
             return False  # a load under way, or a copy the cluster may hold: the usual way serves it from them
-        self._paths, self._out, self._plan, self._asked = paths, out, plan, asked
-        self._version, self._uri, self._handler, self._answer = version, uri, handler, answer
-        self._started = perf_counter()
         if not plan.route.send(self):
             cache.land(key, self, plan.limits.policy)
             return False
+        # Filled once the request is out (its answer cannot come before this callback returns): the upstream
+        # starts on it meanwhile.
+        self._paths, self._out, self._plan, self._asked = paths, out, plan, asked
+        self._version, self._uri, self._handler, self._answer = version, uri, handler, answer
+        self._started = started
         plan.leases.hold(plan.snapshot)
         paths.tasks[asked] = self
         return True
 
     def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
         plan, paths, asked = self._plan, self._paths, self._asked
-        plan.leases.let_go(plan.snapshot)
         # Served into the shape kept for an answer equal to this one but for its text, when no read of the key
         # follows this one (they need the content itself). Whatever differs fails the comparison (in C).
         message = outcome if type(outcome) is dict else None
@@ -152,16 +154,19 @@ class RelayedRead(Sent, Flight[Content]):
                     # Equal but for a number's type (`==` takes 1.0 and True for 1): the one number a read uses.
                     if (alike and type(result.get("ttlMs", 0)) is int and text[:1] != _BOM and len(text) <= limit
                             and (text.isascii() or len(text) * 4 <= limit) and paths.tasks.get(asked) is self):
+                        del paths.tasks[asked]
+                        self._out.answer_now(asked, kept.line(asked, text), None)
+                        # What the read held is let go once its answer is out: the client takes it meanwhile.
+                        plan.leases.let_go(plan.snapshot)
                         plan.route.release(self)
                         plan.cache.land(plan.key, self, plan.limits.policy)
                         plan.calls.succeeded(plan.target.source)
-                        del paths.tasks[asked]
-                        self._out.answer_now(asked, kept.line(asked, text), None)
                         if (relays := paths.relays).metrics is not None:
                             relays.relay_counted(self._uri, "ok", self._started)
                         kept.missed = 0
                         return
             kept.missed += 1
+        plan.leases.let_go(plan.snapshot)
         blob: Blob | Exception | None
         try:
             blob = plan.route.settle(self, outcome)

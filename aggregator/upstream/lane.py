@@ -336,10 +336,10 @@ class Sent:
         self._over = True
         if self._expiry is not None:
             self._expiry.cancel()
-        lane = self._lane
+        self.answered(message)
+        lane = self._lane  # swept once the answer is out
         if len(lane._deadlines) > _SWEPT_PAST:  # noqa: SLF001 - its own lane's
             lane._swept()  # noqa: SLF001
-        self.answered(message)
 
     def set_exception(self, exc: BaseException, /) -> None:
         # Past its deadline (the one failure the lane tells): given up as `Lane._ask` gives up an awaited read, so no
