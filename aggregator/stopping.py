@@ -13,6 +13,11 @@ actions back (and one heard meanwhile takes effect then). While `serve` does sta
 finish (its imports, the manifest check of `--workers`: a second of CPU, which a loaded machine stretches past any
 supervisor's stop timeout) it sets `Stop.at_once`: a stop then ends the process there and then, exit 0.
 
+The parent of `--workers` forwards each stop it hears to its workers as a signal of its own (`FORWARDED`): a stop
+sent to the whole process group (a terminal's Ctrl-C, a supervisor stopping every process of the service: systemd's
+control-group mode) reaches a worker twice, itself and forwarded, and that is one stop. A second stop is a second
+one from the same way (two forwarded, or two direct).
+
 This module imports nothing the interpreter has not loaded already but `signal`: it runs before anything else of
 the command.
 """
@@ -32,6 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["STOPS", "Stop", "listen", "release", "stop_signals"]
 
 STOPS = (signal.SIGTERM, signal.SIGINT)
+FORWARDED: dict[int, int] = {signal.SIGTERM: signal.SIGUSR1, signal.SIGINT: signal.SIGUSR2}
+"""Each stop as the parent of workers forwards it to them (a worker of a `Stop` with `forwarded` hears these)."""
+_FORWARDED_STOP = {forward: stop for stop, forward in FORWARDED.items()}
 
 _heard: Stop | None = None
 
@@ -44,6 +52,10 @@ class Stop:
     def __init__(self, handled: bool = True) -> None:
         self.signum: int | None = None
         self.forced: int | None = None
+        self.forwarded = False
+        """Whether stops may also come forwarded by a parent (a worker: it then hears FORWARDED too)."""
+        self._heard = [0, 0]
+        """Stops heard directly, and forwarded."""
         self.at_once = False
         """Set around start-up work that leaves nothing to finish: a stop meanwhile ends the process at once, exit 0
         (os._exit from the handler: it takes no lock the interrupted code may hold, and flushes nothing; stderr is
@@ -65,12 +77,22 @@ class Stop:
         """The exit code the stops heard leave: 0, or 128 + the number of the signal that forced it (a second)."""
         return 0 if self.forced is None else 128 + self.forced
 
-    def note(self, signum: int, frame: FrameType | None = None) -> None:
-        """Record `signum`: the first stop, else the second (also a handler: what `stop_signals` leaves in place)."""
+    @property
+    def signals(self) -> tuple[int, ...]:
+        """The signals that stop this process: STOPS, and where it has a parent that forwards them, FORWARDED's."""
+        return (*STOPS, *FORWARDED.values()) if self.forwarded else STOPS
+
+    def note(self, signum: int, frame: FrameType | None = None) -> int:
+        """Record `signum` (one of `signals`): the first stop, else a second from the same way (also a handler: what
+        `stop_signals` leaves in place). The stop it stands for (SIGTERM or SIGINT)."""
+        stop = _FORWARDED_STOP.get(signum, signum)
+        way = int(stop != signum)
+        self._heard[way] += 1
         if self.signum is None:
-            self.signum = signum
-        elif self.forced is None:
-            self.forced = signum
+            self.signum = stop
+        elif self.forced is None and self._heard[way] > 1:
+            self.forced = stop
+        return stop
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.note(signum)
@@ -123,7 +145,7 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
         # left where a stop kills the process.
         loop.call_soon_threadsafe(send.send_nowait, signum)
 
-    for signum in STOPS:
+    for signum in heard.signals:
         signal.signal(signum, on_signal)
     try:
         if heard.signum is not None:
@@ -134,14 +156,13 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
         task_status.started()
         async for received in receive:
             first, second = heard.signum is None, heard.forced is None
-            heard.note(received)  # the one place that tells a first stop from a second
+            name = signal.Signals(heard.note(received)).name  # the one place that tells a first stop from a second
             if first:
-                logger.info("%s: finishing requests in flight, then stopping", signal.Signals(received).name)
+                logger.info("%s: finishing requests in flight, then stopping", name)
                 stopping()
-            elif second:
-                logger.warning("%s again: stopping now, without waiting for requests in flight",
-                               signal.Signals(received).name)
+            elif second and heard.forced is not None:
+                logger.warning("%s again: stopping now, without waiting for requests in flight", name)
                 forced()
     finally:
-        for signum in STOPS:
+        for signum in heard.signals:
             signal.signal(signum, heard.note)

@@ -2,8 +2,9 @@
 
 Each worker is a fork that opens the manifest and serves on its own (its own catalog, cache and live reload; its
 figures go to files that any worker's /metrics reads, see metrics_multiprocess); the kernel hands each new
-connection to one of them. The parent only forwards SIGTERM/SIGINT and waits, both taken in turn with the signals
-blocked (sigwaitinfo), so no stop is lost between a check and a fork or a wait. A stop during start-up (the manifest
+connection to one of them. The parent only forwards SIGTERM/SIGINT (as `stopping.FORWARDED`: a stop of the whole
+process group reaches a worker both ways, and is one stop) and waits, both taken in turn with the signals blocked
+(sigwaitinfo), so no stop is lost between a check and a fork or a wait. A stop during start-up (the manifest
 check, the forks, a worker opening its catalog) is a clean one: exit 0.
 Sessions of the legacy wire live in one process, so several workers need `--stateless`.
 """
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import NoReturn
 
-from aggregator.stopping import STOPS, Stop, listen
+from aggregator.stopping import FORWARDED, STOPS, Stop, listen
 from aggregator.tracing import shutdown_tracing
 
 logger = logging.getLogger("aggregator.workers")
@@ -56,7 +57,8 @@ def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], 
     # From here the stops and the workers' ends are blocked and taken in turn by `_wait`, never by a handler run
     # between two bytecodes: one run just before a fork missed that worker, and one due just as os.wait() began ran
     # only once a worker had ended. A stop that came before this ran the handler inside pthread_sigmask: `requested`.
-    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
+    # The forwarded stops too: blocked in a worker until it handles them (their default action ends a process).
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {*WAITED, *FORWARDED.values()})
     try:
         children: dict[int, int] = {}  # pid -> worker index
         for index in range(count):
@@ -64,7 +66,8 @@ def run_workers(count: int, serve: Callable[[int], int], ended: Callable[[int], 
                 break
             pid = os.fork()
             if pid == 0:
-                _worker(index, serve, unblocked)
+                stop.forwarded = True
+                _worker(index, serve, stop, unblocked)
             children[pid] = index
         if children:
             logger.info("%d workers serving (pids %s)", len(children), ", ".join(map(str, children)))
@@ -111,16 +114,16 @@ def _reaped() -> Iterator[tuple[int, int]]:
 
 
 def _forward(pid: int, signum: int) -> None:
-    """Send `signum` to `pid`, which may have ended meanwhile."""
+    """Forward the stop `signum` to worker `pid` (which may have ended meanwhile) as FORWARDED says."""
     try:
-        os.kill(pid, signum)
+        os.kill(pid, FORWARDED[signum])
     except ProcessLookupError:
         pass
 
 
-def _worker(index: int, serve: Callable[[int], int], mask: Iterable[int]) -> NoReturn:
-    """The child's life: `serve(index)`, then its exit code; `mask`: the signal mask to serve with (the parent's
-    blocks what it waits for). Until the server installs its own handlers (before it accepts connections),
+def _worker(index: int, serve: Callable[[int], int], stop: Stop, mask: Iterable[int]) -> NoReturn:
+    """The child's life: `serve(index)`, then its exit code; `stop`: the stops it hears (`Stop.signals`); `mask`: the
+    signal mask to serve with (the parent's blocks what it waits for). Until the server installs its own handlers (before it accepts connections),
     SIGTERM/SIGINT end the worker at once with exit 0: it has served nothing yet, so there is nothing to finish, and
     a stop is not a failure. (Unwinding a half-done start-up from a signal handler instead was tried: it can land
     inside the event loop's construction or leave a task that ignores its cancellation.) The handler is os._exit
@@ -131,7 +134,7 @@ def _worker(index: int, serve: Callable[[int], int], mask: Iterable[int]) -> NoR
         os._exit(0)
 
     try:
-        for signum in STOPS:
+        for signum in stop.signals:
             signal.signal(signum, stop_starting)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a stop forwarded since the fork arrives here
         code = serve(index)

@@ -48,18 +48,20 @@ def _manifest(folder: Path, slow: int | None = None) -> Path:
 
 @contextmanager
 def _serve(folder: Path, *extra: str, pending: signal.Signals | None = None, stdin: int = subprocess.PIPE,
-           slow: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
+           slow: int | None = None, group: bool = False) -> Iterator[subprocess.Popen[bytes]]:
     """`python -m aggregator serve` on a folder of one file, stdin (unless given: an fd) and stdout pipes, stderr in
     folder/stderr.log; with `pending`, that signal is sent before the process can handle anything (blocked in the
-    spawner, so it is pending in the child from its first instruction). Killed on the way out if it is still
-    running."""
+    spawner, so it is pending in the child from its first instruction); with `group`, in a process group of its
+    own (its id the process's: what a terminal's Ctrl-C or a supervisor's stop of a whole group reaches). Killed on
+    the way out if it is still running."""
     log = folder / "stderr.log"
     argv = [sys.executable, "-m", "aggregator", "serve", str(_manifest(folder, slow)), *extra]
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS) if pending is not None else None
     try:
         with log.open("ab") as sink:
             process = subprocess.Popen(argv, cwd=folder, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                       stdin=stdin, stdout=subprocess.PIPE, stderr=sink)
+                                       stdin=stdin, stdout=subprocess.PIPE, stderr=sink, process_group=0 if group
+                                       else None)
         if pending is not None:
             process.send_signal(pending)
     finally:
@@ -295,3 +297,32 @@ def test_a_second_stop_during_the_first_ends_the_process_at_once_and_cleanly(tmp
             wait_until(lambda: bool(statuses), "the read's answer", timeout=10)
             [(status, body)] = statuses
             assert status == 503 or (status == 200 and '"id":2' not in body.replace(" ", "")), statuses
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_one_stop_of_the_whole_group_is_one_stop_for_the_workers(tmp_path: Path, sig: signal.Signals) -> None:
+    """A terminal's Ctrl-C (or a supervisor stopping every process of the service: systemd's control-group mode)
+    reaches the workers itself and through the parent, which forwards what it hears. That is one stop, not two: the
+    workers finish the read in flight (uvicorn's graceful shutdown, which answers it 503 after 5 s) and exit 0; a
+    stop of the group again after that first one was heard is a second one (exit 128 + its number)."""
+    log = tmp_path / "stderr.log"
+    port = free_port()
+    with _upstream_that_never_answers() as (slow, asked), _serve(
+            tmp_path, "--http", str(port), "--stateless", "--workers", "2", slow=slow, group=True) as process:
+        wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
+        statuses = _read_in_flight(process, port)
+        assert asked.wait(STOP_TIMEOUT), tail(log)
+        os.killpg(process.pid, sig)
+        wait_until(lambda: log.read_text().count("finishing requests in flight") >= 2, "both workers' first stop",
+                   process=process, log=log)
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(2)  # still finishing the read in flight
+        assert f"{sig.name} again" not in tail(log), tail(log)
+        os.killpg(process.pid, sig)
+        try:
+            code = process.wait(10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 10 s after the second stop\n{tail(log)}") from None
+        assert code == 128 + sig, (code, tail(log))
+        assert f"{sig.name} again: stopping now" in log.read_text(), tail(log)
+        wait_until(lambda: bool(statuses), "the read's answer", timeout=10)
