@@ -211,6 +211,7 @@ def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop, loop: str) ->
     try:
         load_manifest(args.manifest)  # one report of a bad manifest rather than one per worker
     except ManifestError as exc:
+        stop.at_once = False  # a failure to report: a stop meanwhile must not make it a clean exit
         _report(exc)
         return EXIT_INVALID
     sock = listening_socket(*host_port(args.http))

@@ -326,3 +326,24 @@ def test_one_stop_of_the_whole_group_is_one_stop_for_the_workers(tmp_path: Path,
         assert code == 128 + sig, (code, tail(log))
         assert f"{sig.name} again: stopping now" in log.read_text(), tail(log)
         wait_until(lambda: bool(statuses), "the read's answer", timeout=10)
+
+
+def test_a_stop_while_workers_report_an_invalid_manifest_still_exits_1(tmp_path: Path) -> None:
+    """`--workers` checks the manifest before forking, with stops ending the process at once (exit 0: nothing was
+    served); once the check has failed, a stop while the problems are reported no longer turns the failure into a
+    clean exit. The stop is sent as the report begins (not timed)."""
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text("version: 1\nserver: {name: bad}\nsources:\n  docs: {url: 12}\n")
+    script = ("import os, signal, sys\n"
+              "import aggregator.cli as cli\n"
+              "real = cli._report\n"
+              "def report(exc, *rest):\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    real(exc, *rest)\n"
+              "cli._report = report\n"
+              f"sys.exit(cli.main(['serve', {str(manifest)!r}, '--http', '{free_port()}', '--stateless', "
+              "'--workers', '2']))\n")
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, timeout=STOP_TIMEOUT)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    assert b"docs" in done.stderr and b"Traceback" not in done.stderr, done.stderr[-2000:]
