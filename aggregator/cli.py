@@ -46,12 +46,27 @@ def _report(error: ManifestError, fmt: str = "text") -> None:
 
 
 @asynccontextmanager
-async def _opened(path: str, collect: bool = True) -> AsyncIterator[Any]:
+async def _opened(path: str, collect: bool = True, stop: Stop | None = None) -> AsyncIterator[Any]:
     """The ResourceService for a manifest (imported lazily so `schema` stays instant), closed on the way out; the
-    cyclic collector runs again once it is open unless not `collect` (serve resumes it itself)."""
+    cyclic collector runs again once it is open unless not `collect` (serve resumes it itself). With `stop`, a stop
+    during the opening (minutes for a million files, or an upstream slow to answer) gives it up, what it opened
+    closed: _Stopped. After it, a stop is noted, and `serve_*` do not serve."""
     from aggregator.service import ResourceService
+    from aggregator.stopping import stop_signals
 
-    service = await ResourceService.open(path)
+    service: ResourceService | None = None
+    if stop is None:
+        service = await ResourceService.open(path)
+    else:
+        try:
+            async with anyio.create_task_group() as opening:
+                await opening.start(stop_signals, stop, opening.cancel_scope.cancel)
+                service = await ResourceService.open(path)
+                opening.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # the opening's own failure (the watcher raises none): as it was raised
+            raise group.exceptions[0] from None
+        if service is None:
+            raise _Stopped
     if collect:
         collect_again()
     try:
@@ -127,7 +142,7 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
         logging.getLogger("aggregator").debug("event loop: %s", running_loop())
         setup_tracing()  # in each worker: a fork does not carry the exporter's thread
         try:
-            async with _opened(args.manifest, collect=False) as service, _cluster(service) as link:
+            async with _opened(args.manifest, collect=False, stop=stop) as service, _cluster(service) as link:
                 notifier = Notifier(max_subscriptions=args.max_subscriptions or
                                     service.manifest.server.max_subscriptions)
                 if link is not None:
@@ -172,12 +187,18 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
         except _NoRedis as exc:
             print(f"aggregator: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        except _Stopped:
+            pass  # the stop was logged as it came; nothing was served
         return stop.code  # 0, or 128 + the signal of a second stop (it did not wait for what was in flight)
 
     if args.workers == 1:
         stop.at_once = False
         return anyio.run(run, backend_options=backend_options(loop))
     return _serve_workers(args, run, stop, loop)
+
+
+class _Stopped(Exception):
+    """A stop came while the manifest was being opened: nothing is served."""
 
 
 class _NoRedis(Exception):

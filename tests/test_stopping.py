@@ -309,6 +309,8 @@ def test_one_stop_of_the_whole_group_is_one_stop_for_the_workers(tmp_path: Path,
     port = free_port()
     with _upstream_that_never_answers() as (slow, asked), _serve(
             tmp_path, "--http", str(port), "--stateless", "--workers", "2", slow=slow, group=True) as process:
+        wait_until(lambda: log.read_text().count("serving 'stops'") >= 2, "both workers serving", process=process,
+                   log=log)
         wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
         statuses = _read_in_flight(process, port)
         assert asked.wait(STOP_TIMEOUT), tail(log)
@@ -347,3 +349,43 @@ def test_a_stop_while_workers_report_an_invalid_manifest_still_exits_1(tmp_path:
                           capture_output=True, timeout=STOP_TIMEOUT)
     assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
     assert b"docs" in done.stderr and b"Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_stop_while_opening_the_manifest_ends_the_opening(tmp_path: Path) -> None:
+    """A single-process `serve` opening a manifest whose upstream never answers its handshake (60 s allowed): a stop
+    then gives the opening up at once and closes what it opened (the upstream's process ends), exit 0, nothing
+    served; it does not wait for the opening to end first."""
+    started = tmp_path / "upstream.pid"
+    upstream = tmp_path / "silent.py"
+    upstream.write_text(f"import os, sys, time\nopen({str(started)!r}, 'w').write(str(os.getpid()))\n"
+                        "sys.stdin.buffer.read()\ntime.sleep(120)\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(
+        "version: 1\nserver: {name: opening}\nsources:\n"
+        f"  up: {{url: 'mcp+stdio:', command: [{sys.executable!r}, {str(upstream)!r}], timeout: 60s}}\n"
+        "collections:\n  - {source: up, glob: '**', uri: 'up://{path}'}\n")
+    log = tmp_path / "stderr.log"
+    with log.open("ab") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(manifest)], cwd=tmp_path,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=sink)
+    try:
+        wait_until(started.exists, "the upstream's start", process=process, log=log)
+        wait_until(lambda: started.read_text().isdigit(), "the upstream's pid", process=process, log=log)
+        process.send_signal(signal.SIGTERM)
+        assert _stopped_cleanly(process, log) == b""
+        pid = int(started.read_text())
+        wait_until(lambda: not _alive(pid), "the upstream's end", timeout=10)
+    finally:
+        stop(process, signal.SIGKILL)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
