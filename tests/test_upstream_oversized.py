@@ -45,6 +45,15 @@ def test_lines_give_every_short_line_and_one_skip_per_long_one(lines: list[bytes
             assert len(item.head) >= min(len(line), LIMIT) or len(item.head) == oversized.HEAD_BYTES
 
 
+def test_an_empty_chunk_completes_nothing() -> None:
+    """A chunk of no bytes is no line (an empty line once came of it, the shortcut taking its length for a newline
+    at its end)."""
+    splitter = oversized.LineSplitter(LIMIT)
+    assert splitter.feed(b"") == []
+    assert splitter.feed(b"ab") == [] and splitter.feed(b"") == [] and splitter.feed(b"c\n") == [b"abc"]
+    assert splitter.feed(b"") == []
+
+
 def test_a_line_that_does_not_end_is_given_up_past_the_budget() -> None:
     chunk = b"y" * (1024 * 1024)
     count = oversized.skip_budget(LIMIT) // len(chunk) + 2

@@ -80,7 +80,7 @@ class LineSplitter:
         if self._head is None and not self._buffer:
             # The usual chunk, one whole answer: its line as it is, without going through the buffer (three copies).
             newline = chunk.find(b"\n")
-            if newline == len(chunk) - 1 and newline <= self.limit:
+            if 0 <= newline == len(chunk) - 1 and newline <= self.limit:
                 return [chunk[:newline]]
         items: list[bytes | Oversized | None] = []
         if self._head is not None:
