@@ -22,6 +22,7 @@ from aggregator.content import QUERY_FORMATS, file_mime_type, is_gzip_name
 from aggregator.documents.formats import CONVERTED_MIME_TYPES, converted
 from aggregator.entry import FILE_MTIME, Entry, iso_time, listed_fields
 from aggregator.errors import InvalidCursor, ResourceNotFound
+from aggregator.listing_change import EVERYONE, ListingChange, compare
 from aggregator.manifest.model import CollectionSpec, ConvertSettings, Render, ResourceSpec, TemplateSpec
 from aggregator.manifest.placeholders import PLACEHOLDER
 from aggregator.paths import UnsafePath, has_raw_bytes, safe_relpath, uri_path
@@ -200,7 +201,16 @@ class Catalog:
 
     def templates_shown(self) -> tuple[object, ...]:
         """What resources/templates/list shows (the templates' part of `listing_signature`)."""
-        return tuple((t.uri_template, t.spec.name, t.spec.display) for t in self.templates)
+        return tuple(map(_shown_template, self.templates))
+
+    def templates_change(self, new: Catalog) -> ListingChange:
+        """What `new`'s templates do to each caller's resources/templates/list against this catalog's (O(templates)):
+        templates that came, went or show otherwise, or whose access changed; every caller is told of a reordering."""
+        before, after = ({t.uri_template: t for t in catalog.templates} for catalog in (self, new))
+        change = compare(before, after, _shown_template, _template_access)
+        if not change.shown and self.templates_shown() != new.templates_shown():
+            return EVERYONE  # the same templates in another order (or one spelt twice)
+        return change
 
     def same_listing(self, other: Catalog) -> bool:
         """Whether resources/list and resources/templates/list show the same of both (what equal
@@ -472,3 +482,13 @@ def _bounds(keys: Sequence[str], cursor: str | None, limit: int) -> tuple[int, i
     start = find_right(keys, decode_cursor(cursor)) if cursor else 0
     more = start + limit < len(keys)
     return start, min(start + limit, len(keys)), encode_cursor(keys[start + limit - 1]) if more else None
+
+
+def _shown_template(template: TemplateEntry) -> tuple[object, ...]:
+    """What resources/templates/list shows of `template`."""
+    return template.uri_template, template.spec.name, template.spec.display
+
+
+def _template_access(template: TemplateEntry) -> frozenset[str]:
+    """The scopes a caller needs to see `template`."""
+    return template.spec.access

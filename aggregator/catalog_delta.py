@@ -15,10 +15,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from aggregator.catalog import Catalog, Entry, listed_fields
+from aggregator.catalog import Catalog, Entry
 from aggregator.catalog_rows import Rows
 from aggregator.path_index import PathIndex
 from aggregator.compiler import EntryBuilder, collection_key, resource_entry, uri_collision
+from aggregator.entry import entries_change
+from aggregator.listing_change import ListingChange
 from aggregator.globs import path_filter
 from aggregator.manifest.model import CollectionSpec, Location, Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.manifest.placeholders import FILE_PLACEHOLDERS
@@ -53,8 +55,14 @@ class Delta:
     """URIs listed before and now whose entry changed (size, mtime ...): their content may differ."""
     gone: frozenset[tuple[str, str]]
     """(source, path) of files no longer listed: their cached content must not outlive the swap."""
-    listing_changed: bool
-    """Whether resources/list shows something else now (what `Catalog.listing_signature` compares)."""
+    listing: ListingChange
+    """Whose resources/list shows something else now (`listing_changed`: what `Catalog.listing_signature`
+    compares)."""
+
+    @property
+    def listing_changed(self) -> bool:
+        """Whether resources/list shows something else now to a caller who sees everything."""
+        return self.listing.listing_changed
 
     def paths_of(self, uris: Iterable[str]) -> set[str]:
         """The files the next catalog's entries for `uris` read (URIs that name no file are left out)."""
@@ -353,12 +361,12 @@ def _next(catalog: Catalog, out: dict[str, Entry], new: list[Entry], paths: dict
         successor.listed_at[key] = at
     added, removed = frozenset(new_uris - out.keys()), frozenset(out.keys() - new_uris)
     updated = frozenset(e.uri for e in new if e.uri in out)
-    shown_changed = bool(added or removed) or any(listed_fields(out[u]) != listed_fields(fresh[u]) for u in updated)
-    if not shown_changed and "listing_signature" in catalog.__dict__:
+    listing = entries_change(out, fresh)
+    if not listing.listing_changed and "listing_signature" in catalog.__dict__:
         successor.__dict__["listing_signature"] = catalog.listing_signature
     gone = {(e.source, e.path) for e in out.values() if e.source is not None and e.path is not None}
     gone -= {(e.source, e.path) for e in new if e.source is not None and e.path is not None}
-    return Delta(successor, added, removed, updated, frozenset(gone), shown_changed)
+    return Delta(successor, added, removed, updated, frozenset(gone), listing)
 
 
 def edit_sorted(entries: Rows, uris: Sequence[str], drop: Collection[str], add: Sequence[Entry]

@@ -32,7 +32,7 @@ def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: 
     (`stated`; None: not found), and what it publishes itself (`published`; None: nothing, as for a source that
     cannot be listed past its staleIfError).
 
-    The Delta's `listing_changed` covers the templates too. ManifestError (the issues compile_catalog reports) if a
+    The Delta's `listing` covers the templates too. ManifestError (the issues compile_catalog reports) if a
     new URI or template collides, NeedsRelist if a collection of `source` was never listed; `catalog` is unchanged.
     """
     at = time.monotonic() if now is None else now
@@ -68,8 +68,7 @@ def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: 
     if templates is None:
         return delta
     successor.with_templates(templates)
-    return replace(delta, listing_changed=delta.listing_changed
-                   or successor.templates_shown() != catalog.templates_shown())
+    return replace(delta, listing=delta.listing | catalog.templates_change(successor))
 
 
 def _changed(before: Sequence[PublishedResource], now: Sequence[PublishedResource]

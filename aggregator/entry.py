@@ -8,11 +8,13 @@ catalogs of a million files build entries again whenever a page or a read asks f
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import NamedTuple
 
+from aggregator.listing_change import ListingChange, compare
 from aggregator.manifest.model import ConvertSettings, Display, Render
 
-__all__ = ["Entry", "FILE_MTIME", "iso_time", "listed_fields"]
+__all__ = ["Entry", "FILE_MTIME", "entries_change", "iso_time", "listed_fields"]
 
 FILE_MTIME = "file"  # `annotations: {lastModified: file}`: list each file's modification time
 
@@ -60,6 +62,16 @@ def listed_fields(entry: Entry) -> tuple[object, ...]:
     """What resources/list shows of an entry."""
     return (entry.uri, entry.name, entry.title, entry.display, entry.mime_type, entry.size,
             entry.listed_last_modified)
+
+
+def entries_change(out: Mapping[str, Entry], fresh: Mapping[str, Entry]) -> ListingChange:
+    """What replacing the entries `out` with `fresh` (each by URI) does to each caller's resources/list: O(both)."""
+    return compare(out, fresh, listed_fields, _access)
+
+
+def _access(entry: Entry) -> frozenset[str]:
+    """The scopes a caller needs to see `entry`."""
+    return entry.access
 
 
 def iso_time(mtime: float | None) -> str | None:

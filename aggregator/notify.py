@@ -4,6 +4,9 @@ The SDK builds a session object per message, so a legacy connection is remembere
 the session of its `notifications/initialized` (not tied to any request), and forgotten through the
 connection's exit stack when it closes: nothing piles up. Listen streams the server ends (`end_streams()`) are
 listened to again by their clients; what is told in between is replayed to the new streams (`_Replay`).
+
+Each connection and stream is told as its caller's scopes say: `list_changed` only when that caller's listing
+changed (a `ListingChange`, asked per distinct set of scopes), `updated` only for URIs it may read then.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourcesListChanged, ResourceUpdated
 from mcp.server.subscriptions import ServerEvent, SubscriptionBus
+
+from aggregator.listing_change import EVERYONE, ListingChange
 
 if TYPE_CHECKING:
     import mcp.types as types
@@ -23,7 +29,7 @@ if TYPE_CHECKING:
 
     from aggregator.sdk_compat import Connection
 
-__all__ = ["Notifier", "TooManySubscriptions"]
+__all__ = ["ListChanged", "Notifier", "TooManySubscriptions", "listing_of"]
 
 logger = logging.getLogger("aggregator.notify")
 
@@ -34,6 +40,19 @@ again): longer than a client takes to listen again, short enough that a new clie
 REPLAY_EVENTS = 256
 """Events kept for them at most (fewer than a stream buffers); past it none are kept, and a client listening again
 after that learns of the gap only from its stream's end (it reads again, as after any dropped stream)."""
+
+
+@dataclass(frozen=True)
+class ListChanged(ResourcesListChanged):
+    """`list_changed` on the bus, with whose listings changed: each listen stream passes it only if its caller's
+    did (the SDK sends it as any `ResourcesListChanged`)."""
+
+    listing: ListingChange = EVERYONE
+
+
+def listing_of(event: ResourcesListChanged) -> ListingChange:
+    """Whose listings the `list_changed` event `event` is about (everyone's, unless it says)."""
+    return event.listing if isinstance(event, ListChanged) else EVERYONE
 
 
 class TooManySubscriptions(Exception):
@@ -51,12 +70,13 @@ class Notifier:
         """The bus as listen streams see it: what is told after `end_streams()` reaches the next streams too."""
         self.max_subscriptions = max_subscriptions
         self._sessions: dict[Connection, ServerSession] = {}
+        self._scopes: dict[Connection, frozenset[str] | None] = {}  # each legacy connection's caller's (None: all)
         self._subscriptions: dict[Connection, set[str]] = {}
         self._visible: dict[Connection, Callable[[str], bool]] = {}
         self._listens: dict[object, frozenset[str]] = {}
         self.sent_list_changed = 0
         self.sent_updated = 0
-        self._listen = ListenHandler(self._replay, max_subscriptions=max_subscriptions)
+        self._listen = ListenHandler(_CallerEvents(self._replay, None, None), max_subscriptions=max_subscriptions)
         self._scoped: set[ListenHandler] = set()  # one per open stream of a caller who sees only part of the catalog
         self.subscription_listeners: list[Callable[[], None]] = []
         self.interest: list[Callable[[], Iterable[str]]] = []
@@ -75,24 +95,28 @@ class Notifier:
 
     # --- legacy wire ---------------------------------------------------------------------------------
 
-    def register(self, connection: Connection, session: ServerSession) -> None:
-        """A legacy connection that should hear list_changed, and the session to send through."""
+    def register(self, connection: Connection, session: ServerSession, scopes: frozenset[str] | None) -> None:
+        """A legacy connection that should hear list_changed when the listing of a caller holding `scopes` (None:
+        one who sees everything) changes, and the session to send through."""
         if connection in self._sessions:
             return
         self._sessions[connection] = session
+        self._scopes[connection] = scopes
         connection.exit_stack.callback(self._forget, connection)
 
     def _forget(self, connection: Connection) -> None:
         self._sessions.pop(connection, None)
+        self._scopes.pop(connection, None)
         had = self._subscriptions.pop(connection, None)
         self._visible.pop(connection, None)
         if had:
             self._subscriptions_changed()
 
     def subscribe(self, connection: Connection, session: ServerSession, uri: str,
-                  visible: Callable[[str], bool] | None = None) -> None:
-        """With `visible`, the connection hears `updated` only for URIs it admits when the event is sent."""
-        self.register(connection, session)
+                  visible: Callable[[str], bool] | None = None, *, scopes: frozenset[str] | None) -> None:
+        """With `visible`, the connection hears `updated` only for URIs it admits when the event is sent; `scopes`
+        as `register` takes them."""
+        self.register(connection, session, scopes)
         if visible is not None:
             self._visible[connection] = visible
         uris = self._subscriptions.setdefault(connection, set())
@@ -111,20 +135,22 @@ class Notifier:
     # --- modern wire ---------------------------------------------------------------------------------
 
     async def listen(self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams,
-                     visible: Callable[[str], bool] | None = None) -> Any:
+                     scopes: frozenset[str] | None, visible: Callable[[str], bool] | None = None) -> Any:
         """`subscriptions/listen`: the SDK's handler, with the stream's URIs recorded while it is open.
 
-        With `visible`, the stream hears `updated` only for URIs it says the caller may see when the event is sent
-        (a URI may appear, or gain or lose `access`, after the stream opened).
+        The stream hears list_changed when the listing of a caller holding `scopes` changed (None: one who sees
+        everything, whose streams share a handler). With `visible`, it hears `updated` only for URIs it says the
+        caller may see when the event is sent (a URI may appear, or gain or lose `access`, after the stream opened).
         """
         uris = params.notifications.resource_subscriptions or ()
         if len(uris) > self.max_subscriptions:
             raise TooManySubscriptions(self.max_subscriptions)
         handler = self._listen
-        if visible is not None:
+        if scopes is not None or visible is not None:
             if len(self._scoped) >= self.max_subscriptions:
                 raise TooManySubscriptions(self.max_subscriptions)
-            handler = ListenHandler(_VisibleEvents(self._replay, visible), max_subscriptions=self.max_subscriptions)
+            handler = ListenHandler(_CallerEvents(self._replay, scopes, visible),
+                                    max_subscriptions=self.max_subscriptions)
             self._scoped.add(handler)
         token = object()
         self._listens[token] = frozenset(uris)
@@ -175,11 +201,18 @@ class Notifier:
         """Modern `subscriptions/listen` streams open now."""
         return len(self._listens)
 
-    async def list_changed(self) -> None:
+    async def list_changed(self, listing: ListingChange = EVERYONE) -> None:
+        """Tell the legacy sessions and listen streams whose caller's listing `listing` changed (each distinct set
+        of scopes asked once)."""
         self.sent_list_changed += 1
-        for session in list(self._sessions.values()):
-            await _send(session.send_resource_list_changed())
-        await self._replay.publish(ResourcesListChanged())
+        seen: dict[frozenset[str] | None, bool] = {}
+        for connection, session in list(self._sessions.items()):
+            scopes = self._scopes.get(connection, frozenset())
+            if scopes not in seen:
+                seen[scopes] = listing.seen_by(scopes)
+            if seen[scopes]:
+                await _send(session.send_resource_list_changed())
+        await self._replay.publish(ListChanged(listing))
 
     async def updated(self, uris: Iterable[str]) -> None:
         for uri in uris:
@@ -231,18 +264,25 @@ class _Replay:
         return self._bus.subscribe(listener)
 
 
-class _VisibleEvents:
-    """A view of a bus for one listen stream: `updated` events pass only for URIs `visible` admits."""
+class _CallerEvents:
+    """A view of a bus for the listen streams of callers holding `scopes` (None: who see everything): list_changed
+    passes only when their listing changed, `updated` only for URIs `visible` admits (None: every URI)."""
 
-    def __init__(self, bus: SubscriptionBus, visible: Callable[[str], bool]) -> None:
-        self._bus, self._visible = bus, visible
+    def __init__(self, bus: SubscriptionBus, scopes: frozenset[str] | None,
+                 visible: Callable[[str], bool] | None) -> None:
+        self._bus, self._scopes, self._visible = bus, scopes, visible
 
     async def publish(self, event: ServerEvent) -> None:
         await self._bus.publish(event)
 
+    def _passes(self, event: ServerEvent) -> bool:
+        if isinstance(event, ResourceUpdated):
+            return self._visible is None or self._visible(event.uri)
+        return not isinstance(event, ResourcesListChanged) or listing_of(event).seen_by(self._scopes)
+
     def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
         def deliver(event: ServerEvent) -> None:
-            if not isinstance(event, ResourceUpdated) or self._visible(event.uri):
+            if self._passes(event):
                 listener(event)
 
         return self._bus.subscribe(deliver)

@@ -15,9 +15,11 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from aggregator.catalog import Catalog, Entry, TemplateEntry, listed_fields
+from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.catalog_delta import edit_sorted
 from aggregator.compiler import build_templates, catalog_of, collection_key, compile_catalog, resource_key
+from aggregator.entry import entries_change
+from aggregator.listing_change import ListingChange
 from aggregator.manifest.model import CollectionSpec, Manifest, ManifestError, ManifestIssue, ResourceSpec
 from aggregator.sources import Source
 
@@ -34,8 +36,9 @@ class Recompiled:
     catalog: Catalog
     gone: frozenset[tuple[str, str]]
     """(source, path) of files no longer listed: their cached content must not outlive the swap."""
-    listing_changed: bool
-    """Whether resources/list or resources/templates/list shows something else now."""
+    listing: ListingChange
+    """Whose resources/list or resources/templates/list shows something else now (entries and templates that came,
+    went, show otherwise, or need other scopes)."""
     content_changed: frozenset[str]
     """URIs listed before and after whose content now comes from elsewhere (other text, file or source)."""
 
@@ -87,11 +90,10 @@ async def recompile(previous: Catalog, old: Manifest, manifest: Manifest, source
                                if sid in previous.published_at}, **listed.published_at}
     fresh = {e.uri: e for e in incoming}
     both = fresh.keys() & plan.out.keys()
-    changed = bool(fresh.keys() ^ plan.out.keys()) or previous.templates_shown() != catalog.templates_shown() or any(
-        listed_fields(plan.out[uri]) != listed_fields(fresh[uri]) for uri in both)
-    if not changed and "listing_signature" in previous.__dict__:
+    listing = entries_change(plan.out, fresh) | previous.templates_change(catalog)
+    if not listing.listing_changed and "listing_signature" in previous.__dict__:
         catalog.__dict__["listing_signature"] = previous.listing_signature
-    return Recompiled(catalog, _gone(plan.out.values(), incoming), changed,
+    return Recompiled(catalog, _gone(plan.out.values(), incoming), listing,
                       frozenset(uri for uri in both if _reads(plan.out[uri]) != _reads(fresh[uri])
                                 or fresh[uri].source not in (None, *kept)))
 

@@ -17,6 +17,7 @@ import anyio.to_thread
 
 from aggregator.catalog import Catalog
 from aggregator.compiler import compile_catalog
+from aggregator.listing_change import ListingChange
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.recompile import recompile
@@ -47,6 +48,9 @@ class Reloaded:
     """Ids of the old snapshot's sources not kept (closed once no read holds them)."""
     content_changed: set[str]
     """URIs listed before and after whose content now comes from elsewhere."""
+    listing: ListingChange
+    """Whose listings changed; when the catalog was compiled whole (`changed` None), only what access changes and
+    templates did (the swap compares the listings, and all callers are told when they differ)."""
     changed: tuple[frozenset[tuple[str, str]], bool] | None = None
     """(files no longer listed, whether the listing changed) when the catalog was built on the old one; None when
     it was compiled whole (the swap compares the two catalogs)."""
@@ -107,9 +111,9 @@ async def next_snapshot(old: Snapshot, watched: Iterable[str], guard: bool) -> R
     replaced = frozenset(old.sources) - set(kept)
     snapshot = build_snapshot(manifest, catalog, sources, epochs)
     if recompiled is not None:
-        return Reloaded(snapshot, replaced, set(recompiled.content_changed),
-                        (recompiled.gone, recompiled.listing_changed))
-    return Reloaded(snapshot, replaced, _content_changed(before, catalog, replaced))
+        return Reloaded(snapshot, replaced, set(recompiled.content_changed), recompiled.listing,
+                        (recompiled.gone, recompiled.listing.listing_changed))
+    return Reloaded(snapshot, replaced, *_compared(before, catalog, replaced))
 
 
 def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
@@ -137,13 +141,17 @@ def _serving(catalog: Catalog, manifest: Manifest) -> set[str]:
     return serving | {sid for sid, offered in catalog.published.items() if offered.resources}
 
 
-def _content_changed(old: Catalog, new: Catalog, replaced: frozenset[str]) -> set[str]:
-    """Listed URIs in both catalogs whose content now comes from elsewhere (other text, file or source)."""
-    changed = set()
+def _compared(old: Catalog, new: Catalog, replaced: frozenset[str]) -> tuple[set[str], ListingChange]:
+    """Listed URIs in both catalogs whose content now comes from elsewhere (other text, file or source), and the
+    access changes of entries in both and of templates (one walk of `new`, which a whole compile took anyway)."""
+    changed, moved = set(), set()
     for entry in new.entries:
         before = old.get(entry.uri)
-        if before is not None and ((before.source, before.path, before.text, before.decompress, before.convert)
-                                   != (entry.source, entry.path, entry.text, entry.decompress, entry.convert)
-                                   or entry.source in replaced):
+        if before is None:
+            continue
+        if ((before.source, before.path, before.text, before.decompress, before.convert)
+                != (entry.source, entry.path, entry.text, entry.decompress, entry.convert) or entry.source in replaced):
             changed.add(entry.uri)
-    return changed
+        if before.access != entry.access:
+            moved.add((before.access, entry.access))
+    return changed, ListingChange(moved=frozenset(moved)) | old.templates_change(new)

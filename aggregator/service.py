@@ -25,6 +25,7 @@ from aggregator.compiler import compile_catalog
 from aggregator.content import Content
 from aggregator.documents.pool import DocumentPool
 from aggregator.documents.stored import stored_conversions
+from aggregator.listing_change import EVERYONE, NO_CHANGE, ListingChange
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
@@ -159,8 +160,9 @@ class ResourceService:
 
     # --- reloads -----------------------------------------------------------------------------------------
 
-    async def reload(self, watched: Iterable[str] = (), *, guard: bool = False) -> tuple[bool, set[str]]:
-        """Load the manifest again and swap in its snapshot; returns (listing changed, URIs whose content changed).
+    async def reload(self, watched: Iterable[str] = (), *, guard: bool = False) -> tuple[ListingChange, set[str]]:
+        """Load the manifest again and swap in its snapshot; returns (whose listings changed, URIs whose content
+        changed).
 
         ManifestError (located) if the new manifest is bad, and with `guard` SuspiciousReload if it would leave a
         source it still declares without resources (or the catalog empty): the current snapshot keeps serving.
@@ -172,25 +174,27 @@ class ResourceService:
         with span("aggregator.reload", guard=guard) as traced:
             try:
                 async with self._swapping:  # one reload or relisting at a time: each builds on the one it replaces
-                    changed, content_changed = await self._reload(watched, guard)
+                    listing, content_changed = await self._reload(watched, guard)
                     traced.set(outcome="ok", generation=self.catalog.generation, resources=len(self.catalog),
-                               listing_changed=changed)
+                               listing_changed=listing.listing_changed)
             except SuspiciousReload:
                 traced.set(outcome="held back")
                 raise
             except Exception:
                 traced.set(outcome="failed")
                 raise
-            return changed, content_changed
+            return listing, content_changed
 
-    async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[bool, set[str]]:
+    async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[ListingChange, set[str]]:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
-        changed = self._swap(reloaded.snapshot, reloaded.replaced, reloaded.changed)
+        listed = self._swap(reloaded.snapshot, reloaded.replaced, reloaded.changed)
+        listing = reloaded.listing
         if reloaded.changed is None:  # compiled whole: a big catalog leaves the collector's full passes
             heap.settle(len(self.catalog))
+            listing |= EVERYONE if listed else NO_CHANGE  # who sees what came or went was not worked out
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
-        return changed, reloaded.content_changed
+        return listing, reloaded.content_changed
 
     async def refresh_listing(self) -> bool:
         """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "aggregator"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("aggregator", "errors", "paths", "codec", "globs", "templates", "content", "logs", "stdout",
-                     "terminal_hint", "scaffold", "stopping", "event_loop", "workers", "folder_watch", "inotify_watch", "watch", "notify", "render_sandbox",
+                     "terminal_hint", "scaffold", "stopping", "event_loop", "workers", "folder_watch", "inotify_watch", "watch", "listing_change", "notify", "render_sandbox",
                      "sdk_compat", "chunked", "startup", "tracing", "heap", "manifest.model", "manifest.placeholders",
                      "manifest.units", "manifest.source_urls", "connect_errors", "s3_client")),
     ("source kinds", ("sources.base", "sources.kind", "sources.builtin", "sources.registry")),

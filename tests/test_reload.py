@@ -5,6 +5,7 @@ The settle window and the swap are tested through the supervisor (test_live_mani
 from __future__ import annotations
 
 import random
+import textwrap
 from pathlib import Path
 
 import anyio
@@ -130,7 +131,7 @@ def test_a_save_lists_again_only_the_source_whose_settings_changed(folders: Path
                 walks = {sid: LISTINGS[sid] for sid in ("a", "b")}
                 write_manifest(folders, text % "./b2")
                 changed, _ = await service.reload(watched={"a", "b"})
-                assert changed  # b://x.md now reads b2/x.md, whose size differs
+                assert changed.listing_changed  # b://x.md now reads b2/x.md, whose size differs
                 assert {sid: LISTINGS[sid] - n for sid, n in walks.items()} == {"a": 0, "b": 1}
                 assert sum(upstream.hits.values()) == hits  # the HTTP resource was not asked again
                 a_md = next(k for k in before.collections if k.source == "a")
@@ -161,7 +162,7 @@ def test_a_changed_glob_lists_that_collection_alone(folders: Path) -> None:
         try:
             before, walks = service.catalog, LISTINGS["a"]
             write_manifest(folders, text % "*.json")
-            assert (await service.reload(watched={"a"}))[0]
+            assert (await service.reload(watched={"a"}))[0].listing_changed
             assert LISTINGS["a"] - walks == 1
             md = next(k for k in before.collections if k.glob == "*.md")
             assert service.catalog.collections[md] is before.collections[md]
@@ -204,12 +205,12 @@ def test_a_save_copies_only_the_blocks_of_rows_it_changed(folders: Path, monkeyp
             before = blocks(service.catalog)
             assert len(before) >= 15
             write_manifest(folders, text % ("*.md", '[{uri: "note://one", name: one, text: "one"}]'))
-            assert (await service.reload(watched={"a", "b"}))[0]
+            assert (await service.reload(watched={"a", "b"}))[0].listing_changed
             after = blocks(service.catalog)
             assert len(after.keys() - before.keys()) == 1  # the last block, which note://one went into
             assert _listed(service.catalog) == await _fresh(manifest)
             write_manifest(folders, text % ("*.txt", '[{uri: "note://one", name: one, text: "one"}]'))
-            assert (await service.reload(watched={"a", "b"}))[0]
+            assert (await service.reload(watched={"a", "b"}))[0].listing_changed
             again = blocks(service.catalog)
             assert all(key in after for key, uris in again.items() if uris[-1].startswith("a://"))
             assert _listed(service.catalog) == await _fresh(manifest)
@@ -310,9 +311,57 @@ def test_an_unchanged_upstream_keeps_its_published_list_across_a_save(tmp_path: 
         try:
             before = service.catalog
             write_manifest(tmp_path, text % "two")
-            assert (await service.reload())[0]
+            assert (await service.reload())[0].listing_changed
             assert service.catalog.published["up"] is before.published["up"]
             assert _listed(service.catalog) == await _fresh(manifest)
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def _scoped_manifest(folders: Path, b_scope: str, extra: str = "") -> Path:
+    return write_manifest(folders, textwrap.dedent(f"""
+        version: 1
+        server: {{name: reloads}}
+        sources:
+          a: {{url: ./a}}
+          b: {{url: ./b, access: {{scopes: [{b_scope}]}}}}
+        collections:
+          - {{source: a, glob: "*.md", uri: "a://{{path}}"}}
+          - {{source: b, glob: "*.md", uri: "b://{{path}}"}}
+        templates:
+          - {{uriTemplate: "b://by-name/{{name}}", name: b-by-name, source: b, path: "{{name}}.md"}}
+        """) + extra)
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["built on the last catalog", "compiled whole"])
+def test_a_save_that_changes_only_access_tells_whose_listing_it_changed(folders: Path, whole: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moving source b (its collection and template) from scope t to scope s lists the same to a caller who sees
+    everything, or holds both scopes or neither: only holders of one of them list something else now. On the
+    incremental path an entry only holders of s may see is news to them alone."""
+    if whole:  # the path a reload takes when the catalog cannot be built on the last one
+        async def whole_compile(*args: object) -> None:
+            return None
+
+        monkeypatch.setattr("aggregator.reload.recompile", whole_compile)
+
+    async def main() -> None:
+        service = await ResourceService.open(_scoped_manifest(folders, "t"))
+        try:
+            _scoped_manifest(folders, "s")
+            listing, _ = await service.reload()
+            seen = {scopes: listing.seen_by(None if scopes is None else frozenset(scopes))
+                    for scopes in (None, (), ("s",), ("t",), ("s", "t"))}
+            assert seen == {None: False, (): False, ("s",): True, ("t",): True, ("s", "t"): False}
+            if whole:
+                return
+            _scoped_manifest(folders, "s", 'resources:\n  - {uri: "note://s", name: s, text: s, '
+                                           'access: {scopes: [s]}}\n')
+            listing, _ = await service.reload()
+            assert [listing.seen_by(s) for s in (None, frozenset(), frozenset({"t"}), frozenset({"s"}))] == [
+                True, False, False, True]
         finally:
             await service.aclose()
 

@@ -24,6 +24,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from aggregator.console.history import ReloadHistory, ReloadRecord
+from aggregator.notify import listing_of
 
 __all__ = ["EventHub", "EventStreamResponse", "TooManyStreams"]
 
@@ -104,9 +105,9 @@ class EventHub:
         is sent, so the stream follows reloads that change what the caller may see: `visible(uri)` for an `updated`
         event; `generation()` names the catalog generation in `hello`, `catalog`, `resync` and `reload` events, or
         is None when this caller is not told it (views.catalog_facts); `changed(listing_changed)`, on each list
-        change (True) and each reload (False: one that changed only who may see what lists nothing new), whether
-        what the caller sees of the catalog changed since it was last asked (a `catalog` event is sent only then;
-        None: on each list change), and `told(record)` whether it may learn of a reload (`ReloadRecord.seen_by`;
+        change (whether it changed the listing as a whole) and each reload (False: one that changed only who may
+        see what lists nothing new), whether what the caller sees of the catalog changed since it was last asked (a
+        `catalog` event is sent only then; None: on each list change), and `told(record)` whether it may learn of a reload (`ReloadRecord.seen_by`;
         None: of every one).
         At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
         self._admit(caller, admin)
@@ -125,7 +126,7 @@ class EventHub:
 
         def on_bus(event: ServerEvent) -> None:
             if isinstance(event, ResourcesListChanged):
-                if changed is not None and not changed(True):
+                if changed is not None and not changed(listing_of(event).listing_changed):
                     return  # only what this caller may not see changed: it must not learn that, nor when
                 put(_told({"event": "catalog"}, generation()))
             elif isinstance(event, ResourceUpdated) and visible(event.uri):

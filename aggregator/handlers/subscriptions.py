@@ -38,9 +38,10 @@ def add_subscriptions(server: Server[Any], service: ResourceService, notifier: N
                 # Accepting would be a promise never kept: the session is thrown away with this request.
                 raise MCPError(types.METHOD_NOT_FOUND, STATELESS_SUBSCRIBE, data={"uri": uri})
             # Unknown or hidden URIs get the not-found error, not a silent subscription.
-            service.allowed(uri, scopes_of(ctx))
+            scopes = scopes_of(ctx)
+            service.allowed(uri, scopes)
             try:
-                notifier.subscribe(connection_of(ctx), ctx.session, uri, _visible_to(service, scopes_of(ctx)))
+                notifier.subscribe(connection_of(ctx), ctx.session, uri, _visible_to(service, scopes), scopes=scopes)
             except TooManySubscriptions as exc:
                 raise MCPError(INVALID_PARAMS, str(exc), data={"uri": uri}) from None
             return types.EmptyResult()
@@ -59,12 +60,13 @@ def add_subscriptions(server: Server[Any], service: ResourceService, notifier: N
             notifications = params.notifications.model_copy(update={"resource_subscriptions": kept})
             params = params.model_copy(update={"notifications": notifications})
         try:
-            return await notifier.listen(ctx, params, _visible_to(service, scopes))
+            return await notifier.listen(ctx, params, scopes, _visible_to(service, scopes))
         except TooManySubscriptions as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
 
     async def initialized(ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
-        notifier.register(connection_of(ctx), ctx.session)  # a legacy connection: it hears list_changed from now on
+        # A legacy connection: from now on it hears list_changed when its caller's listing changes.
+        notifier.register(connection_of(ctx), ctx.session, scopes_of(ctx))
 
     server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
     server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)

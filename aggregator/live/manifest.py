@@ -1,7 +1,8 @@
 """Reload the manifest when it is saved: one reload at a time, once its files settled, guarded, told once.
 
 Saves that arrive during a reload fold into one more. A save that does not change the files' bytes, or does not
-change what is listed, sends nothing; a broken save keeps the last good catalog serving and logs the located
+change what any caller lists, sends nothing (list_changed goes to the callers whose listing changed: one that only
+changes who may see what tells those it shows things to or hides things from); a broken save keeps the last good catalog serving and logs the located
 error. A reload reads the files only once they stayed unchanged for `server.reloadSettle` (a save may be written
 in chunks), and one that would leave a source without resources, or the catalog empty, waits one more such
 window before it applies.
@@ -18,6 +19,7 @@ from pathlib import Path
 import anyio
 
 from aggregator.console.history import ReloadHistory
+from aggregator.listing_change import ListingChange
 from aggregator.live.plan import Plan, watch_plan
 from aggregator.live.updates import CatalogUpdates
 from aggregator.manifest.compose import open_regular_file
@@ -48,6 +50,13 @@ def _digest(path: Path, limit: int = DEFAULT_MAX_MANIFEST_BYTES) -> str | None:
         return None
     digest.update(f":{info.st_size}:{info.st_mtime_ns}".encode())
     return digest.hexdigest()
+
+
+def _said(listing: ListingChange) -> str:
+    """What the reload's log line says of the listings."""
+    if listing.listing_changed:
+        return "; listing changed"
+    return "; who may see what changed" if listing.any else ""
 
 
 class ManifestReloader:
@@ -147,7 +156,7 @@ class ManifestReloader:
         files_before, server_before = self.service.manifest.files, self.service.manifest.server
         before = self.service.snapshot
         try:
-            changed, content_changed = await self.service.reload(watched=self.plan.watched, guard=guard)
+            listing, content_changed = await self.service.reload(watched=self.plan.watched, guard=guard)
         except SuspiciousReload:
             raise
         except ManifestError as exc:
@@ -183,7 +192,7 @@ class ManifestReloader:
             self.plan.changed()  # restart watchers and pollers only when what they watch changed
         logger.info("reloaded %s: generation %d, %d resources, %d templates%s", self._manifest_path,
                     self.service.catalog.generation, len(self.service.catalog),
-                    len(self.service.catalog.templates), "; listing changed" if changed else "")
-        await self.updates.reloaded(changed, content_changed)
+                    len(self.service.catalog.templates), _said(listing))
+        await self.updates.reloaded(listing, content_changed)
         await self.history.succeeded(before.catalog, before.manifest, self.service.catalog, self.service.manifest)
-        return changed
+        return listing.any

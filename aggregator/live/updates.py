@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
 from aggregator.catalog_delta import Delta
+from aggregator.listing_change import EVERYONE, ListingChange
 from aggregator.live.delta import FullRelist, apply_changed_files
 from aggregator.live.relisted import relist_source, relist_upstream
 from aggregator.manifest.model import ManifestError
@@ -92,7 +93,7 @@ class CatalogUpdates:
         delta = await self._in_place(lambda: apply_changed_files(self.service, source, paths, relooked),
                                      f"changes in source {source!r}")
         if delta is not None and (delta.added or delta.removed):
-            await self._tell_listing_changed()
+            await self._tell_listing_changed(delta.listing)
 
     async def _in_place(self, apply: Callable[[], Awaitable[Delta | None]], after: str) -> Delta | None:
         """Run `apply` (a change applied to the catalog in place) and count it; a full relist instead when it cannot
@@ -146,7 +147,7 @@ class CatalogUpdates:
         if delta.updated:
             self.service.invalidate(source, delta.paths_of(delta.updated))
         if delta.added or delta.removed:
-            await self._tell_listing_changed()
+            await self._tell_listing_changed(delta.listing)
         return delta
 
     async def upstream_listed(self, source: str) -> None:
@@ -157,7 +158,7 @@ class CatalogUpdates:
         delta = await self._in_place(lambda: relist_upstream(self.service, source),
                                      f"source {source!r}'s listing changed")
         if delta is not None and delta.listing_changed:
-            await self._tell_listing_changed()
+            await self._tell_listing_changed(delta.listing)
 
     async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
         """These URIs read differently now (a poll saw new versions): invalidate them and tell those `subscribed`
@@ -201,22 +202,24 @@ class CatalogUpdates:
             return False
         if not changed:
             return False
-        await self._tell_listing_changed()
+        await self._tell_listing_changed(EVERYONE)  # whose listings changed was not worked out: all are told
         return True
 
-    async def _tell_listing_changed(self) -> None:
-        """list_changed, and `updated` to subscribed renders that listed resources (they may read differently)."""
-        await self.notifier.list_changed()
+    async def _tell_listing_changed(self, listing: ListingChange) -> None:
+        """list_changed to the callers whose listing changed, and `updated` to subscribed renders that listed
+        resources (they may read differently)."""
+        await self.notifier.list_changed(listing)
         uris = self.service.rendered_dependents((), listing_changed=True) & self.notifier.subscribed_uris()
         if uris:
             await self.notifier.updated(sorted(uris))
 
-    async def reloaded(self, listing_changed: bool, content_changed: set[str]) -> None:
-        """A reload swapped in a new snapshot: list_changed if the listing changed, and `updated` to subscribers of
-        what reads differently (changed content, renders over it or over the listing)."""
-        if listing_changed:
-            await self.notifier.list_changed()
-        dependents = self.service.rendered_dependents(content_changed, listing_changed=listing_changed)
+    async def reloaded(self, listing: ListingChange, content_changed: set[str]) -> None:
+        """A reload swapped in a new snapshot: list_changed to the callers whose listing changed (one that changes
+        only who may see what changes some callers' listings and not others'), and `updated` to subscribers of what
+        reads differently (changed content, renders over it or over the listing)."""
+        if listing.any:
+            await self.notifier.list_changed(listing)
+        dependents = self.service.rendered_dependents(content_changed, listing_changed=listing.any)
         subscribed = (content_changed | dependents) & self.notifier.subscribed_uris()
         if subscribed:
             await self.notifier.updated(sorted(subscribed))

@@ -1,0 +1,150 @@
+"""`list_changed` follows what each caller may see: a reload that changes only who may see what tells exactly the
+callers whose visible listing grew or shrank, and a change to what a caller cannot see tells it nothing. Both
+wires: legacy sessions directly, modern clients on their listen streams. A real server over Streamable HTTP with
+bearer tokens, the official client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.subscriptions import ResourcesListChanged
+
+from tests.served import Server, serve_http
+from tests.test_live import save
+
+TOKENS = {"alice": "alice-token-0123456789abcdef", "bob": "bob-token-0123456789abcdef",
+          "carol": "carol-token-0123456789abcdef"}
+"""alice holds docs and secret, bob docs, carol neither (she sees only what needs no scope)."""
+
+MANIFEST = """\
+version: 1
+server:
+  name: scoped
+  reloadSettle: 0s
+  auth:
+    tokens:
+      - {{name: alice, token: "${{ALICE}}", scopes: [docs, secret]}}
+      - {{name: bob, token: "${{BOB}}", scopes: [docs]}}
+      - {{name: carol, token: "${{CAROL}}", scopes: [other]}}
+sources:
+  docs: {{url: ./docs}}
+  secret: {{url: ./secret, access: {{scopes: [{secret}]}}}}
+collections:
+  - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+  - {{source: secret, glob: "*.md", uri: "secret://{{path}}"}}
+resources:
+  - {{uri: "note://base", name: base, text: base}}
+{extra}"""
+
+MARKER = '  - {uri: "note://marker", name: marker, text: everyone sees this}\n'
+HIDDEN = '  - {uri: "note://hidden", name: hidden, text: only secret holders, access: {scopes: [secret]}}\n'
+
+STEPS: list[tuple[str, str, dict[str, int]]] = [
+    ("docs", "", {"alice": 0, "bob": 1, "carol": 0}),  # the secret source opens to docs: only bob's listing grows
+    ("docs", MARKER, {"alice": 1, "bob": 1, "carol": 1}),  # a change everyone sees
+    ("secret", MARKER, {"alice": 0, "bob": 1, "carol": 0}),  # closed again: only bob's listing shrinks
+    ("secret", MARKER + HIDDEN, {"alice": 1, "bob": 0, "carol": 0}),  # an entry only alice may see comes
+    ("secret", HIDDEN, {"alice": 1, "bob": 1, "carol": 1}),  # the marker goes: everyone sees it
+]
+"""Each save (the secret source's scope, extra resources) and how many list_changed each caller hears of it."""
+
+QUIET = 0.4
+"""Seconds to wait, once what must come came, for anything that must not."""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    for folder, name in (("docs", "a.md"), ("secret", "plan.md")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text(f"# {folder}\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(MANIFEST.format(secret="secret", extra=""))
+    env = {name.upper(): token for name, token in TOKENS.items()}
+    with serve_http(manifest, tmp_path, env=env) as served:
+        yield served
+
+
+def _client(url: str, token: str, mode: str, handler: Any = None) -> Client:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    return Client(streamable_http_client(url, http_client=http), mode=mode, cache=None, message_handler=handler)
+
+
+@asynccontextmanager
+async def _listening(url: str, wire: str, heard: dict[str, int]) -> AsyncIterator[dict[str, Client]]:
+    """A client per token, each counting the list_changed it hears in `heard` (legacy: as notifications of its
+    session; modern: on a listen stream)."""
+    async with anyio.create_task_group() as tg:  # outside the clients: cancelling it leaves them to close
+        async with AsyncExitStack() as stack:
+            clients: dict[str, Client] = {}
+            for name, token in TOKENS.items():
+                heard[name] = 0
+
+                async def count(message: Any, name: str = name) -> None:
+                    if type(message).__name__ == "ResourceListChangedNotification":
+                        heard[name] += 1
+
+                if wire == "legacy":
+                    clients[name] = await stack.enter_async_context(_client(url, token, "legacy", count))
+                    await clients[name].list_resources()  # its `initialized` was handled: the session is registered
+                    continue
+                clients[name] = await stack.enter_async_context(_client(url, token, "auto"))
+                sub = await stack.enter_async_context(clients[name].listen(resources_list_changed=True))
+
+                async def collect(sub: Any = sub, name: str = name) -> None:
+                    async for event in sub:
+                        if isinstance(event, ResourcesListChanged):
+                            heard[name] += 1
+
+                tg.start_soon(collect)
+            await anyio.sleep(0.3)
+            yield clients
+        tg.cancel_scope.cancel()
+
+
+def _reloads(base: str) -> int:
+    return int(httpx.get(base + "/healthz", timeout=2).json().get("reloads", 0))
+
+
+async def _wait(check: Any, what: str, seconds: float = 10) -> None:
+    with anyio.fail_after(seconds):
+        while not check():
+            await anyio.sleep(0.02)
+    assert check(), what
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_list_changed_goes_to_exactly_the_callers_whose_listing_changed(server: Server, tmp_path: Path,
+                                                                         wire: str) -> None:
+    heard: dict[str, int] = {}
+    expected = dict.fromkeys(TOKENS, 0)
+
+    async def main() -> None:
+        async with _listening(server.url, wire, heard) as clients:
+            assert "secret://plan.md" not in {r.uri for r in (await clients["bob"].list_resources()).resources}
+            for done, (secret, extra, told) in enumerate(STEPS, start=1):
+                save(tmp_path / "manifest.yaml", MANIFEST.format(secret=secret, extra=extra))
+                await _wait(lambda done=done: _reloads(server.base) >= done, f"reload {done}")
+                for name, count in told.items():
+                    expected[name] += count
+                began = time.monotonic()
+                try:
+                    await _wait(lambda: all(heard[n] >= expected[n] for n in TOKENS), "", seconds=5)
+                except TimeoutError:
+                    pass  # compared below, with what each heard
+                await anyio.sleep(max(0.0, QUIET - (time.monotonic() - began)))
+                assert heard == expected, f"after save {done} ({secret}, {extra.strip() or 'no extra'})"
+                if done == 1:  # bob was told because his listing grew
+                    listed = {r.uri for r in (await clients["bob"].list_resources()).resources}
+                    assert "secret://plan.md" in listed
+
+    anyio.run(main)
