@@ -107,8 +107,8 @@ class EventHub:
         is None when this caller is not told it (views.catalog_facts); `changed(listing_changed)`, on each list
         change (whether it changed the listing as a whole) and each reload (False: one that changed only who may
         see what lists nothing new), whether what the caller sees of the catalog changed since it was last asked (a
-        `catalog` event is sent only then; None: on each list change), and `told(record)` whether it may learn of a reload (`ReloadRecord.seen_by`;
-        None: of every one).
+        `catalog` event is sent only then; None: on each list change), and `told(record)` whether it may learn of a
+        reload (`ReloadRecord.seen_by`; None: of every one).
         At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
         self._admit(caller, admin)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)

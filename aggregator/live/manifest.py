@@ -2,10 +2,10 @@
 
 Saves that arrive during a reload fold into one more. A save that does not change the files' bytes, or does not
 change what any caller lists, sends nothing (list_changed goes to the callers whose listing changed: one that only
-changes who may see what tells those it shows things to or hides things from); a broken save keeps the last good catalog serving and logs the located
-error. A reload reads the files only once they stayed unchanged for `server.reloadSettle` (a save may be written
-in chunks), and one that would leave a source without resources, or the catalog empty, waits one more such
-window before it applies.
+changes who may see what tells those it shows things to or hides things from); a broken save keeps the last good
+catalog serving and logs the located error. A reload reads the files only once they stayed unchanged for
+`server.reloadSettle` (a save may be written in chunks), and one that would leave a source without resources, or
+the catalog empty, waits one more such window before it applies.
 """
 
 from __future__ import annotations
