@@ -123,9 +123,9 @@ def _forward(pid: int, signum: int) -> None:
 
 def _worker(index: int, serve: Callable[[int], int], stop: Stop, mask: Iterable[int]) -> NoReturn:
     """The child's life: `serve(index)`, then its exit code; `stop`: the stops it hears (`Stop.signals`); `mask`: the
-    signal mask to serve with (the parent's blocks what it waits for). Until the server installs its own handlers (before it accepts connections),
-    SIGTERM/SIGINT end the worker at once with exit 0: it has served nothing yet, so there is nothing to finish, and
-    a stop is not a failure. (Unwinding a half-done start-up from a signal handler instead was tried: it can land
+    signal mask to serve with (the parent's blocks what it waits for). Until serving listens for stops itself (from
+    the manifest's opening, which a stop gives up), they end the worker at once with exit 0: it has served nothing
+    yet, so there is nothing to finish, and a stop is not a failure. (Unwinding a half-done start-up from a signal handler instead was tried: it can land
     inside the event loop's construction or leave a task that ignores its cancellation.) The handler is os._exit
     alone: a lock taken there (logging's, the span exporter's) may be held by the code it interrupted."""
     code = 1
