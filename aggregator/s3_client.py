@@ -9,21 +9,31 @@ could not be made, an error neither botocore nor s3fs retries, and for a request
 retries and s3fs does not: s3fs's own loop ran botocore's 3 attempts 5 times over (and 5 times over that for a
 ranged GET), so a store closing connections unanswered cost 15 requests and ~10 s per stat, 75 and ~50 s per read.
 The manifest's `options.config_kwargs` still override each setting.
+
+Error answers are the other half: s3fs's loop retries any error answer whose text says SlowDown or "reduce your
+request rate", after botocore retried it already, so a store that kept throttling cost 15 requests and ~10 s per
+GET (an object's body, a listing's page). `OneRetryLoopS3` ends its loop at an error answer botocore made all its
+attempts for (or had no retry quota left for). s3fs still retries, 5 times, what botocore does not: a body cut
+short or unparsable, and error answers botocore stopped at before its last attempt (a 400 or 429 whose code it does
+not count as throttling but whose text asks to slow down, a checksum mismatch of an upload).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiobotocore.httpsession import AIOHTTPSession
 from aiohttp import ClientConnectorError
-from botocore.exceptions import BotoCoreError, EndpointConnectionError, HTTPClientError
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from s3fs import S3FileSystem
+from s3fs.core import _error_wrapper
 
 from aggregator.connect_errors import connect_failure
 
-__all__ = ["DEFAULT_CONFIG", "EndpointUnreachableError", "FailFastSession", "NoAnswerError", "s3_options"]
+__all__ = ["DEFAULT_CONFIG", "AttemptsSpentError", "EndpointUnreachableError", "FailFastSession", "NoAnswerError",
+           "OneRetryLoopS3", "s3_options"]
 
 DEFAULT_CONFIG: Mapping[str, Any] = {"retries": {"mode": "standard", "total_max_attempts": 3}}
 """botocore `Config` settings an S3 client gets unless its `options.config_kwargs` names them (s3fs adds its own
@@ -79,3 +89,48 @@ def s3_options(options: Mapping[str, Any]) -> dict[str, Any]:
     where they do not name the setting already."""
     config = {**DEFAULT_CONFIG, "http_session_cls": FailFastSession, **(options.get("config_kwargs") or {})}
     return {**options, "config_kwargs": config}
+
+
+class AttemptsSpentError(Exception):
+    """An error answer botocore made all its attempts for, or had no retry quota left to retry: the `ClientError`
+    it raised, as its `__cause__`, message and `response`.
+
+    No `ClientError` and none of s3fs's retryable errors, so s3fs's loop gives it up at once; s3fs then translates
+    it from its `response` (`translate_boto_error` reads only that) into the same exception as the ClientError."""
+
+    def __init__(self, error: ClientError) -> None:
+        super().__init__(str(error))
+        self.response = error.response
+
+
+def _attempts_spent(error: ClientError) -> bool:
+    """Whether botocore's retries ended `error`: its last attempt made, or its retry quota spent."""
+    metadata = error.response.get("ResponseMetadata") or {}
+    return bool(metadata.get("MaxAttemptsReached") or metadata.get("RetryQuotaReached"))
+
+
+def _final_once_spent(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """`call` (a client's API method), raising `AttemptsSpentError` for a `ClientError` whose attempts are spent."""
+
+    async def final_once_spent(**params: Any) -> Any:
+        try:
+            return await call(**params)
+        except ClientError as exc:
+            if _attempts_spent(exc):
+                raise AttemptsSpentError(exc) from exc
+            raise
+
+    return final_once_spent
+
+
+class OneRetryLoopS3(S3FileSystem):
+    """s3fs's `S3FileSystem`, whose own retry loop around each request leaves alone what botocore gave up on."""
+
+    async def _call_s3(self, method: str, *akwarglist: Any, **kwargs: Any) -> Any:
+        # s3fs's `_call_s3` (the same session, client, parameters and loop), the client's method wrapped.
+        # tests/test_sdk_compat.py checks the s3fs internals named here are still there.
+        await self.set_session()
+        client = await self.get_s3(kwargs.get("Bucket"))
+        call = getattr(client, method)
+        params = self._get_s3_method_kwargs(call, *akwarglist, **kwargs)
+        return await _error_wrapper(_final_once_spent(call), kwargs=params, retries=self.retries)

@@ -160,6 +160,31 @@ def test_fsspec_and_s3fs_internals_the_remote_source_calls_are_there() -> None:
     assert not missing, f"{versions}: S3FileSystem._iterdir no longer takes {missing}"
 
 
+def test_the_s3fs_internals_its_retry_loop_override_calls_are_there() -> None:
+    """aggregator.s3_client's `OneRetryLoopS3._call_s3` is s3fs's own, rebuilt from its parts: the parts it calls
+    are there, s3fs's loop takes `retries`, and s3fs still translates an error from its `response` alone."""
+    import inspect
+
+    import s3fs.core
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    from aggregator.s3_client import AttemptsSpentError
+
+    version = f"s3fs {importlib.metadata.version('s3fs')}"
+    for name in ("_call_s3", "set_session", "get_s3", "_get_s3_method_kwargs"):
+        assert callable(getattr(s3fs.S3FileSystem, name, None)), f"{version}: S3FileSystem.{name} is gone"
+    wrapper = getattr(s3fs.core, "_error_wrapper", None)
+    assert wrapper is not None and inspect.iscoroutinefunction(wrapper), f"{version}: _error_wrapper is gone"
+    assert {"kwargs", "retries"} <= set(inspect.signature(wrapper).parameters), \
+        f"{version}: _error_wrapper no longer takes kwargs and retries"
+    answer = {"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}, "ResponseMetadata": {}}
+    spent = translate_boto_error(AttemptsSpentError(ClientError(answer, "GetObject")))
+    expected = translate_boto_error(ClientError(answer, "GetObject"))
+    assert (type(spent), spent.args) == (type(expected), expected.args), \
+        f"{version}: translate_boto_error no longer translates from the error's response"
+
+
 def test_the_sdk_still_claims_the_standard_streams() -> None:
     """aggregator.stdio serves the wire from the SDK's claim of fd 0 and 1: the wire moves to private duplicates,
     a stray print goes to stderr, and releasing gives the descriptors back."""

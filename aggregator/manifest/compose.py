@@ -153,9 +153,11 @@ def read_manifest_bytes(name: str, options: Mapping[str, Any] | None = None,
 
     if url_scheme(name) in S3_SCHEMES:  # s3fs first: when it is missing, fsspec's error says what to install
         fsspec.get_filesystem_class("s3")
-        from aggregator.s3_client import s3_options  # an S3 source's retries: none for a refused connection
-        options = s3_options(options or {})
-    with fsspec.open(name, "rb", **dict(options or {})) as handle:
+        from aggregator.s3_client import OneRetryLoopS3, s3_options  # an S3 source's client and retries
+        opened = fsspec.core.OpenFile(OneRetryLoopS3(**s3_options(options or {})), name, "rb")
+    else:
+        opened = fsspec.open(name, "rb", **dict(options or {}))
+    with opened as handle:
         size = getattr(handle, "size", None)  # when the store says (Content-Length, object size): refuse unread
         if isinstance(size, int) and size > limit:
             raise ManifestTooLarge(limit)

@@ -76,9 +76,10 @@ class FsspecSource(Source):
         except (ValueError, ImportError) as exc:
             raise SourceError(f"no filesystem for protocol {protocol!r}: {exc}") from None
         if protocol in S3_SCHEMES:
-            from aggregator.s3_client import s3_options  # botocore's retries: bounded, none for a refused connection
+            # botocore's retries: bounded, none for a refused connection, and not retried again by s3fs
+            from aggregator.s3_client import OneRetryLoopS3, s3_options
 
-            options = s3_options(options)
+            fs_class, options = OneRetryLoopS3, s3_options(options)
         # No listings cache: s3fs and others answer info() from the last listing, so an updated object would
         # keep its old version (and a store that went down would look fine) for as long as the process lives.
         # Revalidation must ask the store for the object itself.
@@ -205,7 +206,7 @@ class FsspecSource(Source):
     def _find(self, start: str, progress: ListingProgress) -> Mapping[str, Mapping[str, Any]]:
         """Every file under `start` with its info, as `fs.find(detail=True)` gives it; S3 listings count their
         objects as the pages arrive (s3fs's own find returns only once the last page is in)."""
-        if type(self.fs).__name__ == "S3FileSystem" and hasattr(self.fs, "_iterdir"):
+        if any(cls.__name__ == "S3FileSystem" for cls in type(self.fs).__mro__) and hasattr(self.fs, "_iterdir"):
             return fsspec.asyn.sync(self.fs.loop, _s3_find, self.fs, start, progress)
         found = self.fs.find(start, detail=True)
         progress.add(len(found))
