@@ -1,10 +1,15 @@
 """An upstream's change events (aggregator.upstream.events) against real upstream processes (tests/upstream_server.py):
 the listener that starts listening after a listing is told to look again only when a change may have gone unheard
 since that listing began (an event that came with nobody listening, no event stream open), so the gateway lists its
-upstream once at start (one request per page) and still hears what changed before it listened."""
+upstream once at start (one request per page) and still hears what changed before it listened; after the upstream
+restarts it lists it once more, not twice (the loss and the reconnect both ask for one listing, which covers both)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -13,13 +18,18 @@ from mcp import Client
 
 from aggregator.upstream import ListChanged, Upstream, UpstreamEvent
 from aggregator.upstream.events import EventCallback
-from tests.test_upstream import FAST, mcpserver
-from tests.test_upstream_hostile import logged
+from tests.conftest import write_manifest
+from tests.test_upstream import ENV, FAST, free_port, mcpserver
+from tests.test_upstream_hostile import docs_folder, logged
+from tests.test_upstream_links import UPSTREAM, http_upstream, restart
 from tests.test_upstream_scale import gateway, text
 
 SETTLED = 3.0
 """Seconds after which the listing a listener's first event asks for would have been made (it is asked at once)."""
 LEGACY = {"UPSTREAM_WIRE": "legacy"}
+PAGED = {"UPSTREAM_RESOURCES": "250", "UPSTREAM_LISTS": "100"}
+"""257 resources in pages of 100: one listing is 3 resources/list requests (`test://listings` counts them)."""
+LINKS = [("stdio", "legacy"), ("stdio", "modern"), ("http", "legacy"), ("http", "modern")]
 
 
 def _recorder() -> tuple[list[UpstreamEvent], EventCallback]:
@@ -114,3 +124,92 @@ def test_a_listener_that_stopped_and_listens_again_is_told_to_look() -> None:
             await up.aclose()
 
     anyio.run(main)
+
+
+@contextlib.contextmanager
+def _upstream(tmp_path: Path, link: str, wire: str) -> Iterator[tuple[Path, list[object], int]]:
+    """A gateway manifest (a folder and tests/upstream_server.py as source `up`, namespace up, PAGED) whose upstream
+    is a child over stdio or an HTTP server on the port given (processes: those started, for `restart`), on `wire`."""
+    env = {**PAGED, **(LEGACY if wire == "legacy" else {})}
+    docs_folder(tmp_path)
+    if link == "stdio":
+        env["UPSTREAM_PIDFILE"] = str(tmp_path / "pid")
+        source = f'{{url: "mcp+stdio:", namespace: up, command: {[*UPSTREAM, "stdio"]!r}, env: {({**ENV, **env})!r}}}'
+        processes: list[object] = []
+        port = 0
+        cm: contextlib.AbstractContextManager[list[object]] = contextlib.nullcontext(processes)
+    else:
+        port = free_port()
+        source = f'{{url: "mcp+http://127.0.0.1:{port}/mcp", namespace: up, allowPrivateNetwork: true}}'
+        cm = http_upstream([*UPSTREAM, "http", str(port)], port, **env)  # type: ignore[assignment]
+    with cm as processes:
+        yield write_manifest(tmp_path, f"""
+            version: 1
+            server: {{name: gateway}}
+            defaults: {{ttl: 0s}}
+            sources:
+              docs: {{url: ./docs}}
+              up: {source}
+            collections:
+              - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
+            """), processes, port
+
+
+async def _listings_settle(client: Client, at_least: int, since: float | None = None) -> int:
+    """How many resources/list the upstream answered, once at least `at_least` and then none more for SETTLED, or
+    for twice as long as they took to come `since` then (a relist asked meanwhile waits for twice as long as the last
+    took: `RelistPace`, and one that waited for a reconnect took that long)."""
+    with anyio.fail_after(30):
+        while int(await text(client, "up+test://listings")) < at_least:
+            await anyio.sleep(0.1)
+    took = 0.0 if since is None else anyio.current_time() - since
+    await anyio.sleep(SETTLED + 2 * took)
+    return int(await text(client, "up+test://listings"))
+
+
+@pytest.mark.parametrize(("link", "wire"), LINKS)
+def test_an_upstream_is_listed_once_at_start_on_every_link(link: str, wire: str, tmp_path: Path) -> None:
+    """Over stdio and Streamable HTTP, on either wire: the gateway's start lists its upstream once (3 requests, one
+    per page) and not again while nothing changes (a legacy HTTP session's event stream opening after the listing
+    began was taken for a gap, and the upstream listed twice)."""
+    with _upstream(tmp_path, link, wire) as (manifest, _, _):
+        async def main() -> None:
+            async with Client(logged(manifest, tmp_path / "serve.log"), mode="auto", cache=None) as client:
+                assert await _listings_settle(client, 3) == 3
+
+        anyio.run(main)
+
+
+@pytest.mark.parametrize(("link", "wire"), LINKS)
+def test_an_upstream_that_restarts_is_listed_once_more(link: str, wire: str, tmp_path: Path) -> None:
+    """The upstream is killed and comes back (stdio: the gateway starts the child again; HTTP: the server restarts,
+    listing other resources): the new process is listed once (3 requests), what it lists differently is served, and
+    nothing more is asked while nothing changes (the loss told the listener to look, the reconnect told it again, and
+    the upstream was listed twice)."""
+    with _upstream(tmp_path, link, wire) as (manifest, processes, port):
+        async def main() -> None:
+            async with Client(logged(manifest, tmp_path / "serve.log"), mode="auto", cache=None) as client:
+                assert await _listings_settle(client, 3) == 3
+                lost = anyio.current_time()
+                if link == "stdio":
+                    first = (tmp_path / "pid").read_text()
+                    os.kill(int(first), signal.SIGKILL)
+                    with anyio.fail_after(30):
+                        while (tmp_path / "pid").read_text() == first:
+                            await anyio.sleep(0.05)
+                else:
+                    os.environ["UPSTREAM_TAG"] = "two"  # http_upstream puts the environment back
+                    await anyio.to_thread.run_sync(restart, processes, [*UPSTREAM, "http", str(port)], port)
+                    with anyio.fail_after(30):
+                        while "up+test://tag/two" not in {str(r.uri) for r in (await client.list_resources()).resources}:
+                            await anyio.sleep(0.1)
+                with anyio.fail_after(30):  # the new process answers reads
+                    while True:
+                        try:
+                            await text(client, "up+test://listings")
+                            break
+                        except Exception:  # noqa: BLE001 - not back yet
+                            await anyio.sleep(0.1)
+                assert await _listings_settle(client, 3, since=lost) == 3
+
+        anyio.run(main)
