@@ -133,13 +133,13 @@ class ChangeRelay:
         if conn.client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await self._listen(conn, task_status)
             return
-        task_status.started()  # notifications come with the connection (HTTP: the session's stream, see `heard`)
         async with anyio.create_task_group() as tg:
-            if conn.session is not None:
-                tg.start_soon(functools.partial(
+            if conn.session is not None:  # HTTP: notifications come on the session's stream, once it is open
+                await tg.start(functools.partial(
                     keep_session, conn.session, ping=functools.partial(_ping, conn.client), lost=conn.mark_lost,
                     missed=self.heard, listening=lambda: self.callback is not None,
                     interval=self.health_interval, timeout=self.timeout, grace=STREAM_GRACE))
+            task_status.started()  # stdio: they come with the connection
             await self._sync_legacy(conn)
 
     async def _sync_legacy(self, conn: Link) -> None:
