@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,13 +17,13 @@ import anyio
 import pytest
 from mcp import Client
 
-from aggregator.upstream import ListChanged, Upstream, UpstreamEvent
+from aggregator.sources.base import SourceError
+from aggregator.upstream import ListChanged, Updated, Upstream, UpstreamEvent
 from aggregator.upstream.events import EventCallback
-from tests.conftest import write_manifest
 from tests.test_upstream import ENV, FAST, free_port, mcpserver
-from tests.test_upstream_hostile import docs_folder, logged
+from tests.test_upstream_hostile import logged
 from tests.test_upstream_links import UPSTREAM, http_upstream, restart
-from tests.test_upstream_scale import gateway, text
+from tests.test_upstream_scale import gateway, gateway_over, text
 
 SETTLED = 3.0
 """Seconds after which the listing a listener's first event asks for would have been made (it is asked at once)."""
@@ -127,32 +128,18 @@ def test_a_listener_that_stopped_and_listens_again_is_told_to_look() -> None:
 
 
 @contextlib.contextmanager
-def _upstream(tmp_path: Path, link: str, wire: str) -> Iterator[tuple[Path, list[object], int]]:
+def _upstream(tmp_path: Path, link: str, wire: str) -> Iterator[tuple[Path, list[subprocess.Popen[bytes]], int]]:
     """A gateway manifest (a folder and tests/upstream_server.py as source `up`, namespace up, PAGED) whose upstream
-    is a child over stdio or an HTTP server on the port given (processes: those started, for `restart`), on `wire`."""
+    is a child over stdio (its pid in tmp_path/pid) or an HTTP server on the port given (processes: those started,
+    for `restart`), on `wire`."""
     env = {**PAGED, **(LEGACY if wire == "legacy" else {})}
-    docs_folder(tmp_path)
     if link == "stdio":
-        env["UPSTREAM_PIDFILE"] = str(tmp_path / "pid")
-        source = f'{{url: "mcp+stdio:", namespace: up, command: {[*UPSTREAM, "stdio"]!r}, env: {({**ENV, **env})!r}}}'
-        processes: list[object] = []
-        port = 0
-        cm: contextlib.AbstractContextManager[list[object]] = contextlib.nullcontext(processes)
-    else:
-        port = free_port()
-        source = f'{{url: "mcp+http://127.0.0.1:{port}/mcp", namespace: up, allowPrivateNetwork: true}}'
-        cm = http_upstream([*UPSTREAM, "http", str(port)], port, **env)  # type: ignore[assignment]
-    with cm as processes:
-        yield write_manifest(tmp_path, f"""
-            version: 1
-            server: {{name: gateway}}
-            defaults: {{ttl: 0s}}
-            sources:
-              docs: {{url: ./docs}}
-              up: {source}
-            collections:
-              - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
-            """), processes, port
+        yield gateway(tmp_path, "", UPSTREAM_PIDFILE=str(tmp_path / "pid"), **env), [], 0
+        return
+    port = free_port()
+    with http_upstream([*UPSTREAM, "http", str(port)], port, **env) as processes:
+        yield gateway_over(tmp_path, f'{{url: "mcp+http://127.0.0.1:{port}/mcp", namespace: up, '
+                                     'allowPrivateNetwork: true}'), processes, port
 
 
 async def _listings_settle(client: Client, at_least: int, since: float | None = None) -> int:
@@ -213,3 +200,64 @@ def test_an_upstream_that_restarts_is_listed_once_more(link: str, wire: str, tmp
                 assert await _listings_settle(client, 3, since=lost) == 3
 
         anyio.run(main)
+
+
+async def _killed(up: Upstream, pidfile: Path) -> None:
+    """Kill the upstream's child and return once the connection is up again with another."""
+    await up.connect()
+    first = pidfile.read_text()
+    os.kill(int(first), signal.SIGKILL)
+    with anyio.fail_after(30):
+        while up.status.reconnects < 1 or up.status.state != "connected" or pidfile.read_text() == first:
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_a_listener_told_at_the_loss_is_not_told_again_at_the_reconnect(wire: str, tmp_path: Path) -> None:
+    """The loss tells ListChanged; the listener has sent no listing since when the connection is back, so the one it
+    sends from then on sees what changed meanwhile: the reconnect tells it Updated for what it wants, not ListChanged
+    a second time (which cost a second listing)."""
+    async def main() -> None:
+        events, record = _recorder()
+        up = Upstream("t", mcpserver(UPSTREAM_PIDFILE=str(tmp_path / "pid"),
+                                     **(LEGACY if wire == "legacy" else {})), **FAST)
+        up.on_change(record)
+        up.subscribe(["test://static-text"])
+        try:
+            await _killed(up, tmp_path / "pid")
+            with anyio.fail_after(10):
+                while Updated("test://static-text") not in events:
+                    await anyio.sleep(0.05)
+            await up.list_resources()
+            await anyio.sleep(SETTLED)
+            assert events.count(ListChanged()) == 1, events
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_a_listing_owed_that_fails_is_asked_for_again(wire: str, tmp_path: Path) -> None:
+    """The ListChanged the reconnect did not tell (the loss's was not followed by a listing yet) is told after all
+    when the listing sent then fails (here past maxMessageBytes, the connection kept): the listener may have given
+    up, and what changed while the upstream was down must not go unlisted."""
+    async def main() -> None:
+        events, record = _recorder()
+        up = Upstream("t", mcpserver(UPSTREAM_PIDFILE=str(tmp_path / "pid"), UPSTREAM_RESOURCES="5000",
+                                     **(LEGACY if wire == "legacy" else {})), max_message_bytes=64 * 1024, **FAST)
+        up.on_change(record)
+        try:
+            await _killed(up, tmp_path / "pid")
+            await anyio.sleep(0.5)  # what the reconnect tells, if anything, has come
+            assert events == [ListChanged()]
+            with pytest.raises(SourceError, match="maxMessageBytes"):
+                await up.list_resources()
+            with anyio.fail_after(10):
+                while events.count(ListChanged()) < 2:
+                    await anyio.sleep(0.05)
+            assert up.status.reconnects == 1
+        finally:
+            await up.aclose()
+
+    anyio.run(main)
