@@ -31,6 +31,12 @@ OWN = {"test://static-text", "test://static-binary", "test://big", "test://hang"
 
 def gateway(tmp_path: Path, settings: str, **env: str) -> Path:
     """A manifest serving a folder and the upstream (namespace up) with these source `settings` and knobs."""
+    return gateway_over(tmp_path, f'{{url: "mcp+stdio:", namespace: up, command: {UPSTREAM!r}, '
+                                  f'env: {({**ENV, **env})!r}{settings}}}')
+
+
+def gateway_over(tmp_path: Path, up: str) -> Path:
+    """A manifest serving a folder and source `up` (its manifest entry)."""
     docs_folder(tmp_path)
     return write_manifest(tmp_path, f"""
         version: 1
@@ -38,7 +44,7 @@ def gateway(tmp_path: Path, settings: str, **env: str) -> Path:
         defaults: {{ttl: 0s}}
         sources:
           docs: {{url: ./docs}}
-          up: {{url: "mcp+stdio:", namespace: up, command: {UPSTREAM!r}, env: {({**ENV, **env})!r}{settings}}}
+          up: {up}
         collections:
           - {{source: docs, glob: "*.md", uri: "docs://{{path}}"}}
         """)

@@ -8,8 +8,9 @@ a `prefix`.
 
 - live: `changes(callback)` relays the upstream's ListChanged (callback(None): the supervisor lists again and sends
   our own list_changed only if our listing changed) and Updated (callback({path})); `want(paths)` subscribes
-  upstream to what our subscribers read. After a reconnect the upstream tells ListChanged and Updated for every
-  subscribed URI. `health()` is the connection's state for /healthz and /metrics.
+  upstream to what our subscribers read. A lost connection tells ListChanged, and the reconnect Updated for every
+  subscribed URI (and ListChanged again only if no listing is owed since the loss's: one relist, not two).
+  `health()` is the connection's state for /healthz and /metrics.
 - access: the caller's token is never forwarded: the upstream's credentials are the manifest's `headers`.
 - catalog: with a `namespace`, `published()` offers every upstream resource and template (under `root`) as
   `<ns>+<uri>`; its paths are then upstream URIs (`uri_paths`) that a template's own RFC 6570 text expands.

@@ -319,11 +319,18 @@ class Upstream:
         return SourceError(f"{self.describe()}: {what}: {describe_failure(exc)}")
 
     async def _paginate(self, what: str, page: Callable[[Client, str | None, int], Awaitable[Page]]) -> Listing:
+        settles = answered = False
+
         def pages(client: Client) -> Awaitable[Listing]:
-            self._events.listing()  # sent now, on a connection that is up
+            nonlocal settles
+            settles = self._events.listing()  # sent now, on a connection that is up
             return paginate(what, lambda cursor, room: page(client, cursor, room), self.max_pages, self.max_entries)
 
-        listing = await self._call(what, pages, self.list_timeout)
+        try:
+            listing = await self._call(what, pages, self.list_timeout)
+            answered = True
+        finally:
+            self._events.listed_all(answered, settles)
         self._cuts.heard(what, listing)
         return listing
 
@@ -449,7 +456,8 @@ class Upstream:
         (or a first connection after failed attempts), when an event stream opened after a listing (a legacy HTTP
         session's; modern: one refused at first). A listener that starts after a listing, with nothing told
         meanwhile, is told nothing: calls wait until events are heard (modern: a listen stream is open from before
-        the first call, whether anyone listens or not)."""
+        the first call, whether anyone listens or not). Nor is one told ListChanged again before it sent a listing
+        (a reconnect after the loss told it): unless that listing fails, in which case it is told after all."""
         self._events.on_change(callback)
 
     def subscribe(self, uris: Iterable[str]) -> None:

@@ -3,7 +3,8 @@
 listen stream with the wanted filter. Whenever changes may have gone unheard, the listener is told to look again:
 an event that came with nobody listening, a gap in the event stream (none open yet, or one dropped) after a listing
 began or while URIs are wanted, a lost connection. Nothing else: a listener that starts after a listing with nothing
-told meanwhile is told nothing (the gateway lists its upstream once at start, not twice)."""
+told meanwhile is told nothing (the gateway lists its upstream once at start, not twice), and one told to list
+again that has not sent its listing yet is not told again (a loss and its reconnect cost one listing, not two)."""
 
 from __future__ import annotations
 
@@ -71,11 +72,21 @@ class ChangeRelay:
         self.listed = False
         """A listing began since the listener was last told to look (`listing`): a gap in the events may leave it
         behind."""
+        self.asked = False
+        """The listener was told ListChanged and no listing was sent since: the one it makes is sent after now, on a
+        connection whose events are heard, so it sees any change made before it (telling it again costs a listing)."""
+        self.deferred = False
+        """A ListChanged not told because the listener was `asked`: told after all if a listing fails before one
+        sent after it was answered (the listener may have given up)."""
+        self.unread = False
+        """The wanted URIs may have changed unheard: Updated for each is still to be told (once subscribed)."""
 
     def on_change(self, callback: EventCallback | None) -> None:
         """See `Upstream.on_change`."""
         if callback is None and self.callback is not None:
             self.missed = True  # its subscriptions go (modern: its stream too): the next listener looks again
+        self.missed |= self.deferred  # what was asked of one listener is not asked of the next
+        self.asked = self.deferred = False
         self.callback = callback
         self.wanted_changed.set()
 
@@ -86,9 +97,25 @@ class ChangeRelay:
             self.wanted = wanted
             self.wanted_changed.set()
 
-    def listing(self) -> None:
-        """A listing of the upstream begins: a change it may miss is told unless the events carry it."""
+    def listing(self) -> bool:
+        """A listing of the upstream begins: a change it may miss is told unless the events carry it. Whether it is
+        sent after a ListChanged `deferred` (its answer settles that)."""
         self.listed = True
+        self.asked = False
+        return self.deferred
+
+    def listed_all(self, answered: bool, settles: bool) -> None:
+        """A listing ended, `answered` with its pages (`settles`: sent after the deferral) or failed: a deferred
+        ListChanged is settled by the first, and told after the second once events are heard; after a failure the
+        listener is no longer taken to be `asked` (it may have given up on the listing it owed)."""
+        if answered:
+            self.deferred &= not settles
+            return
+        self.asked = False
+        if self.deferred:
+            self.deferred = False
+            self.missed = True
+            self.wanted_changed.set()  # the watch tells it (the next connection's, if none is up)
 
     async def emit(self, event: UpstreamEvent) -> None:
         """`event` to the listener, if any (with none, it is told to look again once there is one); its failure is
@@ -97,6 +124,7 @@ class ChangeRelay:
         if callback is None:
             self.missed = True
             return
+        self.asked |= isinstance(event, ListChanged)
         try:
             await callback(event)
         except Exception:  # noqa: BLE001 - a failing listener must not end the connection
@@ -109,13 +137,21 @@ class ChangeRelay:
         elif isinstance(message, types.ResourceUpdatedNotification):
             await self.emit(Updated(str(message.params.uri)))
 
-    async def tell_missed(self) -> None:
-        """Changes may have gone unheard: the listener looks again (ListChanged, Updated for what it wants); with no
-        listener yet, it is told once there is one."""
-        self.missed = self.callback is None
-        if not self.missed:
+    async def tell_missed(self, updates: bool = True) -> None:
+        """Changes may have gone unheard (`missed`): the listener looks again (ListChanged, Updated for what it
+        wants; without `updates` those are left `unread`, for once the subscriptions are in place); with no listener
+        yet, it is told once there is one."""
+        if self.callback is None:
+            return
+        if self.missed:
+            self.missed, self.unread = False, True
             self.listed = False  # what it lists from here on is what counts
-            await self.emit(ListChanged())
+            if self.asked:  # its listing is still to be sent: it sees what changed
+                self.deferred = True
+            else:
+                await self.emit(ListChanged())
+        if updates and self.unread:
+            self.unread = False
             for uri in sorted(self.wanted):
                 await self.emit(Updated(uri))
 
@@ -128,18 +164,22 @@ class ChangeRelay:
 
     async def watch(self, conn: Link, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the upstream's subscriptions equal to what is wanted, for as long as the connection lives; started
-        once its events are heard (modern: the first listen stream acknowledged, or refused), so that a listing made
-        after that misses none of them."""
+        once its events are heard (modern: the first listen stream acknowledged, or refused; legacy HTTP: the
+        session's stream open) and what the connection before missed is told, so that a listing made after that
+        misses none of them and is not asked for twice."""
         if conn.client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await self._listen(conn, task_status)
             return
-        task_status.started()  # notifications come with the connection (HTTP: the session's stream, see `heard`)
         async with anyio.create_task_group() as tg:
-            if conn.session is not None:
-                tg.start_soon(functools.partial(
+            if conn.session is not None:  # HTTP: notifications come on the session's stream, once it is open
+                await tg.start(functools.partial(
                     keep_session, conn.session, ping=functools.partial(_ping, conn.client), lost=conn.mark_lost,
                     missed=self.heard, listening=lambda: self.callback is not None,
                     interval=self.health_interval, timeout=self.timeout, grace=STREAM_GRACE))
+            # What the connection before missed: ListChanged before any call is sent (the listing it asks for sees
+            # all of it), Updated once the subscriptions are in place (`_sync_legacy`, which calls need not wait for).
+            await self.tell_missed(updates=False)
+            task_status.started()  # stdio: notifications come with the connection
             await self._sync_legacy(conn)
 
     async def _sync_legacy(self, conn: Link) -> None:
@@ -156,7 +196,7 @@ class ChangeRelay:
                     for uri in sorted(conn.subscribed - wanted):
                         await self._quietly(conn, "resources/unsubscribe", conn.client.unsubscribe_resource, uri)
                         conn.subscribed.discard(uri)
-            if self.missed:
+            if self.missed or self.unread:
                 await self.tell_missed()
             await changed.wait()
 

@@ -6,9 +6,10 @@ connection owner keeps such a session honest.
   ends the connection at once, so the call that met it is sent again on a new one.
 - The standalone GET stream carries the session's notifications. The SDK opens it after the handshake, reopens it
   once a second after it drops, then gives up without telling; what the upstream sends while no stream is open is
-  lost (nothing is replayed without an event store). So each time the stream opens, changes may have been missed
-  (the owner lists again), and a stream that dropped and is not back within `grace` ends the connection: a new
-  session brings a new stream. A request that fails while the stream is down ends it too.
+  lost (nothing is replayed without an event store). So calls wait until the stream first opens (or is refused, or
+  `grace` passes), and each time it opens after that, changes may have been missed (the owner lists again); a
+  stream that dropped and is not back within `grace` ends the connection: a new session brings a new stream. A
+  request that fails while the stream is down ends it too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import anyio
 import httpx2
+from anyio.abc import TaskStatus
 
 __all__ = ["SessionWatch", "keep_session"]
 
@@ -36,6 +38,8 @@ class SessionWatch:
         self._on_gone = on_gone
         self.opened = 0
         """How many times the standalone GET stream opened."""
+        self.refused = 0
+        """How many times a GET for the stream was answered otherwise (a server without one answers 405)."""
         self.down_since: float | None = None
         """When the open stream dropped; None while it is open (or before it first opened)."""
         self.changed = anyio.Event()
@@ -64,6 +68,9 @@ class SessionWatch:
             self._opened()
             return httpx2.Response(status, headers=response.headers, stream=_Watched(response.stream, self._dropped),
                                    extensions=response.extensions)
+        elif request.method == "GET":
+            self.refused += 1
+            self._tell()
         return response
 
     def _opened(self) -> None:
@@ -83,11 +90,18 @@ class SessionWatch:
 
 async def keep_session(watch: SessionWatch, *, ping: Callable[[], Awaitable[object]], lost: Callable[[str], None],
                        missed: Callable[[], Awaitable[None]], listening: Callable[[], bool], interval: float,
-                       timeout: float, grace: float) -> None:
-    """For the life of one session: `missed()` each time the GET stream opens; `lost(reason)` (and return) when it
-    dropped and is not back within `grace`, or when a ping fails (sent every `interval` while `listening()`: a
-    session whose server went away has no stream whose end would say so if it never had one)."""
-    seen = 0
+                       timeout: float, grace: float,
+                       task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """For the life of one session: started once the GET stream first opened, was refused, or did neither within
+    `grace` (calls wait for that, so a listing made then misses none of its notifications); `missed()` each time it
+    opens after that; `lost(reason)` (and return) when it dropped and is not back within `grace`, or when a ping
+    fails (sent every `interval` while `listening()`: a session whose server went away has no stream whose end would
+    say so if it never had one)."""
+    with anyio.move_on_after(grace):
+        while not (watch.opened or watch.refused):
+            await watch.changed.wait()
+    seen = watch.opened  # its first opening, if it came in time, is no gap: no call was sent before it
+    task_status.started()
     next_ping = anyio.current_time() + interval
     while True:
         if watch.opened > seen:
