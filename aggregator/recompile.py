@@ -21,6 +21,7 @@ from aggregator.compiler import build_templates, catalog_of, collection_key, com
 from aggregator.entry import entries_change
 from aggregator.listing_change import ListingChange
 from aggregator.manifest.model import CollectionSpec, Manifest, ManifestError, ManifestIssue, ResourceSpec
+from aggregator.rows_change import reads
 from aggregator.sources import Source
 
 __all__ = ["Recompiled", "recompile"]
@@ -94,7 +95,7 @@ async def recompile(previous: Catalog, old: Manifest, manifest: Manifest, source
     if not listing.listing_changed and "listing_signature" in previous.__dict__:
         catalog.__dict__["listing_signature"] = previous.listing_signature
     return Recompiled(catalog, _gone(plan.out.values(), incoming), listing,
-                      frozenset(uri for uri in both if _reads(plan.out[uri]) != _reads(fresh[uri])
+                      frozenset(uri for uri in both if reads(plan.out[uri]) != reads(fresh[uri])
                                 or fresh[uri].source not in (None, *kept)))
 
 
@@ -167,11 +168,6 @@ def _assemble(previous: Catalog, manifest: Manifest, sources: Mapping[str, Sourc
                         if key in plan.reused}
     catalog.stated_at = {**plan.kept_resources, **listed.stated_at}
     return catalog
-
-
-def _reads(entry: Entry) -> tuple[object, ...]:
-    """Where an entry's content comes from."""
-    return entry.source, entry.path, entry.text, entry.decompress, entry.convert
 
 
 def _gone(out: Collection[Entry], incoming: Sequence[Entry]) -> frozenset[tuple[str, str]]:

@@ -21,6 +21,7 @@ from aggregator.listing_change import ListingChange
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue, SourceSpec
 from aggregator.recompile import recompile
+from aggregator.rows_change import catalog_change
 from aggregator.snapshot import Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source, SourceError, open_source
 from aggregator.sources.unopened import Unopened
@@ -49,11 +50,10 @@ class Reloaded:
     content_changed: set[str]
     """URIs listed before and after whose content now comes from elsewhere."""
     listing: ListingChange
-    """Whose listings changed; when the catalog was compiled whole (`changed` None), only what access changes and
-    templates did (the swap compares the listings, and all callers are told when they differ)."""
-    changed: tuple[frozenset[tuple[str, str]], bool] | None = None
-    """(files no longer listed, whether the listing changed) when the catalog was built on the old one; None when
-    it was compiled whole (the swap compares the two catalogs)."""
+    """Whose listings changed (when the catalog was compiled whole, the two catalogs compared in one walk)."""
+    gone: frozenset[tuple[str, str]] | None = None
+    """Files no longer listed when the catalog was built on the old one; None when it was compiled whole (the swap
+    compares the two catalogs' files)."""
 
 
 def open_sources(manifest: Manifest, skip: Mapping[str, Source] = {}) -> dict[str, Source]:
@@ -111,9 +111,9 @@ async def next_snapshot(old: Snapshot, watched: Iterable[str], guard: bool) -> R
     replaced = frozenset(old.sources) - set(kept)
     snapshot = build_snapshot(manifest, catalog, sources, epochs)
     if recompiled is not None:
-        return Reloaded(snapshot, replaced, set(recompiled.content_changed), recompiled.listing,
-                        (recompiled.gone, recompiled.listing.listing_changed))
-    return Reloaded(snapshot, replaced, *_compared(before, catalog, replaced))
+        return Reloaded(snapshot, replaced, set(recompiled.content_changed), recompiled.listing, recompiled.gone)
+    compared = catalog_change(before, catalog, replaced)  # one walk of both: O(catalog), as the compile was
+    return Reloaded(snapshot, replaced, compared.content_changed, compared.listing)
 
 
 def _same_source(a: SourceSpec, b: SourceSpec) -> bool:
@@ -140,18 +140,3 @@ def _serving(catalog: Catalog, manifest: Manifest) -> set[str]:
     serving |= {key.source for key, entries in catalog.collections.items() if entries}
     return serving | {sid for sid, offered in catalog.published.items() if offered.resources}
 
-
-def _compared(old: Catalog, new: Catalog, replaced: frozenset[str]) -> tuple[set[str], ListingChange]:
-    """Listed URIs in both catalogs whose content now comes from elsewhere (other text, file or source), and the
-    access changes of entries in both and of templates (one walk of `new`, which a whole compile took anyway)."""
-    changed, moved = set(), set()
-    for entry in new.entries:
-        before = old.get(entry.uri)
-        if before is None:
-            continue
-        if ((before.source, before.path, before.text, before.decompress, before.convert)
-                != (entry.source, entry.path, entry.text, entry.decompress, entry.convert) or entry.source in replaced):
-            changed.add(entry.uri)
-        if before.access != entry.access:
-            moved.add((before.access, entry.access))
-    return changed, ListingChange(moved=frozenset(moved)) | old.templates_change(new)

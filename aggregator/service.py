@@ -25,12 +25,13 @@ from aggregator.compiler import compile_catalog
 from aggregator.content import Content
 from aggregator.documents.pool import DocumentPool
 from aggregator.documents.stored import stored_conversions
-from aggregator.listing_change import EVERYONE, NO_CHANGE, ListingChange
+from aggregator.listing_change import ListingChange
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
 from aggregator.reads.relayed import MAX_PLANS, RelayPlan, relay_plan
 from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
+from aggregator.rows_change import catalog_change
 from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source
 from aggregator.tracing import span
@@ -188,38 +189,34 @@ class ResourceService:
     async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[ListingChange, set[str]]:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
-        listed = self._swap(reloaded.snapshot, reloaded.replaced, reloaded.changed)
-        listing = reloaded.listing
-        if reloaded.changed is None:  # compiled whole: a big catalog leaves the collector's full passes
+        self._swap(reloaded.snapshot, reloaded.replaced, reloaded.gone)
+        if reloaded.gone is None:  # compiled whole: a big catalog leaves the collector's full passes
             heap.settle(len(self.catalog))
-            listing |= EVERYONE if listed else NO_CHANGE  # who sees what came or went was not worked out
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
-        return listing, reloaded.content_changed
+        return reloaded.listing, reloaded.content_changed
 
-    async def refresh_listing(self) -> bool:
-        """List collections again (files appeared or vanished) and swap in the result; True if the listing changed."""
+    async def refresh_listing(self) -> ListingChange:
+        """List collections again (files appeared or vanished) and swap in the result; whose listings it changed
+        (the two catalogs compared in one walk, as the compile took anyway)."""
         async with self._swapping:
             old = self._snapshot
             with span("aggregator.relist", generation=old.generation + 1):
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
+            listing = catalog_change(old.catalog, catalog).listing
             # One manifest: the files gone are those of the URIs gone and of kept URIs naming another file now.
-            changed = self._swap(replace(old, catalog=catalog), replaced=(),
-                                 changed=(unlisted_files(old.catalog, catalog), not old.catalog.same_listing(catalog)))
+            self._swap(replace(old, catalog=catalog), replaced=(), gone=unlisted_files(old.catalog, catalog))
             heap.settle(len(catalog))  # a big catalog leaves the collector's full passes
-            return changed
+            return listing
 
-    def _swap(self, new: Snapshot, replaced: Collection[str],
-              changed: tuple[Collection[tuple[str, str]], bool] | None = None) -> bool:
-        """Swap in `new`; whether the listing changed. `changed` (files no longer listed, listing changed) is what a
-        catalog built on the current one knows already; without it the two catalogs are compared whole."""
+    def _swap(self, new: Snapshot, replaced: Collection[str], gone: Collection[tuple[str, str]] | None) -> None:
+        """Swap in `new`. `gone` (files no longer listed) is what a catalog built on the current one knows already;
+        None: the two catalogs' files are compared whole."""
         old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
-        gone, listing_changed = changed if changed is not None else (
-            old.catalog.targets() - new.catalog.targets(),
-            not old.catalog.same_listing(new.catalog))
+        if gone is None:
+            gone = old.catalog.targets() - new.catalog.targets()
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
         self._tell(None)
-        return listing_changed
 
     def swapping(self) -> anyio.Lock:
         """Held while a catalog is built on the current one and swapped in: one reload or relisting at a time."""

@@ -49,7 +49,7 @@ def test_a_full_relist_freezes_a_big_catalog(tmp_path: Path, monkeypatch: pytest
         service = await ResourceService.open(manifest)
         try:
             (tmp_path / "docs" / "new.md").write_text("y\n")
-            assert await service.refresh_listing()
+            assert (await service.refresh_listing()).listing_changed
             lists = [block[0] for block in service.catalog.entries._blocks]  # noqa: SLF001
             big = len(service.catalog) >= freeze_at
             assert (gc.get_freeze_count() > 0) == big

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +62,22 @@ QUIET = 0.4
 """Seconds to wait, once what must come came, for anything that must not."""
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+@contextmanager
+def _serving(tmp_path: Path, extra: str = "") -> Iterator[Server]:
+    """The server over folders docs and secret (a file each), its manifest with `extra` resources."""
     for folder, name in (("docs", "a.md"), ("secret", "plan.md")):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / name).write_text(f"# {folder}\n")
     manifest = tmp_path / "manifest.yaml"
-    manifest.write_text(MANIFEST.format(secret="secret", extra=""))
+    manifest.write_text(MANIFEST.format(secret="secret", extra=extra))
     env = {name.upper(): token for name, token in TOKENS.items()}
     with serve_http(manifest, tmp_path, env=env) as served:
+        yield served
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with _serving(tmp_path) as served:
         yield served
 
 
@@ -115,6 +122,14 @@ def _reloads(base: str) -> int:
     return int(httpx.get(base + "/healthz", timeout=2).json().get("reloads", 0))
 
 
+def _full_relists(base: str) -> int:
+    """Changes of files the server applied by listing the whole catalog again (from /metrics)."""
+    for line in httpx.get(base + "/metrics", timeout=2).text.splitlines():
+        if line.startswith('aggregator_file_changes_total{how="relist"}'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
 async def _wait(check: Any, what: str, seconds: float = 10) -> None:
     with anyio.fail_after(seconds):
         while not check():
@@ -148,3 +163,32 @@ def test_list_changed_goes_to_exactly_the_callers_whose_listing_changed(server: 
                     assert "secret://plan.md" in listed
 
     anyio.run(main)
+
+
+CLASH = '  - {uri: "docs://clash.md", name: clash, text: the manifest claims this URI}\n'
+"""A resource whose URI the docs collection gives docs/clash.md: while that file is there, no listing is served."""
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_a_full_relist_tells_only_the_callers_whose_listing_it_changed(tmp_path: Path, wire: str) -> None:
+    """A file that collides with a manifest resource fails the relist (the last listing serves on, and every change
+    after is a full relist until one succeeds); a file only secret holders may see comes meanwhile. The relist that
+    succeeds once the collision is gone adds that one entry: alice hears list_changed, bob and carol do not."""
+    heard: dict[str, int] = {}
+
+    async def main() -> None:
+        async with _listening(server.url, wire, heard) as clients:
+            for done, (path, content) in enumerate(
+                    ((tmp_path / "docs" / "clash.md", "# clash\n"), (tmp_path / "secret" / "new.md", "# new\n"),
+                     (tmp_path / "docs" / "clash.md", None)), start=1):
+                if content is None:
+                    path.unlink()
+                else:
+                    path.write_text(content)
+                await _wait(lambda done=done: _full_relists(server.base) >= done, f"full relist {done}")
+                await anyio.sleep(QUIET)  # the relist counted, then run
+            assert "secret://new.md" in {r.uri for r in (await clients["alice"].list_resources()).resources}
+            assert heard == {"alice": 1, "bob": 0, "carol": 0}
+
+    with _serving(tmp_path, CLASH) as server:
+        anyio.run(main)

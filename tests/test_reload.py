@@ -339,8 +339,8 @@ def _scoped_manifest(folders: Path, b_scope: str, extra: str = "") -> Path:
 def test_a_save_that_changes_only_access_tells_whose_listing_it_changed(folders: Path, whole: bool,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Moving source b (its collection and template) from scope t to scope s lists the same to a caller who sees
-    everything, or holds both scopes or neither: only holders of one of them list something else now. On the
-    incremental path an entry only holders of s may see is news to them alone."""
+    everything, or holds both scopes or neither: only holders of one of them list something else now. An entry
+    only holders of s may see is news to them alone (and to a caller who sees everything), on either path."""
     if whole:  # the path a reload takes when the catalog cannot be built on the last one
         async def whole_compile(*args: object) -> None:
             return None
@@ -355,13 +355,29 @@ def test_a_save_that_changes_only_access_tells_whose_listing_it_changed(folders:
             seen = {scopes: listing.seen_by(None if scopes is None else frozenset(scopes))
                     for scopes in (None, (), ("s",), ("t",), ("s", "t"))}
             assert seen == {None: False, (): False, ("s",): True, ("t",): True, ("s", "t"): False}
-            if whole:
-                return
             _scoped_manifest(folders, "s", 'resources:\n  - {uri: "note://s", name: s, text: s, '
                                            'access: {scopes: [s]}}\n')
             listing, _ = await service.reload()
             assert [listing.seen_by(s) for s in (None, frozenset(), frozenset({"t"}), frozenset({"s"}))] == [
                 True, False, False, True]
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
+def test_a_full_relist_says_whose_listing_it_changed(folders: Path) -> None:
+    """A file of source b (scope t) that comes is news to a caller who sees everything (stdio) and to holders of t
+    alone; a relist that finds nothing new is news to no one."""
+    async def main() -> None:
+        service = await ResourceService.open(_scoped_manifest(folders, "t"))
+        try:
+            (folders / "b" / "new.md").write_text("new\n")
+            listing = await service.refresh_listing()
+            assert [listing.seen_by(s) for s in (None, frozenset(), frozenset({"s"}), frozenset({"t"}))] == [
+                True, False, False, True]
+            assert "b://new.md" in {e.uri for e in service.catalog.entries}
+            assert not (await service.refresh_listing()).any
         finally:
             await service.aclose()
 

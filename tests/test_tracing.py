@@ -162,7 +162,7 @@ def test_reload_span_with_its_listings_and_a_failed_reload(docs_manifest: Path, 
 
             spans.clear()
             (docs_manifest.parent / "docs" / "more.json").write_text("{}")
-            assert await service.refresh_listing()
+            assert (await service.refresh_listing()).listing_changed
             found = spans.get_finished_spans()
             relist = one(found, "aggregator.relist")
             assert relist.attributes["aggregator.generation"] == 3

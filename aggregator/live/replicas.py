@@ -182,7 +182,7 @@ class ClusterReplica:
         self.service.cache.invalidate_where(Forget.of(sources=remote))
         if self.service.shared is not None:  # what changed while Redis was out, told by this replica's polls alone
             await self.service.shared.settle()
-        await self.notifier.list_changed()
+        await self.notifier.list_changed()  # everyone: what the lost events changed, and for whom, is unknown
         self.notifier.end_streams()
 
     def health(self) -> dict[str, object]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from aggregator.cache_keys import Forget
 from aggregator.catalog_delta import Delta
-from aggregator.listing_change import EVERYONE, ListingChange
+from aggregator.listing_change import ListingChange
 from aggregator.live.delta import FullRelist, apply_changed_files
 from aggregator.live.relisted import relist_source, relist_upstream
 from aggregator.manifest.model import ManifestError
@@ -190,19 +190,20 @@ class CatalogUpdates:
                 await self.notifier.updated(sorted(told))
 
     async def relist(self) -> bool:
-        """List collections again; if the listing changed, send list_changed, and `updated` to subscribed renders
-        that listed resources (they may read differently now). True if it changed."""
+        """List collections again; list_changed to the callers whose listing changed (the two catalogs compared),
+        and `updated` to subscribed renders that listed resources (they may read differently now). True if some
+        caller's listing changed."""
         try:
             self._stale = True
-            changed = await self.service.refresh_listing()
+            listing = await self.service.refresh_listing()
             self._stale = False
         except ManifestError as exc:  # the manifest's own entries collide over what a source lists now: said once
             if self.errors.first_time(str(exc)):
                 logger.error("relisting failed; still serving generation %d:\n%s", self.service.catalog.generation, exc)
             return False
-        if not changed:
+        if not listing.any:
             return False
-        await self._tell_listing_changed(EVERYONE)  # whose listings changed was not worked out: all are told
+        await self._tell_listing_changed(listing)
         return True
 
     async def _tell_listing_changed(self, listing: ListingChange) -> None:
