@@ -3,7 +3,7 @@
 A full relist or a reload compiled whole builds a new catalog without saying what changed; this finds it. Both
 catalogs keep their rows sorted by URI (`catalog_rows`), so one merge walk over the two pairs each URI's rows, O(both)
 with nothing kept per row. The walk goes a window of rows at a time: windows whose columns are equal (C-level
-comparisons of URIs, makers by `listing_key`, sizes, mtimes) show and read the same and are passed over whole, so a
+comparisons of URIs, makers by `listing_key` and access, sizes, mtimes) show and read the same and are passed over whole, so a
 relist that adds a few files to a million costs about what comparing the columns does; only the windows around a
 difference are walked row by row, and Entries are built only for rows kept differently on the two sides.
 """
@@ -79,7 +79,9 @@ class _Side:
     def __init__(self, rows: Rows, numbers: dict[object, int]) -> None:
         spans = rows.spans()
         self.rows, self.blocks, self.starts = rows, [block for block, _, _ in spans], [s for _, s, _ in spans]
-        self.numbers = [EXPLICIT, *(numbers.setdefault(m.listing_key, len(numbers) + 1) for m in rows.makers)]
+        # By what they list and who may see it (an upstream's key leaves its access out: it keys what it lists).
+        self.numbers = [EXPLICIT, *(numbers.setdefault((m.listing_key, m.access), len(numbers) + 1)
+                                    for m in rows.makers)]
         self.renumber = self.numbers != list(range(len(self.numbers)))
 
     def window(self, start: int, stop: int) -> Block:
@@ -104,7 +106,7 @@ class _Side:
 
     def same(self, block: Block, other: _Side, theirs: Block) -> bool:
         """Whether the rows of `block` and the other side's `theirs` are kept alike: the same URIs, makers of equal
-        keys, sizes and mtimes (explicit rows' entries still to compare)."""
+        keys and access, sizes and mtimes (explicit rows' entries still to compare)."""
         return (block[0] == theirs[0] and self.keys(block[1]) == other.keys(theirs[1]) and block[2] == theirs[2]
                 and block[3].tobytes() == theirs[3].tobytes())
 

@@ -1,14 +1,14 @@
 """rows_change: the merge walk over two whole listings finds what comparing them entry by entry, by URI, finds
 (whose listings changed, which URIs read elsewhere), whatever rows are compact, explicit, or kept in other blocks
-and windows; and a listing of a million rows that gained one file is compared in well under a second."""
+and windows; and a listing that gained one file builds Entries only around it."""
 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,12 +99,39 @@ def test_listings_of_many_blocks_compare_as_their_entries_do() -> None:
         assert (found.listing, found.content_changed) == _expected(old, new, frozenset())
 
 
-def test_a_million_rows_that_gained_one_file_compare_in_well_under_a_second() -> None:
-    files = {f"f{i:07d}.md": (1, 1.0) for i in range(0, 2_000_000, 2)}
+def test_a_listing_that_gained_one_file_builds_entries_only_around_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """O(change) where it counts: 200,000 rows that gained one file are compared a window at a time (C-level column
+    comparisons), building Entries only in the window around the new row, not one per row."""
+    files = {f"f{i:07d}.md": (1, 1.0) for i in range(0, 400_000, 2)}
     old = _rows((frozenset(), False, files, {}))
-    new = _rows((frozenset(), False, {**files, "f0999999.md": (1, 1.0)}, {}))
-    began = time.perf_counter()
+    new = _rows((frozenset(), False, {**files, "f0199999.md": (1, 1.0)}, {}))
+    built = []
+    entry = module._Side.entry
+    monkeypatch.setattr(module._Side, "entry", lambda side, block, i: built.append(i) or entry(side, block, i))
     found = rows_change(old, new)
-    took = time.perf_counter() - began
     assert found.listing.shown == {frozenset()} and not found.listing.moved and not found.content_changed
-    assert took < 1.0, f"{took:.2f}s"
+    assert 0 < len(built) <= 2 * module.LOAD, len(built)
+
+
+class _KeyedWithoutAccess(EntryBuilder):
+    """A maker whose `listing_key` leaves its access out, as an upstream's records do (it keys what they list)."""
+
+    @property
+    def listing_key(self) -> tuple[object, ...]:
+        return "records", self.spec.source, self.spec.uri
+
+
+@pytest.mark.parametrize("window", [2, 1024])
+def test_rows_of_makers_keyed_alike_but_seen_by_other_scopes_moved(window: int) -> None:
+    """The same files kept by makers of equal listing keys whose access differs (an upstream source moved to another
+    scope): every row moved from one scope to the other, though the windows' columns and keys are equal."""
+    sides = []
+    for access in (frozenset({"s"}), frozenset({"t"})):
+        rows = RowsBuilder(builder := _KeyedWithoutAccess(_spec(access, False)))
+        for path in PATHS[:8]:
+            rows.compact_row(builder.compact_uri(path) or "", 1, None)
+        sides.append(rows.rows())
+    with _window(window):
+        found = rows_change(*sides)
+    assert found.listing.moved == {(frozenset({"s"}), frozenset({"t"}))} and not found.listing.shown
+    assert (found.listing, found.content_changed) == _expected(*sides, frozenset())
