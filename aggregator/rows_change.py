@@ -3,9 +3,9 @@
 A full relist or a reload compiled whole builds a new catalog without saying what changed; this finds it. Both
 catalogs keep their rows sorted by URI (`catalog_rows`), so one merge walk over the two pairs each URI's rows, O(both)
 with nothing kept per row. The walk goes a window of rows at a time: windows whose columns are equal (C-level
-comparisons of URIs, makers by `listing_key` and access, sizes, mtimes) show and read the same and are passed over whole, so a
-relist that adds a few files to a million costs about what comparing the columns does; only the windows around a
-difference are walked row by row, and Entries are built only for rows kept differently on the two sides.
+comparisons of URIs, makers by `listing_key` and access, sizes, mtimes) show and read the same and are passed over
+whole, so a relist that adds a few files to a million costs about what comparing the columns does; only the windows
+around a difference are walked row by row, and Entries are built only for rows kept differently on the two sides.
 """
 
 from __future__ import annotations
