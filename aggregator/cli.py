@@ -49,8 +49,8 @@ def _report(error: ManifestError, fmt: str = "text") -> None:
 async def _opened(path: str, collect: bool = True, stop: Stop | None = None) -> AsyncIterator[Any]:
     """The ResourceService for a manifest (imported lazily so `schema` stays instant), closed on the way out; the
     cyclic collector runs again once it is open unless not `collect` (serve resumes it itself). With `stop`, a stop
-    during the opening (minutes for a million files, or an upstream slow to answer) gives it up, what it opened
-    closed: _Stopped. After it, a stop is noted, and `serve_*` do not serve."""
+    during the opening (minutes for a million files, or a slow upstream) gives it up, what it opened closed:
+    _Stopped (after it, a stop is noted, and `serve_*` do not serve)."""
     from aggregator.service import ResourceService
     from aggregator.stopping import stop_signals
 
@@ -60,7 +60,8 @@ async def _opened(path: str, collect: bool = True, stop: Stop | None = None) -> 
     else:
         try:
             async with anyio.create_task_group() as opening:
-                await opening.start(stop_signals, stop, opening.cancel_scope.cancel)
+                await opening.start(stop_signals, stop, opening.cancel_scope.cancel, lambda: None,
+                                    "giving up the manifest's opening")
                 service = await ResourceService.open(path)
                 opening.cancel_scope.cancel()
         except BaseExceptionGroup as group:  # the opening's own failure (the watcher raises none): as it was raised

@@ -122,12 +122,13 @@ def release() -> None:
 
 
 async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: Callable[[], None] = lambda: None,
-                       *, task_status: TaskStatus[None]) -> None:
+                       doing: str = "finishing requests in flight", *, task_status: TaskStatus[None]) -> None:
     """Call `stopping()` once, for the first SIGTERM/SIGINT the event loop hears, or before `task_status.started()`
     if `stop` heard one already (the caller then does not start serving); then `forced()` once, for a second one
-    (stop waiting for what is in flight). Both are noted in `stop` (its `code`). Started once the loop listens: from
-    then on no stop is missed, as one before went to `stop`. Listens until cancelled; from then to the process's
-    exit a stop is only noted (`Stop.note`), never the signal's default action."""
+    (stop waiting for what is in flight). Both are noted in `stop` (its `code`); the log says the first leads to
+    `doing`, then stopping. Started once the loop listens: from then on no stop is missed, as one before went to
+    `stop`. Listens until cancelled; from then to the process's exit a stop is only noted (`Stop.note`), never the
+    signal's default action."""
     import asyncio
     import logging
     import math
@@ -158,7 +159,7 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
             first, second = heard.signum is None, heard.forced is None
             name = signal.Signals(heard.note(received)).name  # the one place that tells a first stop from a second
             if first:
-                logger.info("%s: finishing requests in flight, then stopping", name)
+                logger.info("%s: %s, then stopping", name, doing)
                 stopping()
             elif second and heard.forced is not None:
                 logger.warning("%s again: stopping now, without waiting for requests in flight", name)

@@ -374,6 +374,7 @@ def test_a_stop_while_opening_the_manifest_ends_the_opening(tmp_path: Path) -> N
         wait_until(lambda: started.read_text().isdigit(), "the upstream's pid", process=process, log=log)
         process.send_signal(signal.SIGTERM)
         assert _stopped_cleanly(process, log) == b""
+        assert "SIGTERM: giving up the manifest's opening, then stopping" in log.read_text(), tail(log)
         pid = int(started.read_text())
         wait_until(lambda: not _alive(pid), "the upstream's end", timeout=10)
     finally:
