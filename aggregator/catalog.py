@@ -212,13 +212,6 @@ class Catalog:
             return EVERYONE  # the same templates in another order (or one spelt twice)
         return change
 
-    def same_listing(self, other: Catalog) -> bool:
-        """Whether resources/list and resources/templates/list show the same of both (what equal
-        `listing_signature`s say), compared column-wise (`Rows.same_listing`) unless both signatures are known."""
-        if "listing_signature" in self.__dict__ and "listing_signature" in other.__dict__:
-            return self.listing_signature == other.listing_signature
-        return self.templates_shown() == other.templates_shown() and self.entries.same_listing(other.entries)
-
     def get(self, uri: str) -> Entry | None:
         return self.entries.get(uri)
 

@@ -23,7 +23,7 @@ from operator import attrgetter, itemgetter
 from typing import Protocol, overload
 
 from aggregator.chunked import LOAD, Chunked, Layered
-from aggregator.entry import Entry, listed_fields
+from aggregator.entry import Entry
 from aggregator.row_blocks import Block, compressed, cut, duplicates, insert_rows, is_sorted, joined_makers, runs
 
 __all__ = ["EXPLICIT", "NO_SIZE", "NO_TIME", "RETIRED", "RowMaker", "Rows", "RowsBuilder", "duplicates"]
@@ -261,31 +261,6 @@ class Rows(Sequence[Entry]):
             blocks.append(compressed(block, [kind in allowed and (kind != EXPLICIT or explicit[uri].access <= scopes)
                                               for uri, kind in zip(uris, which)]))
         return Rows._of(blocks, self._makers, {u: e for u, e in explicit.items() if e.access <= scopes})
-
-    def same_listing(self, other: Rows) -> bool:
-        """Whether resources/list shows the same of both (equal `listed_fields`, row by row): C-level comparisons of
-        the columns, the makers by `listing_key`, and Entries built only for the explicit rows and the rows kept
-        differently on the two sides (a million rows: tenths of a second, not seconds and a tuple per row)."""
-        if len(self) != len(other):
-            return False
-        (uris, which, sizes, mtimes), (their_uris, theirs, their_sizes, their_mtimes) = self.columns(), other.columns()
-        if uris != their_uris:
-            return False
-        keys: dict[object, int] = {}
-        for rows in (self, other):  # one number per maker key, so that equal makers compare equal
-            numbers = [EXPLICIT, *(keys.setdefault(m.listing_key, len(keys) + 1) for m in rows._makers)]
-            if numbers != list(range(len(numbers))):
-                renumbered = array("H", map(numbers.__getitem__, rows.columns()[1]))
-                which, theirs = (renumbered, theirs) if rows is self else (which, renumbered)
-        if which == theirs and sizes == their_sizes and mtimes.tobytes() == their_mtimes.tobytes():
-            differ: list[int] = []
-        else:  # rows kept differently (compact on one side): compared as entries
-            differ = [i for i, (a, b, s, t, m, n) in enumerate(zip(which, theirs, sizes, their_sizes, mtimes,
-                                                                    their_mtimes))
-                      if a != b or s != t or (m != n and (m == m or n == n))]
-        return all(listed_fields(self[i]) == listed_fields(other[i]) for i in differ) and all(
-            listed_fields(entry) == listed_fields(other._explicit[uri]) for uri, entry in self._explicit.items()
-            if uri in other._explicit)
 
     def edited(self, drop: Collection[str], add: Sequence[Entry]) -> Rows:
         """A copy without the rows of the URIs in `drop` (those present) and with rows of `add` (sorted by URI,
