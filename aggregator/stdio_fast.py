@@ -31,6 +31,8 @@ from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 
 from aggregator import tracing
 from aggregator.codec import loads_strict
+from aggregator.direct_pipe import feed_directly
+from aggregator.stdio_seen import SeenRead, SeenReads
 from aggregator.wire_results import LIST_ITEMS, Envelopes, encode_response, page_line, shaped
 
 if TYPE_CHECKING:
@@ -92,6 +94,8 @@ class FastReads:
         """The version the legacy handshake negotiated (None: no handshake answered, the SDK serves reads)."""
         self.tasks: dict[types.RequestId, asyncio.Task[None] | RelayedRead] = {}
         self._envelopes = Envelopes()
+        self._seen = SeenReads()
+        """Read lines taken before, their ids cut out: the same read again skips the parse and the checks."""
         owner = getattr(handler, "__self__", None)
         self.relays: Relays | None = owner if isinstance(owner, Relays) else None
         """The read handler's owner (ResourceHandlers), when it relays reads: their plans and outcomes."""
@@ -125,6 +129,8 @@ class FastReads:
                 and message.id == self._initialize_id):
             version = message.result.get("protocolVersion")
             if isinstance(version, str):
+                if version != self.legacy_version:
+                    self._seen.clear()  # reads seen were checked at the version the last handshake gave
                 self.legacy_version, self.gate_open = version, True
 
     @cached_property
@@ -140,6 +146,9 @@ class FastReads:
     def take(self, line: bytes, answer: Answer) -> types.RequestId | None:
         """Start answering `line` if it is a request this path serves exactly as the SDK would, and return its id;
         None (nothing done) otherwise."""
+        seen = self._seen.find(line)
+        if seen is not None and seen[0] not in self.tasks and self._usable():
+            return self._read(seen[0], seen[1], answer)
         if line.find(_MARK) < 0 or self.era is None or (self.era == "legacy" and not self.gate_open):
             return None
         try:
@@ -165,14 +174,23 @@ class FastReads:
         version = self._version(method, params)
         if version is None or not self._usable():
             return None
-        if type(args) is str:  # a read: relayed in callbacks where it can be, else served by a task
-            if self.relays is not None and self._relayed(request_id, version, args, handler, answer):
-                return request_id
-            args = _Params(args)
+        if type(args) is str:
+            read = SeenRead(version, args)
+            self._seen.keep(line, request_id, read)
+            return self._read(request_id, read, answer)
         # The task leaves `tasks` itself before it answers (`_serve`), or when its cancellation is seen (`saw`): no
         # done callback, which would cost every read one more turn of the loop.
         self.tasks[request_id] = (self._loop or asyncio.get_running_loop()).create_task(
             self._serve(request_id, method, version, args, handler, answer))
+        return request_id
+
+    def _read(self, request_id: types.RequestId, read: SeenRead, answer: Answer) -> types.RequestId:
+        """Start a read that passed the checks: relayed in callbacks where it can be, else served by a task."""
+        handler = self._handlers[METHOD]
+        if self.relays is not None and self._relayed(request_id, read.version, read.uri, handler, answer):
+            return request_id
+        self.tasks[request_id] = (self._loop or asyncio.get_running_loop()).create_task(
+            self._serve(request_id, METHOD, read.version, _Params(read.uri), handler, answer))
         return request_id
 
     def _relayed(self, request_id: types.RequestId, version: str, uri: str, handler: Handler, answer: Answer) -> bool:
@@ -225,6 +243,7 @@ class FastReads:
                 feed(data[start:] if start else data)
 
         reader.feed_data = data_received  # type: ignore[method-assign, assignment]
+        feed_directly(reader, data_received)  # the reader's protocol passes chunks on through two calls more
 
     def _version(self, method: str, params: dict[str, Any]) -> str | None:
         """The protocol version the request is served at, None when the SDK must see it."""

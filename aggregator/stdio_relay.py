@@ -9,6 +9,10 @@ with the text cut out, with the upstream's result it was made of (`Shape`), per 
 later answer whose result equals that one but for its text (compared as parsed, in C) is served by writing its
 text into the line, without checking, typing or shaping it again: what the usual way serves is a function of that
 result, the snapshot's plan and the wire. A line is kept only once checked to be the one the usual way wrote.
+
+The text goes into the line as the upstream wrote it (`_text_token`: the bytes of its JSON string, found in the
+answer's line), not encoded again: a text of kilobytes that is not all ASCII costs more to encode than the rest of a
+read. Where that token cannot be told apart for certain, the text is encoded (`Shape.line`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ _MARK = "\x00aggregator-relayed-text\x00"
 """What stands for the text while a shape is cut (a text holding it is served the usual way)."""
 _LINE_HEAD = b'{"jsonrpc":"2.0","id":'
 _encoded = orjson.dumps
+_TEXT_KEY = b'"text"'
+_MAX_QUOTES = 64
+"""Quotes in a text's token past which it is encoded again rather than looked through for its end."""
+_BACKSLASH, _QUOTE = 0x5C, 0x22
 
 
 class Shape:
@@ -50,12 +58,15 @@ class Shape:
     upstream's result it was made of, its text emptied (`result`): an answer equal to that but for its text is
     served as this line with its own text."""
 
-    __slots__ = ("head", "tail", "result", "modern", "missed")
+    __slots__ = ("head", "tail", "result", "modern", "missed", "spliced")
 
-    def __init__(self, head: bytes, tail: bytes, result: dict[str, Any], modern: bool) -> None:
+    def __init__(self, head: bytes, tail: bytes, result: dict[str, Any], modern: bool, spliced: bool = False) -> None:
         self.head, self.tail, self.result = head, tail, result
         self.modern = modern
         """Whether `result` came on the modern wire (its hints count there)."""
+        self.spliced = spliced
+        """Whether the one string `"text"` of an answer that fits is its content's key (none elsewhere in `result`):
+        then its text's token is found in the answer's line (`_text_token`)."""
         self.missed = 0
         """Answers in a row it did not fit (past RELEARN_AFTER, the next one served the usual way is kept instead)."""
 
@@ -63,6 +74,38 @@ class Shape:
         """The line answering `request_id` with `text` (orjson's own encoder: an id and a text parsed by orjson, a
         plain int or str with no lone surrogate, encode as `codec.dumps` encodes them)."""
         return b"".join((_LINE_HEAD, _encoded(request_id), self.head, _encoded(text), self.tail))
+
+    def line_of(self, request_id: types.RequestId, token: bytes) -> bytes:
+        """`line` of the text whose JSON string is `token` (`_text_token`), as the upstream wrote it."""
+        return b"".join((_LINE_HEAD, _encoded(request_id), self.head, token, self.tail))
+
+
+def _text_token(line: bytes) -> bytes | None:
+    """The JSON string after the first key `"text"` in `line` (valid JSON, as orjson parsed it); None where the first
+    `"text"` is not a key followed by a string, or the string holds more than _MAX_QUOTES quotes.
+
+    In valid JSON a `"text"` whose first quote follows no backslash is a whole string (a quote that ends a string is
+    followed by what follows a value, not by `text"`), and a quote that follows an even run of backslashes ends one."""
+    at = line.find(_TEXT_KEY)
+    if at < 1 or line[at - 1] == _BACKSLASH:
+        return None
+    start = at + len(_TEXT_KEY)
+    if line[start:start + 1] != b":":
+        return None
+    start += 2 if line[start + 1:start + 2] == b" " else 1  # `": "`, as Python's json.dumps writes it
+    if line[start:start + 1] != b'"':
+        return None
+    end = start
+    for _ in range(_MAX_QUOTES):
+        end = line.find(b'"', end + 1)
+        if end < 0:
+            return None
+        run = end
+        while line[run - 1] == _BACKSLASH:
+            run -= 1
+        if (end - run) % 2 == 0:
+            return line[start:end + 1]
+    return None
 
 
 def _one_text(outcome: Any) -> tuple[dict[str, Any], dict[str, Any], str] | None:
@@ -94,7 +137,10 @@ def _shape_of(shaped: dict[str, Any], outcome: Any, modern: bool) -> Shape | Non
     item["text"] = text
     if len(encoded) > MAX_KEPT_RESULT:
         return None  # an upstream's `_meta` of megabytes is not kept for every URI
-    return Shape(b',"result":' + head, tail + b"}\n", loads_strict(encoded), modern)
+    # Strings in `encoded` are written as they read (orjson escapes no letter): its key is the one `"text"` in it
+    # unless another string says text.
+    return Shape(b',"result":' + head, tail + b"}\n", loads_strict(encoded), modern,
+                 spliced=encoded.count(_TEXT_KEY) == 1)
 
 
 class RelayedRead(Sent, Flight[Content]):
@@ -155,7 +201,12 @@ class RelayedRead(Sent, Flight[Content]):
                     if (alike and type(result.get("ttlMs", 0)) is int and text[:1] != _BOM and len(text) <= limit
                             and (text.isascii() or len(text) * 4 <= limit) and paths.tasks.get(asked) is self):
                         del paths.tasks[asked]
-                        self._out.answer_now(asked, kept.line(asked, text), None)
+                        # Its text as the upstream wrote it where the answer holds no string `"text"` but its key (an
+                        # answer of three members, as `result` holds none but the one the shape was cut of).
+                        token = (_text_token(self._lane.answer_line) if kept.spliced and len(message) == 3
+                                 and message.get("jsonrpc") == "2.0" else None)
+                        self._out.answer_now(asked, kept.line(asked, text) if token is None
+                                             else kept.line_of(asked, token), None)
                         # What the read held is let go once its answer is out: the client takes it meanwhile.
                         plan.leases.let_go(plan.snapshot)
                         plan.route.release(self)

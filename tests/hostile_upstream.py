@@ -14,8 +14,10 @@
   titles, descriptions, mimeTypes, templates and completions, a 100 KB URI, a mimeType that would inject a
   header; reading h://t/lone answers text holding a lone surrogate (`LONE`).
 - `numbers`: lists h://t/numbers, which answers a new text each time with a `ttlMs` of the next of `NUMBERS` (equal
-  to 1 but for its type, or not a valid one), h://t/lone (as in `values`) and h://t/meta (a text whose result has an
-  8 KB `_meta`).
+  to 1 but for its type, or not a valid one), h://t/lone (as in `values`), h://t/meta (a text whose result has an
+  8 KB `_meta`), h://t/decoy (a new text each time, after a `_meta` whose string `"text"` comes first in the line) and
+  h://t/escaped (a new text each time, of quotes, escapes and non-ASCII written as escapes). Its lines are
+  written as Python's json.dumps writes them by default (`": "`, ASCII only).
 - `slow`: lists h://x, h://slow, h://late and h://told; never answers a read of h://slow, answers one of h://late
   after `LATE` seconds, and answers one of h://told with what it was told (JSON: `slow`, the ids of the reads of
   h://slow it got; `cancelled`, the params of every notifications/cancelled).
@@ -84,7 +86,7 @@ def listed() -> list[dict[str, Any]]:
     if MODE == "values":
         return VALUES
     if MODE == "numbers":
-        return [{"uri": f"h://t/{name}", "name": name} for name in ("numbers", "lone", "meta")]
+        return [{"uri": f"h://t/{name}", "name": name} for name in ("numbers", "lone", "meta", "decoy", "escaped")]
     if MODE == "slow":
         return [plain[0], *({"uri": f"h://{name}", "name": name} for name in ("slow", "late", "told"))]
     if MODE == "dupes" or (MODE == "flip" and flipped):
@@ -129,6 +131,13 @@ def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
         if uri == "h://t/meta":
             reply(rid, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": "metadata"}],
                         "_meta": {"padding": "p" * 8000}})
+            return
+        if uri in ("h://t/decoy", "h://t/escaped"):
+            numbers_read += 1
+            text = (f"decoy read {numbers_read}" if uri == "h://t/decoy"
+                    else f'read "{numbers_read}" \\ caf\u00e9 \u2028 \U0001f600 "text": \n')
+            item = {"uri": uri, "mimeType": "text/plain", "text": text}
+            reply(rid, {"_meta": {"text": "decoy"}, "contents": [item]} if uri == "h://t/decoy" else {"contents": [item]})
             return
         if uri == "h://t/numbers":
             numbers_read += 1

@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "aggregator"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("aggregator", "errors", "paths", "codec", "globs", "templates", "content", "logs", "stdout",
+    ("foundations", ("aggregator", "errors", "paths", "codec", "direct_pipe", "globs", "templates", "content", "logs", "stdout",
                      "terminal_hint", "scaffold", "stopping", "event_loop", "workers", "folder_watch", "inotify_watch", "watch", "listing_change", "notify", "render_sandbox",
                      "sdk_compat", "chunked", "startup", "tracing", "heap", "manifest.model", "manifest.placeholders",
                      "manifest.units", "manifest.source_urls", "connect_errors", "s3_client")),
@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                            "listing_json",
                            "metrics", "metrics_multiprocess", "auth", "callers", "http_app", "http_fast", "http_long_reads",
                            "http_writes", "http_gone", "http_stop",
-                           "http_limits", "wire_results", "stdio_relay", "stdio_fast", "stdio_terminal", "stdio", "serve_http", "cli", "demo", "launch", "__main__", "console",
+                           "http_limits", "wire_results", "stdio_relay", "stdio_seen", "stdio_fast", "stdio_terminal", "stdio", "serve_http", "cli", "demo", "launch", "__main__", "console",
                            "console.*")),
 ]
 

@@ -139,6 +139,20 @@ def test_hostile_answers_alike_but_for_a_numbers_type_or_a_lone_surrogate_go_the
     assert any("error" in answer for answer in fast.values()) and any(text.startswith("read") for text in texts)
 
 
+def test_texts_served_as_the_upstream_wrote_them_are_its_answers_texts(tmp_path: Path) -> None:
+    """Answers alike but for their text are served with the text as the upstream wrote it (escaped, `": "`), and an
+    answer whose `_meta` holds a string `"text"` before the content's key is served as the SDK's path serves it."""
+    manifest = _hostile_manifest(tmp_path)
+    opening = [(m, 0.0) for m in _reads("legacy") if m.get("method") != "resources/read"]
+    opening[0] = (opening[0][0], WAIT)
+    script = [*opening, *((_read(n, "wiki://decoy" if n % 2 else "wiki://escaped"), WAIT) for n in range(101, 111))]
+    (fast, _), (slow, _) = (_run(manifest, script, on) for on in (True, False))
+    assert fast == slow
+    texts = [fast[n]["result"]["contents"][0]["text"] for n in range(101, 111)]
+    assert texts[0::2] == [f"decoy read {n}" for n in range(1, 10, 2)]
+    assert texts[1::2] == [f'read "{n}" \\ caf\u00e9 \u2028 \U0001f600 "text": \n' for n in range(2, 11, 2)]
+
+
 def test_no_shape_is_kept_of_an_answer_whose_result_is_large_but_for_its_text(tmp_path: Path) -> None:
     """An upstream's result of kilobytes besides its text (an 8 KB `_meta`) is served the usual way each time and
     nothing of it is kept for the URI; a small one's shape is kept."""
@@ -172,6 +186,8 @@ class _Stdio:
         self.fast.era, self.fast.gate_open, self.fast.legacy_version = "legacy", True, "2025-11-25"
         self.fast._out = self  # noqa: SLF001 - what stdout's writer is to it
         self.answers: dict[Any, Any] = {}
+        self.lines: dict[Any, bytes] = {}
+        """The lines written at once, by id."""
         self.answered = anyio.Event()
 
     def ready(self) -> bool:
@@ -179,15 +195,19 @@ class _Stdio:
 
     def answer_now(self, request_id: Any, data: bytes | None, error: Any) -> None:
         self.answers[request_id] = json.loads(data)["result"] if data is not None else error
+        if data is not None:
+            self.lines[request_id] = data
         self.answered.set()
 
     async def _answer(self, request_id: Any, data: bytes | None, error: Any) -> None:
         self.answer_now(request_id, data, error)
 
-    def read(self, request_id: int, uri: str, modern: bool = False) -> Any:
-        """Send a read; the running read (`RelayedRead` when relayed, a task when not)."""
+    def read(self, request_id: int, uri: str, modern: bool = False, compact: bool = False) -> Any:
+        """Send a read (`compact`: written as the SDK's client writes it); the running read (`RelayedRead` when
+        relayed, a task when not)."""
         self.fast._loop = asyncio.get_running_loop()  # noqa: SLF001
-        line = json.dumps(_read(request_id, uri, **({"_meta": MODERN_META} if modern else {}))).encode() + b"\n"
+        request = _read(request_id, uri, **({"_meta": MODERN_META} if modern else {}))
+        line = json.dumps(request, separators=(",", ":") if compact else None).encode() + b"\n"
         if modern:
             self.fast.era = "modern"
         assert self.fast.take(line, self._answer) == request_id
@@ -199,6 +219,29 @@ class _Stdio:
                 self.answered = anyio.Event()
                 await self.answered.wait()
         return self.answers[request_id]
+
+
+def test_a_read_asked_again_in_the_same_words_and_its_text_as_the_upstream_wrote_it(tmp_path: Path) -> None:
+    """A read line seen before but for its id skips the parse and the checks (`stdio_seen`), and once a shape is
+    kept, answers carry their text as the upstream wrote it (its escapes), not encoded again."""
+    async def main() -> None:
+        service = await ResourceService.open(_hostile_manifest(tmp_path))
+        stdio = _Stdio(service)
+        seen = stdio.fast._seen  # noqa: SLF001
+        try:
+            await service.read("wiki://lone")  # connected: the lane is up
+            for n in range(1, 5):
+                line = json.dumps(_read(n, "wiki://escaped"), separators=(",", ":")).encode() + b"\n"
+                assert (seen.find(line) is not None) == (n > 1)
+                assert isinstance(stdio.read(n, "wiki://escaped", compact=True), RelayedRead)
+                text = (await stdio.answer(n))["contents"][0]["text"]
+                assert text.startswith(f'read "{n}" \\ caf\u00e9')
+            assert "caf\u00e9".encode() in stdio.lines[1]  # the usual way: encoded as UTF-8
+            assert all(b"caf\\u00e9" in stdio.lines[n] for n in (2, 3, 4))  # the upstream's own escapes
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
 
 
 def test_relayed_reads_serve_what_they_may_and_the_rest_goes_the_usual_way(tmp_path: Path) -> None:

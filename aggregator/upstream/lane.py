@@ -84,6 +84,8 @@ class Lane:
         """Whether reads may take the lane: set once the handshake is known (`negotiated`)."""
         self.modern = False
         """Whether the modern wire was negotiated (its results carry caching hints)."""
+        self.answer_line = b""
+        """The line of the answer `claims` is delivering, while it delivers it (b"": none, or not known)."""
 
     def negotiated(self, protocol_version: str | None, client_info: dict[str, Any]) -> None:
         """The handshake's outcome: the modern wire's envelope, or none on the legacy wire."""
@@ -97,8 +99,9 @@ class Lane:
             self.modern = True
         self.ready = True
 
-    def claims(self, message: object) -> bool:
-        """Whether `message` (a parsed line from stdout) answers one of the lane's reads; if so it is delivered."""
+    def claims(self, message: object, line: bytes = b"") -> bool:
+        """Whether `message` (a parsed line from stdout: `line`, where known) answers one of the lane's reads; if so it
+        is delivered."""
         if not isinstance(message, dict):
             return False
         request_id = message.get("id")
@@ -108,7 +111,11 @@ class Lane:
             return True  # not a JSON-RPC answer: the SDK's session drops it too
         waiting = self._waiting.pop(request_id, None)
         if waiting is not None and not waiting.done():  # an answer to a read given up is dropped
-            waiting.set_result(message)
+            self.answer_line = line
+            try:
+                waiting.set_result(message)
+            finally:
+                self.answer_line = b""
         return True
 
     def close(self) -> None:

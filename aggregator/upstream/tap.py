@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from aggregator.direct_pipe import feed_directly
 from aggregator.upstream.lane import ID_MARK, Lane, parsed
 from aggregator.upstream.oversized import LineSplitter, Oversized
 
@@ -52,12 +53,8 @@ class StdoutTap(LineSplitter):
         reader.feed_data = self._feed  # type: ignore[method-assign, assignment]
         reader.feed_eof = self._eof  # type: ignore[method-assign]
         reader.set_exception = self._failed  # type: ignore[method-assign]
-        pipe: Any = getattr(reader, "_transport", None)
-        # asyncio's pipe, or uvloop's (no asyncio.ReadTransport, but it swaps protocols as asyncio's does; its own
-        # subprocess protocol defers every chunk through `call_soon` too)
-        if isinstance(pipe, asyncio.ReadTransport) or (callable(getattr(pipe, "set_protocol", None))
-                                                       and callable(getattr(pipe, "get_protocol", None))):
-            pipe.set_protocol(_Direct(pipe.get_protocol(), self._feed))
+        # Its own subprocess protocol defers every chunk through `call_soon`.
+        feed_directly(reader, self._feed)
         pending = getattr(reader, "_buffer", None)  # what came before the tap was in place
         if pending:
             data = bytes(pending)
@@ -99,7 +96,7 @@ class StdoutTap(LineSplitter):
                 and line.find(ID_MARK) < 0):
             return False
         try:
-            return self._lane.claims(parsed(line))
+            return self._lane.claims(parsed(line), line)
         except (ValueError, RecursionError):
             return False
 
@@ -136,22 +133,6 @@ class StdoutTap(LineSplitter):
                 if transport is not None:
                     transport.resume_reading()
         return item
-
-
-class _Direct(asyncio.Protocol):
-    """The pipe's protocol with its chunks handed to `feed` at once; the end and a loss still go the subprocess
-    protocol's way (which tells the process it ended, and the reader its end after any chunk it deferred)."""
-
-    def __init__(self, inner: asyncio.BaseProtocol, feed: Callable[[bytes], None]) -> None:
-        self._inner = inner
-        # The transport calls `feed` itself (asyncio's and uvloop's look `data_received` up on the instance).
-        self.data_received = feed  # type: ignore[method-assign, assignment]
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received() if isinstance(self._inner, asyncio.Protocol) else None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._inner.connection_lost(exc)
 
 
 def tap(process: Any, limit: int, lane: Lane) -> StdoutTap | None:
