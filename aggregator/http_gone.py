@@ -3,10 +3,11 @@ SSE answers do on the modern wire: the SDK's JSON paths never listen for the dis
 upstream, a slow render, a large remote file) would run on to its end or its timeout, upstream too.
 
 `JsonGone` sits in front of the SDK's app (behind the fast path, which watches its own reads: http_long_reads) and,
-for a POST to /mcp whose JSON-RPC request is still unanswered WATCH_AFTER seconds on (nothing is started for a
-short one), waits for `http.disconnect`; then it cancels the request as the modern entry cancels its handler. The
-handler of the modern wire and of a stateless legacy request runs in that request (the stateless transport,
-terminated, cancels its handler); a legacy session's runs in the session, so the session is also sent
+for a POST to /mcp whose JSON-RPC request is still unanswered WATCH_AFTER seconds on, waits for `http.disconnect`;
+then it cancels the request as the modern entry cancels its handler. Nothing is started for a short one, and its
+body is parsed by the SDK alone: whether it is a request to watch (and its id) is learnt only when it would be
+watched. The handler of the modern wire and of a stateless legacy request runs in that request (the stateless
+transport, terminated, cancels its handler); a legacy session's runs in the session, so the session is also sent
 `notifications/cancelled` for it, as the client could have sent it. `subscriptions/listen` is left to the SDK, which
 watches its stream itself.
 """
@@ -46,12 +47,13 @@ class JsonGone:
             await self.app(scope, receive, send)
             return
         body, replay = await read_body(receive, self._max_body)
-        request_id = _request_id(body) if body is not None else None
-        if request_id is None:  # not a request (or one the SDK refuses at once), or a listen stream
+        if body is None:  # the client went away, or the SDK refuses it at once (too large)
             await self.app(scope, replay, send)
             return
+        # The SDK parses the body too: it is parsed here only once the request runs long enough to be watched.
+        request = _Request(body)
         # The watcher gets the receive past the body, which the app has all in `replay`: it hears only the disconnect.
-        watch = self._long.start(receive, send, False)
+        watch = self._long.start(receive, send, False, wanted=request.watched)
         try:
             await self.app(scope, replay, send)
             await watch.end()  # the client may go away during this too
@@ -59,9 +61,9 @@ class JsonGone:
             await watch.end()
             if not watch.settle():
                 raise  # the server's own
-            logger.debug("the client went away: request %r cancelled", request_id)
-            if _in_session(scope):
-                await self._tell(scope, request_id)
+            logger.debug("the client went away: request %r cancelled", request.id)
+            if _in_session(scope) and request.id is not None:
+                await self._tell(scope, request.id)
 
     async def _tell(self, scope: Scope, request_id: int | str) -> None:
         """Post `notifications/cancelled` for `request_id` to the legacy session `scope` names, through the SDK's
@@ -84,6 +86,22 @@ class JsonGone:
                 await self.app({**scope, "headers": headers}, receive, send)
         except TimeoutError:
             logger.warning("request %r: the session did not take its cancellation in %gs", request_id, _TOLD_WITHIN)
+
+
+class _Request:
+    """A POST's body and, once `watched` asked, the id of the JSON-RPC request it is (None when it is not one)."""
+
+    __slots__ = ("body", "id")
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.id: int | str | None = None
+
+    def watched(self) -> bool:
+        """Whether its client going away is to be watched for here: a request that is not `initialize` or
+        `subscriptions/listen` (a notification, a response or a body the SDK refuses is left to the SDK)."""
+        self.id = _request_id(self.body)
+        return self.id is not None
 
 
 def _request_id(body: bytes) -> int | str | None:

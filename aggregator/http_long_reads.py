@@ -13,6 +13,7 @@ the SDK serves).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -42,11 +43,13 @@ class LongReads:
         self._timer: asyncio.TimerHandle | None = None
         self.sse = sse
 
-    def start(self, receive: Receive, send: Send, legacy: bool, session_id: str | None = None) -> LongRead:
+    def start(self, receive: Receive, send: Send, legacy: bool, session_id: str | None = None,
+              wanted: Callable[[], bool] | None = None) -> LongRead:
         """Watch the read running in the current task, on the legacy wire or the modern one (`session_id`: the
-        legacy session's); `end()` it when it is over."""
+        legacy session's); `end()` it when it is over. `wanted`, asked once when it would be watched, may decline
+        (the read is then left alone): what it costs is paid by long reads only."""
         loop = asyncio.get_running_loop()
-        read = LongRead(self, loop.time(), receive, send, legacy, session_id)
+        read = LongRead(self, loop.time(), receive, send, legacy, session_id, wanted)
         self._reads[read] = None
         if self._timer is None:
             self._timer = loop.call_later(WATCH_AFTER, self._tick)
@@ -58,9 +61,15 @@ class LongReads:
             return
         loop = asyncio.get_running_loop()
         due = loop.time() - WATCH_AFTER
+        declined: list[LongRead] = []
         for read in self._reads:
             if read.watcher is None and read.started <= due:
-                read.watcher = loop.create_task(read.run())
+                if read.wanted is None or read.wanted():
+                    read.watcher = loop.create_task(read.run())
+                else:
+                    declined.append(read)
+        for read in declined:
+            del self._reads[read]
         self._timer = loop.call_later(WATCH_AFTER, self._tick)
 
     def _ended(self, read: LongRead) -> None:
@@ -73,11 +82,11 @@ class LongRead:
     `event(...)`)."""
 
     __slots__ = ("_legacy", "_over", "_owner", "_receive", "_send", "_session", "_task", "gone", "started",
-                 "streaming", "watcher")
+                 "streaming", "wanted", "watcher")
 
     def __init__(self, owner: LongReads, started: float, receive: Receive, send: Send, legacy: bool,
-                 session_id: str | None) -> None:
-        self._owner, self.started, self._task = owner, started, asyncio.current_task()
+                 session_id: str | None, wanted: Callable[[], bool] | None = None) -> None:
+        self._owner, self.started, self._task, self.wanted = owner, started, asyncio.current_task(), wanted
         self._receive, self._send, self._legacy, self._session = receive, send, legacy, session_id
         self.watcher: asyncio.Task[None] | None = None
         self.gone = self.streaming = self._over = False

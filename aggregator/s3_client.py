@@ -20,6 +20,7 @@ not count as throttling but whose text asks to slow down, a checksum mismatch of
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -86,9 +87,11 @@ class FailFastSession(AIOHTTPSession):
 
 def s3_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """`options` for `S3FileSystem`, with `DEFAULT_CONFIG` and `FailFastSession` added to its `config_kwargs`
-    where they do not name the setting already."""
+    where they do not name the setting already. The settings are copies: botocore rewrites the `retries` it is
+    given in place (`max_attempts` becomes `total_max_attempts`, a `mode` is added), which changed the manifest's
+    own options, so that a reload found an unchanged S3 source changed and opened it again."""
     config = {**DEFAULT_CONFIG, "http_session_cls": FailFastSession, **(options.get("config_kwargs") or {})}
-    return {**options, "config_kwargs": config}
+    return {**options, "config_kwargs": copy.deepcopy(config)}
 
 
 class AttemptsSpentError(Exception):

@@ -9,15 +9,17 @@ one resources/list page of all its entries (prebuilt, about 50 MB at 1.45M), rea
 flood it is tests/upstream_server.py (`UPSTREAM_FLOOD`). The gateway (`aggregator serve` over stdio, the official
 client in front) publishes each under a namespace.
 
-- memory: peak RSS (VmHWM), RSS 6 s after the client connected (`served`) and after it listed everything, for
-  the peer (its own cap), this checkout with maxEntries 10,000, and this checkout with the default cap
-  (1,000,000). Ready: connected and listed.
+- memory: peak RSS (VmHWM), RSS 6 s after the client connected (`served`: the upstream is listed once, before the
+  gateway answers, its memory trimmed then; nothing relists it) and after the client listed everything, for the
+  peer (its own cap), this checkout with maxEntries 10,000, and this checkout with the default cap (1,000,000).
+  Ready: connected and listed.
 - flood: the gateway's CPU seconds and the upstream's listings during `--flood-seconds` of 1,000 list_changed a
   second over a small upstream (`--flood-entries` more), for the peer and this checkout.
 - beside: an upstream's list_changed beside a folder of `--folder-files` files (tests/upstream_server.py with
   `UPSTREAM_CHANGES`: reading `test://add/{name}` lists a new resource and tells list_changed): per round, from the
   read to the gateway's own list_changed (legacy wire), and the gateway's CPU seconds over that window; median
-  latency and mean CPU of `--rounds`, the peer and this checkout, and their ratio. Each round starts after the relisting pace let go.
+  latency and mean CPU of `--rounds`, the peer and this checkout, and their ratio. Each round starts once the
+  relisting pace (of the last round's list_changed) let go.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ async def memory(code: Path, path: Path) -> dict[str, float]:
     started = time.monotonic()
     async with Client(gateway(code, path), mode="auto", cache=None) as client:
         pid = new_children(before)[0]
-        await anyio.sleep(6.0)  # the relist a first listener asks for, and its trim
+        await anyio.sleep(6.0)  # settled: the start's one listing (and its trim) is done before the client connects
         served = rss_mb(pid)
         listed, cursor = 0, None
         first = True
@@ -203,7 +205,7 @@ async def beside(code: Path, path: Path, rounds: int) -> dict[str, float]:
     cpus: list[float] = []
     async with Client(gateway(code, path), mode="legacy", cache=None, message_handler=heard) as client:
         pid = new_children(before)[0]
-        await anyio.sleep(5.0)  # settled after start (the relist a first listener asks for)
+        await anyio.sleep(5.0)  # settled after start (the upstream was listed once then; no listener relists it)
         for i in range(rounds):
             told = anyio.Event()
             cpu, started = cpu_seconds([pid]), time.monotonic()

@@ -7,19 +7,25 @@ stateless. Real servers whose `up` source is tests/upstream_server.py, where `te
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from aggregator.http_gone import JsonGone
 
 from tests.served import Server, serve_http, wait_until
 from tests.test_http_fast import LEGACY, MODERN, _headers, _modern, _open, _post, _read
 from tests.test_upstream import ENV, HERE
+
+if TYPE_CHECKING:
+    from starlette.types import Message, Receive, Scope, Send
 
 UPSTREAM = [sys.executable, str(HERE / "upstream_server.py"), "stdio"]
 MANIFEST = f"""\
@@ -138,3 +144,104 @@ def test_a_sessions_first_read_whose_client_goes_away_is_cancelled(servers: tupl
     wait_until(lambda: len(_hang_outcomes(fast)) > len(before), "the access log line", timeout=10)
     assert _hang_outcomes(fast)[len(before):] == ["error"]
     assert _fast_hangs(fast, "legacy") == fast_before
+
+
+# In process: `JsonGone` in front of a stand-in for the SDK's app, with the client's `receive` and `send` made here.
+
+class _App:
+    """Stands in for the SDK's app: takes the body, then answers at once, waits until cancelled (a long handler), or
+    (`listens`) watches its own `receive` for the client going away, as the SDK's listen stream does. Records each
+    body it was posted and whether its request was cancelled."""
+
+    def __init__(self, *, long: bool = False, listens: bool = False) -> None:
+        self.long, self.listens = long, listens
+        self.bodies: list[bytes] = []
+        self.started, self.cancelled, self.saw_disconnect = asyncio.Event(), False, False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        self.bodies.append(message["body"])
+        if len(self.bodies) > 1:  # the session told of a cancellation (JsonGone._tell): answered 202
+            return
+        self.started.set()
+        try:
+            if self.listens:
+                self.saw_disconnect = (await receive())["type"] == "http.disconnect"
+                return
+            if self.long:
+                await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def _post_to(app: _App, body: bytes, *, session: bool = False) -> None:
+    """POST `body` to /mcp through `JsonGone` in front of `app`; the client goes away once `app` has the request."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if session:
+        headers += [(b"mcp-session-id", b"s-1"), (b"mcp-protocol-version", LEGACY.encode())]
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop()
+        await app.started.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        pass
+
+    async with asyncio.timeout(30):
+        await JsonGone(app, max_body=1 << 20)(scope, receive, send)
+
+
+def _parses_of(body: bytes, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bodies equal to `body` that `json.loads` is given from now on (it still parses them)."""
+    parsed: list[bytes] = []
+    loads = json.loads
+
+    def counting(text: Any, **kwargs: Any) -> Any:
+        if text == body:
+            parsed.append(text)
+        return loads(text, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    return parsed
+
+
+def test_a_request_answered_at_once_is_parsed_by_the_app_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JsonGone needs a request's id only once it watches it (WATCH_AFTER on): a request answered before is parsed
+    by the SDK alone, not first here too."""
+    body = json.dumps(_read(7, "docs://a.md")).encode()
+    parsed, app = _parses_of(body, monkeypatch), _App()
+    asyncio.run(_post_to(app, body))
+    assert app.bodies == [body] and not app.cancelled
+    assert parsed == [], "JsonGone parsed the body of a request that never needed watching"
+
+
+@pytest.mark.parametrize("session", [True, False], ids=["session", "stateless"])
+def test_a_long_request_whose_client_goes_away_is_cancelled(session: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and in a legacy session the session is sent `notifications/cancelled` for it. Its body is parsed here once,
+    when it is watched."""
+    body = json.dumps(_read(7, "docs://a.md")).encode()
+    parsed, app = _parses_of(body, monkeypatch), _App(long=True)
+    asyncio.run(_post_to(app, body, session=session))
+    assert app.cancelled and parsed == [body]
+    told = [json.loads(b) for b in app.bodies[1:]]
+    assert told == ([{"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": 7, "reason": "the client went away"}}] if session else [])
+
+
+@pytest.mark.parametrize("method", ["subscriptions/listen", "initialize", None])
+def test_what_is_not_a_watched_request_is_left_to_the_app(method: str | None) -> None:
+    """A listen stream (the SDK watches it itself), the handshake and a notification are not watched here: the app
+    hears the client go away itself, and nothing is cancelled."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method or "notifications/progress", "params": {}}
+    if method is not None:
+        message["id"] = 3
+    app = _App(listens=True)
+    asyncio.run(_post_to(app, json.dumps(message).encode(), session=True))
+    assert app.saw_disconnect and not app.cancelled and len(app.bodies) == 1

@@ -12,6 +12,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from aggregator.reload import next_snapshot
 from aggregator.service import ResourceService
 from aggregator.errors import ResourceNotFound, ResourceUnavailable
 from tests.conftest import MODES, connect, write_manifest
@@ -145,6 +146,31 @@ def test_s3_bad_credentials_give_a_generic_error(tmp_path: Path, s3: str, caplog
 
     anyio.run(main)
     assert "wrong-secret-value" not in caplog.text
+
+
+def test_an_s3_sources_retries_stay_as_the_manifest_says_and_a_reload_keeps_it(tmp_path: Path, s3: str) -> None:
+    """botocore rewrites the `retries` it is given in place (`max_attempts` to `total_max_attempts`, a `mode`
+    added): the client gets the user's setting, and the manifest keeps what it says, so a reload of the same
+    manifest keeps the source (its connections, cached content and listing) instead of opening it again."""
+    path_file = manifest(tmp_path, s3)
+    path_file.write_text(path_file.read_text().replace(
+        f'endpoint_url: "{s3}"}}', f'endpoint_url: "{s3}", config_kwargs: {{retries: {{max_attempts: 2}}}}}}'))
+
+    async def main() -> None:
+        agg = await ResourceService.open(path_file)
+        old = agg.snapshot
+        try:
+            assert (await agg.read("reports://r1.md")).content.text == "# Report 1\n"  # the client is made
+            client = await old.sources["reports"].fs.get_s3()
+            assert client.meta.config.retries["total_max_attempts"] == 3  # max_attempts counts retries
+            assert old.manifest.sources["reports"].settings["options"]["config_kwargs"] == {
+                "retries": {"max_attempts": 2}}
+            reloaded = await next_snapshot(old, (), False)
+            assert reloaded.replaced == frozenset() and reloaded.snapshot.sources["reports"] is old.sources["reports"]
+        finally:
+            await agg.aclose()
+
+    anyio.run(main)
 
 
 @pytest.fixture
