@@ -10,9 +10,9 @@ later answer whose result equals that one but for its text (compared as parsed, 
 text into the line, without checking, typing or shaping it again: what the usual way serves is a function of that
 result, the snapshot's plan and the wire. A line is kept only once checked to be the one the usual way wrote.
 
-The text goes into the line as the upstream wrote it (`_text_token`: the bytes of its JSON string, found in the
-answer's line), not encoded again: a text of kilobytes that is not all ASCII costs more to encode than the rest of a
-read. Where that token cannot be told apart for certain, the text is encoded (`Shape.line`).
+A text not all ASCII goes into the line as the upstream wrote it (`_text_token`: the bytes of its JSON string, found
+in the answer's line), not encoded again: kilobytes of it cost more to encode to UTF-8 than the rest of a read. An
+ASCII text, and one whose token cannot be told apart for certain, is encoded (`Shape.line`; orjson copies ASCII).
 """
 
 from __future__ import annotations
@@ -199,12 +199,14 @@ class RelayedRead(Sent, Flight[Content]):
                     limit = plan.limits.max_bytes
                     # Equal but for a number's type (`==` takes 1.0 and True for 1): the one number a read uses.
                     if (alike and type(result.get("ttlMs", 0)) is int and text[:1] != _BOM and len(text) <= limit
-                            and (text.isascii() or len(text) * 4 <= limit) and paths.tasks.get(asked) is self):
+                            and ((ascii_text := text.isascii()) or len(text) * 4 <= limit)
+                            and paths.tasks.get(asked) is self):
                         del paths.tasks[asked]
-                        # Its text as the upstream wrote it where the answer holds no string `"text"` but its key (an
-                        # answer of three members, as `result` holds none but the one the shape was cut of).
-                        token = (_text_token(self._lane.answer_line) if kept.spliced and len(message) == 3
-                                 and message.get("jsonrpc") == "2.0" else None)
+                        # A text not all ASCII as the upstream wrote it (encoding it again costs more than finding
+                        # it), where the answer holds no string `"text"` but its key (an answer of three members, as
+                        # `result` holds none but the one the shape was cut of).
+                        token = (_text_token(self._lane.answer_line) if kept.spliced and not ascii_text
+                                 and len(message) == 3 and message.get("jsonrpc") == "2.0" else None)
                         self._out.answer_now(asked, kept.line(asked, text) if token is None
                                              else kept.line_of(asked, token), None)
                         # What the read held is let go once its answer is out: the client takes it meanwhile.

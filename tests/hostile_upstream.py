@@ -15,7 +15,7 @@
   header; reading h://t/lone answers text holding a lone surrogate (`LONE`).
 - `numbers`: lists h://t/numbers, which answers a new text each time with a `ttlMs` of the next of `NUMBERS` (equal
   to 1 but for its type, or not a valid one), h://t/lone (as in `values`), h://t/meta (a text whose result has an
-  8 KB `_meta`), h://t/decoy (a new text each time, after a `_meta` whose string `"text"` comes first in the line) and
+  8 KB `_meta`), h://t/decoy (a new text each time, not all ASCII, after a `_meta` whose string `"text"` comes first in the line) and
   h://t/escaped (a new text each time, of quotes, escapes and non-ASCII written as escapes). Its lines are
   written as Python's json.dumps writes them by default (`": "`, ASCII only).
 - `slow`: lists h://x, h://slow, h://late and h://told; never answers a read of h://slow, answers one of h://late
@@ -134,7 +134,7 @@ def orderly(method: str, rid: object, params: dict[str, Any]) -> None:
             return
         if uri in ("h://t/decoy", "h://t/escaped"):
             numbers_read += 1
-            text = (f"decoy read {numbers_read}" if uri == "h://t/decoy"
+            text = (f"decoy read {numbers_read} \u2713" if uri == "h://t/decoy"
                     else f'read "{numbers_read}" \\ caf\u00e9 \u2028 \U0001f600 "text": \n')
             item = {"uri": uri, "mimeType": "text/plain", "text": text}
             reply(rid, {"_meta": {"text": "decoy"}, "contents": [item]} if uri == "h://t/decoy" else {"contents": [item]})

@@ -149,7 +149,7 @@ def test_texts_served_as_the_upstream_wrote_them_are_its_answers_texts(tmp_path:
     (fast, _), (slow, _) = (_run(manifest, script, on) for on in (True, False))
     assert fast == slow
     texts = [fast[n]["result"]["contents"][0]["text"] for n in range(101, 111)]
-    assert texts[0::2] == [f"decoy read {n}" for n in range(1, 10, 2)]
+    assert texts[0::2] == [f"decoy read {n} \u2713" for n in range(1, 10, 2)]
     assert texts[1::2] == [f'read "{n}" \\ caf\u00e9 \u2028 \U0001f600 "text": \n' for n in range(2, 11, 2)]
 
 
