@@ -29,7 +29,7 @@ from aggregator.listing_change import ListingChange
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
-from aggregator.reads.relayed import MAX_PLANS, RelayPlan, relay_plan
+from aggregator.reads.relayed import MAX_PLANNED_URI, MAX_PLANS, RelayPlan, relay_plan
 from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
 from aggregator.rows_change import catalog_change
 from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
@@ -358,9 +358,11 @@ class ResourceService:
             plans = self._plans = _Plans(snapshot)
         plan = plans.get(uri, _UNPLANNED)
         if plan is _UNPLANNED:
-            if len(plans) >= MAX_PLANS:
-                plans.clear()  # a bound, not an eviction order: the plans of URIs read again come back at once
-            plan = plans[uri] = None if refused(uri) else relay_plan(self._reader, self._leases, snapshot, uri)
+            plan = None if refused(uri) else relay_plan(self._reader, self._leases, snapshot, uri)
+            if len(uri) <= MAX_PLANNED_URI:
+                if len(plans) >= MAX_PLANS:
+                    plans.clear()  # a bound, not an eviction order: the plans of URIs read again come back at once
+                plans[uri] = plan
         return plan
 
     async def read_indexed(self, target: FileTarget) -> Content:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["MAX_SEEN", "SeenRead", "SeenReads"]
+__all__ = ["MAX_SEEN", "MAX_SEEN_LINE", "SeenRead", "SeenReads"]
 
 MAX_SEEN = 4096
 """Lines kept (one a URI and envelope): past this many the memo starts over."""
+MAX_SEEN_LINE = 4096
+"""Bytes of a line past which it is not kept (a line may be megabytes: the memo would hold thousands of them)."""
 _ID_KEY = b'"id":'
 _ID = re.compile(rb"0|[1-9][0-9]{0,14}")
 """An id as JSON writes it (at most 15 digits: any larger is left to the parse)."""
@@ -51,7 +53,8 @@ class SeenReads:
     def keep(self, line: bytes, request_id: object, read: SeenRead) -> None:
         """Remember that `line`, which asked for `read` as request `request_id`, passed the checks (a line that
         could hold its id otherwise is not kept)."""
-        if type(request_id) is not int or b"\\" in line or line.count(b'"id"') != 1:
+        if (type(request_id) is not int or len(line) > MAX_SEEN_LINE or b"\\" in line
+                or line.count(b'"id"') != 1):
             return
         start = line.find(_ID_KEY) + len(_ID_KEY)
         digits = _ID.match(line, start)

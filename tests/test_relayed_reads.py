@@ -175,6 +175,25 @@ def test_no_shape_is_kept_of_an_answer_whose_result_is_large_but_for_its_text(tm
     anyio.run(main)
 
 
+def test_the_plans_of_uris_past_the_bound_are_not_kept(tmp_path: Path) -> None:
+    """A URI of megabytes asked for is planned (here: not relayed, the catalog lacks it) but not kept: the memo of
+    4,096 plans would hold thousands of them."""
+    from aggregator.reads.relayed import MAX_PLANNED_URI
+
+    async def main() -> None:
+        service = await ResourceService.open(_hostile_manifest(tmp_path))
+        try:
+            long, short = "wiki://" + "x" * MAX_PLANNED_URI, "wiki://nowhere"
+            assert service.relay_plan(long, lambda uri: False) is None
+            assert service.relay_plan(short, lambda uri: False) is None
+            plans = service._plans  # noqa: SLF001
+            assert short in plans and long not in plans
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
 class _Stdio:
     """The stdio fast path of a real server over `service` (its read handler's relayed reads included), fed request
     lines as the pipe would and its answers kept by id: those written at once (`answer_now`, a relayed read's) and

@@ -11,7 +11,7 @@ import orjson
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from aggregator.stdio_seen import MAX_SEEN, SeenRead, SeenReads
+from aggregator.stdio_seen import MAX_SEEN, MAX_SEEN_LINE, SeenRead, SeenReads
 
 
 def _line(request_id: object, uri: str, id_first: bool = True, **extra: object) -> bytes:
@@ -47,6 +47,7 @@ def test_lines_that_could_hold_their_id_otherwise_are_not_kept() -> None:
     seen.keep(_line(10**16, "wiki://f"), 10**16, READ)  # past 15 digits
     seen.keep(_line(1, "wiki://g").replace(b'"id":1', b'"id": 1'), 1, READ)  # not where the digits are looked for
     seen.keep(_line(1, "wiki://h"), 2, READ)  # not the id the checks found
+    seen.keep(_line(1, "wiki://" + "x" * MAX_SEEN_LINE), 1, READ)  # too long to be kept thousands of times
     # Its own id written with an escape, and another "id" (say in a modern `_meta`) holding the same number: the one
     # "id" written plainly is not the request's.
     escaped = b'{"jsonrpc":"2.0","\\u0069d":5,"method":"resources/read","params":{"uri":"a","_meta":{"id":5}}}\n'

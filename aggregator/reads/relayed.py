@@ -29,10 +29,12 @@ from aggregator.snapshot import Leases, Snapshot, SourceLimits
 from aggregator.sources import Blob, SourceError
 from aggregator.sources.base import RelayRoute
 
-__all__ = ["RelayPlan", "relay_plan"]
+__all__ = ["MAX_PLANNED_URI", "MAX_PLANS", "RelayPlan", "relay_plan"]
 
 MAX_PLANS = 4096
 """Plans kept per snapshot (a URI read again finds its own): past this many the memo starts over."""
+MAX_PLANNED_URI = 4096
+"""Characters of a URI past which its plan is not kept (a URI may be megabytes: the memo would hold thousands)."""
 
 
 @dataclass(slots=True, eq=False)
