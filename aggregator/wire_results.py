@@ -53,6 +53,8 @@ class Envelopes:
     comparison."""
 
     KEPT = 256
+    KEPT_CHARS = 16_384
+    """The longest envelope (as its key) kept as valid: a request line may be megabytes, and KEPT of them were kept."""
     DEPTH = 32
     """The deepest envelope kept for `known` (a real one is 3 deep): bounds the comparison's recursion."""
 
@@ -90,6 +92,8 @@ class Envelopes:
             sdk_methods.validate_client_request(method, version, {**probe, "_meta": meta})
         except (ValidationError, KeyError):
             return False
+        if len(key) > self.KEPT_CHARS:
+            return True  # valid, and validated again next time
         if len(self._valid) >= self.KEPT:
             self._valid.clear()
         self._valid.add(key)

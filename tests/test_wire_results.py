@@ -89,6 +89,16 @@ def test_a_deeply_nested_envelope_is_validated_each_time_it_is_not_kept() -> Non
     assert envelopes.known(READ, meta) is None  # too deep to keep for a comparison: validated as before
 
 
+def test_a_long_envelope_is_validated_each_time_it_is_not_kept() -> None:
+    """An envelope of megabytes (a request line may be 16 MB) is validated but not kept: 256 of them would be kept."""
+    meta = _with((CAPABILITIES, "experimental", "x"), {"padding": "p" * Envelopes.KEPT_CHARS})
+    envelopes = Envelopes()
+    assert envelopes.valid(READ, MODERN, {"uri": "", "_meta": meta})
+    assert envelopes.known(READ, meta) is None and not envelopes._valid  # noqa: SLF001
+    assert envelopes.valid(READ, MODERN, {"uri": "", "_meta": META})
+    assert envelopes.known(READ, META) == MODERN
+
+
 # The read result's own sieve: what `read_sieved` makes of a result is what the SDK's sieve makes of it, keys in the
 # same order; any result it does not take is left to the SDK.
 
