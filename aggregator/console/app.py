@@ -29,6 +29,7 @@ from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_facts, catalog_scopes, entry_view, reload_view, sees_all, source_rows,
                                       template_view, tree_view, view_changed, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
+from aggregator.listing_change import ListingChange
 from aggregator.manifest.model import ConsoleSettings
 from aggregator.search_list import entry_filter
 from aggregator.search_query import DEFAULT_LIMIT, MAX_LIMIT
@@ -381,9 +382,9 @@ class Console:
             snapshot = service.snapshot
             return snapshot.catalog.generation if sees_all(snapshot, scopes) else None
 
-        def changed(listing_changed: bool) -> bool:
+        def changed(listing: ListingChange) -> bool:
             old, seen[0] = seen[0], service.catalog
-            return view_changed(old, seen[0], scopes, listing_changed)
+            return view_changed(old, seen[0], scopes, listing)
 
         def told(record: ReloadRecord) -> bool:
             return sees_all(service.snapshot, scopes) or record.seen_by(scopes)

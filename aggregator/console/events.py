@@ -24,6 +24,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from aggregator.console.history import ReloadHistory, ReloadRecord
+from aggregator.listing_change import NO_CHANGE, ListingChange
 from aggregator.notify import listing_of
 
 __all__ = ["EventHub", "EventStreamResponse", "TooManyStreams"]
@@ -99,16 +100,17 @@ class EventHub:
             queue.close()
 
     async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int | None], caller: str = "",
-                     admin: bool = False, changed: Callable[[bool], bool] | None = None, until: float | None = None,
+                     admin: bool = False, changed: Callable[[ListingChange], bool] | None = None,
+                     until: float | None = None,
                      told: Callable[[ReloadRecord], bool] | None = None) -> AsyncIterator[str]:
         """The text of one event stream of `caller`; TooManyStreams when a cap is met. Each is asked as its event
         is sent, so the stream follows reloads that change what the caller may see: `visible(uri)` for an `updated`
         event; `generation()` names the catalog generation in `hello`, `catalog`, `resync` and `reload` events, or
-        is None when this caller is not told it (views.catalog_facts); `changed(listing_changed)`, on each list
-        change (whether it changed the listing as a whole) and each reload (False: one that changed only who may
-        see what lists nothing new), whether what the caller sees of the catalog changed since it was last asked (a
-        `catalog` event is sent only then; None: on each list change), and `told(record)` whether it may learn of a
-        reload (`ReloadRecord.seen_by`; None: of every one).
+        is None when this caller is not told it (views.catalog_facts); `changed(listing)`, on each list change
+        (with whose listings it changed) and each reload that sent none (with what it changed of the console's
+        detail alone), whether what the caller sees of the catalog changed (a `catalog` event is sent only then;
+        None: on each list change), and `told(record)` whether it may learn of a reload (`ReloadRecord.seen_by`;
+        None: of every one).
         At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
         self._admit(caller, admin)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)
@@ -126,14 +128,16 @@ class EventHub:
 
         def on_bus(event: ServerEvent) -> None:
             if isinstance(event, ResourcesListChanged):
-                if changed is not None and not changed(listing_of(event).listing_changed):
+                if changed is not None and not changed(listing_of(event)):
                     return  # only what this caller may not see changed: it must not learn that, nor when
                 put(_told({"event": "catalog"}, generation()))
             elif isinstance(event, ResourceUpdated) and visible(event.uri):
                 put({"event": "updated", "uri": event.uri})
 
         def on_reload(record: ReloadRecord) -> None:
-            if record.ok and changed is not None and changed(False):  # hid or showed what this caller sees
+            # A reload that changed some listing sent list_changed (on_bus asked about all it changed); one that
+            # did not may still have changed what the console shows beside the listings (`ListingChange.detail`).
+            if record.ok and changed is not None and changed(NO_CHANGE if record.listing.any else record.listing):
                 put(_told({"event": "catalog"}, generation()))
             if told is not None and not told(record):
                 return

@@ -18,6 +18,7 @@ from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.console.history import ReloadRecord
 from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, TreePage
+from aggregator.listing_change import EVERYONE, ListingChange
 from aggregator.mcp_shapes import resource_dict, template_dict
 from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
@@ -234,14 +235,17 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
     return out
 
 
-def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, listing_changed: bool) -> bool:
-    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`, each filtered by its
-    own access rules (a reload may hide a source from the caller, or show it one, and list the same). A caller who
-    sees all of both sees what `listing_changed` says (the listing as a whole changed: not compared, O(1)); else
-    O(n) in the visible entries, as `visible_catalog`."""
+def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, listing: ListingChange) -> bool:
+    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`, `listing` being
+    what the change between them did (a reload may hide a source from the caller, or show it one, and list the same).
+    A caller who sees all of both sees what `listing.listing_changed` says; another what `listing.shown_to` says of
+    its scopes: O(distinct access sets), whatever the catalog's size. Only a change that does not say whose listings
+    it changed (EVERYONE as such: a cluster's lost events) compares the two views, O(n) as `visible_catalog`."""
     if scopes is None or (_entry_scopes(old) <= scopes and _entry_scopes(new) <= scopes):
-        return listing_changed
-    return old is not new and visible_catalog(old, scopes) != visible_catalog(new, scopes)
+        return listing.listing_changed
+    if listing is EVERYONE:
+        return old is not new and visible_catalog(old, scopes) != visible_catalog(new, scopes)
+    return listing.shown_to(scopes)
 
 
 def visible_catalog(catalog: Catalog, scopes: frozenset[str] | None) -> tuple[object, ...]:
