@@ -37,15 +37,12 @@ def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
 
 
 def _entry_scopes(catalog: Catalog) -> frozenset[str]:
-    """Every scope an entry or template of `catalog` asks for (once per catalog)."""
+    """Every scope an entry or template of `catalog` asks for (once per catalog: a pass over its rows' columns that
+    builds no entry, as every change makes a new catalog)."""
     found = _SCOPES.get(catalog)
     if found is None:
-        names: set[str] = set()
-        for entry in catalog.entries:
-            names |= entry.access
-        for template in catalog.templates:
-            names |= template.spec.access
-        found = _SCOPES[catalog] = frozenset(names)
+        accesses = catalog.entries.accesses() | {template.spec.access for template in catalog.templates}
+        found = _SCOPES[catalog] = frozenset().union(*accesses)
     return found
 
 
