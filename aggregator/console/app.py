@@ -99,7 +99,8 @@ class Console:
         self.admin_scope = settings.admin_scope
         live.history.keep_diffs = True
         self.events = EventHub(live.notifier.bus, live.history, settings.max_streams, settings.max_streams_per_caller,
-                               settings.admin_streams if self.admin_scope is not None else 0)
+                               settings.admin_streams if self.admin_scope is not None else 0,
+                               swaps=live.service.swap_listeners)
         live.notifier.close_listeners.append(self.events.close)
         live.notifier.interest.append(self.events.previewed)
         self.events.previews_changed = live.notifier.interest_changed
@@ -382,9 +383,9 @@ class Console:
             snapshot = service.snapshot
             return snapshot.catalog.generation if sees_all(snapshot, scopes) else None
 
-        def changed(listing: ListingChange) -> bool:
+        def changed(told: ListingChange, swapped: ListingChange) -> bool:
             old, seen[0] = seen[0], service.catalog
-            return view_changed(old, seen[0], scopes, listing)
+            return view_changed(old, seen[0], scopes, told, swapped)
 
         def told(record: ReloadRecord) -> bool:
             return sees_all(service.snapshot, scopes) or record.seen_by(scopes)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import anyio.to_thread
 
 from aggregator.catalog import Catalog
-from aggregator.listing_change import NO_CHANGE, ListingChange
 from aggregator.manifest.model import Manifest, ManifestIssue
 
 __all__ = ["ChangeLine", "ReloadHistory", "ReloadRecord"]
@@ -57,8 +56,6 @@ class ReloadRecord:
     """The scopes each change line needs, kept lines and those past KEPT_LINES alike."""
     lines_known: bool = True
     """False when the diff was not computed (it failed, or no console kept diffs): `lines` says nothing then."""
-    listing: ListingChange = NO_CHANGE
-    """Whose listings (and console detail) the reload changed, as the reload found it: O(change) to ask."""
 
     def seen_by(self, scopes: frozenset[str] | None) -> bool:
         """Whether a caller holding `scopes` may learn of this reload: a refusal or a save that changed nothing
@@ -79,10 +76,8 @@ class ReloadHistory:
     records: deque[ReloadRecord] = field(default_factory=lambda: deque(maxlen=KEPT_RELOADS))
     listeners: list[Callable[[ReloadRecord], None]] = field(default_factory=list)
 
-    async def succeeded(self, old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest,
-                        listing: ListingChange = NO_CHANGE) -> None:
-        """Record a reload that swapped `new` in for `old` and changed `listing` (the diff only when a console shows
-        it)."""
+    async def succeeded(self, old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest) -> None:
+        """Record a reload that swapped `new` in for `old` (the diff only when a console shows it)."""
         lines: list[ChangeLine] = []
         known = False
         if self.keep_diffs:
@@ -94,8 +89,7 @@ class ReloadHistory:
                 logger.exception("the change lines of generation %d could not be computed", new.generation)
         self._add(ReloadRecord(time.time(), new.generation, True, tuple(lines[:KEPT_LINES]),
                                max(0, len(lines) - KEPT_LINES), resources=len(new), digest=new_manifest.digest,
-                               accesses=frozenset(line.access for line in lines), lines_known=known,
-                               listing=listing))
+                               accesses=frozenset(line.access for line in lines), lines_known=known))
 
     def failed(self, generation: int, issues: Iterable[ManifestIssue] = (), error: str | None = None) -> None:
         """Record a refused reload: the located issues of a bad save, or a summary of another failure. The same

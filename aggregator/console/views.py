@@ -18,13 +18,13 @@ from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.console.history import ReloadRecord
 from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, TreePage
-from aggregator.listing_change import EVERYONE, ListingChange
+from aggregator.listing_change import ListingChange
 from aggregator.mcp_shapes import resource_dict, template_dict
 from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 
 __all__ = ["catalog_facts", "catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows",
-           "template_view", "tree_view", "view_changed", "visible_catalog", "visible_uri"]
+           "template_view", "tree_view", "view_changed", "visible_uri"]
 
 _COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
 _SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
@@ -232,26 +232,16 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
     return out
 
 
-def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, listing: ListingChange) -> bool:
-    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`, `listing` being
-    what the change between them did (a reload may hide a source from the caller, or show it one, and list the same).
-    A caller who sees all of both sees what `listing.listing_changed` says; another what `listing.shown_to` says of
-    its scopes: O(distinct access sets), whatever the catalog's size. Only a change that does not say whose listings
-    it changed (EVERYONE as such: a cluster's lost events) compares the two views, O(n) as `visible_catalog`."""
+def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, told: ListingChange,
+                 swapped: ListingChange) -> bool:
+    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`: `told` is what the
+    list change at hand says changed (NO_CHANGE at a reload), `swapped` what the catalogs swapped in from `old` to
+    `new` changed (a reload may hide a source from the caller, or show it one, and list the same). A caller who
+    sees all of both sees what `told.listing_changed` says; another what `swapped.shown_to` says of its scopes:
+    O(distinct access sets), whatever the catalog's size."""
     if scopes is None or (_entry_scopes(old) <= scopes and _entry_scopes(new) <= scopes):
-        return listing.listing_changed
-    if listing is EVERYONE:
-        return old is not new and visible_catalog(old, scopes) != visible_catalog(new, scopes)
-    return listing.shown_to(scopes)
-
-
-def visible_catalog(catalog: Catalog, scopes: frozenset[str] | None) -> tuple[object, ...]:
-    """What a caller holding `scopes` may see of `catalog` (entries and templates), to compare with `==`: equal
-    when only hidden things changed. O(n) per comparison, n the visible entries."""
-    entries, _ = catalog.visible(scopes)
-    # A template as listed (its spec holds parsed parts that compare by identity, so a reload would always differ).
-    return tuple(entries), tuple(template_view(t) for t in catalog.templates
-                                 if scopes is None or t.spec.access <= scopes)
+        return told.listing_changed
+    return swapped.shown_to(scopes)
 
 
 def visible_uri(snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> bool:

@@ -194,6 +194,5 @@ class ManifestReloader:
                     self.service.catalog.generation, len(self.service.catalog),
                     len(self.service.catalog.templates), _said(listing))
         await self.updates.reloaded(listing, content_changed)
-        await self.history.succeeded(before.catalog, before.manifest, self.service.catalog, self.service.manifest,
-                                     listing)
+        await self.history.succeeded(before.catalog, before.manifest, self.service.catalog, self.service.manifest)
         return listing.any
