@@ -30,7 +30,6 @@ class ListingChange:
     moved: frozenset[tuple[frozenset[str], frozenset[str]]] = frozenset()
     """(access before, access after) of entries and templates listed the same whose access changed: a caller
     holding one and not the other sees them come or go."""
-
     detail: frozenset[frozenset[str]] = frozenset()
     """Access (before and after, joined) of entries and templates listed the same whose facts only the console shows
     changed: a caller holding one sees the change in the console; no MCP client is told (its listing is the same)."""
