@@ -205,9 +205,10 @@ class Catalog:
 
     def templates_change(self, new: Catalog) -> ListingChange:
         """What `new`'s templates do to each caller's resources/templates/list against this catalog's (O(templates)):
-        templates that came, went or show otherwise, or whose access changed; every caller is told of a reordering."""
+        templates that came, went or show otherwise, or whose access or console detail changed; every caller is told
+        of a reordering."""
         before, after = ({t.uri_template: t for t in catalog.templates} for catalog in (self, new))
-        change = compare(before, after, _shown_template, _template_access)
+        change = compare(before, after, _shown_template, _template_access, _template_detail)
         if not change.shown and self.templates_shown() != new.templates_shown():
             return EVERYONE  # the same templates in another order (or one spelt twice)
         return change
@@ -480,6 +481,12 @@ def _bounds(keys: Sequence[str], cursor: str | None, limit: int) -> tuple[int, i
 def _shown_template(template: TemplateEntry) -> tuple[object, ...]:
     """What resources/templates/list shows of `template`."""
     return template.uri_template, template.spec.name, template.spec.display
+
+
+def _template_detail(template: TemplateEntry) -> tuple[object, ...]:
+    """What the console shows of `template` beside its listing: its source, enumerated values and kind."""
+    spec = template.spec
+    return spec.source, dict(spec.values), "render" if spec.render is not None else spec.query is not None
 
 
 def _template_access(template: TemplateEntry) -> frozenset[str]:

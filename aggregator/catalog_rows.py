@@ -248,6 +248,12 @@ class Rows(Sequence[Entry]):
         return (sum(which.count(kind) for _, which, _, _ in self._blocks for kind in kinds)
                 + sum(1 for e in self._explicit.values() if e.access))
 
+    def accesses(self) -> set[frozenset[str]]:
+        """The scopes each row needs to be seen, each set once, without building an Entry: the makers rows use (a
+        C-level pass over the `which` columns) and the explicit rows."""
+        used = set().union(*(set(which) for _, which, _, _ in self._blocks)) - {EXPLICIT}
+        return {self._makers[kind - 1].access for kind in used} | {e.access for e in self._explicit.values()}
+
     def visible_to(self, scopes: frozenset[str]) -> Rows:
         """The rows a caller holding `scopes` may see."""
         seen = [EXPLICIT] + [k + 1 for k, maker in enumerate(self._makers) if maker.access <= scopes]

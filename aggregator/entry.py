@@ -65,13 +65,19 @@ def listed_fields(entry: Entry) -> tuple[object, ...]:
 
 
 def entries_change(out: Mapping[str, Entry], fresh: Mapping[str, Entry]) -> ListingChange:
-    """What replacing the entries `out` with `fresh` (each by URI) does to each caller's resources/list: O(both)."""
-    return compare(out, fresh, listed_fields, _access)
+    """What replacing the entries `out` with `fresh` (each by URI) does to each caller's resources/list (and to the
+    source the console shows of an entry): O(both)."""
+    return compare(out, fresh, listed_fields, _access, _source)
 
 
 def _access(entry: Entry) -> frozenset[str]:
     """The scopes a caller needs to see `entry`."""
     return entry.access
+
+
+def _source(entry: Entry) -> str | None:
+    """What the console shows of `entry` beside its listed fields (`ListingChange.detail`)."""
+    return entry.source
 
 
 def iso_time(mtime: float | None) -> str | None:

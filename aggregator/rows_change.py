@@ -68,7 +68,7 @@ def rows_change(before: Rows, after: Rows, replaced: Collection[str] = ()) -> Co
             p, q = walk.rows(a, b)
             i, j = i + p, j + q
     walk.shown |= old.access(i, len(before)) | new.access(j, len(after))  # what only one side has left
-    return Compared(ListingChange(frozenset(walk.shown), frozenset(walk.moved)), walk.content)
+    return Compared(ListingChange(frozenset(walk.shown), frozenset(walk.moved), frozenset(walk.detail)), walk.content)
 
 
 class _Side:
@@ -130,13 +130,14 @@ class _Side:
 
 
 class _Walk:
-    """What the walk found so far: access sets of rows that came, went or show otherwise, access moves, and URIs
-    that read elsewhere."""
+    """What the walk found so far: access sets of rows that came, went or show otherwise, access moves, rows that
+    show another source in the console (`ListingChange.detail`), and URIs that read elsewhere."""
 
     def __init__(self, old: _Side, new: _Side, replaced: Collection[str]) -> None:
         self.old, self.new, self.replaced = old, new, replaced
         self.shown: set[frozenset[str]] = set()
         self.moved: set[tuple[frozenset[str], frozenset[str]]] = set()
+        self.detail: set[frozenset[str]] = set()
         self.content: set[str] = set()
 
     def same(self, a: Block, b: Block) -> None:
@@ -178,7 +179,10 @@ class _Walk:
         """One URI's entries on the two sides."""
         if listed_fields(before) != listed_fields(after):
             self.shown |= {before.access, after.access}
-        elif before.access != after.access:
-            self.moved.add((before.access, after.access))
+        else:
+            if before.access != after.access:
+                self.moved.add((before.access, after.access))
+            if before.source != after.source:  # listed the same, shown by the console with another source
+                self.detail.add(before.access | after.access)
         if reads(before) != reads(after) or after.source in self.replaced:
             self.content.add(after.uri)

@@ -71,6 +71,9 @@ class ResourceService:
         self.delta_listeners: list[Callable[[int, frozenset[str]], None]] = []
         """Told first when a catalog built on the current one by catalog_delta is swapped in: its generation and the
         URIs whose entries came, went or changed in it (what follows the catalog need not compare all of it)."""
+        self.swap_listeners: list[Callable[[ListingChange], None]] = []
+        """Told of every catalog swapped in (reload, relisting, change applied in place), with whose listings and
+        console detail it changed, whether or not list_changed is sent for it (the console's streams add them up)."""
 
     @classmethod
     async def open(cls, manifest_path: str | Path) -> ResourceService:
@@ -189,7 +192,7 @@ class ResourceService:
     async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[ListingChange, set[str]]:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
-        self._swap(reloaded.snapshot, reloaded.replaced, reloaded.gone)
+        self._swap(reloaded.snapshot, reloaded.replaced, reloaded.gone, reloaded.listing)
         if reloaded.gone is None:  # compiled whole: a big catalog leaves the collector's full passes
             heap.settle(len(self.catalog))
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
@@ -204,35 +207,42 @@ class ResourceService:
                 catalog = await compile_catalog(old.manifest, old.sources, old.generation + 1, previous=old.catalog)
             listing = catalog_change(old.catalog, catalog).listing
             # One manifest: the files gone are those of the URIs gone and of kept URIs naming another file now.
-            self._swap(replace(old, catalog=catalog), replaced=(), gone=unlisted_files(old.catalog, catalog))
+            self._swap(replace(old, catalog=catalog), (), unlisted_files(old.catalog, catalog), listing)
             heap.settle(len(catalog))  # a big catalog leaves the collector's full passes
             return listing
 
-    def _swap(self, new: Snapshot, replaced: Collection[str], gone: Collection[tuple[str, str]] | None) -> None:
-        """Swap in `new`. `gone` (files no longer listed) is what a catalog built on the current one knows already;
-        None: the two catalogs' files are compared whole."""
+    def _swap(self, new: Snapshot, replaced: Collection[str], gone: Collection[tuple[str, str]] | None,
+              listing: ListingChange) -> None:
+        """Swap in `new`, which changed `listing`. `gone` (files no longer listed) is what a catalog built on the
+        current one knows already; None: the two catalogs' files are compared whole."""
         old, self._snapshot = self._snapshot, new  # one reference: a read in flight keeps the snapshot it leased
         if gone is None:
             gone = old.catalog.targets() - new.catalog.targets()
         # Content of a replaced source, or of a resource no longer listed, must not outlive the swap.
         self.cache.invalidate_where(Forget.of(sources=replaced, files=gone))
+        self._swapped(listing)
         self._tell(None)
 
     def swapping(self) -> anyio.Lock:
         """Held while a catalog is built on the current one and swapped in: one reload or relisting at a time."""
         return self._swapping
 
-    def swap_catalog(self, catalog: Catalog, gone: Collection[tuple[str, str]],
+    def swap_catalog(self, catalog: Catalog, gone: Collection[tuple[str, str]], listing: ListingChange,
                      changed: frozenset[str] | None = None) -> None:
-        """Swap in `catalog`, built on the current one by catalog_delta under `swapping()`: cached content of the
-        `gone` files is forgotten and listeners told (`delta_listeners` of the `changed` URIs, when given); nothing
-        is compared across the whole catalog."""
+        """Swap in `catalog`, built on the current one by catalog_delta under `swapping()`, which changed `listing`:
+        cached content of the `gone` files is forgotten and listeners told (`delta_listeners` of the `changed` URIs,
+        when given); nothing is compared across the whole catalog."""
         self._snapshot = replace(self._snapshot, catalog=catalog)
         self.cache.invalidate_where(Forget.of(files=gone))
         if changed is not None:
             for listener in self.delta_listeners:
                 listener(catalog.generation, changed)
+        self._swapped(listing)
         self._tell(None)
+
+    def _swapped(self, listing: ListingChange) -> None:
+        for listener in list(self.swap_listeners):
+            listener(listing)
 
     def _tell(self, files: set[tuple[str, str]] | None) -> None:
         for listener in self.change_listeners:

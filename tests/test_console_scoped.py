@@ -3,7 +3,8 @@ hidden things alone changes nothing the reader sees (no catalog generation, no m
 no event, no listing time), while the admin, who sees everything, sees the generation advance; and a reload whose change lines
 could not be computed (a source kind that fails to compare its settings) is not shown to the reader at all, since
 it cannot be proven to be about what the reader may see; and a stream open across a reload that hides a source from
-its caller filters by what the caller may see after it, not by what it saw when the stream opened."""
+its caller filters by what the caller may see after it, not by what it saw when the stream opened. In process, a
+scoped stream decides from each change's ListingChange, never by comparing the catalogs it sees (O(n))."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
+import pytest
+from watchfiles import Change
+
+from aggregator.catalog import Catalog
 from tests.console_server import READER, Served, make_folder, serve
 from tests.served import ROOT
 from tests.test_console import _admin_and_reader
@@ -163,3 +169,86 @@ def test_a_stream_open_across_a_reload_that_hides_a_source_follows_the_new_rules
             assert "secret" not in json.dumps(reader.frames)
             [seen] = running.get("/console/api/reloads", READER).json()["reloads"]
             assert seen["lines"] == ["+ note://new"]
+
+
+GUIDE = '  - {uriTemplate: "guide://{name}", name: guide, title: A guide by name, source: docs, path: "guides/{name}.md"}\n'
+SECRET_TEMPLATE = '  - {uriTemplate: "secret://by-name/{name}", name: secret-by-name, source: secret, path: "{name}.md"}\n'
+
+
+def test_a_scoped_stream_learns_of_reloads_without_comparing_whole_catalogs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, a docs-scoped console stream open across reloads hears `catalog` exactly when what it sees
+    changed: not for a hidden resource or a hidden template's values, but for a visible resource, a visible
+    template's values and its entries' source (shown by the console, not by resources/list). Deciding so never asks
+    for the caller's view of a whole catalog (`Catalog.visible`, O(n) in the entries it sees, on every reload)."""
+    from starlette.requests import Request
+
+    from aggregator.console.app import Console
+    from aggregator.notify import Notifier
+    from aggregator.service import ResourceService
+    from aggregator.supervisor import Supervisor
+    from tests.console_server import TOKENS
+
+    for name, value in TOKENS.items():
+        monkeypatch.setenv(name, value)
+    manifest = make_folder(tmp_path)
+    scopes = frozenset({"docs"})
+    viewed: list[frozenset[str] | None] = []
+    visible = Catalog.visible
+
+    def counted(catalog: Catalog, asked: frozenset[str] | None = None) -> Any:
+        viewed.append(asked)
+        return visible(catalog, asked)
+
+    async def main() -> tuple[list[str], int]:
+        service = await ResourceService.open(manifest)
+        live = Supervisor(service, notifier := Notifier())
+        console = Console(live)
+        request = Request({"type": "http", "method": "GET", "headers": [], "query_string": b"", "path": "/"})
+        frames = (await console.stream(request, scopes)).body_iterator
+        told: list[str] = []
+
+        async def next_event() -> str:
+            with anyio.fail_after(10):
+                frame = await frames.__anext__()
+            return str(frame).split("\n", 1)[0].removeprefix("event: ")
+
+        async def reload(text: str) -> None:
+            generation = service.catalog.generation
+            save(manifest, text)
+            await live.reload_if_changed()
+            assert service.catalog.generation == generation + 1
+
+        try:
+            told.append(await next_event())  # hello
+            monkeypatch.setattr(Catalog, "visible", counted)
+            text = manifest.read_text()
+            await reload(text := text.replace("resources:\n", HIDDEN))  # hidden alone: nothing
+            await reload(text := text.replace("resources:\n", VISIBLE))
+            told += [await next_event(), await next_event()]
+            sent = notifier.sent_list_changed
+            hidden_values = SECRET_TEMPLATE.replace('"{name}.md"}', '"{name}.md", values: {name: [plan]}}')
+            await reload(text := text.replace(SECRET_TEMPLATE, hidden_values))  # a hidden template's values
+            await reload(text := text.replace(GUIDE, GUIDE.replace('.md"}', '.md", values: {name: [intro]}}')))
+            told += [await next_event(), await next_event()]
+            # The docs source renamed: its entries and template list the same, and show another source.
+            await reload(text.replace("  docs: {url: ./docs}", "  library: {url: ./docs}")
+                         .replace("source: docs", "source: library"))
+            told += [await next_event(), await next_event()]
+            unlisted = notifier.sent_list_changed - sent
+            # A visible file changed size in place (no list_changed is sent for that), then a hidden file came: the
+            # caller is told at that list change, as what it sees changed since it was last told.
+            (tmp_path / "docs" / "api.json").write_text("[]")
+            await live.files_changed("library", {(Change.modified, "api.json")})  # docs, renamed
+            (tmp_path / "secret" / "more.md").write_text("# more\n")
+            await live.files_changed("secret", {(Change.added, "more.md")})
+            told.append(await next_event())
+        finally:
+            await frames.aclose()
+            await service.aclose()
+        return told, unlisted
+
+    told, unlisted = anyio.run(main)
+    assert told == ["hello", "catalog", "reload", "catalog", "reload", "catalog", "reload", "catalog"], told
+    assert viewed.count(scopes) == 0, f"the caller's view of a whole catalog was taken {viewed.count(scopes)} times"
+    assert unlisted == 0  # the values and source changes listed nothing else: no MCP client was told of them

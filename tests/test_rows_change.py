@@ -135,3 +135,28 @@ def test_rows_of_makers_keyed_alike_but_seen_by_other_scopes_moved(window: int) 
         found = rows_change(*sides)
     assert found.listing.moved == {(frozenset({"s"}), frozenset({"t"}))} and not found.listing.shown
     assert (found.listing, found.content_changed) == _expected(*sides, frozenset())
+
+
+@pytest.mark.parametrize("window", [2, 1024])
+def test_rows_listed_alike_from_another_source_change_the_console_detail_alone(window: int) -> None:
+    """The same files and resources, read from a source of another id (renamed in the manifest): no listing shows
+    anything else, so no MCP client is told; the console, which shows each entry's source, is (`detail`), and only
+    for callers who may see those entries. The walk finds what comparing entry by entry finds."""
+    from dataclasses import replace
+
+    sides = []
+    for source in ("docs", "library"):
+        rows = RowsBuilder(builder := EntryBuilder(replace(_spec(frozenset({"s"}), False), source=source)))
+        for path in PATHS:
+            if builder.compact_uri(path) is not None:
+                rows.compact_row(builder.compact_uri(path) or "", 1, None)
+            elif (entry := builder.file_entry(path, 1, None)) is not None:
+                rows.explicit_row(entry)
+        sides.append(rows.rows())
+    with _window(window):
+        found = rows_change(*sides)
+    listing = found.listing
+    assert not listing.any and listing.detail == {frozenset({"s"})}
+    assert [listing.shown_to(s) for s in (None, frozenset(), frozenset({"s"}), frozenset({"t"}))] == [
+        True, False, True, False]
+    assert (listing, found.content_changed) == _expected(*sides, frozenset())

@@ -29,6 +29,7 @@ from aggregator.console.tree import tree_page
 from aggregator.console.views import (catalog_facts, catalog_scopes, entry_view, reload_view, sees_all, source_rows,
                                       template_view, tree_view, view_changed, visible_uri)
 from aggregator.errors import RequestError, ResourceNotFound
+from aggregator.listing_change import ListingChange
 from aggregator.manifest.model import ConsoleSettings
 from aggregator.search_list import entry_filter
 from aggregator.search_query import DEFAULT_LIMIT, MAX_LIMIT
@@ -98,7 +99,8 @@ class Console:
         self.admin_scope = settings.admin_scope
         live.history.keep_diffs = True
         self.events = EventHub(live.notifier.bus, live.history, settings.max_streams, settings.max_streams_per_caller,
-                               settings.admin_streams if self.admin_scope is not None else 0)
+                               settings.admin_streams if self.admin_scope is not None else 0,
+                               swaps=live.service.swap_listeners)
         live.notifier.close_listeners.append(self.events.close)
         live.notifier.interest.append(self.events.previewed)
         self.events.previews_changed = live.notifier.interest_changed
@@ -381,9 +383,9 @@ class Console:
             snapshot = service.snapshot
             return snapshot.catalog.generation if sees_all(snapshot, scopes) else None
 
-        def changed(listing_changed: bool) -> bool:
+        def changed(told: ListingChange, swapped: ListingChange) -> bool:
             old, seen[0] = seen[0], service.catalog
-            return view_changed(old, seen[0], scopes, listing_changed)
+            return view_changed(old, seen[0], scopes, told, swapped)
 
         def told(record: ReloadRecord) -> bool:
             return sees_all(service.snapshot, scopes) or record.seen_by(scopes)

@@ -24,6 +24,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from aggregator.console.history import ReloadHistory, ReloadRecord
+from aggregator.listing_change import NO_CHANGE, ListingChange
 from aggregator.notify import listing_of
 
 __all__ = ["EventHub", "EventStreamResponse", "TooManyStreams"]
@@ -42,11 +43,14 @@ class TooManyStreams(Exception):
 
 class EventHub:
     """Fans the notifier's bus and the reload history out to at most `max_streams` event streams, at most
-    `per_caller` of them for one caller; the last `admin_reserve` only for admin callers."""
+    `per_caller` of them for one caller; the last `admin_reserve` only for admin callers. Each stream adds up what
+    the catalogs swapped in meanwhile changed (`swaps`) until it next asks `changed`."""
 
     def __init__(self, bus: SubscriptionBus, history: ReloadHistory, max_streams: int = 32, per_caller: int = 4,
-                 admin_reserve: int = 0) -> None:
+                 admin_reserve: int = 0, swaps: list[Callable[[ListingChange], None]] | None = None) -> None:
         self.bus, self.history, self.max_streams = bus, history, max_streams
+        self.swaps = swaps
+        """Where to hear of each catalog swapped in and what it changed (`ResourceService.swap_listeners`)."""
         self.per_caller, self.admin_reserve = per_caller, admin_reserve
         self._queues: set[MemoryObjectSendStream[dict[str, Any]]] = set()
         self._held: dict[str, int] = {}
@@ -99,21 +103,33 @@ class EventHub:
             queue.close()
 
     async def stream(self, visible: Callable[[str], bool], generation: Callable[[], int | None], caller: str = "",
-                     admin: bool = False, changed: Callable[[bool], bool] | None = None, until: float | None = None,
+                     admin: bool = False, changed: Callable[[ListingChange, ListingChange], bool] | None = None,
+                     until: float | None = None,
                      told: Callable[[ReloadRecord], bool] | None = None) -> AsyncIterator[str]:
         """The text of one event stream of `caller`; TooManyStreams when a cap is met. Each is asked as its event
         is sent, so the stream follows reloads that change what the caller may see: `visible(uri)` for an `updated`
         event; `generation()` names the catalog generation in `hello`, `catalog`, `resync` and `reload` events, or
-        is None when this caller is not told it (views.catalog_facts); `changed(listing_changed)`, on each list
-        change (whether it changed the listing as a whole) and each reload (False: one that changed only who may
-        see what lists nothing new), whether what the caller sees of the catalog changed since it was last asked (a
-        `catalog` event is sent only then; None: on each list change), and `told(record)` whether it may learn of a
-        reload (`ReloadRecord.seen_by`; None: of every one).
+        is None when this caller is not told it (views.catalog_facts); `changed(told, swapped)`, on each list
+        change (`told`: whose listings it says changed) and each reload (NO_CHANGE), with what the catalogs
+        swapped in since it was last asked changed (`swapped`, added up from `swaps`: those a list change was sent
+        for, and those it was not), whether what the caller sees of the catalog changed (a `catalog` event is sent
+        only then; None: on each list change), and `told(record)` whether it may learn of a reload
+        (`ReloadRecord.seen_by`; None: of every one).
         At `until` (time.time(): the token's expiry) the stream says `expired` and ends."""
         self._admit(caller, admin)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](QUEUE)
         self._queues.add(send)
         overflowed = False
+        swapped = NO_CHANGE  # what the catalogs swapped in since `changed` was last asked changed
+
+        def add(listing: ListingChange) -> None:
+            nonlocal swapped
+            swapped |= listing
+
+        def since() -> ListingChange:
+            nonlocal swapped
+            out, swapped = swapped, NO_CHANGE
+            return out
 
         def put(event: dict[str, Any]) -> None:
             nonlocal overflowed
@@ -126,14 +142,16 @@ class EventHub:
 
         def on_bus(event: ServerEvent) -> None:
             if isinstance(event, ResourcesListChanged):
-                if changed is not None and not changed(listing_of(event).listing_changed):
+                if changed is not None and not changed(listing_of(event), since()):
                     return  # only what this caller may not see changed: it must not learn that, nor when
                 put(_told({"event": "catalog"}, generation()))
             elif isinstance(event, ResourceUpdated) and visible(event.uri):
                 put({"event": "updated", "uri": event.uri})
 
         def on_reload(record: ReloadRecord) -> None:
-            if record.ok and changed is not None and changed(False):  # hid or showed what this caller sees
+            # A reload that sent no list_changed may still have changed who sees what, or what the console alone
+            # shows (`ListingChange.detail`): its swap is in `since()` until a list change asks.
+            if record.ok and changed is not None and changed(NO_CHANGE, since()):
                 put(_told({"event": "catalog"}, generation()))
             if told is not None and not told(record):
                 return
@@ -142,6 +160,8 @@ class EventHub:
 
         unsubscribe = self.bus.subscribe(on_bus)
         self.history.listeners.append(on_reload)
+        if self.swaps is not None:
+            self.swaps.append(add)
         stream_id = secrets.token_urlsafe(12)
         self._previews[stream_id] = (caller, "")
         try:
@@ -173,6 +193,8 @@ class EventHub:
             unsubscribe()
             if on_reload in self.history.listeners:
                 self.history.listeners.remove(on_reload)
+            if self.swaps is not None and add in self.swaps:
+                self.swaps.remove(add)
             send.close()
             self._queues.discard(send)
             self._release(caller, admin)

@@ -18,12 +18,13 @@ from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.console.history import ReloadRecord
 from aggregator.console.redact import redact, where
 from aggregator.console.tree import Folder, TreePage
+from aggregator.listing_change import ListingChange
 from aggregator.mcp_shapes import resource_dict, template_dict
 from aggregator.snapshot import Snapshot
 from aggregator.sources import Source
 
 __all__ = ["catalog_facts", "catalog_scopes", "entry_view", "reload_view", "sees_all", "source_paths", "source_rows",
-           "template_view", "tree_view", "view_changed", "visible_catalog", "visible_uri"]
+           "template_view", "tree_view", "view_changed", "visible_uri"]
 
 _COUNTS: WeakKeyDictionary[Catalog, dict[frozenset[str] | None, Counter[str]]] = WeakKeyDictionary()
 _SCOPES: WeakKeyDictionary[Catalog, frozenset[str]] = WeakKeyDictionary()
@@ -36,15 +37,12 @@ def catalog_scopes(snapshot: Snapshot) -> frozenset[str]:
 
 
 def _entry_scopes(catalog: Catalog) -> frozenset[str]:
-    """Every scope an entry or template of `catalog` asks for (once per catalog)."""
+    """Every scope an entry or template of `catalog` asks for (once per catalog: a pass over its rows' columns that
+    builds no entry, as every change makes a new catalog)."""
     found = _SCOPES.get(catalog)
     if found is None:
-        names: set[str] = set()
-        for entry in catalog.entries:
-            names |= entry.access
-        for template in catalog.templates:
-            names |= template.spec.access
-        found = _SCOPES[catalog] = frozenset(names)
+        accesses = catalog.entries.accesses() | {template.spec.access for template in catalog.templates}
+        found = _SCOPES[catalog] = frozenset().union(*accesses)
     return found
 
 
@@ -234,23 +232,16 @@ def reload_view(record: ReloadRecord, scopes: frozenset[str] | None, everything:
     return out
 
 
-def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, listing_changed: bool) -> bool:
-    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`, each filtered by its
-    own access rules (a reload may hide a source from the caller, or show it one, and list the same). A caller who
-    sees all of both sees what `listing_changed` says (the listing as a whole changed: not compared, O(1)); else
-    O(n) in the visible entries, as `visible_catalog`."""
+def view_changed(old: Catalog, new: Catalog, scopes: frozenset[str] | None, told: ListingChange,
+                 swapped: ListingChange) -> bool:
+    """Whether a caller holding `scopes` sees other entries or templates in `new` than in `old`: `told` is what the
+    list change at hand says changed (NO_CHANGE at a reload), `swapped` what the catalogs swapped in from `old` to
+    `new` changed (a reload may hide a source from the caller, or show it one, and list the same). A caller who
+    sees all of both sees what `told.listing_changed` says; another what `swapped.shown_to` says of its scopes:
+    O(distinct access sets), whatever the catalog's size."""
     if scopes is None or (_entry_scopes(old) <= scopes and _entry_scopes(new) <= scopes):
-        return listing_changed
-    return old is not new and visible_catalog(old, scopes) != visible_catalog(new, scopes)
-
-
-def visible_catalog(catalog: Catalog, scopes: frozenset[str] | None) -> tuple[object, ...]:
-    """What a caller holding `scopes` may see of `catalog` (entries and templates), to compare with `==`: equal
-    when only hidden things changed. O(n) per comparison, n the visible entries."""
-    entries, _ = catalog.visible(scopes)
-    # A template as listed (its spec holds parsed parts that compare by identity, so a reload would always differ).
-    return tuple(entries), tuple(template_view(t) for t in catalog.templates
-                                 if scopes is None or t.spec.access <= scopes)
+        return told.listing_changed
+    return swapped.shown_to(scopes)
 
 
 def visible_uri(snapshot: Snapshot, uri: str, scopes: frozenset[str] | None) -> bool:

@@ -49,5 +49,6 @@ def swap_applied(service: ResourceService, source: str, upserted: Iterable[FileI
         raise FullRelist(str(exc)) from None
     if not (delta.added or delta.removed or delta.updated):
         return None
-    service.swap_catalog(delta.catalog, delta.gone, delta.added | delta.removed | delta.updated)
+    service.swap_catalog(delta.catalog, delta.gone, delta.listing,
+                         delta.added | delta.removed | delta.updated)
     return delta

@@ -110,7 +110,8 @@ async def relist_upstream(service: ResourceService, source: str) -> Delta | None
                     catalog.published[source] = published
                     catalog.published_at[source] = at
             return None
-        service.swap_catalog(delta.catalog, delta.gone, delta.added | delta.removed | delta.updated)
+        service.swap_catalog(delta.catalog, delta.gone, delta.listing,
+                             delta.added | delta.removed | delta.updated)
         return delta
 
 
