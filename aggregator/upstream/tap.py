@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from aggregator.direct_pipe import feed_directly
