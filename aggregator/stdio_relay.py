@@ -50,7 +50,7 @@ _encoded = orjson.dumps
 _TEXT_KEY = b'"text"'
 _MAX_QUOTES = 64
 """Quotes in a text's token past which it is encoded again rather than looked through for its end."""
-_BACKSLASH, _QUOTE = 0x5C, 0x22
+_BACKSLASH = 0x5C
 
 
 class Shape:
