@@ -166,17 +166,19 @@ class RelayedRead(Sent, Flight[Content]):
         cache, key = plan.cache, plan.key
         if plan.caches.shared is not None or not cache.lead(key, self):
             return False  # a load under way, or a copy the cluster may hold: the usual way serves it from them
-        if not plan.route.send(self):
-            cache.land(key, self, plan.limits.policy)
-            return False
-        # Filled once the request is out (its answer cannot come before this callback returns): the upstream
-        # starts on it meanwhile.
+        # Filled before the request goes out (`Lane.send_read` writes it last): the upstream it wakes waits for
+        # this callback to end, not the other way round.
         self._paths, self._out, self._plan, self._asked = paths, out, plan, asked
         self._version, self._uri, self._handler, self._answer = version, uri, handler, answer
         self._started = started
         plan.leases.hold(plan.snapshot)
         paths.tasks[asked] = self
-        return True
+        if plan.route.send(self):
+            return True
+        del paths.tasks[asked]
+        plan.leases.let_go(plan.snapshot)
+        cache.land(key, self, plan.limits.policy)
+        return False
 
     def answered(self, outcome: dict[str, Any] | None | BaseException) -> None:
         plan, paths, asked = self._plan, self._paths, self._asked

@@ -309,6 +309,34 @@ def test_relayed_reads_serve_what_they_may_and_the_rest_goes_the_usual_way(tmp_p
     anyio.run(cached)
 
 
+def test_a_read_the_upstreams_pipe_cannot_take_at_once_goes_the_usual_way_and_holds_nothing(tmp_path: Path) -> None:
+    """The relayed read is set up before its request line is written (the write is its last step): when the pipe
+    cannot take the line at once (it holds unsent bytes), nothing of it is left (no slot of the cap, no snapshot
+    held, no flight of its key) and the read is served the usual way, behind the writes under way."""
+    async def main() -> None:
+        service = await ResourceService.open(_manifest(tmp_path))
+        stdio = _Stdio(service)
+        try:
+            await service.read("wiki://static-text")  # connected: the lane is up
+            lane = service.sources["up"].upstream._conn.lane  # type: ignore[attr-defined]
+            write_now, refused = lane._write_now, []  # noqa: SLF001
+            lane._write_now = lambda line: refused.append(line) is not None  # noqa: SLF001 - a pipe still full
+            try:
+                read = stdio.read(1, "wiki://counter")
+                assert isinstance(read, asyncio.Task) and len(refused) == 1
+                assert (await stdio.answer(1))["contents"][0]["text"] == "read 1"
+            finally:
+                lane._write_now = write_now  # noqa: SLF001
+            upstream = service.sources["up"].upstream  # type: ignore[attr-defined]
+            assert upstream._limiter.borrowed_tokens == 0 and not service._leases._held  # noqa: SLF001
+            assert isinstance(stdio.read(2, "wiki://counter"), RelayedRead)  # its flight was let go
+            assert (await stdio.answer(2))["contents"][0]["text"] == "read 2"
+        finally:
+            await service.aclose()
+
+    anyio.run(main)
+
+
 def test_a_cancelled_relayed_read_frees_its_slot_and_tells_the_upstream(tmp_path: Path) -> None:
     """Cancelled: never replied, the upstream's handler cancelled, the source's concurrency slot given back (more
     reads than the cap run after many cancellations)."""

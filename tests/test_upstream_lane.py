@@ -220,3 +220,34 @@ def test_answered_relayed_reads_leave_nothing_to_the_cycle_collector() -> None:
             gc.enable()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("refusal", ["full", "broken"])
+def test_a_sent_read_the_pipe_refuses_is_never_told_and_nothing_waits_for_it(refusal: str) -> None:
+    """`send` puts what the answer needs in place before it writes (the write is its last step): a line the pipe
+    does not take leaves nothing behind, no answer, no deadline and no cancellation upstream."""
+    async def main() -> None:
+        written: list[bytes] = []
+
+        def write_now(line: bytes) -> bool:
+            if refusal == "broken":
+                raise BrokenPipeError
+            return False
+
+        async def write(line: bytes) -> None:
+            written.append(line)
+
+        lane = Lane(write, write_now)
+        lane.negotiated("2025-11-25", {"name": "aggregator", "version": "1"})
+        told: list[object] = []
+        errors: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        for _ in range(3):
+            sent = _Told(told.append)
+            assert not lane.send("a://x", sent, 0.05)
+        assert not lane._waiting
+        await asyncio.sleep(0.15)
+        assert lane.claims({"jsonrpc": "2.0", "id": "agg-1", "result": {"contents": []}})
+        assert told == [] and written == [] and errors == []
+
+    asyncio.run(main())

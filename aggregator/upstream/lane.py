@@ -211,18 +211,29 @@ class Lane:
         if self._closed or self._write_now is None:
             return False
         request_id, line = self._request(tail)
-        try:
-            if not self._write_now(line):
-                return False
-        except OSError:
-            return False  # the child stopped reading: the caller's usual path finds the connection gone
+        # Everything the answer needs is in place before the line goes out, and the write is the callback's last
+        # step: the upstream it wakes is run on this CPU and waits for the callback to end (benchmarks/hop_ab.py).
         self._waiting[request_id] = sent
         sent._lane, sent._request_id, sent._over = self, request_id, False  # noqa: SLF001 - its own reads'
         loop = self._loop
         if loop is None:  # the lane lives in one loop: asked once (asking costs a system call on Python 3.11)
             loop = self._loop = asyncio.get_running_loop()
         sent._expiry = self._expire_at(loop, loop.time() + timeout, sent)  # noqa: SLF001
-        return True
+        try:
+            if self._write_now(line):
+                return True
+        except OSError:
+            pass  # the child stopped reading: the caller's usual path finds the connection gone
+        self._unsent(request_id, sent)
+        return False
+
+    def _unsent(self, request_id: str, sent: Sent) -> None:
+        """Undo `send_read` of a line the pipe did not take: nothing waits for it (its deadline, left queued, is
+        swept as a read over)."""
+        del self._waiting[request_id]
+        sent._over = True  # noqa: SLF001 - its own reads'
+        if sent._expiry is not None:  # noqa: SLF001
+            sent._expiry.cancel()  # noqa: SLF001
 
     def _request(self, tail: bytes) -> tuple[str, bytes]:
         """A new read's id and its request line ending with `tail` (`read_tail`): what json.dumps would write
