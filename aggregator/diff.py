@@ -7,10 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from aggregator.catalog import Catalog, Entry, TemplateEntry
+from aggregator.entry_spans import Differing
 from aggregator.manifest.model import Defaults, Manifest, SourceSpec
 from aggregator.sources.registry import source_kind
 
-__all__ = ["CatalogDiff", "diff_catalogs", "diff_sources"]
+__all__ = ["CatalogDiff", "diff_catalogs", "diff_change", "diff_entries", "diff_sources"]
 
 _T = TypeVar("_T")
 
@@ -23,16 +24,25 @@ class CatalogDiff:
     """(URI or URI template, the fields that differ)."""
     sources: list[tuple[str, list[str]]] = field(default_factory=list)
     """(source id, the settings that differ): what is read, and how, changes for every URI it serves."""
+    access: dict[str, frozenset[str]] = field(default_factory=dict)
+    """The scopes needed to see what each URI or URI template line names (before and after, joined)."""
 
     def __bool__(self) -> bool:
         return bool(self.added or self.removed or self.changed or self.sources)
 
     def lines(self) -> list[str]:
         """`+ uri`, `- uri`, `~ uri (fields)` in URI order, then `~ source id (settings)`."""
+        return [text for _, text in self.entry_lines() + self.source_lines()]
+
+    def entry_lines(self) -> list[tuple[str, str]]:
+        """The lines about entries and templates in URI order, each with the URI or URI template it names."""
         rows = [(u, f"+ {u}") for u in self.added] + [(u, f"- {u}") for u in self.removed]
         rows += [(u, f"~ {u} ({', '.join(fields)})") for u, fields in self.changed]
-        return [text for _, text in sorted(rows)] + [f"~ source {sid} ({', '.join(fields)})"
-                                                      for sid, fields in self.sources]
+        return sorted(rows)
+
+    def source_lines(self) -> list[tuple[str, str]]:
+        """The lines about sources, each with the id of the source it names."""
+        return [(sid, f"~ source {sid} ({', '.join(fields)})") for sid, fields in self.sources]
 
     def to_dict(self) -> dict[str, Any]:
         return {"added": self.added, "removed": self.removed,
@@ -94,9 +104,38 @@ def diff_catalogs(old: Catalog, new: Catalog) -> CatalogDiff:
     """Listed resources by URI and templates by URI template: added, removed, or changed (which fields)."""
     result = CatalogDiff()
     _compare_sorted(old.entries, new.entries, result)
-    _compare({t.uri_template: t for t in old.templates}, {t.uri_template: t for t in new.templates}, _template_facts,
-             result)
+    _compare_templates(old, new, result)
     return result
+
+
+def diff_change(old: Catalog, new: Catalog, differing: Differing) -> CatalogDiff:
+    """What `diff_catalogs(old, new)` finds, for catalogs whose entries differ only within `differing` (what a
+    reload says it changed): the spans' entries and the templates are compared, never the other entries."""
+    result = diff_entries(differing)
+    _compare_templates(old, new, result)
+    return result
+
+
+def diff_entries(differing: Differing) -> CatalogDiff:
+    """The entries added, removed or changed within `differing`: its spans' entries alone are built."""
+    result = CatalogDiff()
+    for before, after in differing:
+        _compare_sorted(before.built(), after.built(), result)
+    return result
+
+
+def _compare_templates(old: Catalog, new: Catalog, result: CatalogDiff) -> None:
+    _compare({t.uri_template: t for t in old.templates}, {t.uri_template: t for t in new.templates}, _template_facts,
+             _template_access, result)
+
+
+def _template_access(template: TemplateEntry) -> frozenset[str]:
+    return template.spec.access
+
+
+def _seen_with(result: CatalogDiff, key: str, *access: frozenset[str]) -> None:
+    """Note that the line about `key` needs these scopes (an entry and a template of one name: both's)."""
+    result.access[key] = result.access.get(key, frozenset()).union(*access)
 
 
 def _compare_sorted(before: Sequence[Entry], after: Sequence[Entry], result: CatalogDiff) -> None:
@@ -114,15 +153,22 @@ def _compare_sorted(before: Sequence[Entry], after: Sequence[Entry], result: Cat
             fields = [f for f in old if old[f] != new[f]]
             if fields:
                 result.changed.append((a.uri, fields))
+                _seen_with(result, a.uri, a.access, b.access)
             i, j = i + 1, j + 1
         elif a.uri < b.uri:
             result.removed.append(a.uri)
+            _seen_with(result, a.uri, a.access)
             i += 1
         else:
             result.added.append(b.uri)
+            _seen_with(result, b.uri, b.access)
             j += 1
-    result.removed += [e.uri for e in before[i:]]
-    result.added += [e.uri for e in after[j:]]
+    for gone in before[i:]:
+        result.removed.append(gone.uri)
+        _seen_with(result, gone.uri, gone.access)
+    for came in after[j:]:
+        result.added.append(came.uri)
+        _seen_with(result, came.uri, came.access)
 
 
 def _indexable(entries: Sequence[Entry]) -> Sequence[Entry]:
@@ -130,10 +176,14 @@ def _indexable(entries: Sequence[Entry]) -> Sequence[Entry]:
 
 
 def _compare(before: Mapping[str, _T], after: Mapping[str, _T], facts: Callable[[_T], dict[str, Any]],
-             result: CatalogDiff) -> None:
+             access: Callable[[_T], frozenset[str]], result: CatalogDiff) -> None:
     """Add to `result` the keys only `after` has, those only `before` has, and the fields that changed."""
-    result.added += sorted(set(after) - set(before))
-    result.removed += sorted(set(before) - set(after))
+    for key in sorted(set(after) - set(before)):
+        result.added.append(key)
+        _seen_with(result, key, access(after[key]))
+    for key in sorted(set(before) - set(after)):
+        result.removed.append(key)
+        _seen_with(result, key, access(before[key]))
     for key in sorted(set(before) & set(after)):
         if before[key] is after[key]:  # a reload reuses the entries of unchanged collections: nothing to compare
             continue
@@ -141,3 +191,4 @@ def _compare(before: Mapping[str, _T], after: Mapping[str, _T], facts: Callable[
         fields = [f for f in a if a[f] != b[f]]
         if fields:
             result.changed.append((key, fields))
+            _seen_with(result, key, access(before[key]), access(after[key]))

@@ -19,6 +19,7 @@ from aggregator.catalog import Catalog, Entry, TemplateEntry
 from aggregator.catalog_delta import edit_sorted
 from aggregator.compiler import build_templates, catalog_of, collection_key, compile_catalog, resource_key
 from aggregator.entry import entries_change
+from aggregator.entry_spans import Differing, whole
 from aggregator.listing_change import ListingChange
 from aggregator.manifest.model import CollectionSpec, Manifest, ManifestError, ManifestIssue, ResourceSpec
 from aggregator.rows_change import reads
@@ -42,6 +43,8 @@ class Recompiled:
     went, show otherwise, or need other scopes)."""
     content_changed: frozenset[str]
     """URIs listed before and after whose content now comes from elsewhere (other text, file or source)."""
+    differing: Differing
+    """The entries taken out and those put in: every other entry is the same in both catalogs."""
 
 
 @dataclass(slots=True)
@@ -96,7 +99,7 @@ async def recompile(previous: Catalog, old: Manifest, manifest: Manifest, source
         catalog.__dict__["listing_signature"] = previous.listing_signature
     return Recompiled(catalog, _gone(plan.out.values(), incoming), listing,
                       frozenset(uri for uri in both if reads(plan.out[uri]) != reads(fresh[uri])
-                                or fresh[uri].source not in (None, *kept)))
+                                or fresh[uri].source not in (None, *kept)), whole(list(plan.out.values()), incoming))
 
 
 def _plan(previous: Catalog, old: Manifest, manifest: Manifest, sources: Mapping[str, Source],

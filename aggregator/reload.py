@@ -17,6 +17,7 @@ import anyio.to_thread
 
 from aggregator.catalog import Catalog
 from aggregator.compiler import compile_catalog
+from aggregator.entry_spans import Differing
 from aggregator.listing_change import ListingChange
 from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue, SourceSpec
@@ -44,6 +45,8 @@ class SuspiciousReload(Exception):
 class Reloaded:
     """The next snapshot, and what it changes against the one it replaces."""
 
+    previous: Snapshot
+    """The snapshot it was built on and replaces."""
     snapshot: Snapshot
     replaced: frozenset[str]
     """Ids of the old snapshot's sources not kept (closed once no read holds them)."""
@@ -51,6 +54,8 @@ class Reloaded:
     """URIs listed before and after whose content now comes from elsewhere."""
     listing: ListingChange
     """Whose listings changed (when the catalog was compiled whole, the two catalogs compared in one walk)."""
+    differing: Differing
+    """Where the two catalogs' entries may differ (the console's history compares only these)."""
     gone: frozenset[tuple[str, str]] | None = None
     """Files no longer listed when the catalog was built on the old one; None when it was compiled whole (the swap
     compares the two catalogs' files)."""
@@ -111,9 +116,10 @@ async def next_snapshot(old: Snapshot, watched: Iterable[str], guard: bool) -> R
     replaced = frozenset(old.sources) - set(kept)
     snapshot = build_snapshot(manifest, catalog, sources, epochs)
     if recompiled is not None:
-        return Reloaded(snapshot, replaced, set(recompiled.content_changed), recompiled.listing, recompiled.gone)
+        return Reloaded(old, snapshot, replaced, set(recompiled.content_changed), recompiled.listing,
+                        recompiled.differing, recompiled.gone)
     compared = catalog_change(before, catalog, replaced)  # one walk of both: O(catalog), as the compile was
-    return Reloaded(snapshot, replaced, compared.content_changed, compared.listing)
+    return Reloaded(old, snapshot, replaced, compared.content_changed, compared.listing, compared.differing)
 
 
 def _same_source(a: SourceSpec, b: SourceSpec) -> bool:

@@ -6,6 +6,7 @@ with nothing kept per row. The walk goes a window of rows at a time: windows who
 comparisons of URIs, makers by `listing_key` and access, sizes, mtimes) show and read the same and are passed over
 whole, so a relist that adds a few files to a million costs about what comparing the columns does; only the windows
 around a difference are walked row by row, and Entries are built only for rows kept differently on the two sides.
+Those windows are what the two catalogs' entries may differ in (`Compared.differing`, spans of rows not built).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from aggregator.catalog import Catalog
 from aggregator.catalog_rows import EXPLICIT, NO_SIZE, Rows
 from aggregator.chunked import LOAD
 from aggregator.entry import Entry, listed_fields
+from aggregator.entry_spans import Differing, Span
 from aggregator.listing_change import ListingChange
 from aggregator.row_blocks import Block
 
@@ -37,13 +39,16 @@ class Compared:
     content_changed: set[str]
     """URIs listed on both sides whose content now comes from elsewhere (other text, file or source, or a source
     opened anew)."""
+    differing: Differing
+    """The windows of rows whose entries may differ (every row outside them shows and reads the same on both sides):
+    what comparing the two entry by entry needs to walk."""
 
 
 def catalog_change(before: Catalog, after: Catalog, replaced: Collection[str] = ()) -> Compared:
     """What `after` changed against `before` (`replaced` as `rows_change` takes it): its entries in one walk of
     both, O(both catalogs), and its templates (`Catalog.templates_change`)."""
     compared = rows_change(before.entries, after.entries, replaced)
-    return Compared(compared.listing | before.templates_change(after), compared.content_changed)
+    return Compared(compared.listing | before.templates_change(after), compared.content_changed, compared.differing)
 
 
 def reads(entry: Entry) -> tuple[object, ...]:
@@ -57,18 +62,25 @@ def rows_change(before: Rows, after: Rows, replaced: Collection[str] = ()) -> Co
     numbers: dict[object, int] = {}  # one number per maker key: rows of equal makers compare equal
     old, new = _Side(before, numbers), _Side(after, numbers)
     walk = _Walk(old, new, replaced)
+    spans: list[tuple[int, int, int, int]] = []  # (start, stop) of rows before, then after, that may differ
     i = j = 0
     while i < len(before) and j < len(after):
         size = min(LOAD, len(before) - i, len(after) - j)
         a, b = old.window(i, i + size), new.window(j, j + size)
         if old.same(a, new, b):
-            walk.same(a, b)
-            i, j = i + size, j + size
+            p = q = size
+            differs = walk.same(a, b)
         else:
             p, q = walk.rows(a, b)
-            i, j = i + p, j + q
+            differs = True
+        if differs:
+            spans.append((i, i + p, j, j + q))
+        i, j = i + p, j + q
     walk.shown |= old.access(i, len(before)) | new.access(j, len(after))  # what only one side has left
-    return Compared(ListingChange(frozenset(walk.shown), frozenset(walk.moved), frozenset(walk.detail)), walk.content)
+    if i < len(before) or j < len(after):
+        spans.append((i, len(before), j, len(after)))
+    return Compared(ListingChange(frozenset(walk.shown), frozenset(walk.moved), frozenset(walk.detail)), walk.content,
+                    tuple((Span(before, start, stop), Span(after, at, to)) for start, stop, at, to in spans))
 
 
 class _Side:
@@ -140,18 +152,21 @@ class _Walk:
         self.detail: set[frozenset[str]] = set()
         self.content: set[str] = set()
 
-    def same(self, a: Block, b: Block) -> None:
+    def same(self, a: Block, b: Block) -> bool:
         """Rows kept alike on both sides (`_Side.same`): only explicit rows' entries can differ, and rows of a
-        replaced source read elsewhere."""
+        replaced source read elsewhere. Whether an explicit row's entries differ."""
+        differs = False
         if EXPLICIT in a[1]:  # a C-level look first: most windows hold compact rows alone
             for i in [i for i, kind in enumerate(a[1]) if kind == EXPLICIT]:
                 before, after = self.old.entry(a, i), self.new.entry(b, i)
                 if before != after or after.source in self.replaced:
                     self.compare(before, after)
+                    differs = differs or before != after
         if self.replaced:
             makers = self.old.rows.makers
             gone = {kind for kind in set(a[1]) if kind != EXPLICIT and makers[kind - 1].source in self.replaced}
             self.content.update(compress(a[0], (kind in gone for kind in a[1])))
+        return differs
 
     def rows(self, a: Block, b: Block) -> tuple[int, int]:
         """Merge-walk windows `a` (old) and `b` (new) row by row until one ends; the rows of each it consumed."""

@@ -30,7 +30,7 @@ from aggregator.manifest import load_manifest
 from aggregator.manifest.model import Manifest
 from aggregator.reads.reader import Reader, Served
 from aggregator.reads.relayed import MAX_PLANNED_URI, MAX_PLANS, RelayPlan, relay_plan
-from aggregator.reload import SuspiciousReload, next_snapshot, open_sources
+from aggregator.reload import Reloaded, SuspiciousReload, next_snapshot, open_sources
 from aggregator.rows_change import catalog_change
 from aggregator.snapshot import Lease, Leases, Snapshot, build_snapshot, close_sources
 from aggregator.sources import Source
@@ -164,9 +164,9 @@ class ResourceService:
 
     # --- reloads -----------------------------------------------------------------------------------------
 
-    async def reload(self, watched: Iterable[str] = (), *, guard: bool = False) -> tuple[ListingChange, set[str]]:
-        """Load the manifest again and swap in its snapshot; returns (whose listings changed, URIs whose content
-        changed).
+    async def reload(self, watched: Iterable[str] = (), *, guard: bool = False) -> Reloaded:
+        """Load the manifest again and swap in its snapshot; returns it with what it changed (whose listings, URIs
+        whose content, where the entries may differ).
 
         ManifestError (located) if the new manifest is bad, and with `guard` SuspiciousReload if it would leave a
         source it still declares without resources (or the catalog empty): the current snapshot keeps serving.
@@ -178,25 +178,25 @@ class ResourceService:
         with span("aggregator.reload", guard=guard) as traced:
             try:
                 async with self._swapping:  # one reload or relisting at a time: each builds on the one it replaces
-                    listing, content_changed = await self._reload(watched, guard)
+                    reloaded = await self._reload(watched, guard)
                     traced.set(outcome="ok", generation=self.catalog.generation, resources=len(self.catalog),
-                               listing_changed=listing.listing_changed)
+                               listing_changed=reloaded.listing.listing_changed)
             except SuspiciousReload:
                 traced.set(outcome="held back")
                 raise
             except Exception:
                 traced.set(outcome="failed")
                 raise
-            return listing, content_changed
+            return reloaded
 
-    async def _reload(self, watched: Iterable[str], guard: bool) -> tuple[ListingChange, set[str]]:
+    async def _reload(self, watched: Iterable[str], guard: bool) -> Reloaded:
         old = self._snapshot
         reloaded = await next_snapshot(old, watched, guard)
         self._swap(reloaded.snapshot, reloaded.replaced, reloaded.gone, reloaded.listing)
         if reloaded.gone is None:  # compiled whole: a big catalog leaves the collector's full passes
             heap.settle(len(self.catalog))
         await self._leases.retire(src for sid, src in old.sources.items() if sid in reloaded.replaced)
-        return reloaded.listing, reloaded.content_changed
+        return reloaded
 
     async def refresh_listing(self) -> ListingChange:
         """List collections again (files appeared or vanished) and swap in the result; whose listings it changed

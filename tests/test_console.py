@@ -767,6 +767,7 @@ def test_replica_and_manifest_digest_are_shown_in_a_cluster(tmp_path: Path, monk
 
 def test_reload_history_is_bounded_keeps_one_copy_of_a_repeated_refusal_and_cuts_long_diffs(tmp_path: Path) -> None:
     from aggregator.console import history as history_module
+    from aggregator.entry_spans import whole
     from aggregator.manifest.model import ManifestIssue
 
     manifest = tmp_path / "m.yaml"
@@ -778,7 +779,7 @@ def test_reload_history_is_bounded_keeps_one_copy_of_a_repeated_refusal_and_cuts
     history.failed(1, [issue])  # the supervisor retries a broken save on every check
     assert len(history.records) == 1
     old, new = _catalog(["a://b"]), _catalog([f"a://{i:05}" for i in range(history_module.KEPT_LINES + 5)])
-    anyio.run(history.succeeded, old, loaded, new, loaded)
+    anyio.run(history.succeeded, old, loaded, new, loaded, whole(old.entries, new.entries))
     record = history.records[-1]
     assert record.ok and len(record.lines) == history_module.KEPT_LINES and record.more == 6
     assert record.lines[0].text == "+ a://00000"
@@ -789,7 +790,7 @@ def test_reload_history_is_bounded_keeps_one_copy_of_a_repeated_refusal_and_cuts
     assert len(history.records) == history_module.KEPT_RELOADS
     assert history.last(1)[0].error == f"failure {history_module.KEPT_RELOADS + 4}"
     quiet = ReloadHistory()  # no console: no diff is computed
-    anyio.run(quiet.succeeded, old, loaded, new, loaded)
+    anyio.run(quiet.succeeded, old, loaded, new, loaded, whole(old.entries, new.entries))
     assert quiet.records[-1].lines == ()
 
 

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("manifest", ("manifest", "manifest.*")),
     ("sources and cache", ("sources", "sources.*", "cache", "cache_keys", "upstream", "upstream.*", "cluster",
                            "cluster.*", "documents", "documents.*")),
-    ("catalog", ("entry", "catalog_rows", "row_blocks", "upstream_rows", "path_index", "entry_builder", "catalog", "rows_change", "compiler", "catalog_delta",
+    ("catalog", ("entry", "entry_spans", "catalog_rows", "row_blocks", "upstream_rows", "path_index", "entry_builder", "catalog", "rows_change", "compiler", "catalog_delta",
                  "catalog_published", "recompile", "snapshot", "render", "completion", "diff", "tools")),
     ("service", ("service", "reload", "reads", "reads.*", "preflight", "search", "search_query", "search_list",
                  "search_index", "search_indexer", "search_meta")),

@@ -13,6 +13,7 @@ import pytest
 
 from aggregator import catalog_rows
 from aggregator.catalog import Catalog
+from aggregator.diff import diff_catalogs, diff_change
 from aggregator.manifest.model import ManifestError
 from aggregator.reload import Reloaded, SuspiciousReload, _serving, next_snapshot
 from aggregator.service import ResourceService
@@ -130,7 +131,7 @@ def test_a_save_lists_again_only_the_source_whose_settings_changed(folders: Path
                 before, hits = service.catalog, sum(upstream.hits.values())
                 walks = {sid: LISTINGS[sid] for sid in ("a", "b")}
                 write_manifest(folders, text % "./b2")
-                changed, _ = await service.reload(watched={"a", "b"})
+                changed = (await service.reload(watched={"a", "b"})).listing
                 assert changed.listing_changed  # b://x.md now reads b2/x.md, whose size differs
                 assert {sid: LISTINGS[sid] - n for sid, n in walks.items()} == {"a": 0, "b": 1}
                 assert sum(upstream.hits.values()) == hits  # the HTTP resource was not asked again
@@ -162,7 +163,7 @@ def test_a_changed_glob_lists_that_collection_alone(folders: Path) -> None:
         try:
             before, walks = service.catalog, LISTINGS["a"]
             write_manifest(folders, text % "*.json")
-            assert (await service.reload(watched={"a"}))[0].listing_changed
+            assert (await service.reload(watched={"a"})).listing.listing_changed
             assert LISTINGS["a"] - walks == 1
             md = next(k for k in before.collections if k.glob == "*.md")
             assert service.catalog.collections[md] is before.collections[md]
@@ -205,12 +206,12 @@ def test_a_save_copies_only_the_blocks_of_rows_it_changed(folders: Path, monkeyp
             before = blocks(service.catalog)
             assert len(before) >= 15
             write_manifest(folders, text % ("*.md", '[{uri: "note://one", name: one, text: "one"}]'))
-            assert (await service.reload(watched={"a", "b"}))[0].listing_changed
+            assert (await service.reload(watched={"a", "b"})).listing.listing_changed
             after = blocks(service.catalog)
             assert len(after.keys() - before.keys()) == 1  # the last block, which note://one went into
             assert _listed(service.catalog) == await _fresh(manifest)
             write_manifest(folders, text % ("*.txt", '[{uri: "note://one", name: one, text: "one"}]'))
-            assert (await service.reload(watched={"a", "b"}))[0].listing_changed
+            assert (await service.reload(watched={"a", "b"})).listing.listing_changed
             again = blocks(service.catalog)
             assert all(key in after for key, uris in again.items() if uris[-1].startswith("a://"))
             assert _listed(service.catalog) == await _fresh(manifest)
@@ -276,8 +277,12 @@ def test_a_sequence_of_random_saves_serves_what_a_fresh_load_serves(folders: Pat
                     expected = str(exc)
                 serving = service.catalog
                 try:
-                    await service.reload(watched=rng.choice([(), ("a", "b")]))
+                    reloaded = await service.reload(watched=rng.choice([(), ("a", "b")]))
                     got: object = _listed(service.catalog)
+                    # What the console's history finds where the reload says entries may differ is what comparing
+                    # the two catalogs whole finds.
+                    assert diff_change(serving, service.catalog, reloaded.differing) == diff_catalogs(
+                        serving, service.catalog)
                     # What the guard asks of the producers (O(collections + resources)) is what the entries say.
                     assert _serving(service.catalog, service.manifest) == {
                         e.source for e in service.catalog.entries if e.source is not None}
@@ -311,7 +316,7 @@ def test_an_unchanged_upstream_keeps_its_published_list_across_a_save(tmp_path: 
         try:
             before = service.catalog
             write_manifest(tmp_path, text % "two")
-            assert (await service.reload())[0].listing_changed
+            assert (await service.reload()).listing.listing_changed
             assert service.catalog.published["up"] is before.published["up"]
             assert _listed(service.catalog) == await _fresh(manifest)
         finally:
@@ -351,13 +356,13 @@ def test_a_save_that_changes_only_access_tells_whose_listing_it_changed(folders:
         service = await ResourceService.open(_scoped_manifest(folders, "t"))
         try:
             _scoped_manifest(folders, "s")
-            listing, _ = await service.reload()
+            listing = (await service.reload()).listing
             seen = {scopes: listing.seen_by(None if scopes is None else frozenset(scopes))
                     for scopes in (None, (), ("s",), ("t",), ("s", "t"))}
             assert seen == {None: False, (): False, ("s",): True, ("t",): True, ("s", "t"): False}
             _scoped_manifest(folders, "s", 'resources:\n  - {uri: "note://s", name: s, text: s, '
                                            'access: {scopes: [s]}}\n')
-            listing, _ = await service.reload()
+            listing = (await service.reload()).listing
             assert [listing.seen_by(s) for s in (None, frozenset(), frozenset({"t"}), frozenset({"s"}))] == [
                 True, False, False, True]
         finally:

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from aggregator import rows_change as module
 from aggregator.catalog_rows import Rows, RowsBuilder
 from aggregator.compiler import EntryBuilder
+from aggregator.diff import diff_entries
 from aggregator.entry import Entry, entries_change
+from aggregator.entry_spans import whole
 from aggregator.manifest.model import Annotations, CollectionSpec, Display, Location
 from aggregator.rows_change import reads, rows_change
 
@@ -79,6 +81,7 @@ def test_the_walk_finds_what_comparing_by_uri_finds(before: Side, after: Side, w
     with _window(window):
         found = rows_change(old, new, replaced)
     assert (found.listing, found.content_changed) == _expected(old, new, replaced)
+    assert diff_entries(found.differing) == diff_entries(whole(old, new))  # `aggregator diff` finds it there
 
 
 def test_listings_of_many_blocks_compare_as_their_entries_do() -> None:
@@ -97,6 +100,7 @@ def test_listings_of_many_blocks_compare_as_their_entries_do() -> None:
         old, new = _rows(before), _rows(after)
         found = rows_change(old, new)
         assert (found.listing, found.content_changed) == _expected(old, new, frozenset())
+        assert diff_entries(found.differing) == diff_entries(whole(old, new))
 
 
 def test_a_listing_that_gained_one_file_builds_entries_only_around_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,6 +115,9 @@ def test_a_listing_that_gained_one_file_builds_entries_only_around_it(monkeypatc
     found = rows_change(old, new)
     assert found.listing.shown == {frozenset()} and not found.listing.moved and not found.content_changed
     assert 0 < len(built) <= 2 * module.LOAD, len(built)
+    [(before, after)] = found.differing  # the window around it: what `aggregator diff` compares
+    assert before.stop - before.start <= module.LOAD and after.stop - after.start <= module.LOAD
+    assert diff_entries(found.differing).added == ["a://f0199999.md"]
 
 
 class _KeyedWithoutAccess(EntryBuilder):

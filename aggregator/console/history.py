@@ -2,7 +2,9 @@
 
 The supervisor records every reload here. Each change line keeps the scopes an entry needs, so the console shows a
 caller only the lines about what its token may see. The diff is computed in a worker thread (catalogs are immutable
-values) and only when a console is there to show it (`keep_diffs`), so a reload without a console costs nothing more.
+values) and only when a console is there to show it (`keep_diffs`), so a reload without a console costs nothing more;
+it compares only the entries the reload says may differ (`Differing`), so it costs what the reload changed, not the
+catalog.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 import anyio.to_thread
 
 from aggregator.catalog import Catalog
+from aggregator.entry_spans import Differing
 from aggregator.manifest.model import Manifest, ManifestIssue
 
 __all__ = ["ChangeLine", "ReloadHistory", "ReloadRecord"]
@@ -76,13 +79,15 @@ class ReloadHistory:
     records: deque[ReloadRecord] = field(default_factory=lambda: deque(maxlen=KEPT_RELOADS))
     listeners: list[Callable[[ReloadRecord], None]] = field(default_factory=list)
 
-    async def succeeded(self, old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest) -> None:
-        """Record a reload that swapped `new` in for `old` (the diff only when a console shows it)."""
+    async def succeeded(self, old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest,
+                        differing: Differing) -> None:
+        """Record a reload that swapped `new` in for `old`, whose entries differ only within `differing` (the diff
+        only when a console shows it)."""
         lines: list[ChangeLine] = []
         known = False
         if self.keep_diffs:
             try:
-                lines = await anyio.to_thread.run_sync(_change_lines, old, old_manifest, new, new_manifest,
+                lines = await anyio.to_thread.run_sync(_change_lines, old, old_manifest, new, new_manifest, differing,
                                                        abandon_on_cancel=True)
                 known = True
             except Exception:  # the reload itself succeeded: a diff that cannot be made must not undo its report
@@ -111,41 +116,18 @@ class ReloadHistory:
         return list(reversed(self.records))[:count]
 
 
-def _change_lines(old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest) -> list[ChangeLine]:
+def _change_lines(old: Catalog, old_manifest: Manifest, new: Catalog, new_manifest: Manifest,
+                  differing: Differing) -> list[ChangeLine]:
     """The lines of `aggregator diff` for this reload, each with the scopes of what it names (both sides': a line
     about an entry that gained or lost a scope is shown only to callers who could see it before and after)."""
-    from aggregator.diff import diff_catalogs, diff_sources  # only with a console: a reload without one diffs nothing
+    from aggregator.diff import diff_change, diff_sources  # only with a console: a reload without one diffs nothing
 
-    diff = diff_catalogs(old, new)
+    diff = diff_change(old, new, differing)
     diff.sources = diff_sources(old_manifest, new_manifest)
-    lines: list[ChangeLine] = []
-    for text in diff.lines():
-        key = _subject(text)
-        if text.startswith("~ source "):
-            sid = key
-            access = _source_access(old_manifest, sid) | _source_access(new_manifest, sid)
-        else:
-            access = _access(old, key) | _access(new, key)
-        lines.append(ChangeLine(text, access))
+    lines = [ChangeLine(text, diff.access[key]) for key, text in diff.entry_lines()]
+    lines += [ChangeLine(text, _source_access(old_manifest, sid) | _source_access(new_manifest, sid))
+              for sid, text in diff.source_lines()]
     return lines
-
-
-def _subject(line: str) -> str:
-    """The URI, URI template or source id a diff line is about."""
-    body = line[2:]
-    if body.startswith("source "):
-        body = body[len("source "):]
-    return body.split(" (", 1)[0] if line.startswith("~") else body
-
-
-def _access(catalog: Catalog, key: str) -> frozenset[str]:
-    entry = catalog.get(key)
-    if entry is not None:
-        return entry.access
-    for template in catalog.templates:
-        if template.uri_template == key:
-            return template.spec.access
-    return frozenset()
 
 
 def _source_access(manifest: Manifest, sid: str) -> frozenset[str]:

@@ -154,9 +154,8 @@ class ManifestReloader:
         """Reload the manifest whose files had `digest` and tell clients; SuspiciousReload passes through."""
         plan = watch_plan(self.service)
         files_before, server_before = self.service.manifest.files, self.service.manifest.server
-        before = self.service.snapshot
         try:
-            listing, content_changed = await self.service.reload(watched=self.plan.watched, guard=guard)
+            reloaded = await self.service.reload(watched=self.plan.watched, guard=guard)
         except SuspiciousReload:
             raise
         except ManifestError as exc:
@@ -190,9 +189,14 @@ class ManifestReloader:
                            "else)", ", server.".join(fixed))
         if watch_plan(self.service) != plan:
             self.plan.changed()  # restart watchers and pollers only when what they watch changed
+        listing = reloaded.listing
         logger.info("reloaded %s: generation %d, %d resources, %d templates%s", self._manifest_path,
                     self.service.catalog.generation, len(self.service.catalog),
                     len(self.service.catalog.templates), _said(listing))
-        await self.updates.reloaded(listing, content_changed)
-        await self.history.succeeded(before.catalog, before.manifest, self.service.catalog, self.service.manifest)
+        await self.updates.reloaded(listing, reloaded.content_changed)
+        # The snapshots the reload replaced and swapped in, whose entries differ only where it says (the service's
+        # may hold a watcher's later change by now, or have held an earlier one when the reload was asked for).
+        before, after = reloaded.previous, reloaded.snapshot
+        await self.history.succeeded(before.catalog, before.manifest, after.catalog, after.manifest,
+                                     reloaded.differing)
         return listing.any
