@@ -392,3 +392,36 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+@pytest.mark.parametrize("extra", [(), ("--http", "PORT")], ids=["stdio", "http"])
+def test_a_stop_as_the_opening_ends_is_not_lost(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """SIGTERM as the manifest's opening ends (the process sends it itself as `ResourceService.open` returns: the
+    same moment on any machine): a stop during start-up, exit 0, nothing served. It was lost: the opening's stop
+    listener, cancelled once the opening was done, had not taken it yet, and the server served on until a second
+    stop (in CI a `--workers` round, its stop forwarded to a worker at that moment, ran past 15 s until the test's
+    own second SIGTERM)."""
+    extra = tuple(str(free_port()) if part == "PORT" else part for part in extra)
+    script = ("import os, signal, sys\n"
+              "import aggregator.service as service\n"
+              "from aggregator.cli import main\n"
+              "real = service.ResourceService.open.__func__\n"
+              "async def opened(cls, *args, **kwargs):\n"
+              "    service = await real(cls, *args, **kwargs)\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    return service\n"
+              "service.ResourceService.open = classmethod(opened)\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    log = tmp_path / "stderr.log"
+    with log.open("ab") as sink:
+        process = subprocess.Popen([sys.executable, "-c", script, "serve", str(_manifest(tmp_path)), *extra],
+                                   cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=sink)
+    try:
+        assert _stopped_cleanly(process, log) == b""
+        assert "SIGTERM during start-up: stopping before serving" in log.read_text(), tail(log)
+    finally:
+        stop(process, signal.SIGKILL)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
