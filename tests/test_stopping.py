@@ -339,12 +339,12 @@ def test_a_stop_while_workers_report_an_invalid_manifest_still_exits_1(tmp_path:
     manifest = tmp_path / "bad.yaml"
     manifest.write_text("version: 1\nserver: {name: bad}\nsources:\n  docs: {url: 12}\n")
     script = ("import os, signal, sys\n"
-              "import aggregator.cli as cli\n"
-              "real = cli._report\n"
+              "import aggregator.cli as cli, aggregator.serve_command as serving\n"
+              "real = serving.report\n"
               "def report(exc, *rest):\n"
               "    os.kill(os.getpid(), signal.SIGTERM)\n"
               "    real(exc, *rest)\n"
-              "cli._report = report\n"
+              "serving.report = report\n"
               f"sys.exit(cli.main(['serve', {str(manifest)!r}, '--http', '{free_port()}', '--stateless', "
               "'--workers', '2']))\n")
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
