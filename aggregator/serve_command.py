@@ -143,12 +143,17 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
                 gc.freeze()
                 collect_again()
                 transport = "HTTP on http://{}:{}/mcp".format(*host_port(args.http)) if args.http else "stdio"
-                logger.info(
-                    "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
-                    "ready in %.0f ms", service.manifest.server.name, args.manifest, len(service.sources),
-                    len(catalog), len(catalog.templates), wire_summary(), transport,
-                    "off" if args.no_reload else "on", (time.perf_counter() - started) * 1000,
-                )
+
+                def ready() -> None:
+                    # Once stops are heard as stops of a server in service (stop_signals), not a step before: who
+                    # stops the server once this is logged sees requests in flight finished, not a start-up's stop.
+                    logger.info(
+                        "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
+                        "ready in %.0f ms", service.manifest.server.name, args.manifest, len(service.sources),
+                        len(catalog), len(catalog.templates), wire_summary(), transport,
+                        "off" if args.no_reload else "on", (time.perf_counter() - started) * 1000,
+                    )
+
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     tg.start_soon(discovery.run)
@@ -156,9 +161,9 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
                         tg.start_soon(metrics.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
-                        await serve_http(server, live, metrics, args, sock, discovery, stop)
+                        await serve_http(server, live, metrics, args, sock, discovery, stop, ready)
                     else:
-                        await serve_stdio(server, initialization_options(server), stop=stop)
+                        await serve_stdio(server, initialization_options(server), stop=stop, ready=ready)
                     live.stop()
                     discovery.stop()
                     if metrics is not None:

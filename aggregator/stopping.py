@@ -122,13 +122,16 @@ def release() -> None:
 
 
 async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: Callable[[], None] = lambda: None,
-                       doing: str = "finishing requests in flight", *, task_status: TaskStatus[None]) -> None:
+                       doing: str = "finishing requests in flight", *, ready: Callable[[], None] = lambda: None,
+                       task_status: TaskStatus[None]) -> None:
     """Call `stopping()` once, for the first SIGTERM/SIGINT the event loop hears, or before `task_status.started()`
     if `stop` heard one already (the caller then does not start serving); then `forced()` once, for a second one
     (stop waiting for what is in flight). Both are noted in `stop` (its `code`); the log says the first leads to
     `doing`, then stopping. Started once the loop listens: from then on no stop is missed, as one before went to
-    `stop`. Listens until cancelled; from then to the process's exit a stop is only noted (`Stop.note`), never the
-    signal's default action, and one heard but not yet taken by the loop when cancelled is noted then, not lost."""
+    `stop`; `ready()` is called then (not when a stop came before), so what it logs means a stop is now heard as
+    one of a server in service. Listens until cancelled; from then to the process's exit a stop is only noted
+    (`Stop.note`), never the signal's default action, and one heard but not yet taken by the loop when cancelled
+    is noted then, not lost."""
     import asyncio
     import logging
     import math
@@ -160,6 +163,7 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
             stopping()
             task_status.started()
             return
+        ready()
         task_status.started()
         async for _ in receive:
             if not unheard:
