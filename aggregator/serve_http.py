@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,9 +34,11 @@ def host_port(http: str) -> tuple[str, int]:
 
 
 async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
-                      sock: Any = None, discovery: Discovery | None = None, stop: Stop | None = None) -> None:
+                      sock: Any = None, discovery: Discovery | None = None, stop: Stop | None = None,
+                      ready: Callable[[], None] = lambda: None) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
-    on `sock` when given (a socket shared by workers). Not at all when `stop` heard one already."""
+    on `sock` when given (a socket shared by workers). Not at all when `stop` heard one already; else `ready()`
+    once a stop is heard as one of a server in service (uvicorn starts next)."""
     import uvicorn
 
     from aggregator.stopping import stop_signals
@@ -76,7 +80,7 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
     async with anyio.create_task_group() as tg:
         # Before uvicorn starts: a worker's start-up handler ends here. A second stop gives up what is in flight,
         # each request ended cleanly (`abandon`).
-        await tg.start(stop_signals, stop, stopping, app.abandon)
+        await tg.start(partial(stop_signals, ready=ready), stop, stopping, app.abandon)
         if not http.should_exit:
             await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()

@@ -24,6 +24,7 @@ import os
 import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
@@ -137,13 +138,13 @@ class _Bytes(Protocol):
 
 
 async def serve_stdio(server: Any, options: InitializationOptions, *, drain_timeout: float = DRAIN_TIMEOUT,
-                      stop: Stop | None = None) -> None:
+                      stop: Stop | None = None, ready: Callable[[], None] = lambda: None) -> None:
     """Run `server` on stdin/stdout until stdin closes or SIGTERM/SIGINT comes, and the requests read by then are
-    answered (or `drain_timeout` passes); not at all when `stop` heard one already. Each message is written out
-    whole before its `send` returns."""
+    answered (or `drain_timeout` passes); not at all when `stop` heard one already, else `ready()` once a stop is
+    heard as one of a server in service. Each message is written out whole before its `send` returns."""
     ending = _Ending()
     async with anyio.create_task_group() as tg:
-        await tg.start(stop_signals, stop, ending.stop, ending.force)
+        await tg.start(partial(stop_signals, ready=ready), stop, ending.stop, ending.force)
         if not ending.stopped:
             await _serve(server, options, drain_timeout, ending)
         tg.cancel_scope.cancel()

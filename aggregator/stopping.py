@@ -122,13 +122,16 @@ def release() -> None:
 
 
 async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: Callable[[], None] = lambda: None,
-                       doing: str = "finishing requests in flight", *, task_status: TaskStatus[None]) -> None:
+                       doing: str = "finishing requests in flight", *, ready: Callable[[], None] = lambda: None,
+                       task_status: TaskStatus[None]) -> None:
     """Call `stopping()` once, for the first SIGTERM/SIGINT the event loop hears, or before `task_status.started()`
     if `stop` heard one already (the caller then does not start serving); then `forced()` once, for a second one
     (stop waiting for what is in flight). Both are noted in `stop` (its `code`); the log says the first leads to
     `doing`, then stopping. Started once the loop listens: from then on no stop is missed, as one before went to
-    `stop`. Listens until cancelled; from then to the process's exit a stop is only noted (`Stop.note`), never the
-    signal's default action."""
+    `stop`; `ready()` is called then (not when a stop came before), so what it logs means a stop is now heard as
+    one of a server in service. Listens until cancelled; from then to the process's exit a stop is only noted
+    (`Stop.note`), never the signal's default action, and one heard but not yet taken by the loop when cancelled
+    is noted then, not lost."""
     import asyncio
     import logging
     import math
@@ -140,10 +143,16 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
     loop = asyncio.get_running_loop()
     send, receive = anyio.create_memory_object_stream[int](math.inf)
 
+    # Stops heard, not yet taken by the loop below. Kept here, not only in the loop's queue: a stop that came just
+    # as the caller cancels this (the manifest's opening done) would otherwise be dropped with the queue, and the
+    # server would serve on as if none came (as a `--workers` round in CI seems to have: a worker's forwarded stop).
+    unheard: list[int] = []
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
         # Python runs this in the main thread between two bytecodes (the loop's too): hand it to the loop. Python
         # handlers throughout (not the loop's own, whose removal restores the default action): no instant is
         # left where a stop kills the process.
+        unheard.append(signum)
         loop.call_soon_threadsafe(send.send_nowait, signum)
 
     for signum in heard.signals:
@@ -154,8 +163,12 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
             stopping()
             task_status.started()
             return
+        ready()
         task_status.started()
-        async for received in receive:
+        async for _ in receive:
+            if not unheard:
+                continue
+            received = unheard.pop(0)
             first, second = heard.signum is None, heard.forced is None
             name = signal.Signals(heard.note(received)).name  # the one place that tells a first stop from a second
             if first:
@@ -167,3 +180,5 @@ async def stop_signals(stop: Stop | None, stopping: Callable[[], None], forced: 
     finally:
         for signum in heard.signals:
             signal.signal(signum, heard.note)
+        while unheard:  # from here the handler notes them itself: these came before, and were not taken
+            heard.note(unheard.pop(0))

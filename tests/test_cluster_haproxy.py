@@ -30,7 +30,10 @@ BUCKET = "haproxy-tests"
 
 
 def _manifest(folder: Path, redis: str, prefix: str, upstream: Upstream, s3: str | None = None) -> Path:
-    """A replica's manifest: the HTTP upstream (and S3 if given) polled every INTERVAL, cluster on `redis`."""
+    """A replica's manifest: the HTTP upstream (and S3 if given) polled every INTERVAL, cluster on `redis`. Its Redis
+    calls may take 5 s: every test here counts upstream calls or changes heard, and a call to the local Redis given
+    up under the suite's load lets a replica poll or read upstream itself (a count doubles). None here is of a slow
+    Redis (tests/test_cluster_replicas.py has that one, on 500 ms); a killed one refuses at once."""
     poll = f"{int(INTERVAL * 1000)}ms"
     s3_source = f"""
           reports:
@@ -42,7 +45,7 @@ def _manifest(folder: Path, redis: str, prefix: str, upstream: Upstream, s3: str
         version: 1
         server:
           name: haproxy-cluster
-          cluster: {{redis: "{redis}", prefix: "{prefix}", timeout: 500ms, singleFlight: true}}
+          cluster: {{redis: "{redis}", prefix: "{prefix}", timeout: 5s, singleFlight: true}}
         sources:
           api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, poll: {poll}}}{s3_source}
         resources:

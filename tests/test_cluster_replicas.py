@@ -27,12 +27,15 @@ INTERVAL = 0.3  # the source's poll interval, seconds
 URI = "api://a"
 
 
-def _manifest(folder: Path, upstream: Upstream, redis: str, prefix: str) -> Path:
+def _manifest(folder: Path, upstream: Upstream, redis: str, prefix: str, timeout: str = "5s") -> Path:
+    """A replica's manifest: the counting upstream polled every INTERVAL, `server.cluster` on `redis` under `prefix`.
+    Its Redis calls may take `timeout` (5 s: a call to the local Redis given up under the suite's load lets a
+    replica poll or read upstream itself, and a count the test asserts doubles; the slow-Redis test gives its own)."""
     return write_manifest(folder, f"""
         version: 1
         server:
           name: replicas
-          cluster: {{redis: "{redis}", prefix: {prefix}, timeout: 500ms}}
+          cluster: {{redis: "{redis}", prefix: {prefix}, timeout: {timeout}}}
         sources:
           api: {{url: "http://127.0.0.1:{upstream.port}/base", allowPrivateNetwork: true, poll: {int(INTERVAL * 1000)}ms}}
         resources:
@@ -66,9 +69,11 @@ def polled_fleet(folder: Path, count: int) -> Iterator[Fleet]:
 
 @contextmanager
 def on_private_redis(tmp_path: Path, count: int) -> Iterator[tuple[Upstream, RedisServer, list[Replica]]]:
-    """An upstream, a redis-server of the test's own (to pause, hang or restart) and `count` replicas on them."""
+    """An upstream, a redis-server of the test's own (to pause, hang or restart) and `count` replicas on them. Their
+    Redis calls time out after 500 ms: a paused Redis (CLIENT PAUSE, 4 s) must be seen as unavailable meanwhile."""
     with serve() as upstream, redis_server(tmp_path) as redis:
-        with replicas(_manifest(tmp_path, upstream, redis.url, unique_prefix()), count, tmp_path) as group:
+        manifest = _manifest(tmp_path, upstream, redis.url, unique_prefix(), timeout="500ms")
+        with replicas(manifest, count, tmp_path) as group:
             yield upstream, redis, group
 
 
@@ -246,7 +251,7 @@ def test_events_from_another_replica_reach_only_listeners_whose_token_sees_the_u
             version: 1
             server:
               name: scoped-replicas
-              cluster: {{redis: "{url}", prefix: {prefix}}}
+              cluster: {{redis: "{url}", prefix: {prefix}, timeout: 5s}}
               auth:
                 tokens:
                   - {{name: admin, token: "${{ADMIN_TOKEN}}", scopes: [secret]}}

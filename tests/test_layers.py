@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                            "listing_json",
                            "metrics", "metrics_multiprocess", "auth", "callers", "http_app", "http_fast", "http_long_reads",
                            "http_writes", "http_gone", "http_stop",
-                           "http_limits", "wire_results", "stdio_relay", "stdio_seen", "stdio_fast", "stdio_terminal", "stdio", "serve_http", "cli", "demo", "launch", "__main__", "console",
+                           "http_limits", "wire_results", "stdio_relay", "stdio_seen", "stdio_fast", "stdio_terminal", "stdio", "serve_http", "exits", "serve_command", "cli", "demo", "launch", "__main__", "console",
                            "console.*")),
 ]
 

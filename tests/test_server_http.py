@@ -241,10 +241,10 @@ def test_workers_stopped_while_starting_exit_cleanly(early: bool, tmp_path: Path
             else:
                 wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
             process.send_signal(signal.SIGTERM)
-            # Three processes that were still importing and opening when stopped, beside the rest of the suite: a
-            # round took over STOP_TIMEOUT once in CI (2026-11-29, asyncio's loop) and then exited 0. A hang still
-            # fails.
-            code = process.wait(2 * STOP_TIMEOUT)
+            # A round ran past STOP_TIMEOUT in CI (2026-11-29), then exited 0 on stop()'s second SIGTERM: what a
+            # worker does whose forwarded stop came as its manifest's opening ended, and was lost (fixed; see
+            # test_stopping.py's test_a_stop_as_the_opening_ends_is_not_lost). Alone, a round stops in 0.1-0.5 s.
+            code = process.wait(STOP_TIMEOUT)
         finally:
             stop(process)
         assert code == 0, (early, code, tail(log))

@@ -339,12 +339,12 @@ def test_a_stop_while_workers_report_an_invalid_manifest_still_exits_1(tmp_path:
     manifest = tmp_path / "bad.yaml"
     manifest.write_text("version: 1\nserver: {name: bad}\nsources:\n  docs: {url: 12}\n")
     script = ("import os, signal, sys\n"
-              "import aggregator.cli as cli\n"
-              "real = cli._report\n"
+              "import aggregator.cli as cli, aggregator.serve_command as serving\n"
+              "real = serving.report\n"
               "def report(exc, *rest):\n"
               "    os.kill(os.getpid(), signal.SIGTERM)\n"
               "    real(exc, *rest)\n"
-              "cli._report = report\n"
+              "serving.report = report\n"
               f"sys.exit(cli.main(['serve', {str(manifest)!r}, '--http', '{free_port()}', '--stateless', "
               "'--workers', '2']))\n")
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -392,3 +392,62 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+@contextmanager
+def _scripted(folder: Path, patch: str, *extra: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """`serve` on a folder of one file (`extra` its options, PORT a free port) in a process that runs `patch` first
+    (Python lines, with os and signal imported), stdin and stdout pipes, stderr in folder/stderr.log; killed on the
+    way out."""
+    extra = tuple(str(free_port()) if part == "PORT" else part for part in extra)
+    script = f"import os, signal, sys\n{patch}from aggregator.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    log = folder / "stderr.log"
+    with log.open("ab") as sink:
+        process = subprocess.Popen([sys.executable, "-c", script, "serve", str(_manifest(folder)), *extra], cwd=folder,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=sink)
+    try:
+        yield process, log
+    finally:
+        stop(process, signal.SIGKILL)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.mark.parametrize("extra", [(), ("--http", "PORT")], ids=["stdio", "http"])
+def test_a_stop_as_the_opening_ends_is_not_lost(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """SIGTERM as the manifest's opening ends (the process sends it itself as `ResourceService.open` returns: the
+    same moment on any machine): a stop during start-up, exit 0, nothing served. It was lost: the opening's stop
+    listener, cancelled once the opening was done, had not taken it yet, and the server served on until a second
+    stop (in CI a `--workers` round, its stop forwarded to a worker at that moment, ran past 15 s until the test's
+    own second SIGTERM)."""
+    patch = ("import aggregator.service as service\n"
+             "real = service.ResourceService.open.__func__\n"
+             "async def opened(cls, *args, **kwargs):\n"
+             "    service = await real(cls, *args, **kwargs)\n"
+             "    os.kill(os.getpid(), signal.SIGTERM)\n"
+             "    return service\n"
+             "service.ResourceService.open = classmethod(opened)\n")
+    with _scripted(tmp_path, patch, *extra) as (process, log):
+        assert _stopped_cleanly(process, log) == b""
+        assert "SIGTERM during start-up: stopping before serving" in log.read_text(), tail(log)
+
+
+@pytest.mark.parametrize("extra", [(), ("--http", "PORT")], ids=["stdio", "http"])
+def test_a_stop_once_serving_is_logged_is_one_in_service(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """SIGTERM as the "serving ..." line is logged (the process sends it itself from a log handler: the same moment
+    on any machine) is a stop of a server in service: 'finishing requests in flight', exit 0. The line used to come
+    a step before the server listened for stops as such, and a stop then was taken as one during start-up: an
+    operator, or a test, that waits for the line and then stops the server saw the start-up's path instead."""
+    patch = ("import logging\n"
+             "class StopOnServing(logging.Handler):\n"
+             "    def emit(self, record):\n"
+             "        if record.getMessage().startswith('serving '):\n"
+             "            os.kill(os.getpid(), signal.SIGTERM)\n"
+             "logging.getLogger('aggregator').addHandler(StopOnServing())\n")
+    with _scripted(tmp_path, patch, *extra) as (process, log):
+        _stopped_cleanly(process, log)
+        text = log.read_text()
+        assert "serving 'stops'" in text and "SIGTERM: finishing requests in flight, then stopping" in text, tail(log)
+        assert "during start-up" not in text, tail(log)
