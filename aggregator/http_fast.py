@@ -8,7 +8,9 @@ on the ASGI scope as today) and in front of the SDK's app, and takes only what i
 
 - a POST to /mcp with a Content-Length within `server.http.maxBodyBytes`, no repeated header, the Content-Type,
   Host and Origin the SDK's transport security accepts, and the Accept its response mode needs;
-- a body that is one JSON-RPC request `{"jsonrpc": "2.0", "id": int|str, "method": "resources/read", "params"}`;
+- a body that is one JSON-RPC request `{"jsonrpc": "2.0", "id": int|str, "method": "resources/read", "params"}`, the
+  method spelled without escapes (only a body holding those bytes is parsed here: any other is parsed once, by the
+  SDK);
 - modern wire (`MCP-Protocol-Version` 2026-07-28): params `{"uri": str, "_meta": envelope}` that the SDK's own
   classifier routes (headers matching the body) and whose envelope the SDK's own validator accepts (checked once per
   distinct envelope); the answer is JSON, as the SDK's modern entry sends for a handler that emits nothing (a read
@@ -75,6 +77,9 @@ the handler's result, whose text is mostly the content cache's own object)."""
 _ENCODED_MAX = 64 * 1024
 """Text or blob characters at most in a remembered result."""
 _JSON_TYPE = b"application/json"
+_MARK = b'"resources/read"'
+"""The method as a read's body spells it unless escaped: a body without it is not parsed here (an escaped one, say
+`"resources\\/read"`, is a read the SDK's parser serves, as it serves any read this path does not take)."""
 
 
 class _Context:
@@ -213,6 +218,8 @@ class HttpFastReads:
 
     def _plan(self, scope: Scope, headers: dict[str, str], body: bytes) -> _Plan | None:
         """The read this request is, if the path answers it; None when the SDK must."""
+        if _MARK not in body:  # not a read as this path takes it: the SDK parses it, once
+            return None
         version_header = headers.get("mcp-protocol-version")
         modern = version_header is not None and version_header not in HANDSHAKE_PROTOCOL_VERSIONS
         if modern and version_header not in MODERN_PROTOCOL_VERSIONS:

@@ -158,6 +158,8 @@ def _legacy_cases(mode: str) -> list[tuple[str, Any, Any, bool | None]]:
         ("id past 64 bits", _read(2**64 + 1, "docs://a.md"), h, False),
         ("non-ASCII", _read(41, "docs://caf\u00e9.md"), h, True),
         ("not json", b"{nope", h, False),
+        ("escaped method", b'{"jsonrpc":"2.0","id":42,"method":"resources\\/read","params":{"uri":"docs://a.md"}}', h,
+         False),  # a read all the same, the SDK's (the path looks for the method's bytes before it parses)
         ("other method", {"jsonrpc": "2.0", "id": 15, "method": "resources/list", "params": {}}, h, False),
         ("json accept only", _read(16, "docs://a.md"), {**h, "Accept": "application/json"}, mode == "json"),
         ("text content type", _read(17, "docs://a.md"), {**h, "Content-Type": "text/plain"}, False),
@@ -289,3 +291,67 @@ def test_a_changed_file_is_answered_anew(pair: tuple[str, Server, Server], folde
                 break
             time.sleep(0.1)
     assert answers == [f"first {mode}\n", f"second {mode}\n"]
+
+
+def test_a_post_that_is_not_a_read_is_not_parsed_by_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever is not a read is parsed once, by the SDK: the path looks for the method's bytes first. A read written
+    with an escaped method (no such bytes) is the SDK's, answered as a read. The real app in process (its parser
+    counted), stateless with JSON answers."""
+    import anyio
+
+    from aggregator import http_fast
+    from aggregator.http_app import http_app
+    from aggregator.metrics import Metrics
+    from aggregator.notify import Notifier
+    from aggregator.server import build_server
+    from aggregator.service import ResourceService
+    from aggregator.supervisor import Supervisor
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# public A\n")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text('version: 1\nserver: {name: parses}\nsources:\n  docs: {url: ./docs}\n'
+                        'collections:\n  - {source: docs, glob: "*.md", uri: "docs://{path}"}\n')
+    parsed: list[bytes] = []
+    parse = http_fast.loads_strict
+
+    def counted(body: bytes) -> Any:
+        parsed.append(body)
+        return parse(body)
+
+    monkeypatch.setattr(http_fast, "loads_strict", counted)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    others = [init, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+              {"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {"_meta": {"pad": "x" * 65536}}},
+              {"jsonrpc": "2.0", "id": 3, "method": "resources/templates/list"},
+              {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}]
+    escaped = b'{"jsonrpc":"2.0","id":5,"method":"resources\\/read","params":{"uri":"docs://a.md"}}'
+
+    async def main() -> list[httpx.Response]:
+        service = await ResourceService.open(manifest)
+        try:
+            notifier = Notifier()
+            live = Supervisor(service, notifier)
+            server = build_server(service, notifier, legacy_notifications=False)
+            app = http_app(server, live, Metrics(live), "127.0.0.1", 8000, json_response=True, stateless=True)
+            headers = _headers(None, LEGACY)
+            async with server.session_manager.run(), httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8000") as http:
+                answers = [await http.post("/mcp", content=json.dumps(body).encode(), headers=headers)
+                           for body in others]
+                answers.append(await http.post("/mcp", content=escaped, headers=headers))
+                assert not parsed, [body[:80] for body in parsed]
+                answers.append(await http.post("/mcp", content=json.dumps(_read(6, "docs://a.md")).encode(),
+                                               headers=headers))
+                return answers
+        finally:
+            await service.aclose()
+
+    answers = anyio.run(main)
+    assert [a.status_code for a in answers] == [200, 202, 200, 200, 200, 200, 200], [a.text for a in answers]
+    assert answers[0].json()["result"]["protocolVersion"] == LEGACY
+    assert [r["uri"] for r in answers[2].json()["result"]["resources"]] == ["docs://a.md"]
+    for read in answers[5:]:
+        assert read.json()["result"]["contents"][0]["text"] == "# public A\n"
+    assert len(parsed) == 1  # the plain read: the path's own

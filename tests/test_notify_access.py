@@ -192,3 +192,51 @@ def test_a_full_relist_tells_only_the_callers_whose_listing_it_changed(tmp_path:
 
     with _serving(tmp_path, CLASH) as server:
         anyio.run(main)
+
+
+UPSTREAM_MANIFEST = MANIFEST[:MANIFEST.index("sources:")] + """\
+sources:
+  up: {{url: "mcp+stdio:", prefix: "test://", command: {command}, env: {env}}}
+collections:
+  - {{source: up, glob: "moving/a/*", uri: "moved://{{name}}", name: "{{name}}"}}
+  - {{source: up, glob: "moving/b/*", uri: "moved://{{name}}", name: "{{name}}", access: {{scopes: [secret]}}}}
+"""
+"""MANIFEST's server and tokens over the upstream, whose moving/a/x and moving/b/x list the same as moved://x: open to
+all from a/, to secret holders from b/."""
+
+
+@pytest.mark.parametrize("wire", ["legacy", "modern"])
+def test_an_upstream_relist_that_only_moves_an_entry_between_scopes_tells_whose_listing_changed(
+        tmp_path: Path, wire: str) -> None:
+    """The upstream lists test://moving/a/x (moved://x, open to all) and, once it is read, test://moving/b/x
+    instead (moved://x again, listed the same but for secret holders only) and tells list_changed: the relist of
+    that upstream changes bob's and carol's listings (it leaves them), not alice's, and they are told as a full
+    relist tells them."""
+    from tests.test_upstream import ENV
+    from tests.test_upstream_scale import UPSTREAM
+
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(UPSTREAM_MANIFEST.format(command=UPSTREAM, env={**ENV, "UPSTREAM_EDITS": "1"}))
+    heard: dict[str, int] = {}
+
+    async def listed(client: Client) -> set[str]:
+        return {str(r.uri) for r in (await client.list_resources()).resources}
+
+    async def main(server: Server) -> None:
+        async with _listening(server.url, wire, heard) as clients:
+            with anyio.fail_after(30):  # the upstream connected and listed
+                while "moved://x" not in await listed(clients["carol"]):
+                    await anyio.sleep(0.05)
+            await anyio.sleep(QUIET)  # what its connection told has come
+            before = dict(heard)
+            assert (await clients["carol"].read_resource("moved://x")).contents[0].text == "moved"
+            with anyio.fail_after(30):  # relisted: the entry now needs the secret scope
+                while "moved://x" in await listed(clients["bob"]):
+                    await anyio.sleep(0.05)
+            assert "moved://x" in await listed(clients["alice"])
+            await anyio.sleep(QUIET)
+            assert {name: heard[name] - before[name] for name in TOKENS} == {"alice": 0, "bob": 1, "carol": 1}
+
+    env = {name.upper(): token for name, token in TOKENS.items()}
+    with serve_http(manifest, tmp_path, env=env) as server:
+        anyio.run(main, server)

@@ -87,3 +87,27 @@ def test_an_upstream_list_changed_relists_that_upstream_only(tmp_path: Path, mod
                 assert got.published == want.published
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_entry_an_upstream_relist_finds_changed_is_read_anew(tmp_path: Path, mode: str) -> None:
+    """The upstream changes a resource and its listed description and tells list_changed only (no `updated`: nobody
+    subscribed to it): the relist finds the entry changed and drops its cached content, as a poll's relist does, so
+    it is read anew, not served from the cache for the source's ttl (an hour; legacy upstream wire: no hints)."""
+    manifest = gateway(tmp_path, ", ttl: 1h", UPSTREAM_EDITS="1", UPSTREAM_WIRE="legacy")
+
+    async def main() -> None:
+        async with running(manifest) as (server, _):
+            async with heard(server, mode, "docs://a.md") as (client, inbox):  # what it hears: list_changed
+                assert (await client.read_resource("up+test://edited")).contents[0].text == "edition 0"
+                with anyio.fail_after(LISTED):  # what the listen streams' start changed upstream has settled
+                    while await inbox.next(QUIET) is not None:
+                        pass
+                assert (await client.read_resource("up+test://edit/1")).contents[0].text == "edited"
+                assert await inbox.next(LISTED) == ("list_changed", None)  # told once the relist swapped
+                listed = {str(r.uri): r for r in (await client.list_resources()).resources}
+                assert listed["up+test://edited"].description == "edition 1"
+                assert (await client.read_resource("up+test://edited")).contents[0].text == "edition 1"
+                assert await inbox.next(QUIET) is None
+
+    anyio.run(main)

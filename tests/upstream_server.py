@@ -15,6 +15,10 @@ Options (environment) for the tests of upstream connections (tests/test_upstream
   `test://added/{name}` and tells list_changed), `test://race/{name}` (lists `.../{name}-1` and tells, then the next
   resources/list lists `.../{name}-2` and tells while it answers the list as it was before), and every listen stream
   after the first lists `test://added/listen-N` and tells the streams already open before it subscribes.
+- `UPSTREAM_EDITS=1`: `test://edited` answers `edition N` and is listed with that description; reading
+  `test://edit/{N}` makes it edition N and tells list_changed, never `updated` (as a server that does not track
+  subscriptions, or changes a resource without telling its subscribers, does). `test://moving/a/x`, once read,
+  is listed as `test://moving/b/x` instead (the listen streams told list_changed).
 - `UPSTREAM_HOLD_GET=1` (HTTP): standalone GET streams are held until a `test://add/...` read has been answered, so
   what that read changed happens before the client can hear of it.
 
@@ -196,6 +200,28 @@ if CHANGES:
     server._lowlevel_server.add_request_handler(  # noqa: SLF001
         "resources/list", server._lowlevel_server._request_handlers["resources/list"].params_type,  # noqa: SLF001
         list_racing)
+
+if os.environ.get("UPSTREAM_EDITS"):  # listed only when asked: other tests count what this server lists
+    edition = [0]
+
+    @server.resource("test://edited", mime_type="text/plain", description="edition 0")
+    def edited() -> str:
+        return f"edition {edition[0]}"
+
+    @server.resource("test://edit/{n}", mime_type="text/plain")
+    async def edit(n: str, ctx: Context) -> str:
+        edition[0] = int(n)
+        server._resource_manager._resources["test://edited"].description = f"edition {n}"  # noqa: SLF001
+        await _tell_list_changed(ctx.request_context.session)
+        return "edited"
+
+    @server.resource("test://moving/a/x", mime_type="text/plain")
+    async def moving() -> str:
+        server._resource_manager._resources.pop("test://moving/a/x", None)  # noqa: SLF001
+        server.add_resource(FunctionResource(uri="test://moving/b/x", name="moving", mime_type="text/plain",
+                                             fn=lambda: "moved"))
+        await bus.publish(ResourcesListChanged())
+        return "moved"
 
 LEGACY_ONLY = os.environ.get("UPSTREAM_WIRE") == "legacy"
 MANY = int(os.environ.get("UPSTREAM_RESOURCES", "0"))

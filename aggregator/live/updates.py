@@ -153,11 +153,18 @@ class CatalogUpdates:
     async def upstream_listed(self, source: str) -> None:
         """A source that tells of its own changes (an MCP upstream) says its listing may have changed: list that
         source again and apply what came, changed or went in place; list_changed (and `updated` to subscribed renders
-        over the listing) when the listing shows something else, as a full relist tells. A full relist when that
-        cannot be done."""
+        over the listing) to the callers whose listing shows something else (an entry that only moved between
+        scopes changes some callers' listings), as a full relist tells. Entries listed otherwise may read otherwise:
+        their cached content is dropped, as a poll's are. A full relist when that cannot be done."""
         delta = await self._in_place(lambda: relist_upstream(self.service, source),
                                      f"source {source!r}'s listing changed")
-        if delta is not None and delta.listing_changed:
+        if delta is None:
+            return
+        if delta.updated:
+            # Their subscribers hear of them from the upstream's own `updated` (subscribed upstream: pushed.py);
+            # telling them here too tells twice when an entry's listing catches up with a change already told.
+            self.service.invalidate(source, delta.paths_of(delta.updated))
+        if delta.listing.any:
             await self._tell_listing_changed(delta.listing)
 
     async def uris_changed(self, uris: list[str], subscribed: set[str]) -> None:
