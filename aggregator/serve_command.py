@@ -147,6 +147,7 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
                 def ready() -> None:
                     # Once stops are heard as stops of a server in service (stop_signals), not a step before: who
                     # stops the server once this is logged sees requests in flight finished, not a start-up's stop.
+                    # Over HTTP, also once the port accepts: who waits for this line may connect at once.
                     logger.info(
                         "serving %r from %s: %d sources, %d resources, %d templates; %s; %s; hot reload %s; "
                         "ready in %.0f ms", service.manifest.server.name, args.manifest, len(service.sources),

@@ -9,12 +9,13 @@ import argparse
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 if TYPE_CHECKING:
+    import socket
+
     from mcp.server.lowlevel import Server
 
     from aggregator.metrics import Metrics
@@ -38,7 +39,8 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
                       ready: Callable[[], None] = lambda: None) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
     on `sock` when given (a socket shared by workers). Not at all when `stop` heard one already; else `ready()`
-    once a stop is heard as one of a server in service (uvicorn starts next)."""
+    once uvicorn listens (a connection is accepted from then on), a stop being heard as one of a server in service
+    since before uvicorn started."""
     import uvicorn
 
     from aggregator.stopping import stop_signals
@@ -69,6 +71,13 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
         def capture_signals(self) -> Any:
             return nullcontext()
 
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            # "serving" means "connect now": logged once uvicorn listens (without workers it binds the port only
+            # here, after the lifespan's start-up), and not once a stop has come meanwhile.
+            await super().startup(sockets)
+            if self.started and not self.should_exit:
+                ready()
+
     http = Quiet(config)
 
     def stopping() -> None:
@@ -80,7 +89,7 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
     async with anyio.create_task_group() as tg:
         # Before uvicorn starts: a worker's start-up handler ends here. A second stop gives up what is in flight,
         # each request ended cleanly (`abandon`).
-        await tg.start(partial(stop_signals, ready=ready), stop, stopping, app.abandon)
+        await tg.start(stop_signals, stop, stopping, app.abandon)
         if not http.should_exit:
             await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()

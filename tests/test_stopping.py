@@ -451,3 +451,25 @@ def test_a_stop_once_serving_is_logged_is_one_in_service(tmp_path: Path, extra: 
         text = log.read_text()
         assert "serving 'stops'" in text and "SIGTERM: finishing requests in flight, then stopping" in text, tail(log)
         assert "during start-up" not in text, tail(log)
+
+
+@pytest.mark.parametrize("extra", [(), ("--stateless", "--workers", "2")], ids=["http", "workers"])
+def test_serving_is_logged_once_the_port_accepts(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """"serving ..." over HTTP means "connect now": the process tries its own port as it logs the line (from a log
+    handler: the same moment on any machine) and is accepted at once. Without workers the line used to come before
+    uvicorn had bound the port (refused), so a script or test that waited for it still had to poll the port."""
+    port = free_port()
+    patch = ("import logging, socket\n"
+             "class ConnectOnServing(logging.Handler):\n"
+             "    def emit(self, record):\n"
+             "        if record.getMessage().startswith('serving '):\n"
+             "            with socket.socket() as probe:\n"
+             f"                code = probe.connect_ex(('127.0.0.1', {port}))\n"
+             "            os.write(2, f'probe: {os.strerror(code) if code else \"accepted\"}\\n'.encode())\n"
+             "logging.getLogger('aggregator').addHandler(ConnectOnServing())\n")
+    with _scripted(tmp_path, patch, "--http", str(port), *extra) as (process, log):
+        wait_until(lambda: "probe: " in log.read_text(), "serving", process=process, log=log)
+        probes = [line for line in log.read_text().splitlines() if line.startswith("probe: ")]
+        assert probes and set(probes) == {"probe: accepted"}, tail(log)
+        process.send_signal(signal.SIGTERM)
+        _stopped_cleanly(process, log)
