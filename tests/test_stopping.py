@@ -309,11 +309,10 @@ def test_one_stop_of_the_whole_group_is_one_stop_for_the_workers(tmp_path: Path,
     port = free_port()
     with _upstream_that_never_answers() as (slow, asked), _serve(
             tmp_path, "--http", str(port), "--stateless", "--workers", "2", slow=slow, group=True) as process:
-        # Each worker listens for stops before its app starts (the SDK's session manager says so): a stop before
-        # that is one it takes as it starts, which says so otherwise.
-        wait_until(lambda: log.read_text().count("StreamableHTTP session manager started") >= 2, "both workers serving",
-                   process=process, log=log)
-        wait_until(accepts(port), f"serve --http {port}", process=process, log=log)
+        # Each worker's "serving" line says it hears a stop as one of a server in service, and accepts: a stop
+        # before that is one it takes as it starts, which says so otherwise.
+        wait_until(lambda: log.read_text().count("serving 'stops'") >= 2, "both workers serving", process=process,
+                   log=log)
         statuses = _read_in_flight(process, port)
         assert asked.wait(STOP_TIMEOUT), tail(log)
         os.killpg(process.pid, sig)
