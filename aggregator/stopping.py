@@ -2,8 +2,8 @@
 
 A supervisor (systemd, a Kubernetes rollout) may stop the server right after starting it. Until a handler exists,
 SIGTERM's default action kills the process (exit 143) and SIGINT raises KeyboardInterrupt wherever the start-up is.
-So the `aggregator` command's first step (aggregator.launch, before the CLI's own imports) makes the process's
-`Stop`, which only records the request; the server honours a stop heard before it was ready by not serving at all
+So the `aggregator` command's first step (aggregator.launch, before any import: the stops it hears until this
+module is imported are handed to `listen`) makes the process's `Stop`, which only records the request; the server honours a stop heard before it was ready by not serving at all
 (`stop_signals`), and one heard later by finishing what is in flight. A second stop heard while the first waits for
 requests in flight ends serving without waiting for them: the process still winds down in order (every line it
 wrote whole, its log flushed) and exits with 128 + the signal's number, as a shell reports a program the signal
@@ -19,7 +19,9 @@ control-group mode) reaches a worker twice, itself and forwarded, and that is on
 one from the same way (two forwarded, or two direct).
 
 This module imports nothing the interpreter has not loaded already but `signal`: it runs before anything else of
-the command.
+the command but launch's first line, whose handler records the stops until `listen` takes over (`signal` alone is
+some 5,000 lines of Python, its enums built, 1-3 ms during which SIGTERM's default action used to end the
+process).
 """
 
 from __future__ import annotations
@@ -100,11 +102,15 @@ class Stop:
             os._exit(0)
 
 
-def listen() -> Stop:
-    """This process's Stop, made (its handlers installed) by the first call."""
+def listen(early: list[int] | None = None) -> Stop:
+    """This process's Stop, made (its handlers installed) by the first call. `early`: the stops a handler installed
+    before this module was imported recorded (aggregator.launch), noted (and emptied) once ours are in place, so
+    none is lost between the two."""
     global _heard
     if _heard is None:
         _heard = Stop()
+    while early:
+        _heard.note(early.pop(0))
     return _heard
 
 

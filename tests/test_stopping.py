@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -472,3 +473,90 @@ def test_serving_is_logged_once_the_port_accepts(tmp_path: Path, extra: tuple[st
         assert probes and set(probes) == {"probe: accepted"}, tail(log)
         process.send_signal(signal.SIGTERM)
         _stopped_cleanly(process, log)
+
+
+_STOP_AT_LINE = """import os, sys
+count = 0
+def line(frame, event, arg):
+    global count
+    if event != "line":
+        return line
+    count += 1
+    if count < {line}:
+        return line
+    sys.settrace(None)
+    os.kill(os.getpid(), 15)
+def call(frame, event, arg):
+    entered = frame.f_code.co_name == "main" and frame.f_code.co_filename.endswith("launch.py")
+    return line(frame, event, arg) if count or entered else None
+sys.settrace(call)
+from aggregator.launch import main
+sys.argv[0] = "aggregator"
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("line", [2, 50, 400, 2000, 5000, 20000])
+def test_a_stop_at_any_line_once_main_runs_is_a_clean_one(tmp_path: Path, line: int) -> None:
+    """SIGTERM sent by the process itself at its `line`-th line of Python once `aggregator.launch.main` runs (a
+    tracer counts them: the same moment on any machine): exit 0, nothing served. The first line of main is what
+    takes the stops; every line after it is covered. Until the stop module's imports were done (about 5,000 lines:
+    `signal` builds its enums) the signal's default action killed the process (-15), a window of 1-3 ms that a
+    supervisor stopping a service as it starts can hit."""
+    log = tmp_path / "stderr.log"
+    argv = [sys.executable, "-c", _STOP_AT_LINE.format(line=line), "serve", str(_manifest(tmp_path))]
+    with log.open("ab") as sink:
+        process = subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sink)
+    try:
+        assert _stopped_cleanly(process, log) == b""
+    finally:
+        stop(process, signal.SIGKILL)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of process group `pgid` still running (zombies aside; /proc: Linux)."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):  # not a process, or gone meanwhile
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(name))
+    return found
+
+
+@pytest.mark.parametrize("extra", [(), ("--http", "PORT"), ("--http", "PORT", "--stateless", "--workers", "2")],
+                         ids=["stdio", "http", "workers"])
+def test_a_stop_at_once_or_soon_after_the_start_leaves_nothing_running(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """SIGTERM at once and at a few small delays after the start (the last ones as the server opens its manifest,
+    or forks its workers): exit 0, no traceback, nothing of the process's group left running. -15 only when it was
+    sent before the process handled SIGTERM: before main runs (the interpreter's start-up, about 15-20 ms on an
+    idle machine, aggregator.launch) nothing can hear it."""
+    for delay in (0, 0.01, 0.02, 0.05, 0.3, 1.0):
+        folder = tmp_path / f"{delay * 1000:g}ms"
+        folder.mkdir()
+        log = folder / "stderr.log"
+        argv = tuple(str(free_port()) if part == "PORT" else part for part in extra)
+        with _serve(folder, *argv, group=True) as process:
+            try:
+                time.sleep(delay)
+                handled = catches(process.pid, signal.SIGTERM)
+                process.send_signal(signal.SIGTERM)
+                try:
+                    code = process.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    raise AssertionError(f"{delay}s: still running after the stop\n{tail(log)}") from None
+                assert code == 0 or (code == -signal.SIGTERM and not handled), (delay, code, handled, tail(log))
+                assert "Traceback" not in tail(log), tail(log)
+                wait_until(lambda: not _group(process.pid), f"{delay}s: the group's end", log=log,
+                           timeout=STOP_TIMEOUT)
+            finally:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)  # a worker left behind
+                except ProcessLookupError:
+                    pass
