@@ -24,7 +24,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from aggregator.errors import ResourceUnavailable
-from aggregator.manifest.compose import read_manifest_bytes
+from aggregator.manifest.files import read_manifest_bytes
 from aggregator.service import ResourceService
 from aggregator.sources.base import SourceError
 from aggregator.sources.filesystem import FsspecSource

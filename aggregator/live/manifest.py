@@ -22,7 +22,7 @@ from aggregator.console.history import ReloadHistory
 from aggregator.listing_change import ListingChange
 from aggregator.live.plan import Plan, watch_plan
 from aggregator.live.updates import CatalogUpdates
-from aggregator.manifest.compose import open_regular_file
+from aggregator.manifest.files import open_regular_file
 from aggregator.manifest.model import DEFAULT_MAX_MANIFEST_BYTES, ManifestError
 from aggregator.service import ResourceService, SuspiciousReload
 from aggregator.watch import watch_manifest

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 from aggregator.manifest.checks import check_references
 from aggregator.manifest.convert import convert_limits, entry_convert
 from aggregator.manifest.conforms import conforms
-from aggregator.manifest.compose import ManifestTooLarge, Reads, apply_extends, include_manifests, read_file_at_most
+from aggregator.manifest.compose import Reads, apply_extends, include_manifests
+from aggregator.manifest.files import ManifestTooLarge, read_file_at_most
 from aggregator.manifest.interpolate import interpolate
 from aggregator.manifest.model import (
     ConvertSettings,
