@@ -4,8 +4,9 @@ A supervisor (systemd, a Kubernetes rollout) may stop the server right after sta
 SIGTERM's default action kills the process (exit 143) and SIGINT raises KeyboardInterrupt wherever the start-up is.
 So the `aggregator` command's first step (aggregator.launch, before any import: the stops it hears until this
 module is imported are handed to `listen`) makes the process's `Stop`, which only records the request; the server
-honours a stop heard before it was ready by not serving at all (`stop_signals`), and one heard later by finishing what is in flight. A second stop heard while the first waits for
-requests in flight ends serving without waiting for them: the process still winds down in order (every line it
+honours a stop heard before it was ready by not serving at all (`stop_signals`), and one heard later by finishing
+what is in flight. A second stop heard while the first waits for requests in flight ends serving without waiting
+for them: the process still winds down in order (every line it
 wrote whole, its log flushed) and exits with 128 + the signal's number, as a shell reports a program the signal
 ended. From the first instant to the exit no stop meets the default action (which would kill a process finishing
 its shutdown). A command other than `serve` has nothing to finish: `release()` gives the signals their default
