@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,21 +37,21 @@ def _manifest(folder: Path) -> Path:
     return manifest
 
 
-def _refused(folder: Path, http: str, mode: tuple[str, ...]) -> tuple[int, list[str]]:
-    """`serve MANIFEST --http HTTP` run to its end, in a process group of its own (nothing of which may outlive it):
-    its exit code and the lines of its stderr that are not ordinary log lines; no traceback."""
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", str(_manifest(folder)), "--http", http,
-                                *mode], env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
+def _refused(folder: Path, http: str, mode: tuple[str, ...], runner: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+    """`serve MANIFEST --http HTTP` (run by `runner` when given) to its end, in a process group of its own, nothing
+    of which may outlive it: its exit code and the lines of its stderr that are not ordinary log lines; no
+    traceback."""
+    argv = [*runner, sys.executable, "-m", "aggregator", "serve", str(_manifest(folder)), "--http", http, *mode]
+    process = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, process_group=0)
     try:
         _, stderr = process.communicate(timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
-        stop(process, signal.SIGKILL)
-        raise AssertionError(f"still running {START_TIMEOUT:g}s after the start: {process.stderr}") from None
-    finally:
-        left = group_running(process.pid)
-        if left:
-            os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError(f"still running {START_TIMEOUT:g}s after the start: {process.communicate()[1]}") from None
+    left = group_running(process.pid)
+    if left:
+        os.killpg(process.pid, signal.SIGKILL)
     assert not left, (left, stderr)
     assert "Traceback" not in stderr, stderr
     return process.returncode, [line for line in stderr.splitlines() if not LOG_LINE.match(line)]
@@ -72,10 +73,23 @@ def test_a_port_in_use_is_one_clean_line(tmp_path: Path, mode: tuple[str, ...]) 
     assert (code, problems) == (2, [f"aggregator: cannot listen on 127.0.0.1:{port}: address already in use"])
 
 
+@pytest.mark.parametrize("http", ["192.0.2.1:8080", "[2001:db8::1]:8080"])  # documentation ranges: never local
 @pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
-def test_an_address_not_on_this_machine_is_one_clean_line(tmp_path: Path, mode: tuple[str, ...]) -> None:
-    code, problems = _refused(tmp_path, "192.0.2.1:8080", mode)  # TEST-NET-1: never a local address
-    assert (code, problems) == (2, ["aggregator: cannot listen on 192.0.2.1:8080: cannot assign requested address"])
+def test_an_address_not_on_this_machine_is_one_clean_line(tmp_path: Path, mode: tuple[str, ...], http: str) -> None:
+    if http.startswith("[") and not _ipv6():
+        pytest.skip("no IPv6 here")
+    code, problems = _refused(tmp_path, http, mode)
+    assert (code, problems) == (2, [f"aggregator: cannot listen on {http}: cannot assign requested address"])
+
+
+def _ipv6() -> bool:
+    """Whether this machine has IPv6 (a socket can listen on ::1)."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
@@ -86,10 +100,26 @@ def test_a_host_that_does_not_resolve_is_one_clean_line(tmp_path: Path, mode: tu
     assert problems[0].startswith("aggregator: cannot listen on no-such-host.invalid:8080: "), problems
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may listen on a privileged port")
+def _unprivileged() -> tuple[str, ...]:
+    """What runs a command without the right to listen on a privileged port: nothing as non-root, setpriv dropping
+    CAP_NET_BIND_SERVICE as root (skipped without setpriv, or where every port is unprivileged)."""
+    try:
+        first = int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    except (OSError, ValueError):
+        first = 1024
+    if first <= 1:
+        pytest.skip(f"every port from {first} up is unprivileged here")
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root, and no setpriv to drop CAP_NET_BIND_SERVICE")
+    return setpriv, "--bounding-set=-net_bind_service", "--inh-caps=-net_bind_service"
+
+
 @pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
 def test_a_privileged_port_is_one_clean_line(tmp_path: Path, mode: tuple[str, ...]) -> None:
-    code, problems = _refused(tmp_path, "127.0.0.1:1", mode)
+    code, problems = _refused(tmp_path, "127.0.0.1:1", mode, _unprivileged())
     assert (code, problems) == (2, ["aggregator: cannot listen on 127.0.0.1:1: permission denied"])
 
 
