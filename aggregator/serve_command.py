@@ -108,7 +108,7 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
     from aggregator.search import Discovery
-    from aggregator.serve_http import CannotListen, host_port, serve_http
+    from aggregator.serve_http import CannotListen, host_port, http_address, serve_http
     from aggregator.server import build_server, initialization_options, wire_summary
     from aggregator.stdio import serve_stdio
     from aggregator.tracing import setup_tracing
@@ -142,7 +142,7 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
                 # catalog) are frozen out of the collector's way before it runs again.
                 gc.freeze()
                 collect_again()
-                transport = "HTTP on http://{}:{}/mcp".format(*host_port(args.http)) if args.http else "stdio"
+                transport = f"HTTP on http://{http_address(*host_port(args.http))}/mcp" if args.http else "stdio"
 
                 def ready() -> None:
                     # Once stops are heard as stops of a server in service (stop_signals), not a step before: who

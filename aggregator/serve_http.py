@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from aggregator.stopping import Stop
     from aggregator.supervisor import Supervisor
 
-__all__ = ["CannotListen", "host_port", "serve_http"]
+__all__ = ["CannotListen", "host_port", "http_address", "serve_http"]
 
 logger = logging.getLogger("aggregator")
 
@@ -35,6 +35,11 @@ def host_port(http: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def http_address(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class CannotListen(Exception):
     """The server cannot listen on its address: one line for the operator, the address and the system's reason
     (`cannot listen on 127.0.0.1:8080: address already in use`); `serve` ends with exits.EXIT_USAGE."""
@@ -43,8 +48,7 @@ class CannotListen(Exception):
         # The errno's own words: asyncio's message repeats the address as a tuple; a resolver's error (gaierror)
         # has a negative code and its words in strerror.
         reason = os.strerror(error.errno) if error.errno and error.errno > 0 else error.strerror or str(error)
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        super().__init__(f"cannot listen on {where}: {reason[:1].lower()}{reason[1:]}")
+        super().__init__(f"cannot listen on {http_address(host, port)}: {reason[:1].lower()}{reason[1:]}")
 
 
 class _NotTheBindError(logging.Filter):

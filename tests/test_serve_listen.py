@@ -1,7 +1,7 @@
-"""`serve --http` on an address it cannot listen on (a port in use, a host that does not resolve, an address not on
-this machine, a privileged port): one clean line naming the address, exit 2 (exits.EXIT_USAGE: bad usage), no
-traceback, nothing left running; alike in one process (uvicorn binds) and with `--workers` (we bind, then fork).
-Real processes, on a port a test socket holds."""
+"""The address `serve --http` listens on. One it cannot listen on (a port in use, a host that does not resolve, an
+address not on this machine, a privileged port): one clean line naming the address, exit 2 (exits.EXIT_USAGE: bad
+usage), no traceback, nothing left running; alike in one process (uvicorn binds) and with `--workers` (we bind,
+then fork). `localhost`: every address it resolves to. Real processes, on a port a test socket holds."""
 
 from __future__ import annotations
 
@@ -137,6 +137,21 @@ def test_localhost_listens_on_each_address_it_names(tmp_path: Path) -> None:
     finally:
         assert stop(process) == 0, tail(log)
     assert not group_running(process.pid)
+
+
+def test_the_serving_line_names_an_ipv6_address_in_brackets(tmp_path: Path) -> None:
+    """The URL a person copies from the "serving" line: http://[::1]:PORT/mcp, not http://::1:PORT/mcp."""
+    if not _ipv6():
+        pytest.skip("no IPv6 here")
+    port = free_port()
+    log = tmp_path / "stderr.log"
+    process = start([sys.executable, "-m", "aggregator", "serve", str(_manifest(tmp_path)), "--http",
+                     f"[::1]:{port}"], log)
+    try:
+        wait_until(lambda: "serving" in log.read_text(), f"serve --http [::1]:{port}", process=process, log=log)
+    finally:
+        assert stop(process) == 0, tail(log)
+    assert f"HTTP on http://[::1]:{port}/mcp;" in log.read_text(), tail(log)
 
 
 def _accepts(host: str, port: int) -> bool:
