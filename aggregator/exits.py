@@ -12,6 +12,8 @@ __all__ = ["EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "report"]
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+"""Bad usage: a manifest that cannot be read, options that do not go together, an `--http` address `serve` cannot
+listen on (in use, not on this machine, not resolved, privileged)."""
 
 
 def report(error: ManifestError, fmt: str = "text") -> None:

@@ -108,7 +108,7 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
     from aggregator.metrics import Metrics
     from aggregator.notify import Notifier
     from aggregator.search import Discovery
-    from aggregator.serve_http import host_port, serve_http
+    from aggregator.serve_http import CannotListen, host_port, http_address, serve_http
     from aggregator.server import build_server, initialization_options, wire_summary
     from aggregator.stdio import serve_stdio
     from aggregator.tracing import setup_tracing
@@ -142,7 +142,7 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
                 # catalog) are frozen out of the collector's way before it runs again.
                 gc.freeze()
                 collect_again()
-                transport = "HTTP on http://{}:{}/mcp".format(*host_port(args.http)) if args.http else "stdio"
+                transport = f"HTTP on http://{http_address(*host_port(args.http))}/mcp" if args.http else "stdio"
 
                 def ready() -> None:
                     # Once stops are heard as stops of a server in service (stop_signals), not a step before: who
@@ -155,6 +155,7 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
                         "off" if args.no_reload else "on", (time.perf_counter() - started) * 1000,
                     )
 
+                unbound: CannotListen | None = None
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(live.run)
                     tg.start_soon(discovery.run)
@@ -162,13 +163,21 @@ def _serve(args: argparse.Namespace, stop: Stop) -> int:
                         tg.start_soon(metrics.run)
                     if args.http:
                         assert metrics is not None  # --http always keeps them, for /metrics
-                        await serve_http(server, live, metrics, args, sock, discovery, stop, ready)
+                        try:
+                            await serve_http(server, live, metrics, args, sock, discovery, stop, ready)
+                        except CannotListen as exc:  # caught here: the task group would wrap it in a group
+                            unbound = exc
                     else:
                         await serve_stdio(server, initialization_options(server), stop=stop, ready=ready)
                     live.stop()
                     discovery.stop()
                     if metrics is not None:
                         metrics.stop()
+                if unbound is not None:
+                    raise unbound
+        except CannotListen as exc:  # bad usage, whatever stop came meanwhile (nothing was served)
+            print(f"aggregator: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         except _NoRedis as exc:
             print(f"aggregator: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -210,7 +219,7 @@ def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop, loop: str) ->
     `stop` heard SIGTERM/SIGINT by then: exit 0)."""
     from aggregator.manifest import load_manifest
     from aggregator.metrics_multiprocess import private_folder, process_ended
-    from aggregator.serve_http import host_port
+    from aggregator.serve_http import CannotListen, host_port
     from aggregator.workers import listening_socket, run_workers
 
     if args.workers < 1 or not args.http or not args.stateless:
@@ -223,7 +232,13 @@ def _serve_workers(args: argparse.Namespace, run: Any, stop: Stop, loop: str) ->
         stop.at_once = False  # a failure to report: a stop meanwhile must not make it a clean exit
         report(exc)
         return EXIT_INVALID
-    sock = listening_socket(*host_port(args.http))
+    host, port = host_port(args.http)
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:  # said as one process says it (serve_http, where uvicorn binds)
+        stop.at_once = False  # a failure to report: a stop meanwhile must not make it a clean exit
+        print(f"aggregator: {CannotListen(host, port, exc)}", file=sys.stderr)
+        return EXIT_USAGE
     # Before forking (the workers resume collecting): the collector leaves the modules imported alone, so a
     # worker's collections keep the pages it shares with us unwritten, and our exit does not walk them (a third of
     # our CPU, which a loaded machine stretches to seconds after the workers have stopped).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from aggregator.stopping import Stop
     from aggregator.supervisor import Supervisor
 
-__all__ = ["host_port", "serve_http"]
+__all__ = ["CannotListen", "host_port", "http_address", "serve_http"]
 
 logger = logging.getLogger("aggregator")
 
@@ -34,13 +35,36 @@ def host_port(http: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def http_address(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class CannotListen(Exception):
+    """The server cannot listen on its address: one line for the operator, the address and the system's reason
+    (`cannot listen on 127.0.0.1:8080: address already in use`); `serve` ends with exits.EXIT_USAGE."""
+
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        # The errno's own words: asyncio's message repeats the address as a tuple; a resolver's error (gaierror)
+        # has a negative code and its words in strerror.
+        reason = os.strerror(error.errno) if error.errno and error.errno > 0 else error.strerror or str(error)
+        super().__init__(f"cannot listen on {http_address(host, port)}: {reason[:1].lower()}{reason[1:]}")
+
+
+class _NotTheBindError(logging.Filter):
+    """Drops uvicorn's log line of a failed bind (the OSError itself as the message): CannotListen says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not isinstance(record.msg, OSError)
+
+
 async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, args: argparse.Namespace,
                       sock: Any = None, discovery: Discovery | None = None, stop: Stop | None = None,
                       ready: Callable[[], None] = lambda: None) -> None:
     """Streamable HTTP on `args.http` (`[HOST:]PORT`, host 127.0.0.1 by default) at /mcp, until SIGTERM or Ctrl-C;
     on `sock` when given (a socket shared by workers). Not at all when `stop` heard one already; else `ready()`
     once uvicorn listens (a connection is accepted from then on), a stop being heard as one of a server in service
-    since before uvicorn started."""
+    since before uvicorn started. CannotListen when uvicorn cannot bind the address (its lifespan ended first)."""
     import uvicorn
 
     from aggregator.stopping import stop_signals
@@ -71,10 +95,27 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
         def capture_signals(self) -> Any:
             return nullcontext()
 
+        unbound: OSError | None = None
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             # "serving" means "connect now": logged once uvicorn listens (without workers it binds the port only
             # here, after the lifespan's start-up), and not once a stop has come meanwhile.
-            await super().startup(sockets)
+            bind_error = logging.getLogger("uvicorn.error")
+            quiet = _NotTheBindError()
+            bind_error.addFilter(quiet)
+            try:
+                await super().startup(sockets)
+            except SystemExit as exc:
+                # uvicorn logs a failed bind, shuts the lifespan down and calls sys.exit inside its `except
+                # OSError`: the OSError is the exit's context. Kept for CannotListen, and uvicorn's serve() returns
+                # (not started, nothing to shut down) instead of an exit unwinding through our task groups.
+                if not isinstance(exc.__context__, OSError):
+                    raise
+                self.unbound = exc.__context__
+                self.should_exit = True
+                return
+            finally:
+                bind_error.removeFilter(quiet)
             if self.started and not self.should_exit:
                 ready()
 
@@ -93,3 +134,5 @@ async def serve_http(server: Server[Any], live: Supervisor, metrics: Metrics, ar
         if not http.should_exit:
             await http.serve(sockets=[sock] if sock is not None else None)
         tg.cancel_scope.cancel()
+    if http.unbound is not None:
+        raise CannotListen(host, port, http.unbound)

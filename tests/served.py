@@ -31,7 +31,7 @@ STOP_TIMEOUT = 15.0
 POLL = 0.02
 
 __all__ = ["START_TIMEOUT", "STOP_TIMEOUT", "Server", "accepts", "answers", "serve_http", "start", "start_listening",
-           "stop", "wait_until", "wait_watched", "watched", "watchers_up", "workers_up", "catches",
+           "stop", "wait_until", "wait_watched", "watched", "watchers_up", "workers_up", "catches", "group_running",
            "patched_command"]
 
 
@@ -184,6 +184,19 @@ async def watchers_up(*folders: Path, timeout: float = START_TIMEOUT) -> None:
     with anyio.fail_after(timeout):
         while not await anyio.to_thread.run_sync(watched, *folders):
             await anyio.sleep(pause(time.monotonic() - began))
+
+
+def group_running(pgid: int) -> list[int]:
+    """The processes of process group `pgid` still running (zombies aside; /proc: Linux)."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):  # not a process, or gone meanwhile
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(name))
+    return found
 
 
 def catches(pid: int, signum: int) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.isolation import free_port
-from tests.served import ROOT, STOP_TIMEOUT, accepts, catches, stop, tail, wait_until
+from tests.served import ROOT, STOP_TIMEOUT, accepts, catches, group_running, stop, tail, wait_until
 
 STOPS = {signal.SIGTERM, signal.SIGINT}
 
@@ -517,19 +517,6 @@ def test_a_stop_at_any_line_once_main_runs_is_a_clean_one(tmp_path: Path, line: 
                 stream.close()
 
 
-def _group(pgid: int) -> list[int]:
-    """The processes of process group `pgid` still running (zombies aside; /proc: Linux)."""
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            fields = Path(f"/proc/{name}/stat").read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):  # not a process, or gone meanwhile
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(name))
-    return found
-
-
 @pytest.mark.parametrize("extra", [(), ("--http", "PORT"), ("--http", "PORT", "--stateless", "--workers", "2")],
                          ids=["stdio", "http", "workers"])
 def test_a_stop_at_once_or_soon_after_the_start_leaves_nothing_running(tmp_path: Path, extra: tuple[str, ...]) -> None:
@@ -553,7 +540,7 @@ def test_a_stop_at_once_or_soon_after_the_start_leaves_nothing_running(tmp_path:
                     raise AssertionError(f"{delay}s: still running after the stop\n{tail(log)}") from None
                 assert code == 0 or (code == -signal.SIGTERM and not handled), (delay, code, handled, tail(log))
                 assert "Traceback" not in tail(log), tail(log)
-                wait_until(lambda: not _group(process.pid), f"{delay}s: the group's end", log=log,
+                wait_until(lambda: not group_running(process.pid), f"{delay}s: the group's end", log=log,
                            timeout=STOP_TIMEOUT)
             finally:
                 try:
