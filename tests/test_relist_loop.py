@@ -9,7 +9,8 @@ answered meanwhile: on the event loop no read can be, so the step waits out `WAI
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ class Gate:
         self.armed = False
         self.answered = threading.Event()
         self.during: bool | None = None
-        self.calls = 0
+        self.calls: list[Any] = []
+        """The first argument of each call since armed (the catalog a comparison is made with)."""
         self.waiting = threading.Event()
 
     def arm(self) -> None:
@@ -49,7 +51,7 @@ class Gate:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.armed:
-            self.calls += 1
+            self.calls.append(args[0] if args else None)
             if self.during is None:
                 self.answered.clear()  # only a read answered from here on counts
                 self.waiting.set()
@@ -57,6 +59,23 @@ class Gate:
                 if self.hold is not None:
                     self.hold.wait(WAIT * 4)
         return self.func(*args, **kwargs)
+
+
+@asynccontextmanager
+async def reading(manifest: Path, text: str, gates: list[Gate]) -> AsyncIterator[tuple[Any, Client]]:
+    """The server of `manifest` in process (with its Supervisor) and a client of it that reads `docs://a.md` (its
+    `text`) over and over meanwhile, telling `gates` of each answer; the gates are armed."""
+    async with running(manifest) as (server, live):
+        async with Client(server, mode="auto", cache=None) as client:
+            stop = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_meanwhile, client, "docs://a.md", text, gates, stop)
+                for gate in gates:
+                    gate.arm()
+                try:
+                    yield live, client
+                finally:
+                    stop.set()
 
 
 async def read_meanwhile(client: Client, uri: str, text: str, gates: list[Gate], stop: anyio.Event) -> int:
@@ -113,21 +132,15 @@ def test_reads_are_answered_while_a_poll_compares_a_big_listing(tmp_path: Path,
     monkeypatch.setattr(relisted, "listing_changes", gate)
 
     async def main() -> None:
-        async with running(manifest) as (server, live):
+        async with reading(manifest, "# a\n", [gate]) as (live, client):
             service: ResourceService = live.service
-            assert len(service.catalog) == OBJECTS + 1
-            async with Client(server, mode="auto", cache=None) as client:
-                stop = anyio.Event()
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(read_meanwhile, client, "docs://a.md", "# a\n", [gate], stop)
-                    gate.arm()
-                    fsspec.filesystem("memory").pipe_file(f"{root}/new.md", b"new")
-                    await _listed(service, "store://new.md")
-                    stop.set()
-                assert gate.during is True  # a read was answered while the listing was compared
-                assert (await client.read_resource("store://new.md")).contents[0].text == "new"
-                assert len(service.catalog) == OBJECTS + 2
-                assert live.file_changes["relist"] == 0
+            assert service.catalog.get("store://d049/f999.md") is not None
+            fsspec.filesystem("memory").pipe_file(f"{root}/new.md", b"new")
+            await _listed(service, "store://new.md")
+            assert (await client.read_resource("store://new.md")).contents[0].text == "new"
+        assert gate.during is True  # a read was answered while the listing was compared
+        assert len(service.catalog) == OBJECTS + 2
+        assert live.file_changes["relist"] == 0
 
     try:
         anyio.run(main)
@@ -146,33 +159,25 @@ def test_a_change_swapped_in_while_a_poll_compares_is_kept(tmp_path: Path, monke
     monkeypatch.setattr(relisted, "listing_changes", gate)
 
     async def main() -> None:
-        async with running(manifest) as (server, live):
+        async with reading(manifest, "# a\n", [gate]) as (live, client):
             service: ResourceService = live.service
-            async with Client(server, mode="auto", cache=None) as client:
-                stop = anyio.Event()
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(read_meanwhile, client, "docs://a.md", "# a\n", [gate], stop)
-                    gate.arm()
-                    fsspec.filesystem("memory").pipe_file(f"{root}/new.md", b"new")
-                    with anyio.fail_after(30):
-                        while not gate.waiting.is_set():
-                            await anyio.sleep(0.01)
-                    compared = service.catalog
-                    (tmp_path / "docs" / "b.md").write_text("# b\n")  # swapped in while the poll compares
-                    await _listed(service, "docs://b.md")
-                    assert service.catalog is not compared and service.catalog.get("store://new.md") is None
-                    release.set()
-                    await _listed(service, "store://new.md")
-                    stop.set()
-                assert gate.during is True
-                assert gate.calls == 2  # compared again with the catalog the folder change made
-                assert service.catalog.get("docs://b.md") is not None
-                assert (await client.read_resource("docs://b.md")).contents[0].text == "# b\n"
-                fresh = await ResourceService.open(manifest)
-                try:
-                    assert list(service.catalog.entries) == list(fresh.catalog.entries)
-                finally:
-                    await fresh.aclose()
+            fsspec.filesystem("memory").pipe_file(f"{root}/new.md", b"new")
+            with anyio.fail_after(30):
+                while not gate.waiting.is_set():
+                    await anyio.sleep(0.01)
+            (tmp_path / "docs" / "b.md").write_text("# b\n")  # swapped in while the poll compares
+            await _listed(service, "docs://b.md")
+            assert service.catalog is not gate.calls[0]
+            release.set()
+            await _listed(service, "store://new.md")
+            assert (await client.read_resource("docs://b.md")).contents[0].text == "# b\n"
+        assert gate.during is True
+        assert len(gate.calls) >= 2 and gate.calls[1] is not gate.calls[0]  # compared again with the new catalog
+        fresh = await ResourceService.open(manifest)
+        try:
+            assert list(service.catalog.entries) == list(fresh.catalog.entries)
+        finally:
+            await fresh.aclose()
 
     try:
         anyio.run(main)
@@ -181,30 +186,31 @@ def test_a_change_swapped_in_while_a_poll_compares_is_kept(tmp_path: Path, monke
         _drop(root)
 
 
-def test_reads_are_answered_while_an_upstream_relist_compares_and_applies(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """An upstream of RESOURCES resources says list_changed: comparing its listing and building the next catalog
-    both leave the loop free."""
+@pytest.mark.parametrize("steps", [
+    pytest.param([("aggregator.live.relisted", "listing_changes"), ("aggregator.live.relisted", "apply_upstream")],
+                 id="compared-and-applied"),
+    pytest.param([("aggregator.sources.mcp", "Packed"), ("aggregator.upstream.pages", "resource_page")],
+                 id="page-checked-and-packed"),
+])
+def test_reads_are_answered_while_an_upstream_is_relisted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          steps: list[tuple[str, str]]) -> None:
+    """An upstream of RESOURCES resources in one page says list_changed: its page is checked and recorded, the
+    records packed into columns, the listing compared and the next catalog built, each off the loop (`steps`)."""
+    import importlib
+
     manifest = gateway(tmp_path, "", UPSTREAM_RESOURCES=str(RESOURCES), UPSTREAM_CHANGES="1")
-    compare, apply = Gate(relisted.listing_changes), Gate(relisted.apply_upstream)
-    monkeypatch.setattr(relisted, "listing_changes", compare)
-    monkeypatch.setattr(relisted, "apply_upstream", apply)
+    gates = []
+    for module, name in steps:
+        owner = importlib.import_module(module)
+        gates.append(Gate(getattr(owner, name)))
+        monkeypatch.setattr(owner, name, gates[-1])
 
     async def main() -> None:
-        async with running(manifest) as (server, live):
-            service: ResourceService = live.service
-            assert service.catalog.get(f"up+test://res/{RESOURCES - 1}") is not None
-            async with Client(server, mode="auto", cache=None) as client:
-                stop = anyio.Event()
-                docs, text = "docs://a.md", "# A\n"
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(read_meanwhile, client, docs, text, [compare, apply], stop)
-                    compare.arm()
-                    apply.arm()
-                    assert (await client.read_resource("up+test://add/x")).contents[0].text == "added"
-                    await _listed(service, "up+test://added/x")
-                    stop.set()
-                assert compare.during is True and apply.during is True
-                assert live.file_changes["relist"] == 0
+        async with reading(manifest, "# A\n", gates) as (live, client):
+            assert live.service.catalog.get(f"up+test://res/{RESOURCES - 1}") is not None
+            assert (await client.read_resource("up+test://add/x")).contents[0].text == "added"
+            await _listed(live.service, "up+test://added/x")
+        assert [gate.during for gate in gates] == [True] * len(gates)  # a read answered during each
+        assert live.file_changes["relist"] == 0
 
     anyio.run(main)
