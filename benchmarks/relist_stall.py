@@ -8,7 +8,8 @@ one entry, the way the live loops run it:
 
 Each step of the relist is timed (the source's listing, `listing_changes`, `apply_upstream` / `swap_applied`,
 `swap_catalog`) and every gap of the ticker longer than 5 ms is put down to the step it fell in: the longest
-stall, the stalled milliseconds per step and the relist's wall time. Peak RSS (VmHWM) is of the whole process.
+stall, the stalled milliseconds per step and the relist's wall time; the process's RSS before the relist and how far
+its peak (VmHWM, reset before each relist) rose above that during it.
 
 `python -m benchmarks.relist_stall [--sizes 10k,100k,1M] [--kinds poll,upstream] [--rounds 3]`
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import statistics
@@ -63,6 +65,8 @@ class Steps:
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, float, float]] = []
+        self.peaks: list[tuple[float, str, float]] = []
+        """(end, step, VmHWM then) of each step ended: where the relist's peak RSS was reached."""
         self._undo: list[Callable[[], None]] = []
 
     def wrap(self, owner: Any, name: str, label: str) -> None:
@@ -79,7 +83,7 @@ class Steps:
                 try:
                     return await original(*args, **kwargs)
                 finally:
-                    self.spans.append((label, started, time.perf_counter()))
+                    self.ended(label, started)
             wrapper: Any = timed_async
         else:
             @functools.wraps(original)
@@ -88,12 +92,36 @@ class Steps:
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    self.spans.append((label, started, time.perf_counter()))
+                    self.ended(label, started)
             wrapper = timed
         wrapper._step = True
         in_dict = name in vars(owner) if not isinstance(owner, type) else name in owner.__dict__
         setattr(owner, name, wrapper)
         self._undo.append(lambda: setattr(owner, name, original) if in_dict else delattr(owner, name))
+
+    def ended(self, label: str, started: float) -> None:
+        ended = time.perf_counter()
+        self.spans.append((label, started, ended))
+        self.peaks.append((ended, label, status_mb("VmHWM")))
+
+    def peaked_by(self) -> str:
+        """The first step by whose end the relist's peak RSS (within 2%) was reached."""
+        top = max((hwm for _, _, hwm in self.peaks), default=0.0)
+        return next((label.strip() for _, label, hwm in sorted(self.peaks) if hwm >= 0.98 * top), "?")
+
+    def collections(self) -> None:
+        """Record the cyclic collector's passes too (a step of their own, whichever step they fall in)."""
+        started = [0.0]
+
+        def phase(what: str, info: dict[str, int]) -> None:
+            if what == "start":
+                started[0] = time.perf_counter()
+            else:
+                self.spans.append((f"  gc: a pass of generation {info['generation']}", started[0],
+                                   time.perf_counter()))
+
+        gc.callbacks.append(phase)
+        self._undo.append(lambda: gc.callbacks.remove(phase))
 
     def undo(self) -> None:
         for undo in reversed(self._undo):
@@ -117,18 +145,29 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-def peak_rss_mb() -> float:
+def status_mb(field: str) -> float:
+    """VmHWM (the peak since the last `reset_peak`) or VmRSS of this process, in MB."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def reset_peak() -> None:
+    """Start VmHWM again from the current RSS (Linux: clear_refs 5)."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
 
 
 async def stalled(relist: Callable[[], Awaitable[object]], steps: Steps) -> dict[str, Any]:
     """Run `relist` beside the ticker; the longest gap, the stalled ms per step and the wall time."""
     ticker = Ticker()
     steps.spans.clear()
+    steps.peaks.clear()
+    gc.collect()
+    reset_peak()
+    before = status_mb("VmRSS")
     async with anyio.create_task_group() as tg:
         tg.start_soon(ticker.run)
         await anyio.sleep(0.05)
@@ -148,7 +187,7 @@ async def stalled(relist: Callable[[], Awaitable[object]], steps: Steps) -> dict
     for name, start, end in steps.spans:
         step_time[name] = step_time.get(name, 0.0) + end - start
     return {"max_gap": max((g[1] - g[0] for g in gaps), default=0.0), "wall": took, "stalled": per_step,
-            "longest": longest, "steps": step_time}
+            "longest": longest, "steps": step_time, "rss_mb": before, "peak_mb": status_mb("VmHWM") - before, "peaked_by": steps.peaked_by()}
 
 
 @contextmanager
@@ -175,6 +214,7 @@ async def poll_case(size: int, rounds: int) -> list[dict[str, Any]]:
         steps.wrap(relisted, "swap_applied", "applying (swap_applied)")
         steps.wrap(relisted, "files_applied", "applying (files_applied)")
         steps.wrap(ResourceService, "swap_catalog", "swapping (swap_catalog)")
+        steps.collections()
         try:
             for r in range(rounds):
                 fs.pipe_file(f"/stall/added-{r}.md", b"y")
@@ -221,6 +261,7 @@ async def upstream_case(size: int, rounds: int) -> list[dict[str, Any]]:
         steps.wrap(relisted, "_upstream_changes", "comparing (_upstream_changes)")
         steps.wrap(relisted, "apply_upstream", "comparing + applying (apply_upstream)")
         steps.wrap(ResourceService, "swap_catalog", "swapping (swap_catalog)")
+        steps.collections()
         told = anyio.Event()
 
         async def heard(paths: object) -> None:  # as pushed.py hears it: the next listing asks the upstream again
@@ -257,7 +298,8 @@ def report(kind: str, size: int, runs: list[dict[str, Any]]) -> None:
     ms = 1000
     gaps = [r["max_gap"] for r in runs]
     print(f"  {kind:8} {size:>9,}  longest stall {statistics.median(gaps) * ms:8.1f} ms (max {max(gaps) * ms:8.1f})"
-          f"  relist {statistics.median(r['wall'] for r in runs) * ms:8.1f} ms  peak RSS {peak_rss_mb():6.0f} MB"
+          f"  relist {statistics.median(r['wall'] for r in runs) * ms:8.1f} ms  RSS {runs[-1]['rss_mb']:6.0f} MB, "
+          f"peak +{max(r['peak_mb'] for r in runs):5.0f} MB during (reached by: {runs[-1]['peaked_by']})"
           f"  load {os.getloadavg()[0]:.2f}", flush=True)
     names = sorted({n for r in runs for n in (*r["stalled"], *r["steps"])})
     for name in names:
