@@ -21,16 +21,20 @@ from aggregator.manifest.model import Manifest, ManifestError, ManifestIssue
 from aggregator.sources import FileInfo
 from aggregator.sources.base import Published, PublishedResource
 
-__all__ = ["apply_upstream"]
+__all__ = ["PublishedChanges", "apply_upstream", "published_changes"]
+
+
+PublishedChanges = tuple[Iterable[str], list[PublishedResource]]
+"""What `published_changes` finds: the URIs gone or changed, and the resources new or changed."""
 
 
 def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
                    removed: Collection[str], stated: Mapping[str, FileInfo | None], published: Published | None,
-                   now: float | None = None) -> Delta:
+                   now: float | None = None, changed: PublishedChanges | None = None) -> Delta:
     """Apply to `catalog` (compiled from `manifest`) what `source` lists now: files of its collections (`upserted`
     and `removed`, as `catalog_delta.apply_files` takes them), the stat of the files manifest resources name in it
     (`stated`; None: not found), and what it publishes itself (`published`; None: nothing, as for a source that
-    cannot be listed past its staleIfError).
+    cannot be listed past its staleIfError); `changed`: `published_changes` of this catalog, if taken already.
 
     The Delta's `listing` covers the templates too. ManifestError (the issues compile_catalog reports) if a
     new URI or template collides, NeedsRelist if a collection of `source` was never listed; `catalog` is unchanged.
@@ -38,8 +42,7 @@ def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: 
     at = time.monotonic() if now is None else now
     changes = file_changes(catalog, manifest, source, upserted, removed, stated)
     before = catalog.published.get(source)
-    gone, came = _changed(before.resources if before is not None else (),
-                          published.resources if published is not None else ())
+    gone, came = published_changes(catalog, source, published) if changed is None else changed
     for uri in gone:  # those that went or read otherwise: out (their URI may come back just below)
         if (entry := catalog.get(uri)) is not None:
             changes.out[uri] = entry
@@ -69,6 +72,14 @@ def apply_upstream(catalog: Catalog, manifest: Manifest, source: str, upserted: 
         return delta
     successor.with_templates(templates)
     return replace(delta, listing=delta.listing | catalog.templates_change(successor))
+
+
+def published_changes(catalog: Catalog, source: str, published: Published | None) -> PublishedChanges:
+    """What `source` publishes otherwise than `catalog` lists of it (None: nothing): one walk of both listings
+    (none when their digests are equal)."""
+    before = catalog.published.get(source)
+    return _changed(before.resources if before is not None else (), published.resources if published is not None
+                    else ())
 
 
 def _changed(before: Sequence[PublishedResource], now: Sequence[PublishedResource]

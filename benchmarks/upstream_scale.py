@@ -45,7 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 # ---- the upstream (stdlib only) ----
 
 def upstream_main(entries: int, page: int = 0) -> None:
-    """Serve `entries` resources x://r/{i} in one page (or pages of `page`) on stdin/stdout until stdin ends."""
+    """Serve `entries` resources x://r/{i} in one page (or pages of `page`) on stdin/stdout until stdin ends; a read
+    of x://bump adds one."""
     out = sys.stdout.buffer
     listings = 0
     items = [b'{"uri":"x://listings","name":"listings"}'] + [b'{"uri":"x://r/%d","name":"r%d"}' % (i, i)
@@ -79,6 +80,9 @@ def upstream_main(entries: int, page: int = 0) -> None:
             reply(rid, {"resourceTemplates": []})
         elif method == "resources/read":
             uri = message["params"]["uri"]
+            if uri == "x://bump":  # one resource more in the next listing (benchmarks.relist_stall)
+                items.append(b'{"uri":"x://bump/%d","name":"bump"}' % len(items))
+                send(b'{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}')
             text = str(listings) if uri == "x://listings" else f"text of {uri}"
             reply(rid, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]})
         elif method == "ping":

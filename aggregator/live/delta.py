@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from aggregator.catalog import Catalog
 from aggregator.catalog_delta import Delta, NeedsRelist, apply_files, changed_files
+from aggregator.manifest.model import Manifest
 from aggregator.service import ResourceService
 from aggregator.sources import FileInfo, SourceError
 
-__all__ = ["FullRelist", "apply_changed_files", "swap_applied"]
+__all__ = ["FullRelist", "apply_changed_files", "files_applied", "swap_applied", "swap_delta"]
 
 
 class FullRelist(Exception):
@@ -43,12 +45,22 @@ def swap_applied(service: ResourceService, source: str, upserted: Iterable[FileI
     """Apply files of `source` (see `apply_files`) to the current catalog and swap the result in, under
     `service.swapping()`; the Delta, or None if nothing listed changed. FullRelist or ManifestError otherwise."""
     snapshot = service.snapshot
+    return swap_delta(service, files_applied(snapshot.catalog, snapshot.manifest, source, upserted, removed))
+
+
+def files_applied(catalog: Catalog, manifest: Manifest, source: str, upserted: Iterable[FileInfo],
+                  removed: Collection[str]) -> Delta | None:
+    """`apply_files` to `catalog`; None if nothing listed changed, FullRelist instead of NeedsRelist. Reads the
+    catalog only (safe in a worker thread while the loop serves it)."""
     try:
-        delta = apply_files(snapshot.catalog, snapshot.manifest, source, upserted, removed)
+        delta = apply_files(catalog, manifest, source, upserted, removed)
     except NeedsRelist as exc:
         raise FullRelist(str(exc)) from None
-    if not (delta.added or delta.removed or delta.updated):
-        return None
-    service.swap_catalog(delta.catalog, delta.gone, delta.listing,
-                         delta.added | delta.removed | delta.updated)
+    return delta if delta.added or delta.removed or delta.updated else None
+
+
+def swap_delta(service: ResourceService, delta: Delta | None) -> Delta | None:
+    """Swap in `delta`'s catalog (built on the current one, under `service.swapping()`), unless None."""
+    if delta is not None:
+        service.swap_catalog(delta.catalog, delta.gone, delta.listing, delta.added | delta.removed | delta.updated)
     return delta

@@ -5,26 +5,36 @@ The listing is compared with what the catalog lists of the source: files that ca
 or went are applied with catalog_delta.apply_files (an upstream's own resources and templates with
 catalog_published.apply_upstream), and the rest of the catalog is not listed or built again. What it cannot apply so
 (a collision, a manifest changed meanwhile, a source that cannot be listed now) it says with FullRelist.
+
+Comparing walks the whole listing, so it runs in a worker thread (`off_loop`), outside the swap lock, against the
+catalog served then; under the lock it is compared again only if another change was swapped in meanwhile, and the
+next catalog is built in a worker thread too (a listing that came back whole changes every entry). The loop serves
+the old catalog until the swap.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio.to_thread
 
 from aggregator.catalog import Catalog, Entry
 from aggregator.catalog_delta import Delta, NeedsRelist
-from aggregator.catalog_published import apply_upstream
+from aggregator.catalog_published import PublishedChanges, apply_upstream, published_changes
 from aggregator.compiler import collection_key
-from aggregator.live.delta import FullRelist, swap_applied
+from aggregator.live.delta import FullRelist, files_applied, swap_delta
 from aggregator.manifest.model import CollectionSpec, Manifest
 from aggregator.service import ResourceService
 from aggregator.sources import FileInfo, SourceError
+from aggregator.sources.base import Published
 from aggregator.tracing import span
 
 __all__ = ["listing_changes", "relist_source", "relist_upstream"]
 
+T = TypeVar("T")
 logger = logging.getLogger("aggregator.catalog")  # where compile_catalog says what it keeps of a source that is down
 
 
@@ -45,13 +55,20 @@ async def relist_source(service: ResourceService, source: str) -> Delta | None:
                   glob=spec.glob) as traced:
             listed[key] = await src.list(spec.glob, spec.exclude, hidden=spec.hidden)
             traced.set(files=len(listed[key]))
+    compared = service.snapshot.catalog
+    changes = await off_loop(listing_changes, compared, listed)  # outside the swap lock too
     async with service.swapping():
         now = service.snapshot
         if now.sources.get(source) is not src or {collection_key(c) for c in now.manifest.collections
                                                   if c.source == source} != specs.keys():
             raise FullRelist(f"the collections of source {source!r} changed while it was listed")
-        upserted, removed = listing_changes(now.catalog, listed)
-        return swap_applied(service, source, upserted, removed) if upserted or removed else None
+        if now.catalog is not compared:  # a change swapped in meanwhile: compared again with what it made
+            changes = await off_loop(listing_changes, now.catalog, listed)
+        upserted, removed = changes
+        if not (upserted or removed):
+            return None
+        return swap_delta(service, await off_loop(files_applied, now.catalog, now.manifest, source, upserted,
+                                                  removed))
 
 
 async def relist_upstream(service: ResourceService, source: str) -> Delta | None:
@@ -81,6 +98,9 @@ async def relist_upstream(service: ResourceService, source: str) -> Delta | None
         stated.update((info.path, info) for info in found)
     except SourceError as exc:
         down = exc
+    compared, changes = service.snapshot.catalog, None
+    if down is None:  # outside the swap lock too
+        changes = await off_loop(_upstream_changes, compared, source, listed, published)
     async with service.swapping():
         now = service.snapshot
         if now.manifest is not manifest or now.sources.get(source) is not src:
@@ -93,9 +113,12 @@ async def relist_upstream(service: ResourceService, source: str) -> Delta | None
             kept = _kept_while_down(catalog, manifest, source, specs, down, at)
             listed = {} if kept else dict.fromkeys(specs, [])
             published = catalog.published.get(source) if kept else None
-        upserted, removed = listing_changes(catalog, listed)
+        if changes is None or catalog is not compared:  # a change swapped in meanwhile: compared with what it made
+            changes = await off_loop(_upstream_changes, catalog, source, listed, published)
+        upserted, removed, changed = changes
         try:
-            delta = apply_upstream(catalog, manifest, source, upserted, removed, stated, published, at)
+            delta = await off_loop(apply_upstream, catalog, manifest, source, upserted, removed, stated, published,
+                                   at, changed)
         except NeedsRelist as exc:
             raise FullRelist(str(exc)) from None
         if kept:  # what was kept counts its age from when it was listed, as compile_catalog's does
@@ -131,6 +154,21 @@ def _kept_while_down(catalog: Catalog, manifest: Manifest, source: str, specs: C
     logger.warning("%s: %s: source %r cannot be listed (%s); %s", spec.where, spec.key, source, down,
                    "serving its last listing (staleIfError)" if kept else "its listing is empty until it is back")
     return kept
+
+
+async def off_loop(func: Callable[..., T], *args: Any) -> T:
+    """`func(*args)` in a worker thread: a whole listing compared or applied (a million entries: seconds) must
+    not stall the event loop. What it reads of a catalog is immutable but for caches set whole, so the loop
+    serves the same catalog meanwhile; a catalog it builds is not served until swapped in. Given up (left to
+    finish) if the caller is cancelled: it changes nothing."""
+    return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
+
+
+def _upstream_changes(catalog: Catalog, source: str, listed: Mapping[CollectionSpec, Sequence[FileInfo]],
+                      published: Published | None) -> tuple[list[FileInfo], set[str], PublishedChanges]:
+    """What `apply_upstream` takes of `catalog` for what `source` lists (`listed`) and publishes now."""
+    upserted, removed = listing_changes(catalog, listed)
+    return upserted, removed, published_changes(catalog, source, published)
 
 
 def listing_changes(catalog: Catalog, listed: Mapping[CollectionSpec, Sequence[FileInfo]]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.to_thread
 
 from aggregator import heap
 from aggregator.globs import path_filter
@@ -39,6 +40,7 @@ from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
 from aggregator.upstream.answers import Content, ListedResource, UpstreamRead
+from aggregator.upstream.pages import OFF_LOOP_ENTRIES
 from aggregator.upstream.records import Packed, PublishedRecords, ResourceRecords
 from aggregator.upstream.values import UpstreamValues
 
@@ -113,16 +115,10 @@ class McpSource(Source):
             except SourceUnsupported:  # no resources capability: -32601, as an SDK server answers
                 self.values.said("lists nothing: it offers no resources (resources/list: method not found)")
                 listing = Listing([])
-            # Kept as columns, URIs as the catalog lists them (with the namespace): the records go before the URI
-            # strings are made, so that those fill the heap the records left (`Packed`).
-            packed = Packed(self.values.resources(listing.items), self._prefix)
+            listed = [listing.items]
             listing = replace(listing, items=())
-            records = packed.records()
-            del packed
-            if len(records) >= heap.BIG_LISTING:
-                heap.trim()  # what the records took goes back to the system
-            if records == self._kept:  # the catalog holds the last ones: one copy, not one more a relisting
-                records = self._kept
+            records = self._records(listed) if len(listed[0]) < OFF_LOOP_ENTRIES else \
+                await anyio.to_thread.run_sync(self._records, listed, abandon_on_cancel=True)
             self._kept = records
             listing = replace(listing, items=records)
             progress.add(len(listing.items))
@@ -130,6 +126,19 @@ class McpSource(Source):
             if generation == self._generation:
                 self._listing = (anyio.current_time(), listing)
             return listing
+
+    def _records(self, listed: list[Sequence[ListedResource]]) -> ResourceRecords:
+        """The records `listed` holds (taken out of it) as `UpstreamValues` lets them through, kept as columns; the
+        kept ones if equal. A big listing's are made in a worker thread: seconds at a million entries."""
+        # URIs as the catalog lists them (with the namespace): the records go before the URI strings are made, so
+        # that those fill the heap the records left (`Packed`).
+        packed = Packed(self.values.resources(listed.pop()), self._prefix)
+        records = packed.records()
+        del packed
+        if len(records) >= heap.BIG_LISTING:
+            heap.trim()  # what the records took goes back to the system
+        kept = self._kept
+        return kept if kept is not None and records == kept else records  # one copy, not one more a relisting
 
     async def records(self) -> ResourceRecords:
         """`listing().items`: the records, as columns."""
@@ -166,7 +175,9 @@ class McpSource(Source):
         """Every upstream resource and template under `root`, as `<namespace>+<uri>`, described as upstream does."""
         if not self.namespace:
             return Published()
-        resources = PublishedRecords(await self.records(), self.root)
+        records = await self.records()
+        resources = PublishedRecords(records, self.root) if len(records) < OFF_LOOP_ENTRIES else \
+            await anyio.to_thread.run_sync(PublishedRecords, records, self.root, abandon_on_cancel=True)
         templates = []
         for template in (await self.templates()).items:
             text = template.uri_template
@@ -192,9 +203,9 @@ class McpSource(Source):
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         keep = path_filter(pattern, exclude, hidden)
         records = await self.records()
-        start = self._prefix + self.root
-        return [_info(uri[len(start):], records[i]) for i, uri in enumerate(records.uris)
-                if len(uri) > len(start) and uri.startswith(start) and keep(uri[len(start):])]
+        if len(records) < OFF_LOOP_ENTRIES:
+            return _files(records, self._prefix + self.root, keep)
+        return await anyio.to_thread.run_sync(_files, records, self._prefix + self.root, keep, abandon_on_cancel=True)
 
     async def stat(self, path: str) -> FileInfo:
         records = await self.records()
@@ -286,6 +297,12 @@ class McpSource(Source):
         status = self.upstream.status
         return {"state": status.state, "reconnects": status.reconnects, "protocolVersion": status.protocol_version,
                 "lastError": status.last_error, "connectedAt": status.connected_at, "retryIn": status.retry_in}
+
+
+def _files(records: ResourceRecords, start: str, keep: Callable[[str], bool]) -> list[FileInfo]:
+    """The files `records` list under `start` (their paths what follows it) that `keep` keeps."""
+    return [_info(uri[len(start):], records[i]) for i, uri in enumerate(records.uris)
+            if len(uri) > len(start) and uri.startswith(start) and keep(uri[len(start):])]
 
 
 def open_mcp(spec: SourceSpec) -> McpSource:

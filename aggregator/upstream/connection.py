@@ -36,7 +36,7 @@ from aggregator.upstream.failures import LOST, TOO_BIG, describe_failure, not_fo
 from aggregator.upstream.http_session import SessionWatch
 from aggregator.upstream.lane import Lane, result_of
 from aggregator.upstream.link import Link
-from aggregator.upstream.pages import Page, model_page, resource_page
+from aggregator.upstream.pages import Page, model_page, parsed_page
 from aggregator.upstream.paging import MAX_ENTRIES, CutNotice, pages_for, paginate
 from aggregator.upstream.relaying import Route
 from aggregator.upstream.transports import HttpTarget, Target
@@ -340,7 +340,7 @@ class Upstream:
         async def page(client: Client, cursor: str | None, room: int) -> Page:
             lane = self._conn.lane if self._conn is not None and self._conn.client is client else None
             if lane is not None and lane.ready and not tracing.enabled():
-                return resource_page(await lane.list_resources(cursor), client.protocol_version or _LEGACY, room)
+                return await parsed_page(await lane.list_resources(cursor), client.protocol_version or _LEGACY, room)
             result = await client.list_resources(cursor=cursor, cache_mode="bypass")
             return model_page(client, result, result.resources, room, listed)
 

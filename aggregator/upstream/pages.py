@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio.to_thread
 import mcp_types as types
 from mcp import Client
 from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
@@ -31,7 +32,7 @@ from pydantic import BaseModel
 from aggregator.upstream.answers import (CACHE_SCOPES, MAX_SIZE, ListedResource, hints, listed, plain_meta,
                                          timestamp)
 
-__all__ = ["Page", "client_result", "model_page", "resource_page"]
+__all__ = ["OFF_LOOP_ENTRIES", "Page", "client_result", "model_page", "parsed_page", "resource_page"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -40,6 +41,9 @@ _RECORDED = {"uri": "", "name": ""}
 """What the SDK's checks see in place of an entry already recorded (a valid one: it adds no error)."""
 _ROLES = ("user", "assistant")
 _THEMES = ("light", "dark")
+OFF_LOOP_ENTRIES = 5_000
+"""Entries of a page (or listing) past which it is made into records in a worker thread: at a million entries that
+takes seconds, which the event loop would stop for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,14 @@ def resource_page(result: dict[str, Any], version: str, room: int) -> Page:
         if len(found) < room:
             found.append(item)
     return Page(found, len(resources), *given, result.get("nextCursor"))
+
+
+async def parsed_page(result: dict[str, Any], version: str, room: int) -> Page:
+    """`resource_page`, in a worker thread for a big page (the loop serves meanwhile; `result` is the caller's)."""
+    resources = result.get("resources")
+    if not isinstance(resources, list) or len(resources) < OFF_LOOP_ENTRIES:
+        return resource_page(result, version, room)
+    return await anyio.to_thread.run_sync(resource_page, result, version, room, abandon_on_cancel=True)
 
 
 def _checked(result: dict[str, Any], version: str, room: int, done: int, found: list[ListedResource]) -> Page:
