@@ -248,6 +248,16 @@ async def upstream_case(size: int, rounds: int) -> list[dict[str, Any]]:
         from aggregator import heap
         from aggregator.sources import mcp as mcp_source
         steps.wrap(lane.Lane, "list_resources", "  listing: the page read (lane)")
+        from aggregator.upstream import tap
+        steps.wrap(tap, "parsed", "  listing: page decode (tap)")
+        try:
+            from aggregator.upstream.pieces import Pieces
+        except ImportError:  # another checkout's code: pages parsed whole
+            pass
+        else:
+            steps.wrap(Pieces, "advance", "  listing: page decode, a piece")
+            steps.wrap(Pieces, "finish", "  listing: page decode, its end")
+        steps.wrap(tap.StdoutTap, "feed", "  listing: the tap's lines split")
         from aggregator.upstream import connection
         steps.wrap(connection, "resource_page", "  listing: page parsed")  # main's: called on the loop
         steps.wrap(pages, "resource_page", "  listing: page parsed")

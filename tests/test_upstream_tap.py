@@ -103,3 +103,70 @@ def test_an_answer_is_claimed_in_the_pipe_callback_itself(uvloop: bool) -> None:
             await process.stdin.aclose()
 
     anyio.run(main, backend_options={"use_uvloop": uvloop})
+
+
+PAGING = r"""
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    resources = [{"uri": f"big://r{i}", "name": f"r{i}", "description": "},{\"]" * (i % 3)} for i in range(RESOURCES)]
+    answer = {"jsonrpc": "2.0", "id": request["id"], "result": {"resources": resources, "nextCursor": "c]"}}
+    sys.stdout.write(json.dumps(answer, separators=(",", ":")) + "\n")
+    sys.stdout.write('{"jsonrpc":"2.0","method":"notifications/message","params":{}}\n')
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.parametrize("uvloop", [False, True])
+def test_a_page_of_megabytes_is_not_parsed_in_one_call(uvloop: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing page of megabytes comes as one line: it is parsed a piece at a time as the pipe delivers it, the
+    loop turning between pieces, not in one call of orjson once it ended (which held the loop for all of it: a
+    worker thread would too, orjson holds the GIL). The page is what the whole line's parse gives, and the lines
+    after it reach the reader after it."""
+    resources = 100_000
+    parses: list[tuple[int, int]] = []  # (bytes parsed in one call, loop turns so far)
+    turns = [0]
+
+    def counting(parse: Any) -> Any:
+        def parse_counted(data: Any) -> Any:
+            parses.append((len(data), turns[0]))
+            return parse(data)
+        return parse_counted
+
+    import aggregator.upstream.lane as lane_module
+    monkeypatch.setattr(lane_module, "loads_strict", counting(lane_module.loads_strict))
+    pieces_module = sys.modules.get("aggregator.upstream.pieces")  # absent where pages are parsed whole
+    if pieces_module is not None:
+        monkeypatch.setattr(pieces_module, "loads_strict", counting(pieces_module.loads_strict))
+
+    async def turning(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            turns[0] += 1
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        async with await _child(PAGING.replace("RESOURCES", str(resources))) as process:
+            lane = Lane(process.stdin.send)
+            lane.negotiated("2025-11-25", {})
+            stdout = tap(process, 64 * 1024 * 1024, lane)
+            assert stdout is not None
+            stop = asyncio.Event()
+            turner = asyncio.ensure_future(turning(stop))
+            with anyio.fail_after(60):
+                page = await lane.list_resources(None)
+            stop.set()
+            await turner
+            await process.stdin.aclose()
+            with anyio.fail_after(30):
+                items = [item async for item in stdout]
+        assert page["nextCursor"] == "c]" and len(page["resources"]) == resources
+        assert page["resources"][-1] == {"uri": f"big://r{resources - 1}", "name": f"r{resources - 1}",
+                                         "description": "},{\"]" * ((resources - 1) % 3)}
+        assert items == [b'{"jsonrpc":"2.0","method":"notifications/message","params":{}}']
+        line_bytes = sum(size for size, _ in parses)
+        assert line_bytes > 5_000_000
+        biggest = max(size for size, _ in parses)
+        assert biggest < 2 * 1024 * 1024, f"{biggest:,} bytes parsed in one call"
+        assert parses[-1][1] > parses[0][1] + 4, "the loop did not turn between the page's first and last parse"
+
+    anyio.run(main, backend_options={"use_uvloop": uvloop})
