@@ -87,6 +87,11 @@ class Lane:
         self.answer_line = b""
         """The line of the answer `claims` is delivering, while it delivers it (b"": none, or not known)."""
 
+    @property
+    def listing(self) -> bool:
+        """Whether a listing page is awaited (its answer may be a line of megabytes)."""
+        return bool(self._enveloped)
+
     def negotiated(self, protocol_version: str | None, client_info: dict[str, Any]) -> None:
         """The handshake's outcome: the modern wire's envelope, or none on the legacy wire."""
         if protocol_version is None:

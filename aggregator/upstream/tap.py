@@ -24,6 +24,7 @@ from typing import Any
 from aggregator.direct_pipe import feed_directly
 from aggregator.upstream.lane import ID_MARK, Lane, parsed
 from aggregator.upstream.oversized import LineSplitter, Oversized
+from aggregator.upstream.pieces import HEAD, START, Pieces
 
 __all__ = ["QUEUED_BYTES", "StdoutTap", "tap"]
 
@@ -49,6 +50,10 @@ class StdoutTap(LineSplitter):
         self._paused = False
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
+        self._pieces: Pieces | None = None
+        """The line not yet ended, parsed as it comes when it opens as a lane listing's page (`pieces`)."""
+        self._looked = False
+        """Whether the line not yet ended was looked at for that."""
         reader.feed_data = self._feed  # type: ignore[method-assign, assignment]
         reader.feed_eof = self._eof  # type: ignore[method-assign]
         reader.set_exception = self._failed  # type: ignore[method-assign]
@@ -70,14 +75,21 @@ class StdoutTap(LineSplitter):
         if self._ended:
             return
         waiting = len(self._items)
-        for item in self.feed(data):
-            if type(item) is bytes and self._claimed(item):
+        items = self.feed(data)
+        pieces = None
+        if items:  # the first ends the line pieces were parsed of, if any; what is left is a new line's
+            pieces, self._pieces, self._looked = self._pieces, None, False
+        for item in items:
+            of, pieces = pieces, None
+            if type(item) is bytes and self._claimed(item, of):
                 continue
             self._items.append(item)
             self._queued += len(item) if type(item) is bytes else 0
             if item is None:
                 self._ended = True
                 break
+        if not self._ended and self._head is None and len(self._buffer) > START:
+            self._piecemeal()
         if self._queued > QUEUED_BYTES and not self._paused:
             transport = getattr(self._reader, "_transport", None)
             if transport is not None:
@@ -86,16 +98,26 @@ class StdoutTap(LineSplitter):
         if len(self._items) > waiting:  # the reader task has something to take (a claimed answer is not its)
             self._wake()
 
-    def _claimed(self, line: bytes) -> bool:
+    def _piecemeal(self) -> None:
+        """Parse what came of a long line not yet ended, a piece at a time, when it opens as the page a lane listing
+        awaits: a page of megabytes is not parsed in one call once it ends (`pieces`)."""
+        if not self._looked:
+            self._looked = True
+            if self._lane.listing:
+                self._pieces = Pieces.of(bytes(self._buffer[:HEAD]))
+        if self._pieces is not None:
+            self._pieces.advance(self._buffer, len(self._buffer))
+
+    def _claimed(self, line: bytes, pieces: Pieces | None = None) -> bool:
         """Whether `line` answers a lane read (it is delivered then); anything else, a line that does not parse
-        included, is the reader task's."""
+        included, is the reader task's. `pieces`: what was parsed of it as it came."""
         # Most of the SDK's traffic is not parsed twice. An answer's id is near one end (first from Python's SDK,
         # last from the TypeScript one's): looked for there before the whole line (of up to megabytes) is scanned.
         if (line.find(ID_MARK, 0, _NEAR_END) < 0 and line.find(ID_MARK, len(line) - _NEAR_END) < 0
                 and line.find(ID_MARK) < 0):
             return False
         try:
-            return self._lane.claims(parsed(line), line)
+            return self._lane.claims(parsed(line) if pieces is None else pieces.finish(line), line)
         except (ValueError, RecursionError):
             return False
 
