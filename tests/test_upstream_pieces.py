@@ -14,9 +14,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aggregator.upstream import pieces, tap
-from aggregator.upstream.lane import Lane, parsed
+from aggregator.upstream.lane import parsed
 from aggregator.upstream.pieces import Pieces
 from aggregator.upstream.tap import StdoutTap
+from tests.test_upstream_lane import _lane
 from tests.test_upstream_oversized import chunked
 
 TRICKY = st.sampled_from(['},{"uri":', '"},{"uri":"', "]", '"}]}', "\\", "\ud800", "\u2028", "{", "},{", "x"])
@@ -120,16 +121,7 @@ def test_the_tap_delivers_every_line_in_order_around_a_page_parsed_in_pieces(kin
     resources = [{"uri": f"x://{i}", "name": '},{"uri":"' * (i % 3)} for i in range(200)]
 
     async def main() -> None:
-        written: list[bytes] = []
-
-        def write_now(line: bytes) -> bool:
-            written.append(line)
-            return True
-
-        async def write(line: bytes) -> None:
-            written.append(line)
-
-        lane = Lane(write, write_now)
+        lane, _ = _lane()
         lane.negotiated("2025-11-25", {})
         reader = asyncio.StreamReader()
         stdout = StdoutTap(reader, 64 * 1024, lane)
