@@ -1,6 +1,7 @@
 """`upstream.pieces`: a listing page's line parsed a piece at a time as it arrives gives what the whole line's parse
 gives (`lane.parsed`), however it is chunked and whatever its strings hold (cuts look like element boundaries inside
-strings and nested objects); and the tap parsing one as it comes still delivers every line in order."""
+strings and nested objects); and the tap parsing one as it comes still delivers every line in order, and a listing
+given up meanwhile is given up at once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -165,3 +167,33 @@ def test_the_tap_delivers_every_line_in_order_around_a_page_parsed_in_pieces(kin
     finally:
         Pieces.finish = finish  # type: ignore[method-assign]
     assert len(finished) == kinds.count("page") and all(finished)  # each big page was parsed in pieces
+
+
+def test_a_listing_given_up_while_its_page_is_parsed_in_pieces() -> None:
+    """A listing cancelled halfway through its page's line is cancelled at once (the loop turns between pieces), the
+    upstream told; the rest of the page is dropped when it ends and the next line reaches the reader."""
+    page = page_line([{"uri": f"x://{i}"} for i in range(400)], True, {})
+
+    async def main() -> None:
+        lane, written = _lane()
+        lane.negotiated("2025-11-25", {})
+        reader = asyncio.StreamReader()
+        stdout = StdoutTap(reader, 64 * 1024, lane)
+        listing = asyncio.ensure_future(lane.list_resources(None))
+        await asyncio.sleep(0)
+        data = page + b"\nnext\n"
+        half = len(page) // 2
+        for chunk in chunked(data[:half], list(range(0, half, 300))):
+            reader.feed_data(chunk)
+        assert stdout._pieces is not None and stdout._pieces._items  # parsing in pieces
+        listing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await listing
+        assert b"notifications/cancelled" in written[-1] and not lane.listing
+        for chunk in chunked(data[half:], list(range(0, len(data) - half, 300))):
+            reader.feed_data(chunk)
+        reader.feed_eof()
+        assert [item async for item in stdout] == [b"next"]
+
+    with small_pieces(500):
+        asyncio.run(main())
