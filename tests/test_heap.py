@@ -5,7 +5,7 @@ collection paused and settles the heap once over; automatic collection is on aga
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,22 @@ def _drop(root: str) -> None:
         del fs.store[key]
 
 
+def _serving(manifest: Path, root: str, body: Callable[[ResourceService], Awaitable[None]]) -> None:
+    """Run `body` with the service of `manifest` open, then take the store's objects under `root` away."""
+
+    async def main() -> None:
+        service = await ResourceService.open(manifest)
+        try:
+            await body(service)
+        finally:
+            await service.aclose()
+
+    try:
+        anyio.run(main)
+    finally:
+        _drop(root)
+
+
 class _Listing:
     """Wraps a source's `list`: whether automatic collection was on during each listing; `fail` makes it raise,
     `hold` makes it wait for ever (to be cancelled)."""
@@ -116,28 +132,21 @@ def test_a_big_poll_lists_with_collection_paused_then_settles(tmp_path: Path, mo
     root = "/heap-poll"
     manifest = _polled(tmp_path, root, 20)
 
-    async def main() -> None:
-        service = await ResourceService.open(manifest)
-        try:
-            listing = _Listing(service.sources["store"])
-            monkeypatch.setattr(service.sources["store"], "list", listing)
-            fsspec.filesystem("memory").pipe_file(f"{root}/new.md", b"y")
-            delta = await CatalogUpdates(service, Notifier()).source_polled("store")
-            assert delta is not None and delta.added == {"s://new.md"}
-            big = freeze_at == 1
-            assert listing.collecting == [not big]
-            assert gc.isenabled()
-            assert (gc.get_freeze_count() > 0) == big
-            assert bool(trims) == big
-            lists = [block[0] for block in service.catalog.entries._blocks]  # noqa: SLF001
-            assert _tracked(lists) != big
-        finally:
-            await service.aclose()
+    async def poll(service: ResourceService) -> None:
+        listing = _Listing(service.sources["store"])
+        monkeypatch.setattr(service.sources["store"], "list", listing)
+        fsspec.filesystem("memory").pipe_file(f"{root}/new.md", b"y")
+        delta = await CatalogUpdates(service, Notifier()).source_polled("store")
+        assert delta is not None and delta.added == {"s://new.md"}
+        big = freeze_at == 1
+        assert listing.collecting == [not big]
+        assert gc.isenabled()
+        assert (gc.get_freeze_count() > 0) == big
+        assert bool(trims) == big
+        lists = [block[0] for block in service.catalog.entries._blocks]  # noqa: SLF001
+        assert _tracked(lists) != big
 
-    try:
-        anyio.run(main)
-    finally:
-        _drop(root)
+    _serving(manifest, root, poll)
 
 
 @pytest.mark.parametrize("how", ["fails", "cancelled"])
@@ -147,30 +156,23 @@ def test_collection_is_on_again_after_a_big_poll_that_fails_or_is_cancelled(
     root = f"/heap-poll-{how}"
     manifest = _polled(tmp_path, root, 20)
 
-    async def main() -> None:
-        service = await ResourceService.open(manifest)
-        try:
-            listing = _Listing(service.sources["store"], fail=how == "fails", hold=how == "cancelled")
-            monkeypatch.setattr(service.sources["store"], "list", listing)
-            updates = CatalogUpdates(service, Notifier())
-            if how == "fails":
-                assert await updates.source_polled("store") is None  # its last listing served
-            else:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(updates.source_polled, "store")
-                    await listing.started.wait()
-                    assert not gc.isenabled()
-                    tg.cancel_scope.cancel()
-            assert listing.collecting == [False]
-            assert gc.isenabled()
-            assert len(service.catalog) == 20
-        finally:
-            await service.aclose()
+    async def poll(service: ResourceService) -> None:
+        listing = _Listing(service.sources["store"], fail=how == "fails", hold=how == "cancelled")
+        monkeypatch.setattr(service.sources["store"], "list", listing)
+        updates = CatalogUpdates(service, Notifier())
+        if how == "fails":
+            assert await updates.source_polled("store") is None  # its last listing served
+        else:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(updates.source_polled, "store")
+                await listing.started.wait()
+                assert not gc.isenabled()
+                tg.cancel_scope.cancel()
+        assert listing.collecting == [False]
+        assert gc.isenabled()
+        assert len(service.catalog) == 20
 
-    try:
-        anyio.run(main)
-    finally:
-        _drop(root)
+    _serving(manifest, root, poll)
 
 
 def test_overlapping_big_relists_turn_collection_on_once_the_last_is_over(unfrozen: None) -> None:
