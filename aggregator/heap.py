@@ -26,9 +26,12 @@ import ctypes
 import ctypes.util
 import gc
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+import anyio
+import anyio.to_thread
 
 __all__ = ["BIG_LISTING", "FREEZE_AT", "relisting", "settle", "trim"]
 
@@ -88,11 +91,11 @@ _resume = False
 """Whether automatic collection was on when the first of them began (start-up pauses it too: `startup`)."""
 
 
-@contextmanager
-def relisting(entries: int) -> Iterator[None]:
+@asynccontextmanager
+async def relisting(entries: int) -> AsyncIterator[None]:
     """Around a relist of a source that listed `entries`: from `FREEZE_AT` on, no automatic collection meanwhile,
-    and once the last such relist is over, however it ends: the heap settled (`settle`) and free memory trimmed,
-    then automatic collection back as it was. Nothing at all for a smaller one."""
+    and once the last such relist is over, however it ends: the heap settled (`settle`), automatic collection back
+    as it was, then free memory trimmed in a worker thread. Nothing at all for a smaller one."""
     global _relists, _resume
     if entries < FREEZE_AT:
         yield
@@ -110,7 +113,10 @@ def relisting(entries: int) -> Iterator[None]:
                 # Its listing went with the relist's frames: a pass over what is not frozen yet (the catalog built
                 # on a frozen one adds a few blocks), then the next catalog is out of the collector's way.
                 settle(entries)
-                trim()
             finally:
                 if _resume:
                     gc.enable()
+            # Giving back what a million-entry relist freed takes malloc_trim 100 ms and more (ctypes lets the
+            # loop run meanwhile); bounded, so a cancelled relist waits for it too.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(trim)

@@ -201,7 +201,7 @@ class ResourceService:
     async def refresh_listing(self) -> ListingChange:
         """List collections again (files appeared or vanished) and swap in the result; whose listings it changed
         (the two catalogs compared in one walk, as the compile took anyway)."""
-        with heap.relisting(len(self.catalog)):  # a big catalog leaves the collector's full passes, once swapped
+        async with heap.relisting(len(self.catalog)):  # a big catalog leaves the collector's full passes
             return await self._refresh_listing()
 
     async def _refresh_listing(self) -> ListingChange:

@@ -176,18 +176,24 @@ def test_collection_is_on_again_after_a_big_poll_that_fails_or_is_cancelled(
 
 
 def test_overlapping_big_relists_turn_collection_on_once_the_last_is_over(unfrozen: None) -> None:
-    with heap.relisting(heap.FREEZE_AT):
-        with heap.relisting(heap.FREEZE_AT):
+    async def main() -> None:
+        async with heap.relisting(heap.FREEZE_AT):
+            async with heap.relisting(heap.FREEZE_AT):
+                assert not gc.isenabled()
             assert not gc.isenabled()
-        assert not gc.isenabled()
-    assert gc.isenabled()
+        assert gc.isenabled()
+
+    anyio.run(main)
 
 
 def test_a_big_relist_leaves_collection_off_if_it_was_off(unfrozen: None) -> None:
+    async def main() -> None:
+        async with heap.relisting(heap.FREEZE_AT):
+            pass
+
     gc.disable()
     try:
-        with heap.relisting(heap.FREEZE_AT):
-            pass
+        anyio.run(main)
         assert not gc.isenabled()
     finally:
         gc.enable()

@@ -44,7 +44,7 @@ async def relist_source(service: ResourceService, source: str) -> Delta | None:
     """List the collections of `source` again and swap in the catalog with what came, changed or went; the Delta,
     or None if nothing listed changed (no swap). SourceError if it cannot be listed now (the catalog keeps its
     listing); FullRelist, or ManifestError when a new URI collides, if the whole catalog must be listed again."""
-    with heap.relisting(listed_entries(service.snapshot, source)):  # settled once its listing is gone
+    async with heap.relisting(listed_entries(service.snapshot, source)):  # settled once its listing is gone
         return await _relist_source(service, source)
 
 
@@ -85,7 +85,7 @@ async def relist_upstream(service: ResourceService, source: str) -> Delta | None
     younger than its staleIfError, else lists nothing, as compile_catalog decides. FullRelist if the manifest
     changed meanwhile (or the source's parts fall on both sides of staleIfError); ManifestError when a new URI or
     template collides."""
-    with heap.relisting(listed_entries(service.snapshot, source)):  # settled once its listing is gone
+    async with heap.relisting(listed_entries(service.snapshot, source)):  # settled once its listing is gone
         return await _relist_upstream(service, source)
 
 
