@@ -15,7 +15,7 @@ successors included (they share the frozen blocks and add a few of their own).
 
 A relist of a big source (a poll, an upstream's list_changed) creates as many objects as the source lists, in a
 worker thread, and the collector's full passes, which come ever sooner as those pile up, walk all of them with every
-thread stopped (the event loop too: about 500 ms a pass at a million). `relisting` pauses automatic collection while
+thread stopped (the event loop too: 180-640 ms a pass at a million, relist_stall). `relisting` pauses collection while
 such a relist runs, and once it is over (however it ends) settles: what it left is collected, everything alive
 frozen (the next catalog's own objects with it), free memory given back (the listing and the catalog replaced).
 """
