@@ -12,6 +12,12 @@ that survived since the last outgrow a quarter of the old ones. Rows are never p
 replaced catalog is freed by reference counting), so after a catalog is built whole and swapped in, `settle`
 freezes everything alive (`gc.freeze`): full passes then walk only what came after, a catalog's incremental
 successors included (they share the frozen blocks and add a few of their own).
+
+A relist of a big source (a poll, an upstream's list_changed) creates as many objects as the source lists, in a
+worker thread, and the collector's full passes, which come ever sooner as those pile up, walk all of them with every
+thread stopped (the event loop too: 180-640 ms a pass at a million, relist_stall). `relisting` pauses collection while
+such a relist runs, and once it is over (however it ends) settles: what it left is collected, everything alive
+frozen (the next catalog's own objects with it), free memory given back (the listing and the catalog replaced).
 """
 
 from __future__ import annotations
@@ -20,9 +26,14 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-__all__ = ["BIG_LISTING", "FREEZE_AT", "settle", "trim"]
+import anyio
+import anyio.to_thread
+
+__all__ = ["BIG_LISTING", "FREEZE_AT", "relisting", "settle", "trim"]
 
 logger = logging.getLogger("aggregator.heap")
 
@@ -72,3 +83,40 @@ def settle(entries: int) -> bool:
     gc.collect()
     gc.freeze()
     return True
+
+
+_relists = 0
+"""Big relists running (they may overlap: one source's poll while another upstream relists)."""
+_resume = False
+"""Whether automatic collection was on when the first of them began (start-up pauses it too: `startup`)."""
+
+
+@asynccontextmanager
+async def relisting(entries: int) -> AsyncIterator[None]:
+    """Around a relist of a source that listed `entries`: from `FREEZE_AT` on, no automatic collection meanwhile,
+    and once the last such relist is over, however it ends: the heap settled (`settle`), automatic collection back
+    as it was, then free memory trimmed in a worker thread. Nothing at all for a smaller one."""
+    global _relists, _resume
+    if entries < FREEZE_AT:
+        yield
+        return
+    if _relists == 0:
+        _resume = gc.isenabled()
+        gc.disable()
+    _relists += 1
+    try:
+        yield
+    finally:
+        _relists -= 1
+        if _relists == 0:
+            try:
+                # Its listing went with the relist's frames: a pass over what is not frozen yet (the catalog built
+                # on a frozen one adds a few blocks), then the next catalog is out of the collector's way.
+                settle(entries)
+            finally:
+                if _resume:
+                    gc.enable()
+            # Giving back what a million-entry relist freed takes malloc_trim 100 ms and more (ctypes lets the
+            # loop run meanwhile); bounded, so a cancelled relist waits for it too.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(trim)

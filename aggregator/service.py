@@ -201,6 +201,10 @@ class ResourceService:
     async def refresh_listing(self) -> ListingChange:
         """List collections again (files appeared or vanished) and swap in the result; whose listings it changed
         (the two catalogs compared in one walk, as the compile took anyway)."""
+        async with heap.relisting(len(self.catalog)):  # a big catalog leaves the collector's full passes
+            return await self._refresh_listing()
+
+    async def _refresh_listing(self) -> ListingChange:
         async with self._swapping:
             old = self._snapshot
             with span("aggregator.relist", generation=old.generation + 1):
@@ -208,7 +212,7 @@ class ResourceService:
             listing = catalog_change(old.catalog, catalog).listing
             # One manifest: the files gone are those of the URIs gone and of kept URIs naming another file now.
             self._swap(replace(old, catalog=catalog), (), unlisted_files(old.catalog, catalog), listing)
-            heap.settle(len(catalog))  # a big catalog leaves the collector's full passes
+            heap.settle(len(catalog))  # one grown big too (`relisting` judges by the catalog it replaces)
             return listing
 
     def _swap(self, new: Snapshot, replaced: Collection[str], gone: Collection[tuple[str, str]] | None,

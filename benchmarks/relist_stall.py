@@ -9,7 +9,8 @@ one entry, the way the live loops run it:
 Each step of the relist is timed (the source's listing, `listing_changes`, `apply_upstream` / `swap_applied`,
 `swap_catalog`) and every gap of the ticker longer than 5 ms is put down to the step it fell in: the longest
 stall, the stalled milliseconds per step and the relist's wall time; the process's RSS before the relist and how far
-its peak (VmHWM, reset before each relist) rose above that during it.
+its peak (VmHWM, reset before each relist) rose above that during it, and the RSS once it is over. What start-up
+made is frozen out of the collector's way first, as `serve` does.
 
 `python -m benchmarks.relist_stall [--sizes 10k,100k,1M] [--kinds poll,upstream] [--rounds 3]`
 """
@@ -176,6 +177,7 @@ async def stalled(relist: Callable[[], Awaitable[object]], steps: Steps) -> dict
         took = time.perf_counter() - started
         await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
+    after = status_mb("VmRSS")
     gaps = [g for g in ticker.gaps if g[1] > started]
     per_step: dict[str, float] = {}
     longest: dict[str, float] = {}
@@ -186,8 +188,11 @@ async def stalled(relist: Callable[[], Awaitable[object]], steps: Steps) -> dict
     step_time: dict[str, float] = {}
     for name, start, end in steps.spans:
         step_time[name] = step_time.get(name, 0.0) + end - start
-    return {"max_gap": max((g[1] - g[0] for g in gaps), default=0.0), "wall": took, "stalled": per_step,
-            "longest": longest, "steps": step_time, "rss_mb": before, "peak_mb": status_mb("VmHWM") - before, "peaked_by": steps.peaked_by()}
+    worst = max(gaps, key=lambda g: g[1] - g[0], default=None)
+    return {"max_gap": max((g[1] - g[0] for g in gaps), default=0.0), "wall": took,
+            "max_in": steps.blame(worst).strip() if worst is not None else "-", "stalled": per_step,
+            "longest": longest, "steps": step_time, "rss_mb": before, "after_mb": after,
+            "peak_mb": status_mb("VmHWM") - before, "peaked_by": steps.peaked_by()}
 
 
 @contextmanager
@@ -207,6 +212,7 @@ async def poll_case(size: int, rounds: int) -> list[dict[str, Any]]:
                             "  store: {url: \"memory://stall\", poll: 1h}\n"
                             "collections:\n  - {source: store, glob: \"**/*.md\", uri: \"store://{path}\"}\n")
         service = await ResourceService.open(manifest)
+        gc.freeze()  # as `serve` does once started
         updates = CatalogUpdates(service, Notifier())
         steps = Steps()
         steps.wrap(type(service.sources["store"]), "list", "listing (source.list)")
@@ -214,6 +220,7 @@ async def poll_case(size: int, rounds: int) -> list[dict[str, Any]]:
         steps.wrap(relisted, "swap_applied", "applying (swap_applied)")
         steps.wrap(relisted, "files_applied", "applying (files_applied)")
         steps.wrap(ResourceService, "swap_catalog", "swapping (swap_catalog)")
+        _settling(steps)
         steps.collections()
         try:
             for r in range(rounds):
@@ -228,6 +235,7 @@ async def poll_case(size: int, rounds: int) -> list[dict[str, Any]]:
             steps.undo()
             await service.aclose()
             fs.store.clear()
+            gc.unfreeze()
     return results
 
 
@@ -240,12 +248,12 @@ async def upstream_case(size: int, rounds: int) -> list[dict[str, Any]]:
                             f"  up: {{url: 'mcp+stdio:', namespace: up, maxEntries: 2000000, "
                             f"command: {json.dumps(command)}, env: {{PYTHONPATH: '{REPO}'}}}}\n")
         service = await ResourceService.open(manifest)
+        gc.freeze()  # as `serve` does once started
         updates = CatalogUpdates(service, Notifier())
         source = service.sources["up"]
         steps = Steps()
         steps.wrap(type(source), "published", "listing (source.published)")
         from aggregator.upstream import lane, pages, records
-        from aggregator import heap
         from aggregator.sources import mcp as mcp_source
         steps.wrap(lane.Lane, "list_resources", "  listing: the page read (lane)")
         from aggregator.upstream import tap
@@ -263,7 +271,7 @@ async def upstream_case(size: int, rounds: int) -> list[dict[str, Any]]:
         steps.wrap(pages, "resource_page", "  listing: page parsed")
         steps.wrap(records.Packed, "__init__", "  listing: Packed")
         steps.wrap(records.Packed, "records", "  listing: Packed.records")
-        steps.wrap(heap, "trim", "  listing: heap.trim")
+        _settling(steps)
         steps.wrap(records.ResourceRecords, "under", "  listing: records.under")
         steps.wrap(type(source.values), "resources", "  listing: values.resources")
         steps.wrap(records.ResourceRecords, "__eq__", "  listing: records == kept (digest)")
@@ -295,7 +303,16 @@ async def upstream_case(size: int, rounds: int) -> list[dict[str, Any]]:
         finally:
             steps.undo()
             await service.aclose()
+            gc.unfreeze()
     return results
+
+
+def _settling(steps: Steps) -> None:
+    """Time the heap's settling after a big relist (a collection, a freeze) and its trims, where this checkout has
+    them."""
+    from aggregator import heap
+    steps.wrap(heap, "settle", "settling (heap.settle)")
+    steps.wrap(heap, "trim", "  heap.trim")
 
 
 def _size(text: str) -> int:
@@ -311,6 +328,10 @@ def report(kind: str, size: int, runs: list[dict[str, Any]]) -> None:
           f"  relist {statistics.median(r['wall'] for r in runs) * ms:8.1f} ms  RSS {runs[-1]['rss_mb']:6.0f} MB, "
           f"peak +{max(r['peak_mb'] for r in runs):5.0f} MB during (reached by: {runs[-1]['peaked_by']})"
           f"  load {os.getloadavg()[0]:.2f}", flush=True)
+    print("      longest stall of each relist: " + ", ".join(f"{r['max_gap'] * ms:.0f} ms in {r['max_in']}"
+                                                       for r in runs), flush=True)
+    print("      RSS before -> peak -> after each relist (MB): " + ", ".join(
+        f"{r['rss_mb']:.0f} -> {r['rss_mb'] + r['peak_mb']:.0f} -> {r['after_mb']:.0f}" for r in runs), flush=True)
     names = sorted({n for r in runs for n in (*r["stalled"], *r["steps"])})
     for name in names:
         stalled_ms = statistics.median(r["stalled"].get(name, 0.0) for r in runs) * ms

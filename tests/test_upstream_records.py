@@ -21,7 +21,7 @@ from aggregator.sources.base import Published, PublishedResource
 from aggregator.sources.mcp import McpSource
 from aggregator.upstream import Upstream
 from aggregator.upstream.answers import ListedResource, listed
-from aggregator.upstream.records import PublishedRecords, ResourceRecords
+from aggregator.upstream.records import Packed, PublishedRecords, ResourceRecords
 from aggregator.upstream_rows import published_entry, published_rows
 from tests.test_upstream import FAST, mcpserver
 
@@ -105,6 +105,20 @@ def test_absent_and_empty_fields_stay_apart() -> None:
         ListedResource("", "")]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RESOURCE, max_size=20), st.lists(RESOURCE, max_size=20), st.sampled_from(["", "up+"]))
+def test_a_changed_relisting_keeps_the_uri_strings_it_had(before: list[ListedResource], after: list[ListedResource],
+                                                          prefix: str) -> None:
+    """Records made again (a relisting that changed) hold the kept records' string of each URI both list, not a
+    new copy (the catalog's rows share those: a million made anew would be strewn over the heap)."""
+    kept = ResourceRecords(unique(before), prefix)
+    records = Packed(unique(after), prefix).records(kept)
+    assert records == ResourceRecords(unique(after), prefix) and list(records) == sorted(unique(after),
+                                                                                          key=lambda r: r.uri)
+    held = {id(uri) for uri in kept.uris}
+    assert [id(uri) in held for uri in records.uris] == [uri in kept.uris for uri in records.uris]
+
+
 def test_an_unchanged_relisting_shares_the_records_kept() -> None:
     """Listing an upstream again that lists the same gives the records listed before (the catalog holds those: one
     copy, not one more each relisting); the upstream's records under the namespace, rebuilt as it listed them."""
@@ -118,6 +132,26 @@ def test_an_unchanged_relisting_shares_the_records_kept() -> None:
             again = await source.records()  # within the reuse window: the listing itself
             fresh = (await source.listing(fresh=True)).items
             assert again is first and fresh is first
+        finally:
+            await source.aclose()
+
+    anyio.run(main)
+
+
+def test_a_changed_relisting_shares_the_uri_strings_kept() -> None:
+    """Listing an upstream again after it added a resource gives new records whose URIs listed before are the
+    strings kept (the catalog's rows share them), not a copy of each made anew."""
+
+    async def main() -> None:
+        upstream = Upstream("up", mcpserver(UPSTREAM_RESOURCES="30", UPSTREAM_CHANGES="1"), **FAST)
+        source = McpSource("up", upstream, namespace="up")
+        try:
+            first = await source.records()
+            await source.read("test://add/x", 1000)  # the upstream adds test://added/x
+            again = (await source.listing(fresh=True)).items
+            assert "up+test://added/x" in again.uris and len(again) == len(first) + 1
+            kept = {id(uri) for uri in first.uris}
+            assert all(id(uri) in kept for uri in again.uris if uri != "up+test://added/x")
         finally:
             await source.aclose()
 

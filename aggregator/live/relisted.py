@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
+from aggregator import heap
 from aggregator.catalog import Catalog, Entry
 from aggregator.catalog_delta import Delta, NeedsRelist
 from aggregator.catalog_published import PublishedChanges, apply_upstream, published_changes
@@ -28,6 +29,7 @@ from aggregator.compiler import collection_key
 from aggregator.live.delta import FullRelist, files_applied, swap_delta
 from aggregator.manifest.model import CollectionSpec, Manifest
 from aggregator.service import ResourceService
+from aggregator.snapshot import Snapshot
 from aggregator.sources import FileInfo, SourceError
 from aggregator.sources.base import Published
 from aggregator.tracing import span
@@ -42,6 +44,11 @@ async def relist_source(service: ResourceService, source: str) -> Delta | None:
     """List the collections of `source` again and swap in the catalog with what came, changed or went; the Delta,
     or None if nothing listed changed (no swap). SourceError if it cannot be listed now (the catalog keeps its
     listing); FullRelist, or ManifestError when a new URI collides, if the whole catalog must be listed again."""
+    async with heap.relisting(listed_entries(service.snapshot, source)):  # settled once its listing is gone
+        return await _relist_source(service, source)
+
+
+async def _relist_source(service: ResourceService, source: str) -> Delta | None:
     snapshot = service.snapshot
     src = snapshot.sources.get(source)
     if src is None:
@@ -78,6 +85,11 @@ async def relist_upstream(service: ResourceService, source: str) -> Delta | None
     younger than its staleIfError, else lists nothing, as compile_catalog decides. FullRelist if the manifest
     changed meanwhile (or the source's parts fall on both sides of staleIfError); ManifestError when a new URI or
     template collides."""
+    async with heap.relisting(listed_entries(service.snapshot, source)):  # settled once its listing is gone
+        return await _relist_upstream(service, source)
+
+
+async def _relist_upstream(service: ResourceService, source: str) -> Delta | None:
     snapshot = service.snapshot
     manifest, src = snapshot.manifest, snapshot.sources.get(source)
     if src is None:
@@ -136,6 +148,15 @@ async def relist_upstream(service: ResourceService, source: str) -> Delta | None
         service.swap_catalog(delta.catalog, delta.gone, delta.listing,
                              delta.added | delta.removed | delta.updated)
         return delta
+
+
+def listed_entries(snapshot: Snapshot, source: str) -> int:
+    """How many entries the catalog lists of `source` (its collections' and what it publishes): what its next
+    listing is expected to hold. O(collections)."""
+    catalog = snapshot.catalog
+    published = catalog.published.get(source)
+    return sum(len(catalog.collections.get(collection_key(c), ())) for c in snapshot.manifest.collections
+               if c.source == source) + (len(published.resources) if published is not None else 0)
 
 
 def _kept_while_down(catalog: Catalog, manifest: Manifest, source: str, specs: Collection[CollectionSpec],

@@ -133,11 +133,11 @@ class McpSource(Source):
         # URIs as the catalog lists them (with the namespace): the records go before the URI strings are made, so
         # that those fill the heap the records left (`Packed`).
         packed = Packed(self.values.resources(listed.pop()), self._prefix)
-        records = packed.records()
+        kept = self._kept
+        records = packed.records(kept)
         del packed
         if len(records) >= heap.BIG_LISTING:
             heap.trim()  # what the records took goes back to the system
-        kept = self._kept
         return kept if kept is not None and records == kept else records  # one copy, not one more a relisting
 
     async def records(self) -> ResourceRecords:

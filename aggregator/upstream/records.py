@@ -200,10 +200,25 @@ class Packed:
         """The URI strings (made now)."""
         return self.uris if isinstance(self.uris, list) else self.uris.split("\n") if self.count else []
 
-    def records(self) -> ResourceRecords:
-        """The records (their URI strings made now)."""
-        return ResourceRecords._of(self.prefix, self.uri_list(), self.sizes, self.mtimes, self.text, self.ends,
-                                   self.odd)
+    def records(self, kept: ResourceRecords | None = None) -> ResourceRecords:
+        """The records (their URI strings made now); a URI `kept` lists too is `kept`'s string, not a copy."""
+        uris = self.uri_list()
+        if kept is not None and kept.prefix == self.prefix:
+            _shared(uris, kept.uris)
+        return ResourceRecords._of(self.prefix, uris, self.sizes, self.mtimes, self.text, self.ends, self.odd)
+
+
+def _shared(new: list[str], old: list[str]) -> None:
+    """Each string of `new` that `old` holds too replaced by `old`'s (both sorted), in one walk: a relisting keeps
+    the strings it had (the catalog's rows share them) rather than making a million anew, which would be strewn over
+    the pages the listing's transient objects took and keep them the process's once the old ones are freed."""
+    i, n = 0, len(old)
+    for j, uri in enumerate(new):
+        while i < n and old[i] < uri:
+            i += 1
+        if i < n and old[i] == uri:
+            new[j] = old[i]
+            i += 1
 
 
 class PublishedRecords(_Built[PublishedResource]):
