@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.to_thread
 
 from aggregator import heap
 from aggregator.globs import path_filter
@@ -40,7 +39,7 @@ from aggregator.sources.progress import ListingProgress
 from aggregator.upstream import (HttpTarget, ListChanged, Listing, StdioTarget, Target, Updated, Upstream,
                                  UpstreamEvent, UpstreamStatus)
 from aggregator.upstream.answers import Content, ListedResource, UpstreamRead
-from aggregator.upstream.pages import OFF_LOOP_ENTRIES
+from aggregator.upstream.pages import off_loop_if_big
 from aggregator.upstream.records import Packed, PublishedRecords, ResourceRecords
 from aggregator.upstream.values import UpstreamValues
 
@@ -117,8 +116,7 @@ class McpSource(Source):
                 listing = Listing([])
             listed = [listing.items]
             listing = replace(listing, items=())
-            records = self._records(listed) if len(listed[0]) < OFF_LOOP_ENTRIES else \
-                await anyio.to_thread.run_sync(self._records, listed, abandon_on_cancel=True)
+            records = await off_loop_if_big(len(listed[0]), self._records, listed)
             self._kept = records
             listing = replace(listing, items=records)
             progress.add(len(listing.items))
@@ -176,8 +174,7 @@ class McpSource(Source):
         if not self.namespace:
             return Published()
         records = await self.records()
-        resources = PublishedRecords(records, self.root) if len(records) < OFF_LOOP_ENTRIES else \
-            await anyio.to_thread.run_sync(PublishedRecords, records, self.root, abandon_on_cancel=True)
+        resources = await off_loop_if_big(len(records), PublishedRecords, records, self.root)
         templates = []
         for template in (await self.templates()).items:
             text = template.uri_template
@@ -203,9 +200,7 @@ class McpSource(Source):
     async def list(self, pattern: str, exclude: Sequence[str] = (), hidden: bool = False) -> list[FileInfo]:
         keep = path_filter(pattern, exclude, hidden)
         records = await self.records()
-        if len(records) < OFF_LOOP_ENTRIES:
-            return _files(records, self._prefix + self.root, keep)
-        return await anyio.to_thread.run_sync(_files, records, self._prefix + self.root, keep, abandon_on_cancel=True)
+        return await off_loop_if_big(len(records), _files, records, self._prefix + self.root, keep)
 
     async def stat(self, path: str) -> FileInfo:
         records = await self.records()

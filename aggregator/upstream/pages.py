@@ -32,7 +32,8 @@ from pydantic import BaseModel
 from aggregator.upstream.answers import (CACHE_SCOPES, MAX_SIZE, ListedResource, hints, listed, plain_meta,
                                          timestamp)
 
-__all__ = ["OFF_LOOP_ENTRIES", "Page", "client_result", "model_page", "parsed_page", "resource_page"]
+__all__ = ["OFF_LOOP_ENTRIES", "Page", "client_result", "model_page", "off_loop_if_big", "parsed_page",
+           "resource_page"]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -85,9 +86,17 @@ def resource_page(result: dict[str, Any], version: str, room: int) -> Page:
 async def parsed_page(result: dict[str, Any], version: str, room: int) -> Page:
     """`resource_page`, in a worker thread for a big page (the loop serves meanwhile; `result` is the caller's)."""
     resources = result.get("resources")
-    if not isinstance(resources, list) or len(resources) < OFF_LOOP_ENTRIES:
-        return resource_page(result, version, room)
-    return await anyio.to_thread.run_sync(resource_page, result, version, room, abandon_on_cancel=True)
+    return await off_loop_if_big(len(resources) if isinstance(resources, list) else 0, resource_page, result,
+                                 version, room)
+
+
+async def off_loop_if_big(entries: int, func: Callable[..., T], *args: Any) -> T:
+    """`func(*args)` for work over `entries` entries: here below OFF_LOOP_ENTRIES (a thread hop is not worth it),
+    else in a worker thread, so that the event loop serves meanwhile (abandoned, left to finish, if the caller is
+    cancelled)."""
+    if entries < OFF_LOOP_ENTRIES:
+        return func(*args)
+    return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
 
 
 def _checked(result: dict[str, Any], version: str, room: int, done: int, found: list[ListedResource]) -> Page:
